@@ -1,0 +1,148 @@
+"""An experiment: a name plus everything a sweep takes. Immutable; given as flags or a YAML file.
+
+YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, corpus, chunker,
+chunk_sizes, overlaps, k, model, own_corpus, skip_empty_gold. Relative paths are read from the
+YAML file's folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from fractions import Fraction
+from pathlib import Path
+
+import yaml
+
+from chunkeval.chunking import ChunkerSpec
+from chunkeval.embedding import DEFAULT_MODEL
+from chunkeval.errors import InputError
+
+DEMO_DIR = Path(__file__).resolve().parents[2] / "data" / "demo"
+
+
+def home() -> Path:
+    """`$CHUNKEVAL_HOME`, by default `~/.chunkeval`: the embedding cache and the warehouse live there."""
+    return Path(os.environ.get("CHUNKEVAL_HOME") or Path.home() / ".chunkeval").expanduser()
+
+
+def cache_dir() -> Path:
+    return home() / "cache" / "embeddings"
+
+
+def split_list(value) -> list[str]:
+    """A list from YAML, or from a comma-separated flag."""
+    if value is None:
+        return []
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+
+
+def parse_ints(values, what: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in split_list(values))
+    except ValueError:
+        raise InputError(f"{what} must be whole numbers, got {values!r}") from None
+
+
+def parse_overlap(value: str, chunk_size: int) -> int:
+    """`25` is 25 tokens; `10%` is that share of the chunk size, rounded down (10% of 250 → 25)."""
+    text = str(value).strip()
+    try:
+        if text.endswith("%"):
+            return int(Fraction(text[:-1]) * chunk_size / 100)
+        return int(text)
+    except (ValueError, ZeroDivisionError):
+        raise InputError(f"overlap must be a whole number or a percentage like 10%, got {value!r}") from None
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str = "adhoc"
+    corpus_dir: str = str(DEMO_DIR / "corpora")
+    questions: str = str(DEMO_DIR / "questions.csv")
+    corpus: tuple[str, ...] = ()
+    chunker: tuple[str, ...] = ("fixed_token",)
+    chunk_sizes: tuple[int, ...] = (200,)
+    overlaps: tuple[str, ...] = ("0",)
+    k: tuple[int, ...] = (5,)
+    model: str = DEFAULT_MODEL
+    own_corpus: bool = False
+    skip_empty_gold: bool = False
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, data: dict, base: Path | None = None, source: str | None = None) -> "Experiment":
+        names = {f.name for f in fields(cls)} - {"extra"}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise InputError(f"unknown experiment key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}", source)
+        values = {}
+        for key, value in data.items():
+            if value is None:
+                continue
+            if key in ("corpus_dir", "questions") and base is not None:
+                value = str((base / str(value)).resolve())
+            if key in ("corpus", "chunker", "overlaps"):
+                value = tuple(split_list(value))
+            elif key in ("chunk_sizes", "k"):
+                value = parse_ints(value, key)
+            elif key in ("own_corpus", "skip_empty_gold"):
+                value = bool(value)
+            else:
+                value = str(value)
+            values[key] = value
+        return cls(**values).validate(source)
+
+    @classmethod
+    def from_yaml(cls, path: Path) -> "Experiment":
+        from chunkeval.ingest import read_text
+
+        path = Path(path)
+        try:
+            data = yaml.safe_load(read_text(path))
+        except yaml.YAMLError as exc:
+            raise InputError(f"broken YAML ({exc})".replace("\n", " "), path) from None
+        if not isinstance(data, dict):
+            raise InputError("an experiment file is a YAML mapping of settings", path)
+        data.setdefault("name", path.stem)
+        return cls.from_dict(data, base=path.parent, source=str(path))
+
+    @classmethod
+    def demo(cls) -> "Experiment":
+        return cls.from_yaml(DEMO_DIR / "experiment.yaml")
+
+    def with_overrides(self, **changes) -> "Experiment":
+        changes = {k: v for k, v in changes.items() if v not in (None, (), [])}
+        return replace(self, **changes).validate()
+
+    def validate(self, source: str | None = None) -> "Experiment":
+        if not self.name or any(c in self.name for c in "/\\ \t\n"):
+            raise InputError(f"experiment name {self.name!r} must be one word (no spaces or slashes)", source)
+        if not self.chunker or not self.chunk_sizes or not self.overlaps or not self.k:
+            raise InputError("an experiment needs at least one chunker, chunk size, overlap and k", source)
+        for k in self.k:
+            if k < 1:
+                raise InputError(f"k must be at least 1, got {k}", source)
+        self.grid()
+        return self
+
+    def grid(self) -> list[ChunkerSpec]:
+        """Every (chunker, size, overlap) setting, validated, without repeats, in the order given."""
+        specs = []
+        for chunker in self.chunker:
+            for size in self.chunk_sizes:
+                for overlap in self.overlaps:
+                    specs.append(ChunkerSpec(chunker, size, parse_overlap(overlap, size)).validate())
+        return list(dict.fromkeys(specs))
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.pop("extra")
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+    def fingerprint(self) -> str:
+        """Hash of the settings (not the data): two runs of the same experiment settings share it."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
