@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -55,7 +56,8 @@ def experiment_from_args(args: argparse.Namespace, default: Experiment | None = 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from chunkeval.embedding import Embedder
-    from chunkeval.report import beside, check_table_path, format_summary, write_tables
+    from chunkeval.files import write_tables
+    from chunkeval.report import beside, check_table_path, format_summary
     from chunkeval.sweep import CONFIG_KEYS, run_sweep
 
     out = check_table_path(args.out)
@@ -104,15 +106,143 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from chunkeval.embedding import Embedder
-    from chunkeval.report import format_summary
-    from chunkeval.sweep import CONFIG_KEYS, run_sweep
+def _warehouse():
+    from chunkeval.experiment import home
+    from chunkeval.warehouse import Warehouse
 
-    exp = experiment_from_args(args, Experiment.demo())
-    result = run_sweep(exp, Embedder(exp.model, cache_dir(), args.batch_size))
-    print(f"experiment {exp.name}: {result.summary.num_rows} configuration(s), {result.texts_embedded} text(s) embedded\n")
-    print(format_summary(result.summary, CONFIG_KEYS))
+    return Warehouse(home() / "warehouse")
+
+
+def named_experiment(name: str) -> Experiment:
+    """`demo`, `$CHUNKEVAL_HOME/experiments/<name>.yaml`, or the settings of the experiment's last recorded run."""
+    from chunkeval.experiment import home
+
+    if name == "demo":
+        return Experiment.demo()
+    path = home() / "experiments" / f"{name}.yaml"
+    if path.is_file():
+        return Experiment.from_yaml(path)
+    runs = _warehouse().runs(name, limit=1)
+    if runs:
+        return Experiment.from_dict(json.loads(runs[0]["settings"]))
+    raise InputError(f"no experiment named {name!r}: not demo, not {path}, and no recorded run")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from chunkeval.report import format_summary
+    from chunkeval.sweep import CONFIG_KEYS
+    from flows.evaluate import evaluate
+
+    base = None if args.experiment_file else (named_experiment(args.experiment) if args.experiment else Experiment.demo())
+    exp = experiment_from_args(args, base)
+    result = evaluate(experiment=exp.to_dict(), if_changed=args.if_changed, trigger="manual", batch_size=args.batch_size)
+    if result["status"] == "skipped":
+        print(f"experiment {exp.name}: corpus, gold set and model unchanged; run {result['run_id']} recorded as skipped")
+        return 0
+    summary = _warehouse().summary(result["run_id"])
+    print(f"experiment {exp.name}: run {result['run_id']} completed, {summary.num_rows} configuration(s), "
+          f"{result['texts_embedded']} text(s) embedded\n")
+    print(format_summary(summary, CONFIG_KEYS))
+    return 0
+
+
+def _iso(value) -> str | None:
+    return None if value is None else value.isoformat(timespec="seconds") + "Z"
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from chunkeval.report import format_rows
+
+    rows = _warehouse().runs(args.experiment)
+    fields = ("run_id", "experiment", "status", "trigger", "started_at", "finished_at", "corpus_fingerprint",
+              "gold_fingerprint", "model_fingerprint", "texts_embedded", "flow_run_id", "chunkeval_version", "error")
+    docs = [{**{f: (_iso(r[f]) if f.endswith("_at") else r[f]) for f in fields}, "skipped": r["status"] == "skipped"} for r in rows]
+    if args.json:
+        json.dump(docs, sys.stdout, indent=2)
+        print()
+        return 0
+    cols = ["run_id", "experiment", "status", "trigger", "started_at", "finished_at", "texts_embedded", "corpus", "model"]
+    table = [[d["run_id"], d["experiment"], d["status"], d["trigger"], d["started_at"] or "", d["finished_at"] or "",
+              str(d["texts_embedded"] or 0), (d["corpus_fingerprint"] or "")[:12], (d["model_fingerprint"] or "")[:12]] for d in docs]
+    print(format_rows(cols, table) if table else "no runs recorded")
+    return 0
+
+
+def _config_filter(values: list[str] | None) -> dict:
+    out = {}
+    for item in split_list(values):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InputError(f"--config takes key=value pairs (chunker, chunk_size, chunk_overlap, k), got {item!r}")
+        out[key.strip()] = value.strip() if key.strip() == "chunker" else parse_ints(value, f"--config {key}")[0]
+    return out
+
+
+def cmd_trend(args: argparse.Namespace) -> int:
+    from chunkeval.metrics import METRICS
+    from chunkeval.report import format_rows
+
+    if args.metric not in METRICS:
+        raise InputError(f"unknown metric {args.metric!r}; choose one of {', '.join(METRICS)}")
+    wh = _warehouse()
+    rows = wh.trend(args.experiment, args.metric, _config_filter(args.config), args.last)
+    if args.json:
+        json.dump([{**r, "started_at": _iso(r["started_at"])} for r in rows], sys.stdout, indent=2)
+        print()
+    elif rows:
+        cols = ["run_id", "started_at", "chunker", "chunk_size", "chunk_overlap", "k", args.metric, "change"]
+        print(format_rows(cols, [[r["run_id"], _iso(r["started_at"]), r["chunker"], str(r["chunk_size"]), str(r["chunk_overlap"]),
+                                  str(r["k"]), f"{r['value']:.3f}", "" if r["change"] is None else f"{r['change']:+.3f}"] for r in rows]))
+    else:
+        print(f"no completed run of experiment {args.experiment!r} with {args.metric}")
+    if args.fail_on_regression:
+        falls = wh.regressions(args.experiment, [args.metric], args.threshold, args.baseline)
+        config = _config_filter(args.config)
+        falls = [f for f in falls if all(f[k] == v for k, v in config.items())]
+        for f in falls:
+            print(f"chunkeval: regression: {f['metric']} of {f['chunker']}/{f['chunk_size']}/{f['chunk_overlap']}/k={f['k']} "
+                  f"fell from {f['before']:.3f} to {f['after']:.3f} (run {f['run_id']} against {f['reference_run_id']})", file=sys.stderr)
+        if falls:
+            return 1
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from chunkeval.metrics import METRICS
+    from chunkeval.report import format_summary
+    from chunkeval.sweep import CONFIG_KEYS
+
+    wh = _warehouse()
+    if args.run:
+        run = wh.run(args.run)
+    else:
+        if not args.experiment:
+            raise InputError("give --run ID or --experiment NAME")
+        run = wh.last_completed(args.experiment)
+        if run is None:
+            raise InputError(f"experiment {args.experiment!r} has no completed run")
+    if run["status"] != "completed":
+        raise InputError(f"run {run['run_id']} is {run['status']}: only completed runs have results")
+    summary = wh.summary(run["run_id"])
+    print(f"run {run['run_id']} of experiment {run['experiment']} ({run['trigger']}), "
+          f"{_iso(run['started_at'])} to {_iso(run['finished_at'])}\n")
+    print("macro (mean ± sample std over queries)")
+    print(format_summary(summary, CONFIG_KEYS, metrics=METRICS))
+    print("\nmicro (counts summed over queries before dividing)")
+    print(format_summary(summary, CONFIG_KEYS, metrics=[m for m in METRICS if f"{m}_micro" in summary.column_names], micro=True))
+    return 0
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    _warehouse().pin_baseline(args.experiment, args.run)
+    print(f"run {args.run} is now the baseline of experiment {args.experiment}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from flows.serve import serve_all
+
+    serve_all(Path(args.prefect_file))
     return 0
 
 
@@ -128,10 +258,52 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (model loading, texts embedded)")
     sub = parser.add_subparsers(dest="command", metavar="command")
 
-    p = sub.add_parser("run", help="run an experiment (the demo experiment when none is given) and print its summary",
-                       description="Run an experiment: chunk, embed (through the cache), retrieve and score every setting.")
+    p = sub.add_parser("run", help="run an experiment as a Prefect flow, record it in the warehouse, print its summary",
+                       description="Run the evaluate flow for an experiment (the demo experiment when none is given): chunk, "
+                                   "embed (through the cache), retrieve, score every setting, and record the run in the warehouse.")
     add_experiment_flags(p)
+    p.add_argument("--experiment", metavar="NAME", help="a known experiment: demo, $CHUNKEVAL_HOME/experiments/NAME.yaml, "
+                                                        "or the settings of NAME's last recorded run")
+    p.add_argument("--if-changed", action="store_true",
+                   help="record a skipped run, embedding nothing, when corpus, gold set and model are those of the last completed run")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("runs", help="list the recorded runs, newest first")
+    p.add_argument("--experiment", metavar="NAME", help="only this experiment's runs")
+    p.add_argument("--json", action="store_true", help="print a JSON list of run objects")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("trend", help="a metric per completed run and configuration, oldest first, with the change",
+                       description="A metric (macro mean) per completed run and configuration, oldest first, with the change "
+                                   "against the previous completed run.")
+    p.add_argument("--experiment", metavar="NAME", required=True, help="the experiment")
+    p.add_argument("--metric", required=True, help="a metric name, e.g. span_recall, recall_at_k, mrr")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE",
+                   help="only configurations with these settings, e.g. chunk_size=200,k=5 (keys: chunker, chunk_size, chunk_overlap, k)")
+    p.add_argument("--last", type=int, metavar="N", help="only the last N completed runs")
+    p.add_argument("--json", action="store_true", help="print JSON rows (run_id, started_at, configuration, value, change)")
+    p.add_argument("--fail-on-regression", action="store_true",
+                   help="exit 1 when the metric fell by more than --threshold in the newest run, against the previous one or the baseline")
+    p.add_argument("--threshold", type=float, default=0.02, help="largest allowed fall of the metric (absolute, default 0.02)")
+    p.add_argument("--baseline", metavar="RUN_ID", help="compare with this run (default: the pinned baseline, else the previous run)")
+    p.set_defaults(func=cmd_trend)
+
+    p = sub.add_parser("report", help="the macro/micro table of a run")
+    p.add_argument("--run", metavar="ID", help="the run (default: the experiment's last completed run)")
+    p.add_argument("--experiment", metavar="NAME", help="the experiment")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("baseline", help="pin a completed run as the baseline that regressions are measured against")
+    p.add_argument("--experiment", metavar="NAME", required=True)
+    p.add_argument("--run", metavar="ID", required=True)
+    p.set_defaults(func=cmd_baseline)
+
+    p = sub.add_parser("serve", help="serve every deployment of deployments/prefect.yaml from this process",
+                       description="Serve the nightly, on-change, poll and weekly deployments from one process (no work pool). "
+                                   "Needs a Prefect server (PREFECT_API_URL).")
+    p.add_argument("--prefect-file", default=str(Path(__file__).resolve().parents[2] / "deployments" / "prefect.yaml"),
+                   help="the deployments file (default: deployments/prefect.yaml)")
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("sweep", help="score a grid of chunking settings and k on a span gold set, write the results",
                        description="Score every (chunker, chunk size, overlap, k) on a span gold set. Writes the summary to --out, "
@@ -169,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("chunkeval: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from chunkeval.errors import InputError
+from chunkeval.files import write_tables
 
 log = logging.getLogger("chunkeval")
 
@@ -65,12 +67,6 @@ def model_fingerprint(model: str) -> str:
 
 def text_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
-
-
-def _write_parquet_atomically(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
 
 
 class EmbeddingCache:
@@ -129,7 +125,7 @@ class EmbeddingCache:
             "truncated": pa.array(np.asarray(truncated, dtype=bool)),
         })
         name = f"part-{uuid.uuid4().hex}.parquet"
-        _write_parquet_atomically(table, self.dir / name)
+        write_tables({self.dir / name: table})
         self._seen.add(name)
         self._append(hashes, vectors, np.asarray(truncated, dtype=bool))
 
@@ -146,6 +142,7 @@ class Embedder:
     cache_dir: Path | None = None
     batch_size: int = 32
     device: str | None = None
+    flush_every: int = 512  # texts per cache part file
     texts_embedded: int = 0
     _st: object = field(default=None, repr=False)
 
@@ -176,7 +173,7 @@ class Embedder:
         )
         vectors = st.encode(
             texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
-            show_progress_bar=len(texts) >= 256,
+            show_progress_bar=len(texts) >= 256 and (sys.stderr.isatty() or log.isEnabledFor(logging.INFO)),
         ).astype(np.float32, copy=False)
         self.texts_embedded += len(texts)
         return vectors, lengths > limit
@@ -195,6 +192,8 @@ class Embedder:
         missing = [h for h, r in zip(unique, self.cache.rows(unique)) if r < 0]
         if missing:
             log.info("embedding %d new text(s) of %d", len(missing), len(unique))
-            vectors, truncated = self._encode([first_text[h] for h in missing])
-            self.cache.add(missing, vectors, truncated)
+        for lo in range(0, len(missing), self.flush_every):  # a killed run keeps what it has embedded
+            part = missing[lo:lo + self.flush_every]
+            vectors, truncated = self._encode([first_text[h] for h in part])
+            self.cache.add(part, vectors, truncated)
         return self.cache.get(self.cache.rows(hashes))

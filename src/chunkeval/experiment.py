@@ -114,6 +114,17 @@ class Experiment:
     def demo(cls) -> "Experiment":
         return cls.from_yaml(DEMO_DIR / "experiment.yaml")
 
+    @classmethod
+    def resolve(cls, ref: "str | dict | Experiment") -> "Experiment":
+        """An experiment from `demo`, the path of a YAML file, or a mapping of settings."""
+        if isinstance(ref, Experiment):
+            return ref
+        if isinstance(ref, dict):
+            return cls.from_dict(ref)
+        if ref == "demo":
+            return cls.demo()
+        return cls.from_yaml(Path(ref))
+
     def with_overrides(self, **changes) -> "Experiment":
         changes = {k: v for k, v in changes.items() if v not in (None, (), [])}
         return replace(self, **changes).validate()
@@ -146,3 +157,30 @@ class Experiment:
     def fingerprint(self) -> str:
         """Hash of the settings (not the data): two runs of the same experiment settings share it."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def input_fingerprints(exp: Experiment) -> dict[str, str]:
+    """SHA-256 of the experiment's corpora (each file's bytes, by corpus id), its gold file and its model."""
+    from chunkeval.embedding import model_fingerprint
+    from chunkeval.ingest import CORPUS_SUFFIXES
+
+    folder = Path(exp.corpus_dir)
+    if not folder.is_dir():
+        raise InputError("corpus folder not found", folder)
+    files = {p.stem: p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES}
+    wanted = list(exp.corpus) or sorted(files)
+    missing = [c for c in wanted if c not in files]
+    if missing:
+        raise InputError(f"no corpus named {', '.join(missing)}", folder)
+    corpus = hashlib.sha256(json.dumps({c: _sha256_file(files[c]) for c in wanted}, sort_keys=True).encode()).hexdigest()
+    if not Path(exp.questions).is_file():
+        raise InputError("file not found", exp.questions)
+    return {"corpus": corpus, "gold": _sha256_file(Path(exp.questions)), "model": model_fingerprint(exp.model)}

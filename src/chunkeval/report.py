@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import math
-import os
-import uuid
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from chunkeval.errors import InputError
 
@@ -32,24 +28,6 @@ def beside(path: Path, part: str) -> Path:
     return path.with_name(f"{path.stem}.{part}{path.suffix}")
 
 
-def write_tables(tables: dict[Path, pa.Table]) -> None:
-    """Write every table under a temporary name first, then rename them all: no half-written results."""
-    staged = []
-    try:
-        for path, table in tables.items():
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-            staged.append((tmp, path))
-            if path.suffix.lower() == ".parquet":
-                pq.write_table(table, tmp)
-            else:
-                pacsv.write_csv(table, tmp)
-        for tmp, path in staged:
-            os.replace(tmp, path)
-    finally:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
-
-
 def _cell(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -65,17 +43,17 @@ def format_rows(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def format_summary(summary: pa.Table, keys: list[str], metrics=TERMINAL_METRICS) -> str:
-    """One line per configuration: its keys, then each metric as mean±std (macro) and micro where defined."""
-    present = [m for m in metrics if f"{m}_mean" in summary.column_names]
-    header = list(keys) + present
+def format_summary(summary: pa.Table, keys: list[str], metrics=TERMINAL_METRICS, micro: bool = False) -> str:
+    """One line per configuration: its keys, then each metric as mean±std (macro), or its micro value."""
+    suffix = "_micro" if micro else "_mean"
+    present = [m for m in metrics if f"{m}{suffix}" in summary.column_names]
     rows = []
     for rec in summary.to_pylist():
         row = [_cell(rec[k]) for k in keys]
         for m in present:
-            row.append(f"{_cell(rec[f'{m}_mean'])}±{_cell(rec[f'{m}_std'])}")
+            row.append(_cell(rec[f"{m}_micro"]) if micro else f"{_cell(rec[f'{m}_mean'])}±{_cell(rec[f'{m}_std'])}")
         rows.append(row)
-    return format_rows(header, rows)
+    return format_rows(list(keys) + present, rows)
 
 
 def format_macro_micro(summary: pa.Table, metrics: list[str]) -> str:

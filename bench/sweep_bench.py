@@ -1,0 +1,85 @@
+"""Times the 125-configuration sweep: cold cache, warm cache, and a naive pipeline.
+
+    python bench/sweep_bench.py [--data ../shared/datasets/chroma_general] [--corpus state_of_the_union]
+
+The grid: fixed_token, chunk sizes 100..500 step 100, overlaps 10..50 %, k 1,3,5,7,9 (125 rows).
+- cold:  `run_sweep` with an empty embedding cache (the model is loaded, every distinct text embedded once)
+- warm:  the same sweep again over the cache it left (no model load, nothing embedded)
+- naive: every configuration on its own: chunk, embed its chunks afresh (model loaded once), retrieve, score
+Each phase runs in its own process; its time is measured inside that process from before the first
+import of chunkeval to the end, and its peak memory is that process's maximum resident set size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID = dict(chunker=["fixed_token"], chunk_sizes=[100, 200, 300, 400, 500], overlaps=["10%", "20%", "30%", "40%", "50%"], k=[1, 3, 5, 7, 9])
+
+
+def phase(name: str, data: str, corpus: str) -> dict:
+    start = time.perf_counter()
+    import resource
+
+    from chunkeval.embedding import Embedder
+    from chunkeval.experiment import Experiment, cache_dir
+    from chunkeval.sweep import chunk_corpora, load_inputs, retrieve, run_sweep, score_chunking
+
+    exp = Experiment.from_dict({"name": "bench", "corpus_dir": f"{data}/corpora", "questions": f"{data}/questions_df.csv",
+                                "corpus": [corpus], **GRID})
+    if name in ("cold", "warm"):
+        embedder = Embedder(cache_dir=cache_dir())
+        result = run_sweep(exp, embedder)
+        rows, embedded = result.summary.num_rows, embedder.texts_embedded
+    else:
+        embedder = Embedder(cache_dir=None)
+        inputs = load_inputs(exp)
+        rows = embedded = 0
+        for spec in exp.grid():
+            for k in exp.k:  # each configuration is evaluated from scratch
+                chunks = chunk_corpora(inputs.corpora, spec)
+                vectors, _ = embedder.embed(chunks.texts(inputs.corpora))
+                queries, _ = embedder.embed(list(inputs.gold.questions))
+                score_chunking(inputs.gold, spec, chunks, retrieve(inputs, chunks, queries, vectors, k), (k,))
+                rows += 1
+        embedded = embedder.texts_embedded
+    return {"phase": name, "seconds": time.perf_counter() - start, "configurations": rows, "texts_embedded": embedded,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets" / "chroma_general"))
+    ap.add_argument("--corpus", default="state_of_the_union")
+    ap.add_argument("--phases", default="cold,warm,naive")
+    ap.add_argument("--phase", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.phase:
+        print(json.dumps(phase(args.phase, args.data, args.corpus)))
+        return
+    results = []
+    with tempfile.TemporaryDirectory() as home:
+        env = dict(os.environ, CHUNKEVAL_HOME=home, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        for name in args.phases.split(","):
+            out = subprocess.run([sys.executable, __file__, "--phase", name, "--data", args.data, "--corpus", args.corpus],
+                                 env=env, check=True, capture_output=True, text=True).stdout
+            results.append(json.loads(out.strip().splitlines()[-1]))
+            print(json.dumps(results[-1]), file=sys.stderr)
+    print("| phase | configurations | texts embedded | seconds | peak RSS (MiB) |\n|---|---:|---:|---:|---:|")
+    for r in results:
+        print(f"| {r['phase']} | {r['configurations']} | {r['texts_embedded']} | {r['seconds']:.1f} | {r['peak_rss_mib']:.0f} |")
+    by = {r["phase"]: r["seconds"] for r in results}
+    if {"cold", "warm", "naive"} <= by.keys():
+        print(f"\ncold / naive = {by['cold'] / by['naive']:.2f} (target <= 1); warm / cold = {by['warm'] / by['cold']:.3f} (target <= 0.1)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""Result files are written whole or not at all: under a temporary name, then renamed."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+
+def write_tables(tables: dict[Path, pa.Table]) -> None:
+    """Write every table (.parquet, else CSV) to a temporary name first, then rename them all."""
+    staged = []
+    try:
+        for path, table in tables.items():
+            path = Path(path)
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+            staged.append((tmp, path))
+            if path.suffix.lower() == ".parquet":
+                pq.write_table(table, tmp)
+            else:
+                pacsv.write_csv(table, tmp)
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)

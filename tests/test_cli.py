@@ -1,0 +1,201 @@
+"""The command line: sweeps on the shared data, run files, and every kind of bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from chunkeval.cli import main
+from chunkeval.experiment import parse_overlap
+from chunkeval.ingest import load_corpora, load_span_gold
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --------------------------------------------------------------------------- sweep
+
+
+def test_sweep_on_the_shared_data(chroma, tmp_path, capsys):
+    out = tmp_path / "results.parquet"
+    code, stdout, err = run_cli(
+        capsys, "sweep", "--corpus-dir", chroma / "corpora", "--questions", chroma / "questions_df.csv",
+        "--corpus", "state_of_the_union", "--chunker", "fixed_token", "--chunk-sizes", "100,250",
+        "--overlaps", "0,10%", "--k", "1,5", "--out", out,
+    )
+    assert code == 0, err
+    summary = pq.read_table(out)
+    assert summary.column_names[:4] == ["chunker", "chunk_size", "chunk_overlap", "k"]
+    assert sorted(set(zip(summary["chunk_size"].to_pylist(), summary["chunk_overlap"].to_pylist()))) == [(100, 0), (100, 10), (250, 0), (250, 25)]
+    assert summary.num_rows == 8
+    for metric in ("span_precision", "span_recall", "span_f1", "span_iou", "precision_omega", "precision", "recall",
+                   "f1", "precision_at_k", "recall_at_k", "hit_rate", "mrr", "map", "ndcg_at_k"):
+        for suffix in ("_mean", "_std"):
+            values = np.asarray(summary[metric + suffix].to_pylist(), dtype=float)
+            assert np.all((values >= 0) & (values <= 1)), metric + suffix
+    per_query = pq.read_table(tmp_path / "results.per_query.parquet")
+    assert per_query.num_rows == 8 * 76
+    # the summary's macro and micro figures are those of the per-query table
+    rows = [r for r in per_query.to_pylist() if r["chunk_size"] == 250 and r["chunk_overlap"] == 25 and r["k"] == 5]
+    s = next(r for r in summary.to_pylist() if r["chunk_size"] == 250 and r["chunk_overlap"] == 25 and r["k"] == 5)
+    recall = [r["span_recall"] for r in rows]
+    assert s["span_recall_mean"] == pytest.approx(np.mean(recall))
+    assert s["span_recall_std"] == pytest.approx(np.std(recall, ddof=1))
+    assert s["span_precision_micro"] == pytest.approx(sum(r["covered"] for r in rows) / sum(r["retrieved_chars"] for r in rows))
+    # real model, real data: 5 chunks of 250 tokens find most of each answer
+    assert s["span_recall_mean"] > 0.8
+    assert s["truncated_chunks"] > 0  # 250 cl100k tokens exceed 256 word pieces for most chunks
+    by_corpus = pq.read_table(tmp_path / "results.by_corpus.parquet")
+    assert set(by_corpus["corpus_id"].to_pylist()) == {"state_of_the_union"}
+    assert "span_recall" in stdout and "embedded" in stdout
+
+
+def test_second_sweep_embeds_nothing(chroma, tmp_path, capsys):
+    args = ["sweep", "--corpus-dir", chroma / "corpora", "--questions", chroma / "questions_df.csv",
+            "--corpus", "chatlogs", "--chunk-sizes", "200", "--overlaps", "0", "--k", "3"]
+    assert run_cli(capsys, *args, "--out", tmp_path / "a.csv")[0] == 0
+    code, stdout, _ = run_cli(capsys, *args, "--out", tmp_path / "b.csv")
+    assert code == 0 and "\n0 text(s) embedded" in stdout
+    assert (tmp_path / "a.csv").read_text() == (tmp_path / "b.csv").read_text()
+
+
+def test_overlap_percentages_round_down():
+    assert parse_overlap("10%", 250) == 25 and parse_overlap("50%", 101) == 50 and parse_overlap("12", 100) == 12
+
+
+def test_reference_with_stale_offsets_is_reanchored(tmp_path, caplog):
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / "doc.md").write_text("Intro. The answer is forty-two. Outro.", encoding="utf-8")
+    q = tmp_path / "q.csv"
+    q.write_text('question,references,corpus_id\nWhat?,"[{""content"": ""The answer is forty-two."", ""start_index"": 0, ""end_index"": 24}]",doc\n')
+    gold = load_span_gold(q, load_corpora(corpus))
+    assert (gold.ref_start[0], gold.ref_end[0]) == (7, 31) and gold.reanchored == 1
+    assert "re-anchored" in caplog.text
+
+
+# --------------------------------------------------------------------------- evaluate-run
+
+
+def test_evaluate_run_chunk_ids_json(tmp_path, capsys):
+    gold = tmp_path / "gold.csv"
+    gold.write_text('query_id,query,relevant_chunk_ids\n1,q one,"[""A"", ""B""]"\n2,q two,"{""D"": 2, ""X"": 0}"\n3,q three,"[""E"", ""F"", ""G""]"\n')
+    run = tmp_path / "run.jsonl"
+    run.write_text('{"query_id": 1, "retrieved_chunk_ids": ["A", "C"]}\n{"query_id": "2", "retrieved_chunk_ids": ["D"]}\n'
+                   '{"query_id": "3", "retrieved_chunk_ids": ["F", "H", "I"]}\n')
+    code, stdout, err = run_cli(capsys, "evaluate-run", "--gold", gold, "--run", run, "--k", "3", "--json", "--per-query")
+    assert code == 0, err
+    doc = json.loads(stdout)
+    assert round(doc["macro"]["precision"], 3) == 0.611 and doc["micro"]["recall"] == pytest.approx(0.5)
+    assert [r["query_id"] for r in doc["per_query"]] == ["1", "2", "3"]
+    assert set(doc["per_query"][0]) >= {"query_id", "precision", "recall", "f1", "mrr", "map", "ndcg_at_k", "precision_at_k"}
+
+
+def test_evaluate_run_string_lists(tmp_path, capsys):
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text('{"query_id": "q", "reference": ["alpha", "beta", "gamma"]}\n')
+    run = tmp_path / "run.jsonl"
+    run.write_text('{"query_id": "q", "hypothesis": ["alpha", "nope", "beta", "Gamma", "gamma"]}\n')
+    code, stdout, _ = run_cli(capsys, "evaluate-run", "--gold", gold, "--run", run, "--k", "5", "--json")
+    assert code == 0
+    assert json.loads(stdout)["macro"]["precision_at_k"] == pytest.approx(0.6)
+    code, stdout, _ = run_cli(capsys, "evaluate-run", "--gold", gold, "--run", run, "--k", "5", "--per-query")
+    assert code == 0 and "micro" in stdout and "precision_at_k" in stdout
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.fixture()
+def good(tmp_path):
+    corpus = tmp_path / "corpora"
+    corpus.mkdir()
+    (corpus / "doc.md").write_text("Alpha beta gamma. Delta epsilon zeta. " * 20, encoding="utf-8")
+    q = tmp_path / "q.csv"
+    q.write_text('question,references,corpus_id\nWhat?,"[{""content"": ""Delta epsilon"", ""start_index"": 18, ""end_index"": 31}]",doc\n')
+    return corpus, q
+
+
+def refs_csv(tmp_path, refs: str, corpus_id: str = "doc") -> Path:
+    q = tmp_path / "bad.csv"
+    q.write_text(f'question,references,corpus_id\nWhat?,"{refs}",{corpus_id}\n')
+    return q
+
+
+def after(_written, argv):
+    """Arguments to use once a file has been (over)written."""
+    return argv
+
+
+BAD_SWEEPS = {
+    "missing corpus folder": (lambda t, c, q: ["--corpus-dir", t / "nope", "--questions", q], "corpus folder not found"),
+    "non-UTF-8 corpus": (lambda t, c, q: after((c / "doc.md").write_bytes(b"caf\xe9 au lait"), ["--corpus-dir", c, "--questions", q]), "not UTF-8"),
+    "broken JSON": (lambda t, c, q: ["--corpus-dir", c, "--questions", refs_csv(t, "[{oops")], "broken JSON"),
+    "missing column": (lambda t, c, q: after(q.write_text("question,corpus_id\nWhat?,doc\n"), ["--corpus-dir", c, "--questions", q]), "missing column"),
+    "empty questions": (lambda t, c, q: after(q.write_text(""), ["--corpus-dir", c, "--questions", q]), "empty"),
+    "empty corpus": (lambda t, c, q: after((c / "doc.md").write_text("  \n"), ["--corpus-dir", c, "--questions", q]), "empty"),
+    "offsets out of range": (lambda t, c, q: ["--corpus-dir", c, "--questions", refs_csv(t, '[{""content"": ""x"", ""start_index"": 5, ""end_index"": 99999}]')], "out of range"),
+    "reversed offsets": (lambda t, c, q: ["--corpus-dir", c, "--questions", refs_csv(t, '[{""content"": ""x"", ""start_index"": 9, ""end_index"": 3}]')], "reversed"),
+    "reference not found": (lambda t, c, q: ["--corpus-dir", c, "--questions", refs_csv(t, '[{""content"": ""omega"", ""start_index"": 0, ""end_index"": 5}]')], "not found"),
+    "unknown corpus": (lambda t, c, q: ["--corpus-dir", c, "--questions", q, "--corpus", "nope"], "no corpus named"),
+    "overlap not below size": (lambda t, c, q: ["--corpus-dir", c, "--questions", q, "--overlaps", "100"], "chunk_overlap"),
+    "k below 1": (lambda t, c, q: ["--corpus-dir", c, "--questions", q, "--k", "0"], "k must be at least 1"),
+    "unknown chunker": (lambda t, c, q: ["--corpus-dir", c, "--questions", q, "--chunker", "magic"], "unknown chunker"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SWEEPS))
+def test_bad_sweep_input_exits_2_with_one_line(case, good, tmp_path, capsys):
+    corpus, q = good
+    make, message = BAD_SWEEPS[case]
+    argv = make(tmp_path, corpus, q)
+    out = tmp_path / "out.csv"
+    code, _, err = run_cli(capsys, "sweep", *argv, "--chunk-sizes", "100", "--out", out)
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not list(tmp_path.glob("out*")), "nothing may be written"
+
+
+def test_error_names_file_and_row(good, tmp_path, capsys):
+    corpus, _ = good
+    q = tmp_path / "rows.csv"
+    q.write_text('question,references,corpus_id\nOk?,"[{""content"": ""Delta epsilon"", ""start_index"": 18, ""end_index"": 31}]",doc\n'
+                 'Bad?,"[{""content"": ""missing text"", ""start_index"": 0, ""end_index"": 12}]",doc\n')
+    code, _, err = run_cli(capsys, "sweep", "--corpus-dir", corpus, "--questions", q, "--out", tmp_path / "o.csv")
+    assert code == 2 and f"{q}: row 2:" in err and "Bad?" in err
+
+
+def test_run_file_naming_an_unknown_query(tmp_path, capsys):
+    gold = tmp_path / "g.jsonl"
+    gold.write_text('{"query_id": "a", "query": "x", "relevant_chunk_ids": ["c1"]}\n')
+    run = tmp_path / "r.jsonl"
+    run.write_text('{"query_id": "a", "retrieved_chunk_ids": ["c1"]}\n{"query_id": "zz", "retrieved_chunk_ids": ["c1"]}\n')
+    code, _, err = run_cli(capsys, "evaluate-run", "--gold", gold, "--run", run)
+    assert code == 2 and "r.jsonl: row 2: query_id 'zz' is not in the gold set" in err
+    run.write_text('{"query_id": "a", "retrieved_chunk_ids": ["c1"\n')
+    code, _, err = run_cli(capsys, "evaluate-run", "--gold", gold, "--run", run)
+    assert code == 2 and "row 1: broken JSON" in err
+
+
+def test_bad_output_suffix_fails_before_any_work(good, tmp_path, capsys):
+    corpus, q = good
+    code, _, err = run_cli(capsys, "sweep", "--corpus-dir", corpus, "--questions", q, "--out", tmp_path / "o.txt")
+    assert code == 2 and ".csv or .parquet" in err
+
+
+def test_the_installed_command_prints_no_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "chunkeval.cli", "evaluate-run", "--gold", tmp_path / "none.csv", "--run", tmp_path / "r.csv"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "file not found" in proc.stderr and "Traceback" not in proc.stderr
+    help_text = subprocess.run([sys.executable, "-m", "chunkeval.cli", "sweep", "--help"], capture_output=True, text=True).stdout
+    for flag in ("--corpus-dir", "--questions", "--chunker", "--chunk-sizes", "--overlaps", "--k", "--out", "--own-corpus"):
+        assert flag in help_text
