@@ -223,6 +223,16 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise InputError(f"experiment {args.experiment!r} has no completed run")
     if run["status"] != "completed":
         raise InputError(f"run {run['run_id']} is {run['status']}: only completed runs have results")
+    if args.html:
+        from chunkeval.files import write_text
+        from chunkeval.html_report import build_report
+
+        out = Path(args.html)
+        if not out.parent.is_dir():
+            raise InputError("output folder does not exist", out.parent)
+        write_text(out, build_report(wh, args.experiment or run["experiment"], run["run_id"], _config_filter(args.config), args.threshold))
+        print(f"report of run {run['run_id']} written to {out}")
+        return 0
     summary = wh.summary(run["run_id"])
     print(f"run {run['run_id']} of experiment {run['experiment']} ({run['trigger']}), "
           f"{_iso(run['started_at'])} to {_iso(run['finished_at'])}\n")
@@ -288,9 +298,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", metavar="RUN_ID", help="compare with this run (default: the pinned baseline, else the previous run)")
     p.set_defaults(func=cmd_trend)
 
-    p = sub.add_parser("report", help="the macro/micro table of a run")
+    p = sub.add_parser("report", help="the macro/micro table of a run, or its HTML page",
+                       description="Print a run's macro/micro table, or with --html write the experiment's self-contained HTML report.")
     p.add_argument("--run", metavar="ID", help="the run (default: the experiment's last completed run)")
     p.add_argument("--experiment", metavar="NAME", help="the experiment")
+    p.add_argument("--html", metavar="FILE", help="write the HTML report (readable offline) to FILE")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE",
+                   help="the configuration of the failure analysis, e.g. chunker=fixed_token,chunk_size=200,chunk_overlap=0,k=5 "
+                        "(default: the best by span F1)")
+    p.add_argument("--threshold", type=float, default=0.02, help="the fall marked as a regression in the trend (default 0.02)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("baseline", help="pin a completed run as the baseline that regressions are measured against")

@@ -28,3 +28,14 @@ def write_tables(tables: dict[Path, pa.Table]) -> None:
     finally:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
+
+
+def write_text(path: Path, text: str) -> None:
+    """A text file (UTF-8), written under a temporary name then renamed."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

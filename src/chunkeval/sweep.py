@@ -2,7 +2,7 @@
 
 The steps are separate so that a flow can run each as a task:
 `load_inputs` → `chunk_corpora` (per setting) → `embed_all` → `retrieve` (per setting, once at the
-largest k) → `score_chunking` (per setting, every k) → `summarize_sweep`.
+largest k) → `score_chunking` and `reference_table` (per setting) → `summarize_sweep`.
 Each distinct text (chunk or question) is embedded once across the whole grid.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval import metrics as M
-from chunkeval.chunking import ChunkerSpec, Chunks, chunk_corpora
+from chunkeval.chunking import ChunkerSpec, Chunks, chunk_corpora, count_tokens
 from chunkeval.embedding import Embedder
 from chunkeval.experiment import Experiment
 from chunkeval.ingest import SpanGold, load_corpora, load_span_gold
@@ -44,6 +44,7 @@ class SweepResult:
     per_query: pa.Table
     summary: pa.Table
     by_corpus: pa.Table
+    references: pa.Table
     texts_embedded: int
     model_loaded: bool
 
@@ -107,6 +108,31 @@ def score_chunking(gold: SpanGold, spec: ChunkerSpec, chunks: Chunks, topk: np.n
     return pa.concat_tables(parts)
 
 
+def reference_table(inputs: Inputs, spec: ChunkerSpec, chunks: Chunks) -> pa.Table:
+    """One row per reference: its question, length in tokens, and whether it straddles a chunk
+    boundary (no single chunk of this chunking holds it whole: the usual cause of partial recall)."""
+    gold = inputs.gold
+    straddles = np.ones(len(gold.ref_start), dtype=bool)
+    corpus_of_ref = np.asarray([gold.corpus_ids[q] for q in gold.ref_query.tolist()], dtype=object)
+    for index, name in enumerate(chunks.corpus_names):  # a loop over corpora, vectorized within
+        mine = np.flatnonzero(chunks.corpus == index)
+        refs = np.flatnonzero(corpus_of_ref == name)
+        if not len(mine) or not len(refs):
+            continue
+        order = mine[np.argsort(chunks.start[mine], kind="stable")]
+        reach = np.maximum.accumulate(chunks.end[order])  # the furthest end among chunks starting at or before
+        slot = np.searchsorted(chunks.start[order], gold.ref_start[refs], side="right") - 1
+        straddles[refs] = ~((slot >= 0) & (reach[np.maximum(slot, 0)] >= gold.ref_end[refs]))
+    n = len(gold.ref_start)
+    texts = [inputs.corpora[c][s:e] for c, s, e in zip(corpus_of_ref, gold.ref_start.tolist(), gold.ref_end.tolist())]
+    q = gold.ref_query.tolist()
+    return pa.table({
+        "chunker": [spec.chunker] * n, "chunk_size": np.full(n, spec.chunk_size), "chunk_overlap": np.full(n, spec.chunk_overlap),
+        "query_id": [gold.query_ids[i] for i in q], "corpus_id": corpus_of_ref.tolist(), "question": [gold.questions[i] for i in q],
+        "ref_start": gold.ref_start, "ref_end": gold.ref_end, "ref_tokens": count_tokens(texts), "straddles": straddles,
+    })
+
+
 def summarize_sweep(per_query: pa.Table, chunk_stats: pa.Table, skip_empty_gold: bool = False) -> tuple[pa.Table, pa.Table]:
     """(summary per configuration, summary per configuration and corpus), with chunk counts joined."""
     table = per_query if skip_empty_gold else per_query.drop_columns(["has_gold"])
@@ -138,4 +164,5 @@ def run_sweep(exp: Experiment, embedder: Embedder) -> SweepResult:
     ]
     per_query = pa.concat_tables(tables)
     summary, by_corpus = summarize_sweep(per_query, chunk_stats(specs, chunkings, embedded.truncated), exp.skip_empty_gold)
-    return SweepResult(per_query, summary, by_corpus, embedder.texts_embedded, embedder.model_loaded)
+    references = pa.concat_tables([reference_table(inputs, spec, chunks) for spec, chunks in zip(specs, chunkings)])
+    return SweepResult(per_query, summary, by_corpus, references, embedder.texts_embedded, embedder.model_loaded)

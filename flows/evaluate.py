@@ -1,0 +1,140 @@
+"""The `evaluate` flow: ingest → chunk → embed (through the Parquet cache) → retrieve → metrics → store.
+
+Each task calls one library function; the grid of chunking settings fans out with `.map`.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+
+import pyarrow as pa
+from prefect import flow, task, unmapped
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.logging import get_run_logger
+from prefect.runtime import flow_run
+
+from chunkeval import sweep
+from chunkeval.chunking import ChunkerSpec, Chunks, chunk_corpora
+from chunkeval.embedding import Embedder
+from chunkeval.experiment import Experiment, cache_dir, home, input_fingerprints
+from chunkeval.metrics import METRICS
+from chunkeval.warehouse import Warehouse
+
+# Inputs are large arrays: no task caching (its keys would hash them), results stay in memory.
+TASK = dict(cache_policy=NO_CACHE, persist_result=False)
+IO_TASK = dict(TASK, retries=2, retry_delay_seconds=2)
+
+
+def warehouse() -> Warehouse:
+    return Warehouse(home() / "warehouse")
+
+
+@task(**IO_TASK)
+def fingerprint(exp: Experiment) -> dict:
+    return input_fingerprints(exp)
+
+
+@task(**IO_TASK)
+def load(exp: Experiment) -> sweep.Inputs:
+    return sweep.load_inputs(exp)
+
+
+@task(**TASK)
+def chunk(corpora: dict, spec: ChunkerSpec) -> Chunks:
+    return chunk_corpora(corpora, spec)
+
+
+@task(**IO_TASK)
+def embed(inputs: sweep.Inputs, chunkings: list[Chunks], embedder: Embedder) -> sweep.Embedded:
+    return sweep.embed_all(inputs, chunkings, embedder)
+
+
+@task(**TASK)
+def retrieve(inputs: sweep.Inputs, chunks: Chunks, queries, vectors, k: int, own_corpus: bool):
+    return sweep.retrieve(inputs, chunks, queries, vectors, k, own_corpus)
+
+
+@task(**TASK)
+def score(gold, spec: ChunkerSpec, chunks: Chunks, topk, ks: tuple[int, ...]) -> pa.Table:
+    return sweep.score_chunking(gold, spec, chunks, topk, ks)
+
+
+@task(**TASK)
+def references(inputs: sweep.Inputs, spec: ChunkerSpec, chunks: Chunks) -> pa.Table:
+    return sweep.reference_table(inputs, spec, chunks)
+
+
+@task(**TASK)
+def summarize(per_query: pa.Table, specs, chunkings, embedded: sweep.Embedded, skip_empty_gold: bool) -> pa.Table:
+    return sweep.summarize_sweep(per_query, sweep.chunk_stats(specs, chunkings, embedded.truncated), skip_empty_gold)[0]
+
+
+@task(**IO_TASK)
+def store(run_id: str, per_query: pa.Table, summary: pa.Table, texts_embedded: int, refs: pa.Table) -> None:
+    warehouse().complete_run(run_id, per_query, summary, texts_embedded, refs)
+
+
+def artifact_key(experiment: str, what: str) -> str:
+    """Prefect artifact keys take lowercase letters, digits and dashes."""
+    return re.sub(r"[^a-z0-9-]+", "-", f"{experiment}-{what}".lower())
+
+
+def summary_rows(summary: pa.Table) -> list[dict]:
+    """The macro (mean ± std) and micro table of a run, for the Prefect artifact."""
+    rows = []
+    for rec in summary.to_pylist():
+        row = {k: rec[k] for k in sweep.CONFIG_KEYS}
+        for m in METRICS:
+            if f"{m}_mean" in rec:
+                row[m] = f"{rec[f'{m}_mean']:.3f} ± {(rec[f'{m}_std'] or 0):.3f}"
+                if f"{m}_micro" in rec:
+                    row[f"{m} (micro)"] = f"{rec[f'{m}_micro']:.3f}"
+        rows.append(row)
+    return rows
+
+
+@flow(name="evaluate", log_prints=True)
+def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger: str = "manual", batch_size: int = 32) -> dict:
+    """Run one experiment (`demo`, the path of an experiment YAML file, or its settings) and record it in the warehouse.
+
+    With `if_changed`, a run whose corpus, gold set and model are those of the last completed run is
+    recorded as `skipped` and embeds nothing.
+    """
+    logger = get_run_logger()
+    exp = Experiment.resolve(experiment)
+    wh = warehouse()
+    wh.reap()
+    fps = fingerprint(exp)
+    settings = exp.to_dict()
+    flow_run_id = flow_run.get_id()
+    last = wh.last_completed(exp.name)
+    if if_changed and last and all(last[f"{key}_fingerprint"] == fps[key] for key in ("corpus", "gold", "model")):
+        run_id = wh.record_skipped(exp.name, fps, trigger, settings, flow_run_id)
+        logger.info("experiment %s: corpus, gold set and model unchanged since run %s; skipped", exp.name, last["run_id"])
+        return {"run_id": run_id, "status": "skipped", "texts_embedded": 0}
+    run_id = wh.begin_run(exp.name, fps, trigger, settings, flow_run_id)
+    logger.info("experiment %s: run %s (%s)", exp.name, run_id, trigger)
+    try:
+        inputs = load(exp)
+        specs = exp.grid()
+        chunkings = chunk.map(unmapped(inputs.corpora), specs).result()
+        embedder = Embedder(exp.model, cache_dir(), batch_size)
+        embedded = embed(inputs, chunkings, embedder)
+        logger.info("%d text(s) embedded, %d chunk(s) truncated to the model's input", embedder.texts_embedded, sum(embedded.truncated))
+        topks = retrieve.map(unmapped(inputs), chunkings, unmapped(embedded.queries), embedded.chunks,
+                             unmapped(max(exp.k)), unmapped(exp.own_corpus)).result()
+        tables = score.map(unmapped(inputs.gold), specs, chunkings, topks, unmapped(exp.k)).result()
+        refs = pa.concat_tables(references.map(unmapped(inputs), specs, chunkings).result())
+        per_query = pa.concat_tables(tables)
+        summary = summarize(per_query, specs, chunkings, embedded, exp.skip_empty_gold)
+        store(run_id, per_query, summary, embedder.texts_embedded, refs)
+    except BaseException as exc:
+        wh.fail_run(run_id, "".join(traceback.format_exception_only(exc)).strip())
+        raise
+    create_table_artifact(
+        key=artifact_key(exp.name, "summary"), table=summary_rows(summary),
+        description=f"chunkeval run {run_id} of experiment {exp.name}: macro mean ± std and micro per configuration",
+    )
+    return {"run_id": run_id, "status": "completed", "texts_embedded": embedder.texts_embedded}

@@ -1,0 +1,336 @@
+"""The results warehouse: a DuckDB catalogue of runs and views over per-run Parquet files.
+
+Layout under `$CHUNKEVAL_HOME/warehouse/` (schema: docs/warehouse.md):
+- `chunkeval.duckdb`: tables `meta` (schema version) and `runs` (one row per run), `baselines`,
+  and the views `query_results`, `config_summary`, `trend` over the Parquet files.
+- `results/<run_id>/per_query.parquet`, `summary.parquet` and `references.parquet`: written under temporary names and
+  renamed, before the run's row turns `completed`. The views show completed runs only, so a run
+  killed at any point leaves no rows in the reports.
+
+DuckDB lets one process write a database file at a time, so every operation opens a short-lived
+connection, retrying while another process holds the lock: two runs at once both get recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import time
+import uuid
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from chunkeval import __version__
+from chunkeval.errors import InputError
+from chunkeval.files import write_tables
+from chunkeval.metrics import METRICS
+
+SCHEMA_VERSION = 2
+STATUSES = ("running", "completed", "failed", "skipped")
+TRIGGERS = ("manual", "schedule", "event")
+CONFIG_KEYS = ("chunker", "chunk_size", "chunk_overlap", "k")
+# what the regression check watches by default, and by how much (absolute) a macro mean may fall
+REGRESSION_METRICS = ("span_recall", "span_precision", "span_iou", "recall_at_k", "mrr", "ndcg_at_k")
+DEFAULT_THRESHOLD = 0.02
+
+# Each step moves the schema up by one version; an older warehouse is brought up to date on open.
+MIGRATIONS = [
+    """
+    CREATE TABLE IF NOT EXISTS meta (key VARCHAR, value VARCHAR);
+    CREATE TABLE runs (
+        run_id VARCHAR NOT NULL,
+        flow_run_id VARCHAR,
+        experiment VARCHAR NOT NULL,
+        status VARCHAR NOT NULL,
+        trigger VARCHAR NOT NULL,
+        started_at TIMESTAMP NOT NULL,
+        finished_at TIMESTAMP,
+        corpus_fingerprint VARCHAR,
+        gold_fingerprint VARCHAR,
+        model_fingerprint VARCHAR,
+        chunkeval_version VARCHAR,
+        texts_embedded BIGINT,
+        settings VARCHAR
+    );
+    """,
+    """
+    ALTER TABLE runs ADD COLUMN pid INTEGER;
+    ALTER TABLE runs ADD COLUMN host VARCHAR;
+    ALTER TABLE runs ADD COLUMN error VARCHAR;
+    CREATE TABLE baselines (experiment VARCHAR NOT NULL, run_id VARCHAR NOT NULL, pinned_at TIMESTAMP NOT NULL);
+    """,
+]
+
+RUN_COLUMNS = ("run_id", "flow_run_id", "experiment", "status", "trigger", "started_at", "finished_at",
+               "corpus_fingerprint", "gold_fingerprint", "model_fingerprint", "chunkeval_version",
+               "texts_embedded", "settings", "error")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _quote(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _empty_results() -> tuple[pa.Table, pa.Table, pa.Table]:
+    """Zero-row tables with the key columns, so the views bind before any run has finished."""
+    keys = {"run_id": pa.string(), "chunker": pa.string(), "chunk_size": pa.int64(), "chunk_overlap": pa.int64(), "k": pa.int64()}
+    per_query = pa.schema({**keys, "query_id": pa.string(), "corpus_id": pa.string(), **{m: pa.float64() for m in METRICS}})
+    summary = pa.schema({**keys, "n_queries": pa.int64(), **{f"{m}_{s}": pa.float64() for m in METRICS for s in ("mean", "std", "micro")}})
+    references = pa.schema({**keys, "query_id": pa.string(), "corpus_id": pa.string(), "question": pa.string(),
+                            "ref_start": pa.int64(), "ref_end": pa.int64(), "ref_tokens": pa.int64(), "straddles": pa.bool_()})
+    return per_query.empty_table(), summary.empty_table(), references.empty_table()
+
+
+class Warehouse:
+    def __init__(self, root: Path, lock_timeout: float = 120.0):
+        self.root = Path(root)
+        self.db_path = self.root / "chunkeval.duckdb"
+        self.results = self.root / "results"
+        self.lock_timeout = lock_timeout
+        self._ready = False
+
+    # ------------------------------------------------------------------ connections and schema
+
+    @contextmanager
+    def connect(self):
+        """A short-lived read-write connection, waiting while another process holds the file."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + self.lock_timeout
+        while True:
+            try:
+                con = duckdb.connect(str(self.db_path))
+                break
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise
+                time.sleep(random.uniform(0.02, 0.2))
+        try:
+            if not self._ready:
+                self._migrate(con)
+                self._ready = True
+            yield con
+        finally:
+            con.close()
+
+    def schema_version(self, con) -> int:
+        if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'").fetchone()[0]:
+            return 0
+        row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _migrate(self, con, upto: int = SCHEMA_VERSION) -> None:
+        version = self.schema_version(con)
+        if version > SCHEMA_VERSION:
+            raise InputError(f"warehouse schema version {version} is newer than this chunkeval ({__version__}) understands", self.db_path)
+        for step in range(version, upto):
+            con.execute("BEGIN TRANSACTION")
+            con.execute(MIGRATIONS[step])
+            con.execute("DELETE FROM meta WHERE key = 'schema_version'")
+            con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(step + 1)])
+            con.execute("COMMIT")
+        if upto == SCHEMA_VERSION:
+            self._create_views(con)
+
+    def _create_views(self, con) -> None:
+        seed = self.results / "_schema"
+        if not (seed / "references.parquet").exists():
+            seed.mkdir(parents=True, exist_ok=True)
+            per_query, summary, references = _empty_results()
+            write_tables({seed / "per_query.parquet": per_query, seed / "summary.parquet": summary,
+                          seed / "references.parquet": references})
+        per_query = _quote(self.results / "*" / "per_query.parquet")
+        summary = _quote(self.results / "*" / "summary.parquet")
+        con.execute(f"""
+            CREATE OR REPLACE VIEW query_results AS
+            SELECT r.experiment, r.started_at, r.trigger, q.* EXCLUDE (run_id), q.run_id
+            FROM read_parquet({per_query}, union_by_name = true) q JOIN runs r USING (run_id)
+            WHERE r.status = 'completed'""")
+        con.execute(f"""
+            CREATE OR REPLACE VIEW config_summary AS
+            SELECT r.experiment, r.started_at, r.trigger, s.* EXCLUDE (run_id), s.run_id
+            FROM read_parquet({summary}, union_by_name = true) s JOIN runs r USING (run_id)
+            WHERE r.status = 'completed'""")
+        con.execute(f"""
+            CREATE OR REPLACE VIEW gold_references AS
+            SELECT r.experiment, g.* EXCLUDE (run_id), g.run_id
+            FROM read_parquet({_quote(self.results / "*" / "references.parquet")}, union_by_name = true) g JOIN runs r USING (run_id)
+            WHERE r.status = 'completed'""")
+        con.execute("""
+            CREATE OR REPLACE VIEW trend AS
+            WITH long AS (
+                UNPIVOT (SELECT experiment, run_id, started_at, chunker, chunk_size, chunk_overlap, k, COLUMNS('_mean$')
+                         FROM config_summary)
+                ON COLUMNS('_mean$') INTO NAME metric VALUE value)
+            SELECT experiment, run_id, started_at, chunker, chunk_size, chunk_overlap, k,
+                   regexp_replace(metric, '_mean$', '') AS metric, value,
+                   value - lag(value) OVER (PARTITION BY experiment, chunker, chunk_size, chunk_overlap, k, metric
+                                            ORDER BY started_at, run_id) AS change
+            FROM long""")
+
+    # ------------------------------------------------------------------ the run lifecycle
+
+    def begin_run(self, experiment: str, fingerprints: dict, trigger: str, settings: dict,
+                  flow_run_id: str | None = None, status: str = "running") -> str:
+        if trigger not in TRIGGERS:
+            raise InputError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
+        run_id = _now().strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+        with self.connect() as con:
+            con.execute(
+                """INSERT INTO runs (run_id, flow_run_id, experiment, status, trigger, started_at, corpus_fingerprint,
+                                     gold_fingerprint, model_fingerprint, chunkeval_version, texts_embedded, settings, pid, host)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)""",
+                [run_id, flow_run_id, experiment, status, trigger, _now(), fingerprints.get("corpus"),
+                 fingerprints.get("gold"), fingerprints.get("model"), __version__, json.dumps(settings, sort_keys=True),
+                 os.getpid(), socket.gethostname()],
+            )
+        return run_id
+
+    def record_skipped(self, experiment: str, fingerprints: dict, trigger: str, settings: dict, flow_run_id: str | None = None) -> str:
+        run_id = self.begin_run(experiment, fingerprints, trigger, settings, flow_run_id, status="skipped")
+        with self.connect() as con:
+            con.execute("UPDATE runs SET finished_at = ? WHERE run_id = ?", [_now(), run_id])
+        return run_id
+
+    def complete_run(self, run_id: str, per_query: pa.Table, summary: pa.Table, texts_embedded: int,
+                     references: pa.Table | None = None) -> None:
+        """Write the run's Parquet files (each whole or not at all), then mark the run completed."""
+        folder = self.results / run_id
+        folder.mkdir(parents=True, exist_ok=True)
+        run_col = lambda t: t.append_column("run_id", pa.array([run_id] * t.num_rows, pa.string()))  # noqa: E731
+        tables = {folder / "per_query.parquet": run_col(per_query), folder / "summary.parquet": run_col(summary)}
+        if references is not None:
+            tables[folder / "references.parquet"] = run_col(references)
+        write_tables(tables)
+        with self.connect() as con:
+            con.execute("UPDATE runs SET status = 'completed', finished_at = ?, texts_embedded = ? WHERE run_id = ?",
+                        [_now(), int(texts_embedded), run_id])
+
+    def fail_run(self, run_id: str, error: str) -> None:
+        with self.connect() as con:
+            con.execute("UPDATE runs SET status = 'failed', finished_at = ?, error = ? WHERE run_id = ? AND status = 'running'",
+                        [_now(), error[:2000], run_id])
+
+    def reap(self) -> int:
+        """Mark runs of this host whose process has died (kill -9, power loss) as failed."""
+        host = socket.gethostname()
+        with self.connect() as con:
+            rows = con.execute("SELECT run_id, pid FROM runs WHERE status = 'running' AND host = ?", [host]).fetchall()
+            dead = [run_id for run_id, pid in rows if pid is None or not _pid_alive(pid)]
+            for run_id in dead:
+                con.execute("UPDATE runs SET status = 'failed', finished_at = ?, error = 'process ended before the run finished' "
+                            "WHERE run_id = ?", [_now(), run_id])
+        return len(dead)
+
+    # ------------------------------------------------------------------ questions
+
+    def _dicts(self, sql: str, params: list | None = None) -> list[dict]:
+        with self.connect() as con:
+            cur = con.execute(sql, params or [])
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    def runs(self, experiment: str | None = None, status: str | None = None, limit: int | None = None) -> list[dict]:
+        """Runs, newest first."""
+        where, params = [], []
+        if experiment:
+            where.append("experiment = ?")
+            params.append(experiment)
+        if status:
+            where.append("status = ?")
+            params.append(status)
+        sql = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_at DESC, run_id DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return self._dicts(sql, params)
+
+    def run(self, run_id: str) -> dict:
+        rows = self._dicts(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE run_id = ?", [run_id])
+        if not rows:
+            raise InputError(f"no run {run_id!r} in the warehouse {self.db_path}")
+        return rows[0]
+
+    def last_completed(self, experiment: str) -> dict | None:
+        rows = self.runs(experiment, "completed", limit=1)
+        return rows[0] if rows else None
+
+    def summary(self, run_id: str) -> pa.Table:
+        with self.connect() as con:
+            return con.sql("SELECT * FROM config_summary WHERE run_id = ? ORDER BY chunker, chunk_size, chunk_overlap, k",
+                           params=[run_id]).to_arrow_table()
+
+    def query_results(self, run_id: str) -> pa.Table:
+        with self.connect() as con:
+            return con.sql("SELECT * FROM query_results WHERE run_id = ? ORDER BY chunker, chunk_size, chunk_overlap, k, query_id",
+                           params=[run_id]).to_arrow_table()
+
+    def table(self, sql: str, params: list | None = None) -> pa.Table:
+        """Any query over the warehouse, as an Arrow table."""
+        with self.connect() as con:
+            return con.sql(sql, params=params or []).to_arrow_table()
+
+    def trend(self, experiment: str, metric: str, config: dict | None = None, last: int | None = None) -> list[dict]:
+        """The metric (macro mean) per completed run and configuration, oldest first, with the change against the previous run."""
+        where, params = ["experiment = ?", "metric = ?"], [experiment, metric]
+        for key, value in (config or {}).items():
+            if key not in CONFIG_KEYS:
+                raise InputError(f"--config keys are {', '.join(CONFIG_KEYS)}; got {key!r}")
+            where.append(f"{key} = ?")
+            params.append(value)
+        sql = f"SELECT run_id, started_at, chunker, chunk_size, chunk_overlap, k, metric, value, change FROM trend WHERE {' AND '.join(where)}"
+        rows = self._dicts(sql + " ORDER BY started_at, run_id, chunker, chunk_size, chunk_overlap, k", params)
+        if last:
+            keep = list(dict.fromkeys(r["run_id"] for r in rows))[-int(last):]
+            rows = [r for r in rows if r["run_id"] in keep]
+        return rows
+
+    def pin_baseline(self, experiment: str, run_id: str) -> None:
+        if self.run(run_id)["status"] != "completed" or self.run(run_id)["experiment"] != experiment:
+            raise InputError(f"run {run_id!r} is not a completed run of experiment {experiment!r}")
+        with self.connect() as con:
+            con.execute("DELETE FROM baselines WHERE experiment = ?", [experiment])
+            con.execute("INSERT INTO baselines VALUES (?, ?, ?)", [experiment, run_id, _now()])
+
+    def baseline(self, experiment: str) -> str | None:
+        rows = self._dicts("SELECT run_id FROM baselines WHERE experiment = ?", [experiment])
+        return rows[0]["run_id"] if rows else None
+
+    def regressions(self, experiment: str, metrics: list[str], threshold: float, baseline: str | None = None) -> list[dict]:
+        """Configurations whose metric fell by more than `threshold` in the newest completed run, against
+        the previous completed run or the pinned (or given) baseline run."""
+        completed = self.runs(experiment, "completed", limit=2)
+        if not completed:
+            return []
+        newest = completed[0]["run_id"]
+        reference = baseline or self.baseline(experiment) or (completed[1]["run_id"] if len(completed) > 1 else None)
+        if reference is None or reference == newest:
+            return []
+        placeholders = ", ".join("?" for _ in metrics)
+        sql = f"""
+            SELECT n.chunker, n.chunk_size, n.chunk_overlap, n.k, n.metric, b.value AS before, n.value AS after,
+                   n.value - b.value AS change, ? AS run_id, ? AS reference_run_id
+            FROM trend n JOIN trend b USING (chunker, chunk_size, chunk_overlap, k, metric)
+            WHERE n.run_id = ? AND b.run_id = ? AND n.metric IN ({placeholders}) AND n.value < b.value - ?
+            ORDER BY change"""
+        return self._dicts(sql, [newest, reference, newest, reference, *metrics, threshold])

@@ -1,0 +1,146 @@
+"""The Prefect flows under prefect_test_harness (a real, temporary Prefect API)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+from prefect.client.orchestration import get_client
+from prefect.testing.utilities import prefect_test_harness
+
+from chunkeval.chunking import chunk_corpora
+from chunkeval.embedding import text_hash
+from chunkeval.experiment import DEMO_DIR, Experiment, home
+from chunkeval.ingest import load_corpora
+from chunkeval.warehouse import Warehouse
+from flows.evaluate import evaluate
+from flows.trend_report import RegressionDetected, trend_report
+from flows.watch import watch
+
+
+@pytest.fixture(scope="module", autouse=True)
+def harness():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture()
+def own_home(tmp_path, monkeypatch):
+    """A fresh CHUNKEVAL_HOME (cache and warehouse) for tests that count what gets embedded."""
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def small_experiment(tmp_path, name="small", **overrides) -> str:
+    """A copy of the demo data and a small grid, as an experiment file."""
+    data = tmp_path / name
+    shutil.copytree(DEMO_DIR / "corpora", data / "corpora")
+    shutil.copy(DEMO_DIR / "questions.csv", data / "questions.csv")
+    settings = {"name": name, "corpus_dir": "corpora", "questions": "questions.csv", "chunker": ["fixed_token"],
+                "chunk_sizes": [60, 120], "overlaps": [0], "k": [1, 3], **overrides}
+    path = data / "experiment.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return str(path)
+
+
+def test_evaluate_records_a_run_and_publishes_its_table(tmp_path, own_home):
+    exp_file = small_experiment(tmp_path)
+    result = evaluate(experiment=exp_file)
+    assert result["status"] == "completed" and result["texts_embedded"] > 0
+    wh = Warehouse(own_home / "warehouse")
+    run = wh.run(result["run_id"])
+    assert run["status"] == "completed" and run["trigger"] == "manual" and run["flow_run_id"]
+    assert run["corpus_fingerprint"] and run["gold_fingerprint"] and run["model_fingerprint"]
+    assert wh.summary(result["run_id"]).num_rows == 4
+    assert wh.query_results(result["run_id"]).num_rows == 4 * 28
+
+    async def artifact():
+        async with get_client() as client:
+            return await client.read_latest_artifacts()
+    import asyncio
+    keys = {a.key for a in asyncio.run(artifact())}
+    assert "small-summary" in keys
+
+    again = evaluate(experiment=exp_file, if_changed=True)
+    assert again == {"run_id": again["run_id"], "status": "skipped", "texts_embedded": 0}
+    assert wh.run(again["run_id"])["status"] == "skipped"
+
+
+def test_a_change_run_embeds_only_the_edited_corpus(tmp_path, own_home):
+    exp_file = small_experiment(tmp_path, "edits")
+    exp = Experiment.from_yaml(exp_file)
+    before = load_corpora(exp.corpus_dir)
+    assert evaluate(experiment=exp_file)["status"] == "completed"
+    edited = exp.corpus_dir + "/sourdough.md"
+    with open(edited, "a", encoding="utf-8") as fh:
+        fh.write("\n## Storing bread\n\nKeep the loaf cut side down on a board for a day, then in a paper bag.\n")
+    after = load_corpora(exp.corpus_dir)
+    # what a content-addressed cache must embed: chunk texts of the new corpus that did not exist before
+    old = {text_hash(t) for spec in exp.grid() for t in chunk_corpora(before, spec).texts(before)}
+    new = {text_hash(t) for spec in exp.grid() for t in chunk_corpora(after, spec).texts(after)} - old
+    assert new
+    result = evaluate(experiment=exp_file, if_changed=True)
+    assert result["status"] == "completed" and result["texts_embedded"] == len(new)
+    sourdough_only = {text_hash(t) for spec in exp.grid() for t in chunk_corpora({"sourdough": after["sourdough"]}, spec).texts(after)}
+    assert new <= sourdough_only
+
+
+def test_watch_emits_change_events(tmp_path, own_home):
+    exp_file = small_experiment(tmp_path, "watched")
+    assert watch(experiments=[exp_file]) == {"watched": ["chunkeval.corpus.changed"]}  # never run yet
+    evaluate(experiment=exp_file)
+    assert watch(experiments=[exp_file]) == {"watched": []}
+    model = tmp_path / "model"
+    from chunkeval.embedding import resolve_model
+    shutil.copytree(resolve_model("all-MiniLM-L6-v2"), model)
+    (model / "sentence_bert_config.json").write_text('{"max_seq_length": 16, "do_lower_case": false}')
+    changed = small_experiment(tmp_path / "m", "watched", model=str(model))
+    assert watch(experiments=[changed]) == {"watched": ["chunkeval.model.changed"]}
+
+
+def test_trend_report_fails_on_a_real_regression(tmp_path, own_home):
+    good = small_experiment(tmp_path, "quality", chunk_sizes=[120], k=[3])
+    evaluate(experiment=good)
+    assert trend_report(experiments=[good]) == {"quality": 0}
+    # the same experiment with a model that reads only 16 word pieces of each chunk: quality falls
+    from chunkeval.embedding import resolve_model
+    model = tmp_path / "short-model"
+    shutil.copytree(resolve_model("all-MiniLM-L6-v2"), model)
+    (model / "sentence_bert_config.json").write_text('{"max_seq_length": 16, "do_lower_case": false}')
+    worse = small_experiment(tmp_path / "w", "quality", chunk_sizes=[120], k=[3], model=str(model))
+    evaluate(experiment=worse)
+    falls = Warehouse(home() / "warehouse").regressions("quality", ["span_recall", "recall_at_k", "mrr"], 0.02)
+    assert falls, "a model that reads 16 word pieces must lose quality"
+    with pytest.raises(RegressionDetected):
+        trend_report(experiments=[worse])
+    # the same verdict from the command line
+    from chunkeval.cli import main
+    assert main(["trend", "--experiment", "quality", "--metric", "recall_at_k"]) == 0
+    assert main(["trend", "--experiment", "quality", "--metric", "recall_at_k", "--fail-on-regression"]) == 1
+    assert main(["trend", "--experiment", "quality", "--metric", "recall_at_k", "--fail-on-regression", "--threshold", "1"]) == 0
+
+
+def test_history_commands(tmp_path, own_home, capsys):
+    import json
+
+    from chunkeval.cli import main
+
+    exp_file = small_experiment(tmp_path, "history")
+    assert main(["run", exp_file]) == 0
+    assert "completed" in capsys.readouterr().out
+    assert main(["run", exp_file, "--if-changed"]) == 0
+    assert "skipped" in capsys.readouterr().out
+    assert main(["runs", "--experiment", "history", "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert [r["status"] for r in runs] == ["skipped", "completed"] and runs[0]["skipped"] is True
+    assert main(["trend", "--experiment", "history", "--metric", "span_recall", "--config", "chunk_size=60,k=3", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 1 and rows[0]["run_id"] == runs[1]["run_id"] and 0 <= rows[0]["value"] <= 1
+    assert main(["report", "--experiment", "history"]) == 0
+    out = capsys.readouterr().out
+    assert "macro" in out and "micro" in out and "span_recall" in out
+    assert main(["report", "--run", runs[0]["run_id"]]) == 2  # a skipped run has no results
+    assert "skipped" in capsys.readouterr().err
+    assert main(["run", "--experiment", "history", "--k", "1"]) == 0  # the settings of its last run, k overridden
+    assert main(["trend", "--experiment", "history", "--metric", "nope"]) == 2

@@ -1,0 +1,150 @@
+"""End to end against a real `prefect server start` on 127.0.0.1: served deployments, a change
+event, two runs at once, and a run killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from chunkeval.experiment import DEMO_DIR
+from chunkeval.warehouse import Warehouse
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(check, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"{what}: process ended with {proc.returncode}")
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A real Prefect server on 127.0.0.1; yields the environment its clients need."""
+    port = free_port()
+    prefect_home = tmp_path_factory.mktemp("prefect_home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(prefect_home), PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_UI_ENABLED="false",
+               PREFECT_SERVER_API_HOST="127.0.0.1", HF_HUB_OFFLINE="1")
+    log = open(prefect_home / "server.log", "wb")
+    proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/api"
+
+    def healthy():
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_for(healthy, 180, "the Prefect server", proc)
+        yield {**env, "PREFECT_API_URL": url}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+        log.close()
+
+
+def client_env(server, home: Path) -> dict:
+    return {**server, "CHUNKEVAL_HOME": str(home)}
+
+
+def experiment_file(folder: Path, name: str, corpus_dir: Path, questions: Path, **grid) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "corpus_dir": str(corpus_dir), "questions": str(questions), **grid}))
+    return path
+
+
+def test_served_deployments_run_nightly_and_on_change(server, tmp_path, shared_home):
+    env = client_env(server, shared_home)
+    log = open(tmp_path / "serve.log", "wb")
+    serve = subprocess.Popen([str(BIN / "chunkeval"), "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    prefect = lambda *a: subprocess.run([str(BIN / "prefect"), *a], env=env, capture_output=True, text=True, cwd=ROOT)  # noqa: E731
+    try:
+        wait_for(lambda: all(d in prefect("deployment", "ls").stdout for d in ("nightly", "on-change", "poll", "weekly")),
+                 120, "the served deployments", serve)
+        time.sleep(3)  # the on-change trigger's automation is created with the deployment
+        started = prefect("deployment", "run", "evaluate/nightly")
+        assert started.returncode == 0, started.stdout + started.stderr
+        emitted = prefect("event", "emit", "chunkeval.corpus.changed", "--resource-id", "chunkeval.experiment.demo")
+        assert emitted.returncode == 0, emitted.stdout + emitted.stderr
+        wh = Warehouse(shared_home / "warehouse")
+        triggers = lambda: {r["trigger"] for r in wh.runs("demo", "completed")}  # noqa: E731
+        wait_for(lambda: {"schedule", "event"} <= triggers(), 400, "a nightly and an on-change run in the warehouse", serve)
+        completed = wh.runs("demo", "completed")
+        assert all(r["flow_run_id"] for r in completed)
+    finally:
+        os.killpg(serve.pid, signal.SIGTERM)
+        serve.wait(30)
+        log.close()
+
+
+def test_two_runs_at_once_both_complete(server, tmp_path, shared_home):
+    env = client_env(server, shared_home)
+    files = [experiment_file(tmp_path, f"twin{i}", DEMO_DIR / "corpora", DEMO_DIR / "questions.csv",
+                             chunker=["fixed_token"], chunk_sizes=[80 + i], overlaps=[0], k=[3]) for i in range(2)]
+    procs = [subprocess.Popen([str(BIN / "chunkeval"), "run", str(f)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for f in files]
+    outputs = [p.communicate(timeout=400)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    wh = Warehouse(shared_home / "warehouse")
+    for i in range(2):
+        assert [r["status"] for r in wh.runs(f"twin{i}")] == ["completed"]
+
+
+def test_a_killed_run_leaves_no_rows_and_the_next_reuses_its_cache(server, chroma, tmp_path):
+    home = tmp_path / "home"
+    env = client_env(server, home)
+    exp = experiment_file(tmp_path, "killed", chroma / "corpora", chroma / "questions_df.csv", corpus=["state_of_the_union"],
+                          chunker=["fixed_token"], chunk_sizes=[50, 100], overlaps=[0, "50%"], k=[3])
+    proc = subprocess.Popen([str(BIN / "chunkeval"), "run", str(exp)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    parts = lambda: list((home / "cache" / "embeddings").glob("*/part-*.parquet"))  # noqa: E731
+    wait_for(parts, 400, "the first cache part file", proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    cached = sum(pq.read_metadata(p).num_rows for p in parts())
+    wh = Warehouse(home / "warehouse")
+    (killed,) = wh.runs("killed")
+    assert killed["status"] == "running"
+    with wh.connect() as con:
+        assert con.execute("SELECT count(*) FROM query_results WHERE run_id = ?", [killed["run_id"]]).fetchone()[0] == 0
+        assert con.execute("SELECT count(*) FROM config_summary WHERE run_id = ?", [killed["run_id"]]).fetchone()[0] == 0
+    done = subprocess.run([str(BIN / "chunkeval"), "run", str(exp)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = {r["run_id"]: r for r in json.loads(subprocess.run([str(BIN / "chunkeval"), "runs", "--json"], env=env,
+                                                               capture_output=True, text=True).stdout)}
+    assert runs[killed["run_id"]]["status"] == "failed"  # reaped: its process is gone
+    (new,) = [r for r in runs.values() if r["run_id"] != killed["run_id"]]
+    total = sum(pq.read_metadata(p).num_rows for p in parts())
+    assert new["status"] == "completed" and 0 < new["texts_embedded"] == total - cached
+    assert set(new) >= {"run_id", "experiment", "status", "trigger", "started_at", "finished_at", "corpus_fingerprint",
+                        "model_fingerprint", "texts_embedded", "skipped"}
