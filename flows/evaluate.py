@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import re
 import traceback
+from pathlib import Path
 
 import pyarrow as pa
 from prefect import flow, task, unmapped
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import create_link_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 from prefect.runtime import flow_run
@@ -19,6 +20,7 @@ from chunkeval import sweep
 from chunkeval.chunking import ChunkerSpec, Chunks, chunk_corpora
 from chunkeval.embedding import Embedder
 from chunkeval.experiment import Experiment, cache_dir, home, input_fingerprints
+from chunkeval.html_report import report_path, write_report
 from chunkeval.metrics import METRICS
 from chunkeval.warehouse import Warehouse
 
@@ -64,6 +66,12 @@ def score(gold, spec: ChunkerSpec, chunks: Chunks, topk, ks: tuple[int, ...]) ->
 @task(**TASK)
 def references(inputs: sweep.Inputs, spec: ChunkerSpec, chunks: Chunks) -> pa.Table:
     return sweep.reference_table(inputs, spec, chunks)
+
+
+@task(**IO_TASK)
+def report(experiment: str, run_id: str) -> str:
+    wh = warehouse()
+    return str(write_report(wh, experiment, report_path(wh.root, experiment, run_id), run_id))
 
 
 @task(**TASK)
@@ -137,4 +145,7 @@ def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger:
         key=artifact_key(exp.name, "summary"), table=summary_rows(summary),
         description=f"chunkeval run {run_id} of experiment {exp.name}: macro mean ± std and micro per configuration",
     )
-    return {"run_id": run_id, "status": "completed", "texts_embedded": embedder.texts_embedded}
+    page = Path(report(exp.name, run_id))
+    create_link_artifact(key=artifact_key(exp.name, "report"), link=page.as_uri(), link_text=f"chunkeval report of run {run_id}",
+                         description=f"The HTML report of experiment {exp.name} at run {run_id} (a file on the machine that ran it)")
+    return {"run_id": run_id, "status": "completed", "texts_embedded": embedder.texts_embedded, "report": str(page)}

@@ -1,4 +1,4 @@
-"""The `trend-report` flow: trend tables per experiment, regressions flagged.
+"""The `trend-report` flow: trend tables and the HTML page per experiment, regressions flagged.
 
 A metric of a configuration that fell by more than `threshold` against the previous completed run
 (or the pinned baseline) emits `chunkeval.regression.detected` and fails the flow run.
@@ -13,6 +13,7 @@ from prefect.events import emit_event
 from prefect.logging import get_run_logger
 
 from chunkeval.experiment import Experiment
+from chunkeval.html_report import report_path, write_report
 from chunkeval.warehouse import DEFAULT_THRESHOLD, REGRESSION_METRICS
 from flows.evaluate import artifact_key, warehouse
 
@@ -25,6 +26,15 @@ class RegressionDetected(RuntimeError):
 def trend_table(experiment: str, metrics: list[str]) -> list[dict]:
     wh = warehouse()
     return [row for metric in metrics for row in wh.trend(experiment, metric)]
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def page(experiment: str, threshold: float) -> str | None:
+    """The experiment's HTML page, next to the warehouse; None before its first completed run."""
+    wh = warehouse()
+    if wh.last_completed(experiment) is None:
+        return None
+    return str(write_report(wh, experiment, report_path(wh.root, experiment), threshold=threshold))
 
 
 @task(cache_policy=NO_CACHE)
@@ -43,6 +53,9 @@ def trend_report(experiments: list[str] = ["demo"], metrics: list[str] = list(RE
         if rows:
             create_table_artifact(key=artifact_key(name, "trend"), table=[{k: str(v) for k, v in r.items()} for r in rows],
                                   description=f"chunkeval trend of experiment {name}: macro means per completed run")
+        written = page(name, threshold)
+        if written:
+            logger.info("experiment %s: report written to %s", name, written)
         falls = regressions(name, metrics, threshold, baseline)
         if falls:
             emit_event(event="chunkeval.regression.detected",

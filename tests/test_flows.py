@@ -59,8 +59,12 @@ def test_evaluate_records_a_run_and_publishes_its_table(tmp_path, own_home):
         async with get_client() as client:
             return await client.read_latest_artifacts()
     import asyncio
-    keys = {a.key for a in asyncio.run(artifact())}
-    assert "small-summary" in keys
+    artifacts = {a.key: a for a in asyncio.run(artifact())}
+    assert "small-summary" in artifacts and "small-report" in artifacts
+    page = own_home / "warehouse" / "reports" / "small" / f"{result['run_id']}.html"
+    assert result["report"] == str(page) and page.is_file()
+    assert page.as_uri() in str(artifacts["small-report"].data)
+    assert '<section id="trend">' in page.read_text(encoding="utf-8")
 
     again = evaluate(experiment=exp_file, if_changed=True)
     assert again == {"run_id": again["run_id"], "status": "skipped", "texts_embedded": 0}
@@ -103,6 +107,7 @@ def test_trend_report_fails_on_a_real_regression(tmp_path, own_home):
     good = small_experiment(tmp_path, "quality", chunk_sizes=[120], k=[3])
     evaluate(experiment=good)
     assert trend_report(experiments=[good]) == {"quality": 0}
+    assert (home() / "warehouse" / "reports" / "quality.html").is_file()  # the page, next to the warehouse
     # the same experiment with a model that reads only 16 word pieces of each chunk: quality falls
     from chunkeval.embedding import resolve_model
     model = tmp_path / "short-model"

@@ -1,0 +1,132 @@
+"""The HTML report: built from a real warehouse, checked as text and in real headless Chromium."""
+
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+import subprocess
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from chunkeval.charts import pareto_front
+from chunkeval.cli import main
+from chunkeval.embedding import Embedder, resolve_model
+from chunkeval.experiment import DEMO_DIR, Experiment, input_fingerprints
+from chunkeval.html_report import budget_table, budgets_for, build_report
+from chunkeval.sweep import run_sweep
+from chunkeval.warehouse import Warehouse
+
+EVIL = "What <script>document.title='pwned'</script> did the first stone tower burn & when?"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory, shared_home):
+    """Two completed runs of one experiment: the second with a model that reads 16 word pieces (a regression)."""
+    root = tmp_path_factory.mktemp("report")
+    shutil.copytree(DEMO_DIR / "corpora", root / "corpora")
+    rows = list(csv.DictReader(open(DEMO_DIR / "questions.csv", encoding="utf-8")))
+    rows[0]["question"] = EVIL
+    with open(root / "questions.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["question", "references", "corpus_id"])
+        writer.writeheader()
+        writer.writerows(rows)
+    model = root / "short-model"
+    shutil.copytree(resolve_model("all-MiniLM-L6-v2"), model)
+    (model / "sentence_bert_config.json").write_text('{"max_seq_length": 16, "do_lower_case": false}')
+    wh = Warehouse(root / "warehouse")
+    base = {"name": "rep", "corpus_dir": str(root / "corpora"), "questions": str(root / "questions.csv"),
+            "chunker": ["fixed_token", "recursive_token"], "chunk_sizes": [50, 150], "overlaps": [0, "20%"], "k": [1, 3, 5]}
+    for model_name in ("all-MiniLM-L6-v2", str(model)):
+        exp = Experiment.from_dict({**base, "model": model_name})
+        result = run_sweep(exp, Embedder(exp.model, cache_dir=shared_home / "cache" / "embeddings"))
+        run_id = wh.begin_run("rep", input_fingerprints(exp), "schedule", exp.to_dict())
+        wh.complete_run(run_id, result.per_query, result.summary, result.texts_embedded, result.references)
+    return wh
+
+
+@pytest.fixture(scope="module")
+def page(warehouse, tmp_path_factory):
+    path = tmp_path_factory.mktemp("page") / "report.html"
+    path.write_text(build_report(warehouse, "rep"), encoding="utf-8")
+    return path
+
+
+def test_every_section_is_there(page):
+    html = page.read_text(encoding="utf-8")
+    for section in ("summary", "grid", "tradeoff", "distributions", "gold", "failures", "budget", "trend"):
+        assert f'<section id="{section}">' in html
+    assert html.count("<svg") == 5  # trade-off, box plots, gold histograms, budget, trend
+    assert 'class="sortable"' in html and "★" in html
+    assert "Questions with zero recall" in html and "straddle a chunk boundary" in html
+    assert "<h3>Regressions</h3><table>" in html  # the model that reads 16 word pieces regressed
+
+
+def test_user_text_is_escaped_and_nothing_is_fetched(page):
+    html = page.read_text(encoding="utf-8")
+    assert "<script>document.title" not in html
+    assert "&lt;script&gt;document.title=&#x27;pwned&#x27;&lt;/script&gt;" in html
+    assert html.count("<script>") == 1  # the table sorter, ours
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", html)
+    assert "<link" not in html and "@import" not in html and not re.search(r"url\(\s*['\"]?https?:", html)
+    assert "default-src 'none'" in html
+
+
+def test_pareto_front():
+    x = np.array([0.1, 0.5, 0.4, 0.9, 0.9, 0.2])
+    y = np.array([0.9, 0.5, 0.4, 0.1, 0.05, 0.95])
+    assert pareto_front(x, y).tolist() == [5, 1, 3]
+
+
+def test_budget_curves_follow_their_definition(warehouse):
+    run_id = warehouse.last_completed("rep")["run_id"]
+    per_query = warehouse.query_results(run_id)
+    budgets = budgets_for(per_query)
+    assert budgets[0] == 256 and budgets[-1] >= max(per_query["retrieved_tokens"].to_pylist())
+    curves = budget_table(per_query, budgets)
+    assert len(curves) == 8
+    rows = per_query.to_pylist()
+    for name, values in curves.items():
+        assert np.all(np.diff(values) >= -1e-12)  # more budget never finds less
+        chunker, setting = name.split(" ")
+        size, overlap = map(int, setting.split("/"))
+        mine = [r for r in rows if r["chunker"] == chunker and r["chunk_size"] == size and r["chunk_overlap"] == overlap]
+        for budget, value in zip(budgets, values):
+            best = {}
+            for r in mine:
+                if r["retrieved_tokens"] <= budget:
+                    best[r["query_id"]] = max(best.get(r["query_id"], 0.0), r["span_recall"])
+            assert value == pytest.approx(sum(best.values()) / len({r["query_id"] for r in mine}))
+
+
+def test_report_command(warehouse, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(warehouse.root.parent))
+    out = tmp_path / "out.html"
+    first = warehouse.runs("rep", "completed")[-1]["run_id"]
+    assert main(["report", "--experiment", "rep", "--run", first, "--html", str(out),
+                 "--config", "chunker=fixed_token,chunk_size=50,chunk_overlap=0,k=1"]) == 0
+    html = out.read_text(encoding="utf-8")
+    assert first in html and "Failure analysis at fixed_token 50/0 k=1" in html
+    assert main(["report", "--experiment", "rep", "--html", str(tmp_path / "none" / "x.html")]) == 2
+    assert main(["report", "--experiment", "rep", "--html", str(out), "--config", "chunk_size=999"]) == 2
+    assert "no configuration" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)")
+def test_the_page_in_headless_chromium(page, tmp_path):
+    shot = tmp_path / "shot.png"
+    run = subprocess.run(["chromium", *CHROMIUM_FLAGS, "--window-size=1280,2400", f"--screenshot={shot}", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and shot.exists(), run.stderr[-2000:]
+    pixels = matplotlib.image.imread(shot)[..., :3]
+    assert pixels.shape[:2] == (2400, 1280)
+    not_white = (pixels < 0.95).any(axis=2).mean()
+    assert not_white > 0.03 and pixels.std() > 0.05, "the screenshot is blank"
+    dom = subprocess.run(["chromium", *CHROMIUM_FLAGS, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "<title>chunkeval: rep</title>" in dom.stdout  # the question's script never ran
+    assert "&lt;script&gt;document.title='pwned'&lt;/script&gt;" in dom.stdout  # it is shown as text
