@@ -8,13 +8,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 from prefect.logging import get_run_logger
 
-from chunkeval.experiment import Experiment, input_fingerprints
-from flows.evaluate import warehouse
-
-
-@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
-def fingerprint(exp: Experiment) -> dict:
-    return input_fingerprints(exp)
+from chunkeval.experiment import Experiment
+from flows.evaluate import fingerprint, warehouse
 
 
 @task(cache_policy=NO_CACHE)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -71,11 +71,10 @@ class Experiment:
     model: str = DEFAULT_MODEL
     own_corpus: bool = False
     skip_empty_gold: bool = False
-    extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_dict(cls, data: dict, base: Path | None = None, source: str | None = None) -> "Experiment":
-        names = {f.name for f in fields(cls)} - {"extra"}
+        names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
             raise InputError(f"unknown experiment key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}", source)
@@ -151,7 +150,6 @@ class Experiment:
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        data.pop("extra")
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
     def fingerprint(self) -> str:

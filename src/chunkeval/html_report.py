@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from html import escape
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -16,6 +17,7 @@ import pyarrow as pa
 
 from chunkeval import __version__, charts
 from chunkeval.errors import InputError
+from chunkeval.files import write_text
 from chunkeval.metrics import METRICS, MICRO, MICRO_F1
 from chunkeval.warehouse import CONFIG_KEYS, DEFAULT_THRESHOLD, REGRESSION_METRICS, Warehouse
 
@@ -293,18 +295,12 @@ def build_report(wh: Warehouse, experiment: str, run_id: str | None = None, conf
 def report_path(root, experiment: str, run_id: str | None = None):
     """Where the flows keep reports, next to the warehouse: `reports/<experiment>.html` (the latest,
     written by trend-report) and `reports/<experiment>/<run_id>.html` (one per evaluate run)."""
-    from pathlib import Path
-
     folder = Path(root) / "reports"
     return folder / f"{experiment}.html" if run_id is None else folder / experiment / f"{run_id}.html"
 
 
 def write_report(wh: Warehouse, experiment: str, path, run_id: str | None = None, threshold: float = DEFAULT_THRESHOLD):
     """Build the page and write it whole (temporary name, then rename); returns the path."""
-    from pathlib import Path
-
-    from chunkeval.files import write_text
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, build_report(wh, experiment, run_id, threshold=threshold))

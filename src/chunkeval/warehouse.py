@@ -306,7 +306,8 @@ class Warehouse:
         return rows
 
     def pin_baseline(self, experiment: str, run_id: str) -> None:
-        if self.run(run_id)["status"] != "completed" or self.run(run_id)["experiment"] != experiment:
+        run = self.run(run_id)
+        if run["status"] != "completed" or run["experiment"] != experiment:
             raise InputError(f"run {run_id!r} is not a completed run of experiment {experiment!r}")
         with self.connect() as con:
             con.execute("DELETE FROM baselines WHERE experiment = ?", [experiment])
