@@ -19,7 +19,7 @@ from prefect.runtime import flow_run
 from chunkeval import sweep
 from chunkeval.chunking import ChunkerSpec, Chunks, chunk_corpora
 from chunkeval.embedding import Embedder
-from chunkeval.experiment import Experiment, cache_dir, home, input_fingerprints
+from chunkeval.experiment import Experiment, cache_dir, input_fingerprints
 from chunkeval.html_report import report_path, write_report
 from chunkeval.metrics import METRICS
 from chunkeval.warehouse import Warehouse
@@ -30,7 +30,7 @@ IO_TASK = dict(TASK, retries=2, retry_delay_seconds=2)
 
 
 def warehouse() -> Warehouse:
-    return Warehouse(home() / "warehouse")
+    return Warehouse.at_home()
 
 
 @task(**IO_TASK)

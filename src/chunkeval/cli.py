@@ -107,10 +107,9 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
 
 
 def _warehouse():
-    from chunkeval.experiment import home
     from chunkeval.warehouse import Warehouse
 
-    return Warehouse(home() / "warehouse")
+    return Warehouse.at_home()
 
 
 def named_experiment(name: str) -> Experiment:
@@ -224,13 +223,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     if run["status"] != "completed":
         raise InputError(f"run {run['run_id']} is {run['status']}: only completed runs have results")
     if args.html:
-        from chunkeval.files import write_text
-        from chunkeval.html_report import build_report
+        from chunkeval.html_report import write_report
 
         out = Path(args.html)
         if not out.parent.is_dir():
             raise InputError("output folder does not exist", out.parent)
-        write_text(out, build_report(wh, args.experiment or run["experiment"], run["run_id"], _config_filter(args.config), args.threshold))
+        write_report(wh, args.experiment or run["experiment"], out, run["run_id"], args.threshold, _config_filter(args.config))
         print(f"report of run {run['run_id']} written to {out}")
         return 0
     summary = wh.summary(run["run_id"])

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from chunkeval.errors import InputError
-from chunkeval.files import write_tables
+from chunkeval.files import hash_file, write_tables
 
 log = logging.getLogger("chunkeval")
 
@@ -58,9 +58,7 @@ def model_fingerprint(model: str) -> str:
         digest = hashlib.sha256()
         for path in files:
             digest.update(str(path.relative_to(root)).encode() + b"\0")
-            with path.open("rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
+            hash_file(path, digest)
         _fingerprints[key] = digest.hexdigest()
     return _fingerprints[key]
 

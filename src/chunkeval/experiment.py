@@ -157,17 +157,10 @@ class Experiment:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def input_fingerprints(exp: Experiment) -> dict[str, str]:
     """SHA-256 of the experiment's corpora (each file's bytes, by corpus id), its gold file and its model."""
     from chunkeval.embedding import model_fingerprint
+    from chunkeval.files import hash_file
     from chunkeval.ingest import CORPUS_SUFFIXES
 
     folder = Path(exp.corpus_dir)
@@ -178,7 +171,7 @@ def input_fingerprints(exp: Experiment) -> dict[str, str]:
     missing = [c for c in wanted if c not in files]
     if missing:
         raise InputError(f"no corpus named {', '.join(missing)}", folder)
-    corpus = hashlib.sha256(json.dumps({c: _sha256_file(files[c]) for c in wanted}, sort_keys=True).encode()).hexdigest()
+    corpus = hashlib.sha256(json.dumps({c: hash_file(files[c]).hexdigest() for c in wanted}, sort_keys=True).encode()).hexdigest()
     if not Path(exp.questions).is_file():
         raise InputError("file not found", exp.questions)
-    return {"corpus": corpus, "gold": _sha256_file(Path(exp.questions)), "model": model_fingerprint(exp.model)}
+    return {"corpus": corpus, "gold": hash_file(Path(exp.questions)).hexdigest(), "model": model_fingerprint(exp.model)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from pathlib import Path
@@ -9,6 +10,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+
+
+def hash_file(path: Path, digest=None):
+    """Feed a file's bytes, 1 MiB at a time, into `digest` (a new SHA-256 by default); returns it."""
+    digest = digest or hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest
 
 
 def write_tables(tables: dict[Path, pa.Table]) -> None:

@@ -7,6 +7,7 @@ are inline, and a Content-Security-Policy forbids every fetch. All user text is 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import datetime
 from html import escape
 from pathlib import Path
@@ -19,7 +20,8 @@ from chunkeval import __version__, charts
 from chunkeval.errors import InputError
 from chunkeval.files import write_text
 from chunkeval.metrics import METRICS, MICRO, MICRO_F1
-from chunkeval.warehouse import CONFIG_KEYS, DEFAULT_THRESHOLD, REGRESSION_METRICS, Warehouse
+from chunkeval.sweep import CONFIG_KEYS
+from chunkeval.warehouse import DEFAULT_THRESHOLD, REGRESSION_METRICS, Warehouse
 
 BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
 
@@ -169,7 +171,8 @@ def section_gold(refs: pa.Table, per_query: pa.Table) -> str:
     questions = {}
     for r in per_query.select(["query_id", "corpus_id"]).to_pylist():
         questions.setdefault(r["corpus_id"], set()).add(r["query_id"])
-    per_question = {c: np.array([sum(1 for r in one if r["query_id"] == q) for q in sorted(qs)]) for c, qs in sorted(questions.items())}
+    counts = Counter(r["query_id"] for r in one)
+    per_question = {c: np.array([counts[q] for q in sorted(qs)]) for c, qs in sorted(questions.items())}
     tokens = {c: np.array([r["ref_tokens"] for r in one if r["corpus_id"] == c]) for c in per_question}
     rows = [[escape(c), str(len(per_question[c])), str(int(per_question[c].sum())),
              _num(float(np.median(tokens[c])) if len(tokens[c]) else None, 0), str(int(tokens[c].max())) if len(tokens[c]) else "–"]
@@ -299,9 +302,10 @@ def report_path(root, experiment: str, run_id: str | None = None):
     return folder / f"{experiment}.html" if run_id is None else folder / experiment / f"{run_id}.html"
 
 
-def write_report(wh: Warehouse, experiment: str, path, run_id: str | None = None, threshold: float = DEFAULT_THRESHOLD):
+def write_report(wh: Warehouse, experiment: str, path, run_id: str | None = None, threshold: float = DEFAULT_THRESHOLD,
+                 config: dict | None = None):
     """Build the page and write it whole (temporary name, then rename); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, build_report(wh, experiment, run_id, threshold=threshold))
+    write_text(path, build_report(wh, experiment, run_id, config, threshold))
     return path

@@ -310,7 +310,7 @@ def _ranked_list(value, path: Path, row: int, column: str) -> list[str]:
     return unique
 
 
-def _check_run_queries(run: dict, order: list[tuple[str, int]], gold: Qrels, path: Path) -> None:
+def _check_run_queries(order: list[tuple[str, int]], gold: Qrels, path: Path) -> None:
     for qid, row in order:
         if qid not in gold.judgments:
             raise InputError(f"query_id {qid!r} is not in the gold set {gold.source}", path, row)
@@ -324,7 +324,7 @@ def load_chunk_run(path: Path, gold: Qrels) -> Run:
         qid = _query_id(rec["query_id"], path, row)
         _add_query(ranked, qid, _ranked_list(rec["retrieved_chunk_ids"], path, row, "retrieved_chunk_ids"), path, row)
         order.append((qid, row))
-    _check_run_queries(ranked, order, gold, path)
+    _check_run_queries(order, gold, path)
     return Run(ranked, str(path))
 
 
@@ -356,7 +356,7 @@ def load_string_run(path: Path, gold: Qrels) -> Run:
         hyp = _text_list(rec["hypothesis"], path, row, "hypothesis")
         _add_query(ranked, qid, _ranked_list(hyp, path, row, "hypothesis"), path, row)
         order.append((qid, row))
-    _check_run_queries(ranked, order, gold, path)
+    _check_run_queries(order, gold, path)
     return Run(ranked, str(path))
 
 
@@ -403,7 +403,7 @@ def load_trec_run(path: Path, gold: Qrels) -> Run:
         qid: [d for d, _ in sorted(docs.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)]
         for qid, docs in scored.items()
     }
-    _check_run_queries(ranked, list(first_row.items()), gold, path)
+    _check_run_queries(list(first_row.items()), gold, path)
     return Run(ranked, str(path))
 
 

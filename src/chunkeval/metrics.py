@@ -225,6 +225,22 @@ class ChunkRelevance:
     omega_union: np.ndarray  # (Q,) characters in the union of the relevant chunks
 
 
+def chunks_by_start(chunks: Chunks, corpus: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A corpus's chunk indices ordered by start, their starts, and the running maximum of their ends."""
+    in_corpus = np.flatnonzero(chunks.corpus == corpus)
+    order = in_corpus[np.argsort(chunks.start[in_corpus], kind="stable")]
+    ends = chunks.end[order]
+    return order, chunks.start[order], np.maximum.accumulate(ends) if len(ends) else ends
+
+
+def furthest_end(starts: np.ndarray, reach: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """For each position, the furthest end of the chunks (from `chunks_by_start`) starting at or before it; -1 if none."""
+    if not len(starts):
+        return np.full(len(pos), -1, dtype=np.int64)
+    slot = np.searchsorted(starts, pos, side="right") - 1
+    return np.where(slot >= 0, reach[np.maximum(slot, 0)], -1)
+
+
 def chunk_relevance(gold: SpanGold, ref: ReferenceChars, chunks: Chunks) -> ChunkRelevance:
     n_q, n_c = gold.n_queries, len(chunks)
     names = {name: i for i, name in enumerate(chunks.corpus_names)}
@@ -232,12 +248,9 @@ def chunk_relevance(gold: SpanGold, ref: ReferenceChars, chunks: Chunks) -> Chun
     covered = np.zeros(len(ref.pos), dtype=bool)
     pair_q, pair_c = [], []
     for corpus in range(len(chunks.corpus_names)):  # a loop over corpora, vectorized within
-        in_corpus = np.flatnonzero(chunks.corpus == corpus)
-        order = in_corpus[np.argsort(chunks.start[in_corpus], kind="stable")]
-        starts, reach = chunks.start[order], np.maximum.accumulate(chunks.end[order]) if len(order) else order
+        order, starts, reach = chunks_by_start(chunks, corpus)
         here = np.flatnonzero(ref.corpus == corpus)
-        slot = np.searchsorted(starts, ref.pos[here], side="right") - 1
-        covered[here] = (slot >= 0) & (reach[np.maximum(slot, 0)] > ref.pos[here]) if len(order) else False
+        covered[here] = furthest_end(starts, reach, ref.pos[here]) > ref.pos[here]
         refs = np.flatnonzero(ref_corpus == corpus)
         for lo in range(0, len(refs), 256):  # bounded memory: 256 references x chunks at a time
             r = refs[lo:lo + 256]

@@ -115,14 +115,9 @@ def reference_table(inputs: Inputs, spec: ChunkerSpec, chunks: Chunks) -> pa.Tab
     straddles = np.ones(len(gold.ref_start), dtype=bool)
     corpus_of_ref = np.asarray([gold.corpus_ids[q] for q in gold.ref_query.tolist()], dtype=object)
     for index, name in enumerate(chunks.corpus_names):  # a loop over corpora, vectorized within
-        mine = np.flatnonzero(chunks.corpus == index)
         refs = np.flatnonzero(corpus_of_ref == name)
-        if not len(mine) or not len(refs):
-            continue
-        order = mine[np.argsort(chunks.start[mine], kind="stable")]
-        reach = np.maximum.accumulate(chunks.end[order])  # the furthest end among chunks starting at or before
-        slot = np.searchsorted(chunks.start[order], gold.ref_start[refs], side="right") - 1
-        straddles[refs] = ~((slot >= 0) & (reach[np.maximum(slot, 0)] >= gold.ref_end[refs]))
+        _, starts, reach = M.chunks_by_start(chunks, index)
+        straddles[refs] = M.furthest_end(starts, reach, gold.ref_start[refs]) < gold.ref_end[refs]
     n = len(gold.ref_start)
     texts = [inputs.corpora[c][s:e] for c, s, e in zip(corpus_of_ref, gold.ref_start.tolist(), gold.ref_end.tolist())]
     q = gold.ref_query.tolist()

@@ -30,11 +30,11 @@ from chunkeval import __version__
 from chunkeval.errors import InputError
 from chunkeval.files import write_tables
 from chunkeval.metrics import METRICS
+from chunkeval.sweep import CONFIG_KEYS
 
 SCHEMA_VERSION = 2
 STATUSES = ("running", "completed", "failed", "skipped")
 TRIGGERS = ("manual", "schedule", "event")
-CONFIG_KEYS = ("chunker", "chunk_size", "chunk_overlap", "k")
 # what the regression check watches by default, and by how much (absolute) a macro mean may fall
 REGRESSION_METRICS = ("span_recall", "span_precision", "span_iou", "recall_at_k", "mrr", "ndcg_at_k")
 DEFAULT_THRESHOLD = 0.02
@@ -107,6 +107,13 @@ class Warehouse:
         self.results = self.root / "results"
         self.lock_timeout = lock_timeout
         self._ready = False
+
+    @classmethod
+    def at_home(cls) -> "Warehouse":
+        """The warehouse under `$CHUNKEVAL_HOME/warehouse`."""
+        from chunkeval.experiment import home
+
+        return cls(home() / "warehouse")
 
     # ------------------------------------------------------------------ connections and schema
 
