@@ -16,10 +16,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 from prefect.runtime import flow_run
 
-from chunkeval import sweep
+from chunkeval import progress, sweep
 from chunkeval.chunking import ChunkerSpec, Chunks, chunk_corpora
 from chunkeval.embedding import Embedder
 from chunkeval.experiment import Experiment, cache_dir, input_fingerprints
+from chunkeval.faults import checkpoint
 from chunkeval.html_report import report_path, write_report
 from chunkeval.metrics import METRICS
 from chunkeval.warehouse import Warehouse
@@ -123,20 +124,25 @@ def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger:
         logger.info("experiment %s: corpus, gold set and model unchanged since run %s; skipped", exp.name, last["run_id"])
         return {"run_id": run_id, "status": "skipped", "texts_embedded": 0}
     run_id = wh.begin_run(exp.name, fps, trigger, settings, flow_run_id)
+    checkpoint("started")
     logger.info("experiment %s: run %s (%s)", exp.name, run_id, trigger)
     try:
+        progress.step("loading")
         inputs = load(exp)
         specs = exp.grid()
+        progress.step("chunking")
         chunkings = chunk.map(unmapped(inputs.corpora), specs).result()
         embedder = Embedder(exp.model, cache_dir(), batch_size)
         embedded = embed(inputs, chunkings, embedder)
         logger.info("%d text(s) embedded, %d chunk(s) truncated to the model's input", embedder.texts_embedded, sum(embedded.truncated))
+        progress.step("scoring")
         topks = retrieve.map(unmapped(inputs), chunkings, unmapped(embedded.queries), embedded.chunks,
                              unmapped(max(exp.k)), unmapped(exp.own_corpus)).result()
         tables = score.map(unmapped(inputs.gold), specs, chunkings, topks, unmapped(exp.k)).result()
         refs = pa.concat_tables(references.map(unmapped(inputs), specs, chunkings).result())
         per_query = pa.concat_tables(tables)
         summary = summarize(per_query, specs, chunkings, embedded, exp.skip_empty_gold)
+        progress.step("storing")
         store(run_id, per_query, summary, embedder.texts_embedded, refs)
     except BaseException as exc:
         wh.fail_run(run_id, "".join(traceback.format_exception_only(exc)).strip())
@@ -145,6 +151,7 @@ def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger:
         key=artifact_key(exp.name, "summary"), table=summary_rows(summary),
         description=f"chunkeval run {run_id} of experiment {exp.name}: macro mean ± std and micro per configuration",
     )
+    progress.step("report")
     page = Path(report(exp.name, run_id))
     create_link_artifact(key=artifact_key(exp.name, "report"), link=page.as_uri(), link_text=f"chunkeval report of run {run_id}",
                          description=f"The HTML report of experiment {exp.name} at run {run_id} (a file on the machine that ran it)")

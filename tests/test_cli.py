@@ -112,7 +112,7 @@ def test_evaluate_run_string_lists(tmp_path, capsys):
     assert code == 0 and "micro" in stdout and "precision_at_k" in stdout
 
 
-# --------------------------------------------------------------------------- bad input
+# --------------------------------------------------------------------------- bad input (the whole catalogue: test_catalogue.py)
 
 
 @pytest.fixture()
@@ -123,46 +123,6 @@ def good(tmp_path):
     q = tmp_path / "q.csv"
     q.write_text('question,references,corpus_id\nWhat?,"[{""content"": ""Delta epsilon"", ""start_index"": 18, ""end_index"": 31}]",doc\n')
     return corpus, q
-
-
-def refs_csv(tmp_path, refs: str, corpus_id: str = "doc") -> Path:
-    q = tmp_path / "bad.csv"
-    q.write_text(f'question,references,corpus_id\nWhat?,"{refs}",{corpus_id}\n')
-    return q
-
-
-def after(_written, argv):
-    """Arguments to use once a file has been (over)written."""
-    return argv
-
-
-BAD_SWEEPS = {
-    "missing corpus folder": (lambda t, c, q: ["--corpus-dir", t / "nope", "--questions", q], "corpus folder not found"),
-    "non-UTF-8 corpus": (lambda t, c, q: after((c / "doc.md").write_bytes(b"caf\xe9 au lait"), ["--corpus-dir", c, "--questions", q]), "not UTF-8"),
-    "broken JSON": (lambda t, c, q: ["--corpus-dir", c, "--questions", refs_csv(t, "[{oops")], "broken JSON"),
-    "missing column": (lambda t, c, q: after(q.write_text("question,corpus_id\nWhat?,doc\n"), ["--corpus-dir", c, "--questions", q]), "missing column"),
-    "empty questions": (lambda t, c, q: after(q.write_text(""), ["--corpus-dir", c, "--questions", q]), "empty"),
-    "empty corpus": (lambda t, c, q: after((c / "doc.md").write_text("  \n"), ["--corpus-dir", c, "--questions", q]), "empty"),
-    "offsets out of range": (lambda t, c, q: ["--corpus-dir", c, "--questions", refs_csv(t, '[{""content"": ""x"", ""start_index"": 5, ""end_index"": 99999}]')], "out of range"),
-    "reversed offsets": (lambda t, c, q: ["--corpus-dir", c, "--questions", refs_csv(t, '[{""content"": ""x"", ""start_index"": 9, ""end_index"": 3}]')], "reversed"),
-    "reference not found": (lambda t, c, q: ["--corpus-dir", c, "--questions", refs_csv(t, '[{""content"": ""omega"", ""start_index"": 0, ""end_index"": 5}]')], "not found"),
-    "unknown corpus": (lambda t, c, q: ["--corpus-dir", c, "--questions", q, "--corpus", "nope"], "no corpus named"),
-    "overlap not below size": (lambda t, c, q: ["--corpus-dir", c, "--questions", q, "--overlaps", "100"], "chunk_overlap"),
-    "k below 1": (lambda t, c, q: ["--corpus-dir", c, "--questions", q, "--k", "0"], "k must be at least 1"),
-    "unknown chunker": (lambda t, c, q: ["--corpus-dir", c, "--questions", q, "--chunker", "magic"], "unknown chunker"),
-}
-
-
-@pytest.mark.parametrize("case", list(BAD_SWEEPS))
-def test_bad_sweep_input_exits_2_with_one_line(case, good, tmp_path, capsys):
-    corpus, q = good
-    make, message = BAD_SWEEPS[case]
-    argv = make(tmp_path, corpus, q)
-    out = tmp_path / "out.csv"
-    code, _, err = run_cli(capsys, "sweep", *argv, "--chunk-sizes", "100", "--out", out)
-    assert code == 2
-    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert not list(tmp_path.glob("out*")), "nothing may be written"
 
 
 def test_error_names_file_and_row(good, tmp_path, capsys):

@@ -107,17 +107,60 @@ def test_served_deployments_run_nightly_and_on_change(server, tmp_path, shared_h
         log.close()
 
 
-def test_two_runs_at_once_both_complete(server, tmp_path, shared_home):
+def test_four_runs_of_two_experiments_at_once_all_complete(server, tmp_path, shared_home):
     env = client_env(server, shared_home)
     files = [experiment_file(tmp_path, f"twin{i}", DEMO_DIR / "corpora", DEMO_DIR / "questions.csv",
                              chunker=["fixed_token"], chunk_sizes=[80 + i], overlaps=[0], k=[3]) for i in range(2)]
     procs = [subprocess.Popen([str(BIN / "chunkeval"), "run", str(f)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for f in files]
-    outputs = [p.communicate(timeout=400)[0].decode() for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outputs
+             for f in files * 2]
+    outputs = [p.communicate(timeout=500)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], outputs
     wh = Warehouse(shared_home / "warehouse")
     for i in range(2):
-        assert [r["status"] for r in wh.runs(f"twin{i}")] == ["completed"]
+        assert [r["status"] for r in wh.runs(f"twin{i}")] == ["completed", "completed"]
+        for run in wh.runs(f"twin{i}"):
+            assert wh.summary(run["run_id"]).num_rows == 1
+
+
+KILL_POINTS = ["started", "embedding", "results", "catalogue", "report"]
+
+
+def test_a_run_killed_at_five_moments_never_shows_partial_results(server, tmp_path):
+    """SIGKILL at each named point (chunkeval.faults): the views never show part of a run, and the next
+    run completes and reuses the cache."""
+    home = tmp_path / "home"
+    env = client_env(server, home)
+    wh = Warehouse(home / "warehouse")
+    for n, point in enumerate(KILL_POINTS):
+        exp = experiment_file(tmp_path, f"kill{n}", DEMO_DIR / "corpora", DEMO_DIR / "questions.csv",
+                              chunker=["fixed_token"], chunk_sizes=[40 + n], overlaps=[0], k=[1, 3])
+        killed = subprocess.run([str(BIN / "chunkeval"), "run", str(exp)], env={**env, "CHUNKEVAL_KILL_AT": point},
+                                capture_output=True, text=True, timeout=600)
+        assert killed.returncode == -signal.SIGKILL, (point, killed.stdout + killed.stderr)
+        (run,) = wh.runs(f"kill{n}")
+        with wh.connect() as con:
+            shown = con.execute("SELECT count(*) FROM query_results WHERE run_id = ?", [run["run_id"]]).fetchone()[0]
+            summaries = con.execute("SELECT count(*) FROM config_summary WHERE run_id = ?", [run["run_id"]]).fetchone()[0]
+        if point == "report":  # recorded whole before its page was written: all of it is shown
+            assert run["status"] == "completed" and summaries == 2 and shown == 2 * 28, point
+        else:
+            assert run["status"] == "running" and shown == 0 and summaries == 0, point
+        parts = sum(pq.read_metadata(p).num_rows for p in (home / "cache" / "embeddings").glob("*/part-*.parquet"))
+        done = subprocess.run([str(BIN / "chunkeval"), "run", str(exp)], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (point, done.stdout + done.stderr)
+        runs = {r["run_id"]: r for r in wh.runs(f"kill{n}")}
+        (new,) = [r for r in runs.values() if r["run_id"] != run["run_id"]]
+        assert new["status"] == "completed"
+        after = sum(pq.read_metadata(p).num_rows for p in (home / "cache" / "embeddings").glob("*/part-*.parquet"))
+        assert new["texts_embedded"] == after - parts, point  # only what the killed run had not embedded
+        if point != "started":
+            assert new["texts_embedded"] == 0, point  # the killed run had embedded everything
+        # the killed run is settled: failed, or completed where its results and manifest were whole
+        expected = "completed" if point in ("catalogue", "report") else "failed"
+        assert runs[run["run_id"]]["status"] == expected, point
+        with wh.connect() as con:
+            assert con.execute("SELECT count(DISTINCT run_id) FROM config_summary WHERE experiment = ?",
+                               [f"kill{n}"]).fetchone()[0] == (2 if expected == "completed" else 1)
 
 
 def test_a_killed_run_leaves_no_rows_and_the_next_reuses_its_cache(server, chroma, tmp_path):

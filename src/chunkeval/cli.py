@@ -24,7 +24,6 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment_file", nargs="?", metavar="experiment.yaml",
                    help="an experiment file; flags given as well override its settings")
     g = p.add_argument_group("experiment settings")
-    g.add_argument("--name", help="experiment name (default: the file's stem, or 'adhoc')")
     g.add_argument("--corpus-dir", help="folder of <corpus_id>.md|.txt files (default: the demo corpora)")
     g.add_argument("--questions", help="span gold set: CSV with question, references, corpus_id (default: the demo questions)")
     g.add_argument("--corpus", action="extend", nargs="+", metavar="ID", help="only these corpora (default: every corpus in the folder)")
@@ -40,10 +39,16 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=32, help="texts per embedding batch (default 32)")
 
 
-def experiment_from_args(args: argparse.Namespace, default: Experiment | None = None) -> Experiment:
+SETTING_FLAGS = ("corpus_dir", "questions", "corpus", "chunker", "chunk_sizes", "overlaps", "k", "model", "own_corpus",
+                 "skip_empty_gold")
+
+
+def experiment_from_args(args: argparse.Namespace, default: Experiment | None = None, name: str | None = None) -> Experiment:
+    if args.batch_size < 1:
+        raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
     exp = Experiment.from_yaml(Path(args.experiment_file)) if args.experiment_file else (default or Experiment())
     return exp.with_overrides(
-        name=args.name, corpus_dir=args.corpus_dir, questions=args.questions,
+        name=name, corpus_dir=args.corpus_dir, questions=args.questions,
         corpus=tuple(split_list(args.corpus)), chunker=tuple(split_list(args.chunker)),
         chunk_sizes=parse_ints(args.chunk_sizes, "--chunk-sizes"), overlaps=tuple(split_list(args.overlaps)),
         k=parse_ints(args.k, "--k"),
@@ -56,12 +61,13 @@ def experiment_from_args(args: argparse.Namespace, default: Experiment | None = 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from chunkeval.embedding import Embedder
-    from chunkeval.files import write_tables
+    from chunkeval.files import check_writable_dir, write_tables
     from chunkeval.report import beside, check_table_path, format_summary
     from chunkeval.sweep import CONFIG_KEYS, run_sweep
 
     out = check_table_path(args.out)
     exp = experiment_from_args(args)
+    check_writable_dir(cache_dir(), "the embedding cache ($CHUNKEVAL_HOME)")
     result = run_sweep(exp, Embedder(exp.model, cache_dir(), args.batch_size))
     write_tables({out: result.summary, beside(out, "per_query"): result.per_query, beside(out, "by_corpus"): result.by_corpus})
     print(format_summary(result.summary, CONFIG_KEYS))
@@ -106,35 +112,74 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warehouse():
+def _warehouse(must_exist: bool = True):
+    """The warehouse under $CHUNKEVAL_HOME. Commands that only read it never create it."""
     from chunkeval.warehouse import Warehouse
 
-    return Warehouse.at_home()
+    wh = Warehouse.at_home()
+    if must_exist and not wh.exists():
+        raise InputError("no warehouse here yet: no run has been recorded (`chunkeval run` records one)", wh.db_path)
+    return wh
 
 
-def named_experiment(name: str) -> Experiment:
-    """`demo`, `$CHUNKEVAL_HOME/experiments/<name>.yaml`, or the settings of the experiment's last recorded run."""
+def _known_experiment(wh, name: str) -> None:
+    if not wh.runs(name, limit=1):
+        known = sorted({r["experiment"] for r in wh.runs()})
+        raise InputError(f"no experiment named {name!r} has been recorded; known: {', '.join(known) or 'none'}")
+
+
+def named_experiment(name: str, defining: bool) -> Experiment:
+    """The experiment NAME: `demo`, `$CHUNKEVAL_HOME/experiments/NAME.yaml`, or the settings of its last
+    recorded run. An unknown name with settings on the command line (`defining`) is a new experiment."""
     from chunkeval.experiment import home
 
     if name == "demo":
         return Experiment.demo()
     path = home() / "experiments" / f"{name}.yaml"
     if path.is_file():
-        return Experiment.from_yaml(path)
-    runs = _warehouse().runs(name, limit=1)
+        return Experiment.from_yaml(path).with_overrides(name=name)
+    wh = _warehouse(must_exist=False)
+    runs = wh.runs(name, limit=1) if wh.exists() else []
     if runs:
         return Experiment.from_dict(json.loads(runs[0]["settings"]))
-    raise InputError(f"no experiment named {name!r}: not demo, not {path}, and no recorded run")
+    if defining:
+        return Experiment(name=name)
+    raise InputError(f"no experiment named {name!r}: not demo, not {path}, and no recorded run; "
+                     "give its settings (--corpus-dir, --questions, --chunker, …) to define it")
+
+
+def preflight(exp: Experiment) -> None:
+    """Everything a run reads, checked before Prefect starts or a catalogue row is written."""
+    from chunkeval.experiment import home, input_fingerprints
+    from chunkeval.files import check_writable_dir
+    from chunkeval.sweep import load_inputs
+
+    check_writable_dir(home(), "the cache and warehouse ($CHUNKEVAL_HOME)")
+    input_fingerprints(exp)
+    load_inputs(exp)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from chunkeval.report import format_summary
     from chunkeval.sweep import CONFIG_KEYS
+
+    defining = any(getattr(args, f) not in (None, [], ()) for f in SETTING_FLAGS)
+    if args.experiment_file:
+        exp = experiment_from_args(args, name=args.experiment)
+    else:
+        exp = experiment_from_args(args, named_experiment(args.experiment or "demo", defining), name=args.experiment)
+    preflight(exp)
+    from chunkeval.progress import quiet_prefect, show_progress
+
+    quiet_prefect(args.verbose)
     from flows.evaluate import evaluate
 
-    base = None if args.experiment_file else (named_experiment(args.experiment) if args.experiment else Experiment.demo())
-    exp = experiment_from_args(args, base)
-    result = evaluate(experiment=exp.to_dict(), if_changed=args.if_changed, trigger="manual", batch_size=args.batch_size)
+    log.propagate = False  # Prefect's console handler sits on the root logger: say each thing once
+    try:
+        with show_progress():
+            result = evaluate(experiment=exp.to_dict(), if_changed=args.if_changed, trigger="manual", batch_size=args.batch_size)
+    finally:
+        log.propagate = True
     if result["status"] == "skipped":
         print(f"experiment {exp.name}: corpus, gold set and model unchanged; run {result['run_id']} recorded as skipped")
         return 0
@@ -142,6 +187,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"experiment {exp.name}: run {result['run_id']} completed, {summary.num_rows} configuration(s), "
           f"{result['texts_embedded']} text(s) embedded\n")
     print(format_summary(summary, CONFIG_KEYS))
+    print(f"\nreport: {result['report']}")
     return 0
 
 
@@ -152,7 +198,13 @@ def _iso(value) -> str | None:
 def cmd_runs(args: argparse.Namespace) -> int:
     from chunkeval.report import format_rows
 
-    rows = _warehouse().runs(args.experiment)
+    wh = _warehouse(must_exist=False)
+    if not wh.exists():
+        print("no runs recorded")
+        return 0
+    if args.experiment:
+        _known_experiment(wh, args.experiment)
+    rows = wh.runs(args.experiment)
     fields = ("run_id", "experiment", "status", "trigger", "started_at", "finished_at", "corpus_fingerprint",
               "gold_fingerprint", "model_fingerprint", "texts_embedded", "flow_run_id", "chunkeval_version", "error")
     docs = [{**{f: (_iso(r[f]) if f.endswith("_at") else r[f]) for f in fields}, "skipped": r["status"] == "skipped"} for r in rows]
@@ -183,8 +235,19 @@ def cmd_trend(args: argparse.Namespace) -> int:
 
     if args.metric not in METRICS:
         raise InputError(f"unknown metric {args.metric!r}; choose one of {', '.join(METRICS)}")
+    if args.last is not None and args.last < 1:
+        raise InputError(f"--last must be at least 1, got {args.last}")
+    if args.threshold < 0:
+        raise InputError(f"--threshold must be 0 or more, got {args.threshold}")
     wh = _warehouse()
-    rows = wh.trend(args.experiment, args.metric, _config_filter(args.config), args.last)
+    _known_experiment(wh, args.experiment)
+    if args.baseline:
+        wh.run(args.baseline)
+    config = _config_filter(args.config)
+    rows = wh.trend(args.experiment, args.metric, config, args.last)
+    if config and not rows and wh.last_completed(args.experiment):
+        raise InputError(f"no configuration of experiment {args.experiment!r} matches --config "
+                         + ",".join(f"{k}={v}" for k, v in config.items()))
     if args.json:
         json.dump([{**r, "started_at": _iso(r["started_at"])} for r in rows], sys.stdout, indent=2)
         print()
@@ -196,7 +259,6 @@ def cmd_trend(args: argparse.Namespace) -> int:
         print(f"no completed run of experiment {args.experiment!r} with {args.metric}")
     if args.fail_on_regression:
         falls = wh.regressions(args.experiment, [args.metric], args.threshold, args.baseline)
-        config = _config_filter(args.config)
         falls = [f for f in falls if all(f[k] == v for k, v in config.items())]
         for f in falls:
             print(f"chunkeval: regression: {f['metric']} of {f['chunker']}/{f['chunk_size']}/{f['chunk_overlap']}/k={f['k']} "
@@ -211,12 +273,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     from chunkeval.report import format_summary
     from chunkeval.sweep import CONFIG_KEYS
 
+    if args.threshold < 0:
+        raise InputError(f"--threshold must be 0 or more, got {args.threshold}")
+    if args.html:
+        from chunkeval.report import check_output_path
+
+        check_output_path(Path(args.html))
+    if not args.run and not args.experiment:
+        raise InputError("give --run ID or --experiment NAME")
     wh = _warehouse()
+    if args.experiment:
+        _known_experiment(wh, args.experiment)
     if args.run:
         run = wh.run(args.run)
+        if args.experiment and run["experiment"] != args.experiment:
+            raise InputError(f"run {args.run!r} belongs to experiment {run['experiment']!r}, not {args.experiment!r}")
     else:
-        if not args.experiment:
-            raise InputError("give --run ID or --experiment NAME")
         run = wh.last_completed(args.experiment)
         if run is None:
             raise InputError(f"experiment {args.experiment!r} has no completed run")
@@ -226,8 +298,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         from chunkeval.html_report import write_report
 
         out = Path(args.html)
-        if not out.parent.is_dir():
-            raise InputError("output folder does not exist", out.parent)
         write_report(wh, args.experiment or run["experiment"], out, run["run_id"], args.threshold, _config_filter(args.config))
         print(f"report of run {run['run_id']} written to {out}")
         return 0
@@ -242,8 +312,26 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    _warehouse().pin_baseline(args.experiment, args.run)
+    wh = _warehouse()
+    _known_experiment(wh, args.experiment)
+    wh.pin_baseline(args.experiment, args.run)
     print(f"run {args.run} is now the baseline of experiment {args.experiment}")
+    return 0
+
+
+def cmd_warehouse_repair(args: argparse.Namespace) -> int:
+    from chunkeval.warehouse import Warehouse
+
+    wh = Warehouse.at_home()
+    if not wh.exists() and not wh.results.is_dir():
+        raise InputError("no warehouse here: nothing to repair", wh.db_path)
+    done = wh.repair()
+    if not done["damaged"]:
+        print(f"{wh.db_path} is readable: nothing to rebuild ({done['runs']} run(s); "
+              f"{done['manifests_written']} manifest(s) written for runs that had none)")
+    else:
+        aside = f"the damaged file was moved to {done['moved_to']}; " if done["moved_to"] else ""
+        print(f"{wh.db_path} rebuilt from the run manifests: {aside}{done['runs']} run(s) and {done['pins']} pinned baseline(s) restored")
     return 0
 
 
@@ -258,7 +346,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="chunkeval",
         description="Measure how well chunking, an embedding model and a retrieval depth k find the text that answers each question.",
     )
@@ -270,8 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run the evaluate flow for an experiment (the demo experiment when none is given): chunk, "
                                    "embed (through the cache), retrieve, score every setting, and record the run in the warehouse.")
     add_experiment_flags(p)
-    p.add_argument("--experiment", metavar="NAME", help="a known experiment: demo, $CHUNKEVAL_HOME/experiments/NAME.yaml, "
-                                                        "or the settings of NAME's last recorded run")
+    p.add_argument("--experiment", metavar="NAME",
+                   help="the experiment's name: demo, $CHUNKEVAL_HOME/experiments/NAME.yaml, or the settings of NAME's last "
+                        "recorded run, changed by any settings given; an unknown NAME with settings defines a new experiment")
     p.add_argument("--if-changed", action="store_true",
                    help="record a skipped run, embedding nothing, when corpus, gold set and model are those of the last completed run")
     p.set_defaults(func=cmd_run)
@@ -312,6 +401,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", metavar="ID", required=True)
     p.set_defaults(func=cmd_baseline)
 
+    p = sub.add_parser("warehouse", help="look after the warehouse: `warehouse repair` rebuilds a damaged catalogue")
+    wsub = p.add_subparsers(dest="warehouse_command", metavar="command", required=True)
+    w = wsub.add_parser("repair", help="move a damaged chunkeval.duckdb aside and rebuild it from the run manifests and pins",
+                        description="Rebuild the catalogue of runs from each run's manifest.json and the pinned baselines' files. "
+                                    "A readable catalogue is kept; only manifests missing for older runs are written.")
+    w.set_defaults(func=cmd_warehouse_repair)
+
     p = sub.add_parser("serve", help="serve every deployment of deployments/prefect.yaml from this process",
                        description="Serve the nightly, on-change, poll and weekly deployments from one process (no work pool). "
                                    "Needs a Prefect server (PREFECT_API_URL).")
@@ -340,10 +436,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is at the time of the message."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
+def configure_logging(verbose: bool) -> None:
+    """chunkeval's own messages as `chunkeval: WARNING: …` lines on stderr; other libraries' loggers
+    (Prefect's among them) keep their own handlers."""
+    if not any(isinstance(h, _StderrHandler) for h in log.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("chunkeval: %(levelname)s: %(message)s"))
+        log.addHandler(handler)
+    log.setLevel(logging.INFO if verbose else logging.WARNING)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes end like every other bad input: one line, exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="chunkeval: %(levelname)s: %(message)s")
+    configure_logging(args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

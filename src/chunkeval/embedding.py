@@ -12,17 +12,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from chunkeval import progress
 from chunkeval.errors import InputError
-from chunkeval.files import hash_file, write_tables
+from chunkeval.faults import checkpoint
+from chunkeval.files import hash_file, write_tables, write_text
 
 log = logging.getLogger("chunkeval")
 
@@ -67,6 +69,9 @@ def text_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
+PART_COLUMNS = ("text_hash", "vector", "truncated")
+
+
 class EmbeddingCache:
     """Vectors of one model, keyed by text hash, in `<root>/<fingerprint>/part-*.parquet`."""
 
@@ -79,16 +84,59 @@ class EmbeddingCache:
         self.refresh()
 
     def refresh(self) -> None:
-        """Read part files written since the last look (by this process or another)."""
+        """Read part files written since the last look (by this process or another).
+
+        A damaged part (cut short, not Parquet, wrong columns or vector width) is renamed to
+        `<name>.corrupt` with one warning line; its texts are simply missing, so they are embedded again.
+        """
         if not self.dir.is_dir():
             return
         new = sorted(p for p in self.dir.glob("part-*.parquet") if p.name not in self._seen)
         for path in new:
-            table = pq.read_table(path)
-            self._append(table.column("text_hash").to_pylist(),
-                         np.asarray(table.column("vector").combine_chunks().flatten(), dtype=np.float32).reshape(table.num_rows, -1),
-                         table.column("truncated").to_numpy(zero_copy_only=False))
+            try:
+                hashes, vectors, truncated = self._read_part(path)
+            except FileNotFoundError:  # renamed aside by a concurrent reader
+                continue
+            except (OSError, ValueError, pa.ArrowException) as exc:
+                self._set_aside(path, exc)
+                continue
+            self._append(hashes, vectors, truncated)
             self._seen.add(path.name)
+
+    def _read_part(self, path: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
+        table = pq.read_table(path)
+        if sorted(table.column_names) != sorted(PART_COLUMNS):
+            raise ValueError(f"columns {', '.join(table.column_names)} instead of {', '.join(PART_COLUMNS)}")
+        vector = table.column("vector").type
+        if not pa.types.is_fixed_size_list(vector) or not pa.types.is_floating(vector.value_type):
+            raise ValueError(f"vector column of type {vector}")
+        width = self.width()
+        if width is not None and vector.list_size != width:
+            raise ValueError(f"vectors of width {vector.list_size}, not {width}")
+        hashes = table.column("text_hash")
+        vectors = np.asarray(table.column("vector").combine_chunks().flatten(), dtype=np.float32).reshape(table.num_rows, -1)
+        lengths = pc.min_max(pc.utf8_length(hashes)).as_py()
+        if hashes.null_count or (table.num_rows and not lengths["min"] == lengths["max"] == 32):
+            raise ValueError("malformed text hashes")
+        if not np.all(np.isfinite(vectors)):
+            raise ValueError("vectors that are not finite numbers")
+        return hashes.to_pylist(), vectors, table.column("truncated").to_numpy(zero_copy_only=False).astype(bool)
+
+    def width(self) -> int | None:
+        """The vector width of this model's cache, recorded with its first part."""
+        try:
+            return int((self.dir / "width").read_text())
+        except (OSError, ValueError):
+            return self._vectors.shape[1] if len(self) else None
+
+    def _set_aside(self, path: Path, exc: Exception) -> None:
+        aside = path.with_name(path.name + ".corrupt")
+        try:
+            os.replace(path, aside)
+        except FileNotFoundError:
+            return
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        log.warning("damaged embedding cache part %s (%s) moved to %s; its texts will be embedded again", path, reason, aside.name)
 
     def _append(self, hashes: list[str], vectors: np.ndarray, truncated: np.ndarray) -> None:
         keep = [i for i, h in enumerate(hashes) if h not in self._index]
@@ -122,8 +170,12 @@ class EmbeddingCache:
             "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1]),
             "truncated": pa.array(np.asarray(truncated, dtype=bool)),
         })
+
+        if self.width() is None:
+            write_text(self.dir / "width", str(vectors.shape[1]))
         name = f"part-{uuid.uuid4().hex}.parquet"
         write_tables({self.dir / name: table})
+        checkpoint("embedding")  # a part is on disk and more may follow
         self._seen.add(name)
         self._append(hashes, vectors, np.asarray(truncated, dtype=bool))
 
@@ -154,6 +206,10 @@ class Embedder:
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             from sentence_transformers import SentenceTransformer
 
+            if not log.isEnabledFor(logging.INFO):  # the model's own loading bars only with -v
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()
             log.info("loading embedding model %s", self.model)
             self._st = SentenceTransformer(str(resolve_model(self.model)), device=self.device)
         return self._st
@@ -171,7 +227,7 @@ class Embedder:
         )
         vectors = st.encode(
             texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
-            show_progress_bar=len(texts) >= 256 and (sys.stderr.isatty() or log.isEnabledFor(logging.INFO)),
+            show_progress_bar=len(texts) >= 256 and log.isEnabledFor(logging.INFO),
         ).astype(np.float32, copy=False)
         self.texts_embedded += len(texts)
         return vectors, lengths > limit
@@ -191,7 +247,10 @@ class Embedder:
         if missing:
             log.info("embedding %d new text(s) of %d", len(missing), len(unique))
         for lo in range(0, len(missing), self.flush_every):  # a killed run keeps what it has embedded
+            progress.step("embedding", lo, len(missing))
             part = missing[lo:lo + self.flush_every]
             vectors, truncated = self._encode([first_text[h] for h in part])
             self.cache.add(part, vectors, truncated)
+        if missing:
+            progress.step("embedding", len(missing), len(missing))
         return self.cache.get(self.cache.rows(hashes))

@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from chunkeval.faults import checkpoint
+
 
 def hash_file(path: Path, digest=None):
     """Feed a file's bytes, 1 MiB at a time, into `digest` (a new SHA-256 by default); returns it."""
@@ -21,8 +23,26 @@ def hash_file(path: Path, digest=None):
     return digest
 
 
-def write_tables(tables: dict[Path, pa.Table]) -> None:
-    """Write every table (.parquet, else CSV) to a temporary name first, then rename them all."""
+def check_writable_dir(path: Path, what: str) -> Path:
+    """Fail early, writing nothing, when `path` (a folder, made later where missing) cannot be created or written."""
+    from chunkeval.errors import InputError
+
+    path = Path(path)
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise InputError(f"cannot create {what} here: {probe} is a file, not a folder", path)
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write {what} here: {probe} is not writable", path)
+    return path
+
+
+def write_tables(tables: dict[Path, pa.Table], point: str | None = None) -> None:
+    """Write every table (.parquet, else CSV) to a temporary name first, then rename them all.
+    `point` names the fault-injection point between the first rename and the others."""
     staged = []
     try:
         for path, table in tables.items():
@@ -33,8 +53,10 @@ def write_tables(tables: dict[Path, pa.Table]) -> None:
                 pq.write_table(table, tmp)
             else:
                 pacsv.write_csv(table, tmp)
-        for tmp, path in staged:
+        for i, (tmp, path) in enumerate(staged):
             os.replace(tmp, path)
+            if i == 0 and point:
+                checkpoint(point)  # one file in place, the others not yet
     finally:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from chunkeval import __version__, charts
 from chunkeval.errors import InputError
+from chunkeval.faults import checkpoint
 from chunkeval.files import write_text
 from chunkeval.metrics import METRICS, MICRO, MICRO_F1
 from chunkeval.sweep import CONFIG_KEYS
@@ -307,5 +308,7 @@ def write_report(wh: Warehouse, experiment: str, path, run_id: str | None = None
     """Build the page and write it whole (temporary name, then rename); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, build_report(wh, experiment, run_id, config, threshold))
+    page = build_report(wh, experiment, run_id, config, threshold)
+    checkpoint("report")
+    write_text(path, page)
     return path

@@ -178,11 +178,16 @@ def _reanchor(corpus: str, content: str, start: int) -> int:
     return best
 
 
-def load_span_gold(questions_csv: Path, corpora: dict[str, str]) -> SpanGold:
+def corpus_ids_in(corpus_dir: Path) -> set[str]:
+    """Every corpus id a folder offers (its .md and .txt files)."""
+    return {p.stem for p in Path(corpus_dir).iterdir() if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES}
+
+
+def load_span_gold(questions_csv: Path, corpora: dict[str, str], known: set[str] | None = None) -> SpanGold:
     """Chroma's format: columns question, references (JSON list of content/start_index/end_index), corpus_id.
 
     Questions of corpora not in `corpora` are left out (that is how `--corpus` narrows a run); a
-    corpus_id that names no corpus file at all is an error. A reference whose offsets do not match
+    corpus_id that is not among the `known` corpus ids (the folder's, where given) is an error. A reference whose offsets do not match
     its content is re-anchored to the nearest occurrence of the content, with a warning.
     """
     path = Path(questions_csv)
@@ -191,6 +196,8 @@ def load_span_gold(questions_csv: Path, corpora: dict[str, str]) -> SpanGold:
     for row, rec in read_csv_rows(path, ("question", "references", "corpus_id")):
         cid = rec["corpus_id"].strip()
         if cid not in corpora:
+            if known is not None and cid not in known:
+                raise InputError(f"corpus_id {cid!r} names no corpus file (known: {', '.join(sorted(known))})", path, row)
             continue
         question = rec["question"]
         if not question.strip():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,8 +18,18 @@ def check_table_path(path: Path) -> Path:
     path = Path(path)
     if path.suffix.lower() not in TABLE_SUFFIXES:
         raise InputError("output must end in .csv or .parquet", path)
+    return check_output_path(path)
+
+
+def check_output_path(path: Path) -> Path:
+    """An output file whose folder exists and can be written (checked before any work starts)."""
+    path = Path(path)
     if not path.parent.is_dir():
         raise InputError("output folder does not exist", path.parent)
+    if path.is_dir():
+        raise InputError("output is a folder, not a file", path)
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise InputError("output folder is not writable", path.parent)
     return path
 
 

@@ -18,7 +18,7 @@ from chunkeval import metrics as M
 from chunkeval.chunking import ChunkerSpec, Chunks, chunk_corpora, count_tokens
 from chunkeval.embedding import Embedder
 from chunkeval.experiment import Experiment
-from chunkeval.ingest import SpanGold, load_corpora, load_span_gold
+from chunkeval.ingest import SpanGold, corpus_ids_in, load_corpora, load_span_gold
 from chunkeval.retrieval import top_k
 
 CONFIG_KEYS = ["chunker", "chunk_size", "chunk_overlap", "k"]
@@ -51,7 +51,7 @@ class SweepResult:
 
 def load_inputs(exp: Experiment) -> Inputs:
     corpora = load_corpora(Path(exp.corpus_dir), list(exp.corpus) or None)
-    return Inputs(corpora, load_span_gold(Path(exp.questions), corpora))
+    return Inputs(corpora, load_span_gold(Path(exp.questions), corpora, corpus_ids_in(Path(exp.corpus_dir))))
 
 
 def embed_all(inputs: Inputs, chunkings: list[Chunks], embedder: Embedder) -> Embedded:

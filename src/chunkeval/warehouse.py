@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import socket
 import time
 import uuid
@@ -28,11 +29,12 @@ import pyarrow as pa
 
 from chunkeval import __version__
 from chunkeval.errors import InputError
-from chunkeval.files import write_tables
+from chunkeval.faults import checkpoint
+from chunkeval.files import write_tables, write_text
 from chunkeval.metrics import METRICS
 from chunkeval.sweep import CONFIG_KEYS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STATUSES = ("running", "completed", "failed", "skipped")
 TRIGGERS = ("manual", "schedule", "event")
 # what the regression check watches by default, and by how much (absolute) a macro mean may fall
@@ -65,11 +67,19 @@ MIGRATIONS = [
     ALTER TABLE runs ADD COLUMN error VARCHAR;
     CREATE TABLE baselines (experiment VARCHAR NOT NULL, run_id VARCHAR NOT NULL, pinned_at TIMESTAMP NOT NULL);
     """,
+    # v3: every run keeps a manifest (its catalogue row) beside its results, and every pin a file, so that
+    # `chunkeval warehouse repair` can rebuild a damaged catalogue; `_backfill` writes them for older runs.
+    "SELECT 1",
 ]
 
 RUN_COLUMNS = ("run_id", "flow_run_id", "experiment", "status", "trigger", "started_at", "finished_at",
                "corpus_fingerprint", "gold_fingerprint", "model_fingerprint", "chunkeval_version",
                "texts_embedded", "settings", "error")
+MANIFEST_COLUMNS = RUN_COLUMNS + ("pid", "host")
+
+
+_LOCKED = re.compile(r"could not set lock|conflicting lock", re.I)
+_DAMAGE = re.compile(r"corrupt|checksum|not a valid duckdb|invalid database|database file .*(truncated|too small)", re.I)
 
 
 def _now() -> datetime:
@@ -117,26 +127,47 @@ class Warehouse:
 
     # ------------------------------------------------------------------ connections and schema
 
+    def exists(self) -> bool:
+        return self.db_path.is_file()
+
     @contextmanager
     def connect(self):
-        """A short-lived read-write connection, waiting while another process holds the file."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        """A short-lived read-write connection, waiting while another process holds the file.
+
+        A damaged file (a checksum that does not match, a header that is not DuckDB's) is reported as
+        one line naming the file and the repair command, never used.
+        """
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create the warehouse folder ({exc.strerror})", self.root) from None
         deadline = time.monotonic() + self.lock_timeout
         while True:
             try:
                 con = duckdb.connect(str(self.db_path))
                 break
-            except duckdb.IOException as exc:
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                    raise
-                time.sleep(random.uniform(0.02, 0.2))
+            except duckdb.Error as exc:
+                locked = _LOCKED.search(str(exc)) is not None
+                if locked and time.monotonic() < deadline:
+                    time.sleep(random.uniform(0.02, 0.2))
+                    continue
+                raise exc if locked else self._damaged(exc) from None
         try:
             if not self._ready:
                 self._migrate(con)
                 self._ready = True
             yield con
+        except duckdb.Error as exc:
+            if _DAMAGE.search(str(exc)):
+                raise self._damaged(exc) from None
+            raise
         finally:
             con.close()
+
+    def _damaged(self, exc: Exception) -> InputError:
+        reason = str(exc).splitlines()[0]
+        return InputError(f"the warehouse file is damaged ({reason}); run `chunkeval warehouse repair` to rebuild "
+                          "its catalogue from the run manifests", self.db_path)
 
     def schema_version(self, con) -> int:
         if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'").fetchone()[0]:
@@ -154,8 +185,20 @@ class Warehouse:
             con.execute("DELETE FROM meta WHERE key = 'schema_version'")
             con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(step + 1)])
             con.execute("COMMIT")
+            if step == 2:
+                self._backfill(con)
         if upto == SCHEMA_VERSION:
             self._create_views(con)
+
+    def _backfill(self, con) -> None:
+        """Manifests for runs and pin files for baselines recorded before v3."""
+        cur = con.execute(f"SELECT {', '.join(MANIFEST_COLUMNS)} FROM runs")
+        for values in cur.fetchall():
+            row = dict(zip(MANIFEST_COLUMNS, values))
+            if self.read_manifest(row["run_id"]) is None:
+                self._write_manifest(row)
+        for experiment, run_id, pinned_at in con.execute("SELECT experiment, run_id, pinned_at FROM baselines").fetchall():
+            self._write_pin({"experiment": experiment, "run_id": run_id, "pinned_at": pinned_at})
 
     def _create_views(self, con) -> None:
         seed = self.results / "_schema"
@@ -195,57 +238,174 @@ class Warehouse:
 
     # ------------------------------------------------------------------ the run lifecycle
 
+    def manifest_path(self, run_id: str) -> Path:
+        return self.results / run_id / "manifest.json"
+
+    def _write_manifest(self, row: dict) -> None:
+        """The run's catalogue row as a small JSON file beside its results: what `repair` rebuilds from."""
+        doc = {c: (row[c].isoformat() if isinstance(row.get(c), datetime) else row.get(c)) for c in MANIFEST_COLUMNS}
+        folder = self.results / row["run_id"]
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text(folder / "manifest.json", json.dumps(doc, indent=1, sort_keys=True))
+
+    def read_manifest(self, run_id: str) -> dict | None:
+        """A run's manifest, or None where it is missing or unreadable."""
+        try:
+            doc = json.loads(self.manifest_path(run_id).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(doc, dict) or doc.get("run_id") != run_id or doc.get("status") not in STATUSES:
+            return None
+        for c in ("started_at", "finished_at"):
+            doc[c] = datetime.fromisoformat(doc[c]) if doc.get(c) else None
+        return {c: doc.get(c) for c in MANIFEST_COLUMNS}
+
+    def _update(self, run_id: str, **changes) -> None:
+        """Change a run's manifest, then its catalogue row: the manifest always knows at least as much."""
+        row = self.read_manifest(run_id) or self.run(run_id, with_process=True)
+        row.update(changes)
+        self._write_manifest(row)
+        if changes.get("status") == "completed":
+            checkpoint("catalogue")
+        with self.connect() as con:
+            assignments = ", ".join(f"{c} = ?" for c in changes)
+            con.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*changes.values(), run_id])
+
     def begin_run(self, experiment: str, fingerprints: dict, trigger: str, settings: dict,
                   flow_run_id: str | None = None, status: str = "running") -> str:
         if trigger not in TRIGGERS:
             raise InputError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
-        run_id = _now().strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+        now = _now()
+        row = {
+            "run_id": now.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8], "flow_run_id": flow_run_id,
+            "experiment": experiment, "status": status, "trigger": trigger, "started_at": now,
+            "finished_at": now if status == "skipped" else None, "corpus_fingerprint": fingerprints.get("corpus"),
+            "gold_fingerprint": fingerprints.get("gold"), "model_fingerprint": fingerprints.get("model"),
+            "chunkeval_version": __version__, "texts_embedded": 0, "settings": json.dumps(settings, sort_keys=True),
+            "error": None, "pid": os.getpid(), "host": socket.gethostname(),
+        }
+        self._write_manifest(row)
+        self._insert(row)
+        return row["run_id"]
+
+    def _insert(self, row: dict, con=None) -> None:
+        sql = f"INSERT INTO runs ({', '.join(MANIFEST_COLUMNS)}) VALUES ({', '.join('?' for _ in MANIFEST_COLUMNS)})"
+        if con is not None:
+            con.execute(sql, [row[c] for c in MANIFEST_COLUMNS])
+            return
         with self.connect() as con:
-            con.execute(
-                """INSERT INTO runs (run_id, flow_run_id, experiment, status, trigger, started_at, corpus_fingerprint,
-                                     gold_fingerprint, model_fingerprint, chunkeval_version, texts_embedded, settings, pid, host)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)""",
-                [run_id, flow_run_id, experiment, status, trigger, _now(), fingerprints.get("corpus"),
-                 fingerprints.get("gold"), fingerprints.get("model"), __version__, json.dumps(settings, sort_keys=True),
-                 os.getpid(), socket.gethostname()],
-            )
-        return run_id
+            con.execute(sql, [row[c] for c in MANIFEST_COLUMNS])
 
     def record_skipped(self, experiment: str, fingerprints: dict, trigger: str, settings: dict, flow_run_id: str | None = None) -> str:
-        run_id = self.begin_run(experiment, fingerprints, trigger, settings, flow_run_id, status="skipped")
-        with self.connect() as con:
-            con.execute("UPDATE runs SET finished_at = ? WHERE run_id = ?", [_now(), run_id])
-        return run_id
+        return self.begin_run(experiment, fingerprints, trigger, settings, flow_run_id, status="skipped")
 
     def complete_run(self, run_id: str, per_query: pa.Table, summary: pa.Table, texts_embedded: int,
                      references: pa.Table | None = None) -> None:
-        """Write the run's Parquet files (each whole or not at all), then mark the run completed."""
+        """Write the run's Parquet files (each whole or not at all), its manifest, then mark it completed."""
         folder = self.results / run_id
         folder.mkdir(parents=True, exist_ok=True)
         run_col = lambda t: t.append_column("run_id", pa.array([run_id] * t.num_rows, pa.string()))  # noqa: E731
         tables = {folder / "per_query.parquet": run_col(per_query), folder / "summary.parquet": run_col(summary)}
         if references is not None:
             tables[folder / "references.parquet"] = run_col(references)
-        write_tables(tables)
-        with self.connect() as con:
-            con.execute("UPDATE runs SET status = 'completed', finished_at = ?, texts_embedded = ? WHERE run_id = ?",
-                        [_now(), int(texts_embedded), run_id])
+        write_tables(tables, point="results")
+        self._update(run_id, status="completed", finished_at=_now(), texts_embedded=int(texts_embedded))
 
     def fail_run(self, run_id: str, error: str) -> None:
-        with self.connect() as con:
-            con.execute("UPDATE runs SET status = 'failed', finished_at = ?, error = ? WHERE run_id = ? AND status = 'running'",
-                        [_now(), error[:2000], run_id])
+        if self.run(run_id)["status"] == "running":
+            self._update(run_id, status="failed", finished_at=_now(), error=error[:2000])
 
     def reap(self) -> int:
-        """Mark runs of this host whose process has died (kill -9, power loss) as failed."""
+        """Settle runs of this host whose process has died (kill -9, power loss): a run whose manifest
+        says completed (it died between its manifest and its catalogue row) is completed, the rest failed."""
         host = socket.gethostname()
         with self.connect() as con:
             rows = con.execute("SELECT run_id, pid FROM runs WHERE status = 'running' AND host = ?", [host]).fetchall()
-            dead = [run_id for run_id, pid in rows if pid is None or not _pid_alive(pid)]
-            for run_id in dead:
-                con.execute("UPDATE runs SET status = 'failed', finished_at = ?, error = 'process ended before the run finished' "
-                            "WHERE run_id = ?", [_now(), run_id])
+        dead = [run_id for run_id, pid in rows if pid is None or not _pid_alive(pid)]
+        for run_id in dead:
+            manifest = self.read_manifest(run_id)
+            if manifest and manifest["status"] == "completed" and self._has_results(run_id):
+                self._update(run_id, **{c: manifest[c] for c in ("status", "finished_at", "texts_embedded")})
+            else:
+                self._update(run_id, status="failed", finished_at=_now(), error="process ended before the run finished")
         return len(dead)
+
+    def _has_results(self, run_id: str) -> bool:
+        return all((self.results / run_id / f"{name}.parquet").is_file() for name in ("per_query", "summary"))
+
+    # ------------------------------------------------------------------ repair
+
+    def healthy(self) -> tuple[bool, str]:
+        """(True, '') when the catalogue file opens and every table reads; else (False, why)."""
+        if not self.exists():
+            return False, "missing"
+        try:
+            with self.connect() as con:
+                for table in ("runs", "baselines", "meta"):
+                    con.execute(f"SELECT * FROM {table}").fetchall()
+        except InputError as exc:
+            return False, exc.message
+        return True, ""
+
+    def repair(self) -> dict:
+        """Rebuild the catalogue from the run manifests and the pin files.
+
+        A damaged (or missing) catalogue file is moved aside to `chunkeval.duckdb.damaged-<time>` and
+        a new one is built: every run with a manifest comes back, completed runs with their results,
+        and every pinned baseline. A healthy catalogue is kept; runs in it without a manifest (recorded
+        by an older chunkeval) get one, so that a later repair can rebuild them too.
+        """
+        ok, why = self.healthy()
+        manifests = sorted(self.results.glob("*/manifest.json")) if self.results.is_dir() else []
+        if ok:
+            written = 0
+            for row in self.runs(with_process=True):
+                if self.read_manifest(row["run_id"]) is None:
+                    self._write_manifest(row)
+                    written += 1
+            for pin in self._dicts("SELECT experiment, run_id, pinned_at FROM baselines"):
+                self._write_pin(pin)
+            return {"damaged": False, "moved_to": None, "runs": len(self.runs()), "manifests_written": written, "reason": ""}
+        moved = None
+        if self.exists():
+            moved = self.db_path.with_name(f"{self.db_path.name}.damaged-{_now().strftime('%Y%m%dT%H%M%S')}")
+            os.replace(self.db_path, moved)
+            wal = self.db_path.with_name(self.db_path.name + ".wal")
+            if wal.exists():
+                os.replace(wal, moved.with_name(moved.name + ".wal"))
+        self._ready = False
+        rows = [m for m in (self.read_manifest(p.parent.name) for p in manifests) if m is not None]
+        pins = [p for p in (self._read_pin(f) for f in sorted(self.pins.glob("*.json"))) if p] if self.pins.is_dir() else []
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            for row in rows:
+                if row["status"] == "completed" and not self._has_results(row["run_id"]):
+                    row.update(status="failed", error="results missing when the catalogue was rebuilt")
+                self._insert(row, con)
+            known = {r["run_id"] for r in rows if r["status"] == "completed"}
+            for pin in pins:
+                if pin["run_id"] in known:
+                    con.execute("INSERT INTO baselines VALUES (?, ?, ?)", [pin["experiment"], pin["run_id"], pin["pinned_at"]])
+            con.execute("COMMIT")
+        return {"damaged": True, "moved_to": str(moved) if moved else None, "runs": len(rows), "pins": len(pins), "reason": why}
+
+    @property
+    def pins(self) -> Path:
+        return self.root / "baselines"
+
+    def _write_pin(self, pin: dict) -> None:
+        self.pins.mkdir(parents=True, exist_ok=True)
+        doc = {**pin, "pinned_at": pin["pinned_at"].isoformat()}
+        write_text(self.pins / f"{pin['experiment']}.json", json.dumps(doc, sort_keys=True))
+
+    @staticmethod
+    def _read_pin(path: Path) -> dict | None:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            return {"experiment": str(doc["experiment"]), "run_id": str(doc["run_id"]),
+                    "pinned_at": datetime.fromisoformat(doc["pinned_at"])}
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     # ------------------------------------------------------------------ questions
 
@@ -255,7 +415,8 @@ class Warehouse:
             names = [d[0] for d in cur.description]
             return [dict(zip(names, row)) for row in cur.fetchall()]
 
-    def runs(self, experiment: str | None = None, status: str | None = None, limit: int | None = None) -> list[dict]:
+    def runs(self, experiment: str | None = None, status: str | None = None, limit: int | None = None,
+             with_process: bool = False) -> list[dict]:
         """Runs, newest first."""
         where, params = [], []
         if experiment:
@@ -264,7 +425,7 @@ class Warehouse:
         if status:
             where.append("status = ?")
             params.append(status)
-        sql = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs"
+        sql = f"SELECT {', '.join(MANIFEST_COLUMNS if with_process else RUN_COLUMNS)} FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY started_at DESC, run_id DESC"
@@ -272,8 +433,9 @@ class Warehouse:
             sql += f" LIMIT {int(limit)}"
         return self._dicts(sql, params)
 
-    def run(self, run_id: str) -> dict:
-        rows = self._dicts(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE run_id = ?", [run_id])
+    def run(self, run_id: str, with_process: bool = False) -> dict:
+        columns = MANIFEST_COLUMNS if with_process else RUN_COLUMNS
+        rows = self._dicts(f"SELECT {', '.join(columns)} FROM runs WHERE run_id = ?", [run_id])
         if not rows:
             raise InputError(f"no run {run_id!r} in the warehouse {self.db_path}")
         return rows[0]
@@ -316,9 +478,11 @@ class Warehouse:
         run = self.run(run_id)
         if run["status"] != "completed" or run["experiment"] != experiment:
             raise InputError(f"run {run_id!r} is not a completed run of experiment {experiment!r}")
+        pin = {"experiment": experiment, "run_id": run_id, "pinned_at": _now()}
+        self._write_pin(pin)
         with self.connect() as con:
             con.execute("DELETE FROM baselines WHERE experiment = ?", [experiment])
-            con.execute("INSERT INTO baselines VALUES (?, ?, ?)", [experiment, run_id, _now()])
+            con.execute("INSERT INTO baselines VALUES (?, ?, ?)", [experiment, run_id, pin["pinned_at"]])
 
     def baseline(self, experiment: str) -> str | None:
         rows = self._dicts("SELECT run_id FROM baselines WHERE experiment = ?", [experiment])

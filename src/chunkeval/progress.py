@@ -1,0 +1,80 @@
+"""What a person sees while a run works: one progress line per long step, and Prefect kept quiet.
+
+Library code reports with `progress.step(name, done, total)`; nothing is shown unless a front end
+(the `chunkeval` command) has installed a display with `show_progress()`. On a terminal the line is
+redrawn in place as a bar; elsewhere (a log file, CI) each step prints one plain line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable
+
+_sink: Callable[[str, int | None, int | None], None] | None = None
+
+
+def step(name: str, done: int | None = None, total: int | None = None) -> None:
+    """Report progress of a step (`done` of `total` units where it counts them)."""
+    if _sink is not None:
+        _sink(name, done, total)
+
+
+class TerminalProgress:
+    def __init__(self, stream=None, width: int = 28):
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.width = width
+        self.current: str | None = None
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+
+    def __call__(self, name: str, done: int | None, total: int | None) -> None:
+        with self.lock:
+            if name != self.current:
+                if self.current is not None and self.tty:
+                    self.stream.write("\n")
+                self.current = name
+                self.started = time.monotonic()
+            elapsed = time.monotonic() - self.started
+            if total:
+                filled = int(self.width * min(done or 0, total) / total)
+                line = f"{name:<10} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}  {elapsed:4.0f} s"
+            else:
+                line = f"{name}…"
+            if self.tty:
+                self.stream.write("\r" + line)
+            elif not total or done in (0, total) or done is None:
+                self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.current is not None and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+        self.current = None
+
+
+@contextmanager
+def show_progress(stream=None):
+    """Show progress on `stream` (stderr) while the block runs; the display is removed after it."""
+    global _sink
+    display = TerminalProgress(stream)
+    _sink = display
+    try:
+        yield display
+    finally:
+        _sink = None
+        display.close()
+
+
+def quiet_prefect(verbose: bool = False) -> None:
+    """Keep Prefect's console to warnings (its logs still reach the Prefect API and UI), and keep a
+    temporary server's telemetry off. Takes effect when called before Prefect is first imported."""
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "INFO" if verbose else "WARNING")
+    if not os.environ.get("PREFECT_API_URL"):  # a temporary server: no telemetry, and time to start on a busy machine
+        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")

@@ -1,0 +1,225 @@
+"""The catalogue of bad input: every command, every kind of mistake a user makes.
+
+Each case must end with exit status 2 and one line on stderr that names the file and row or the
+setting, print no traceback, and write nothing: no output file, no cache part, no warehouse row
+(input is rejected before a run starts). Commands added later bring their cases here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from chunkeval.cli import main
+from chunkeval.experiment import DEMO_DIR, Experiment
+from chunkeval.sweep import run_sweep
+from chunkeval.warehouse import Warehouse
+
+GOOD_REFS = '[{""content"": ""Delta epsilon"", ""start_index"": 18, ""end_index"": 31}]'
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, embedder_factory):
+    """A home whose warehouse holds one completed run of experiment `cat` (a real sweep of the demo)."""
+    home = tmp_path_factory.mktemp("catalogue_home")
+    exp = Experiment(name="cat", chunker=("fixed_token",), chunk_sizes=(100,), overlaps=("0",), k=(3,))
+    result = run_sweep(exp, embedder_factory())
+    wh = Warehouse(home / "warehouse")
+    run_id = wh.begin_run("cat", {}, "manual", exp.to_dict())
+    wh.complete_run(run_id, result.per_query, result.summary, result.texts_embedded, result.references)
+    return home, run_id
+
+
+@pytest.fixture()
+def ws(tmp_path, recorded, monkeypatch):
+    """A workspace: good corpus and questions files, a regular file to put impossible paths under,
+    and CHUNKEVAL_HOME pointing at the recorded warehouse."""
+    home, run_id = recorded
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
+    corpus = tmp_path / "corpora"
+    corpus.mkdir()
+    (corpus / "doc.md").write_text("Alpha beta gamma. Delta epsilon zeta. " * 20, encoding="utf-8")
+    (tmp_path / "q.csv").write_text(f'question,references,corpus_id\nWhat?,"{GOOD_REFS}",doc\n', encoding="utf-8")
+    (tmp_path / "plain").write_text("a regular file\n")
+    (tmp_path / "gold.csv").write_text('query_id,query,relevant_chunk_ids\n1,q one,"[""A""]"\n')
+    (tmp_path / "run.jsonl").write_text('{"query_id": "1", "retrieved_chunk_ids": ["A"]}\n')
+    return {"t": tmp_path, "home": home, "run_id": run_id}
+
+
+def write(path: Path, content: str | bytes) -> Path:
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content, encoding="utf-8")
+    return path
+
+
+def sweep(t: Path, *extra, questions=None, corpus=None, out=None):
+    return ["sweep", "--corpus-dir", corpus or t / "corpora", "--questions", questions or t / "q.csv", "--chunk-sizes", "50",
+            "--out", out or t / "out.csv", *extra]
+
+
+def bad_refs(t: Path, refs: str) -> Path:
+    return write(t / "bad.csv", f'question,references,corpus_id\nWhat?,"{refs}",doc\n')
+
+
+def experiment(t: Path, text: str | bytes) -> Path:
+    return write(t / "exp.yaml", text)
+
+
+def evaluate_run(t: Path, gold: Path | None = None, run: Path | None = None, *extra):
+    return ["evaluate-run", "--gold", gold or t / "gold.csv", "--run", run or t / "run.jsonl", *extra]
+
+
+GOOD_YAML = "corpus_dir: corpora\nquestions: q.csv\nchunk_sizes: [50]\nk: [1]\n"
+
+# name → (argv from the workspace, a piece of the one line the user must read)
+CASES = {
+    # ---------------------------------------------------------------- sweep: files
+    "sweep: corpus folder missing": (lambda w: sweep(w["t"], corpus=w["t"] / "nope"), "corpus folder not found"),
+    "sweep: questions missing": (lambda w: sweep(w["t"], questions=w["t"] / "nope.csv"), "nope.csv: file not found"),
+    "sweep: questions is a folder": (lambda w: sweep(w["t"], questions=w["t"] / "corpora"), "cannot read file"),
+    "sweep: questions under a regular file": (lambda w: sweep(w["t"], questions=w["t"] / "plain" / "q.csv"), "q.csv"),
+    "sweep: questions empty": (lambda w: sweep(w["t"], questions=write(w["t"] / "e.csv", "")), "file is empty"),
+    "sweep: questions not UTF-8": (lambda w: sweep(w["t"], questions=write(w["t"] / "l1.csv", b"question,references,corpus_id\ncaf\xe9,[],doc\n")), "not UTF-8"),
+    "sweep: corpus not UTF-8": (lambda w: [write(w["t"] / "corpora" / "doc.md", b"caf\xe9 au lait"), *sweep(w["t"])][1:], "doc.md: not UTF-8"),
+    "sweep: corpus empty": (lambda w: [write(w["t"] / "corpora" / "doc.md", "  \n"), *sweep(w["t"])][1:], "file is empty"),
+    "sweep: broken CSV quoting": (lambda w: sweep(w["t"], questions=write(w["t"] / "b.csv", 'question,references,corpus_id\n"What?,[],doc\n')), "b.csv"),
+    "sweep: missing column": (lambda w: sweep(w["t"], questions=write(w["t"] / "m.csv", "question,corpus_id\nWhat?,doc\n")), "missing column"),
+    "sweep: broken JSON in references": (lambda w: sweep(w["t"], questions=bad_refs(w["t"], "[{oops")), "row 1: column references: broken JSON"),
+    "sweep: references not a list": (lambda w: sweep(w["t"], questions=bad_refs(w["t"], '{""a"": 1}')), "bad.csv: row 1"),
+    "sweep: offsets out of range": (lambda w: sweep(w["t"], questions=bad_refs(w["t"], '[{""content"": ""x"", ""start_index"": 5, ""end_index"": 99999}]')), "out of range"),
+    "sweep: reversed offsets": (lambda w: sweep(w["t"], questions=bad_refs(w["t"], '[{""content"": ""x"", ""start_index"": 9, ""end_index"": 3}]')), "reversed"),
+    "sweep: offsets not numbers": (lambda w: sweep(w["t"], questions=bad_refs(w["t"], '[{""content"": ""x"", ""start_index"": ""a"", ""end_index"": 3}]')), "bad.csv: row 1"),
+    "sweep: reference not found": (lambda w: sweep(w["t"], questions=bad_refs(w["t"], '[{""content"": ""omega"", ""start_index"": 0, ""end_index"": 5}]')), "not found"),
+    "sweep: question names an unknown corpus": (lambda w: sweep(w["t"], questions=write(w["t"] / "u.csv", f'question,references,corpus_id\nWhat?,"{GOOD_REFS}",nope\n')), "u.csv: row 1: corpus_id 'nope' names no corpus file"),
+    # ---------------------------------------------------------------- sweep: settings
+    "sweep: unknown corpus": (lambda w: sweep(w["t"], "--corpus", "nope"), "no corpus named nope"),
+    "sweep: unknown chunker": (lambda w: sweep(w["t"], "--chunker", "magic"), "unknown chunker 'magic'"),
+    "sweep: chunker module not importable": (lambda w: sweep(w["t"], "--chunker", "nosuchpkg.mod:fn"), "cannot import chunker"),
+    "sweep: unknown model": (lambda w: sweep(w["t"], "--model", "no-such-model"), "model 'no-such-model'"),
+    "sweep: chunk size not a number": (lambda w: sweep(w["t"], "--chunk-sizes", "abc"), "--chunk-sizes must be whole numbers"),
+    "sweep: chunk size 0": (lambda w: sweep(w["t"], "--chunk-sizes", "0"), "chunk_size must be at least 1"),
+    "sweep: overlap not a number": (lambda w: sweep(w["t"], "--overlaps", "ten%"), "overlap must be a whole number"),
+    "sweep: overlap not below size": (lambda w: sweep(w["t"], "--overlaps", "50"), "chunk_overlap"),
+    "sweep: k below 1": (lambda w: sweep(w["t"], "--k", "0"), "k must be at least 1"),
+    "sweep: batch size 0": (lambda w: sweep(w["t"], "--batch-size", "0"), "--batch-size must be at least 1"),
+    "sweep: output suffix": (lambda w: sweep(w["t"], out=w["t"] / "out.txt"), ".csv or .parquet"),
+    "sweep: output folder missing": (lambda w: sweep(w["t"], out=w["t"] / "none" / "out.csv"), "output folder does not exist"),
+    "sweep: output under a regular file": (lambda w: sweep(w["t"], out=w["t"] / "plain" / "out.csv"), "output folder does not exist"),
+    "sweep: CHUNKEVAL_HOME under a regular file": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "plain" / "home")), *sweep(w["t"])][1:], "is a file, not a folder"),
+    # ---------------------------------------------------------------- run
+    "run: experiment file missing": (lambda w: ["run", w["t"] / "nope.yaml"], "nope.yaml: file not found"),
+    "run: experiment file broken YAML": (lambda w: ["run", experiment(w["t"], "k: [1, 2\nchunker: x")], "exp.yaml: broken YAML"),
+    "run: experiment file not a mapping": (lambda w: ["run", experiment(w["t"], "- a\n- b\n")], "a YAML mapping"),
+    "run: experiment file not UTF-8": (lambda w: ["run", experiment(w["t"], b"name: caf\xe9\n")], "not UTF-8"),
+    "run: experiment file unknown key": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "chunk_size: 3\n")], "unknown experiment key(s) chunk_size"),
+    "run: experiment file wrong type": (lambda w: ["run", experiment(w["t"], "corpus_dir: corpora\nquestions: q.csv\nchunk_sizes: [fifty]\n")], "chunk_sizes must be whole numbers"),
+    "run: experiment file bad name": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "name: two words\n")], "must be one word"),
+    "run: experiment file broken questions": (lambda w: ["run", experiment(w["t"], GOOD_YAML.replace("q.csv", "bad.csv")), bad_refs(w["t"], "[{oops")][:2], "bad.csv: row 1: column references: broken JSON"),
+    "run: unknown experiment without settings": (lambda w: ["run", "--experiment", "nosuch"], "no experiment named 'nosuch'"),
+    "run: k below 1": (lambda w: ["run", "--experiment", "cat", "--k", "0"], "k must be at least 1"),
+    "run: unknown chunker": (lambda w: ["run", "--experiment", "cat", "--chunker", "magic"], "unknown chunker 'magic'"),
+    "run: unknown model": (lambda w: ["run", "--experiment", "cat", "--model", "no-such-model"], "model 'no-such-model'"),
+    "run: CHUNKEVAL_HOME under a regular file": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "plain" / "home")), "run", experiment(w["t"], GOOD_YAML)][1:], "is a file, not a folder"),
+    # ---------------------------------------------------------------- evaluate-run
+    "evaluate-run: gold missing": (lambda w: evaluate_run(w["t"], w["t"] / "nope.csv"), "nope.csv: file not found"),
+    "evaluate-run: gold empty": (lambda w: evaluate_run(w["t"], write(w["t"] / "g.csv", "")), "file is empty"),
+    "evaluate-run: gold grade not a number": (lambda w: evaluate_run(w["t"], write(w["t"] / "g.csv", 'query_id,query,relevant_chunk_ids\n1,q,"{""A"": ""x""}"\n')), "g.csv: row 1"),
+    "evaluate-run: run broken JSON": (lambda w: evaluate_run(w["t"], None, write(w["t"] / "r.jsonl", '{"query_id": "1", "retrieved_chunk_ids": ["A"\n')), "r.jsonl: row 1: broken JSON"),
+    "evaluate-run: run names an unknown query": (lambda w: evaluate_run(w["t"], None, write(w["t"] / "r.jsonl", '{"query_id": "9", "retrieved_chunk_ids": ["A"]}\n')), "query_id '9' is not in the gold set"),
+    "evaluate-run: run list of wrong type": (lambda w: evaluate_run(w["t"], None, write(w["t"] / "r.jsonl", '{"query_id": "1", "retrieved_chunk_ids": "A"}\n')), "r.jsonl: row 1"),
+    "evaluate-run: TREC qrels line short": (lambda w: evaluate_run(w["t"], write(w["t"] / "q.trec", "1 0 A\n"), write(w["t"] / "r.trec", "1 Q0 A 1 1.0 t\n"), "--format", "trec"), "q.trec: row 1: a qrels line has 4 fields"),
+    "evaluate-run: TREC run score not a number": (lambda w: evaluate_run(w["t"], write(w["t"] / "q.trec", "1 0 A 1\n"), write(w["t"] / "r.trec", "1 Q0 A 1 high t\n"), "--format", "trec"), "r.trec: row 1: score 'high'"),
+    "evaluate-run: k below 1": (lambda w: evaluate_run(w["t"], None, None, "--k", "0"), "--k must be at least 1"),
+    "evaluate-run: k not a number": (lambda w: evaluate_run(w["t"], None, None, "--k", "ten"), "--k: invalid int value"),
+    "evaluate-run: unknown format": (lambda w: evaluate_run(w["t"], None, None, "--format", "xml"), "--format: invalid choice"),
+    # ---------------------------------------------------------------- runs, trend, report, baseline
+    "runs: unknown experiment": (lambda w: ["runs", "--experiment", "nosuch"], "no experiment named 'nosuch'"),
+    "trend: unknown experiment": (lambda w: ["trend", "--experiment", "nosuch", "--metric", "span_recall"], "no experiment named 'nosuch'"),
+    "trend: unknown metric": (lambda w: ["trend", "--experiment", "cat", "--metric", "accuracy"], "unknown metric 'accuracy'"),
+    "trend: unknown configuration key": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "size=100"], "--config keys are"),
+    "trend: configuration value not a number": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size=big"], "--config chunk_size must be whole numbers"),
+    "trend: configuration not in the experiment": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size=999"], "no configuration of experiment 'cat' matches"),
+    "trend: configuration without =": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size"], "--config takes key=value"),
+    "trend: last 0": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--last", "0"], "--last must be at least 1"),
+    "trend: negative threshold": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--threshold", "-1"], "--threshold must be 0 or more"),
+    "trend: unknown baseline run": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--baseline", "nosuch"], "no run 'nosuch'"),
+    "trend: no warehouse yet": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "trend", "--experiment", "cat", "--metric", "mrr"][1:], "no warehouse here yet"),
+    "report: unknown run": (lambda w: ["report", "--run", "nosuch"], "no run 'nosuch'"),
+    "report: unknown experiment": (lambda w: ["report", "--experiment", "nosuch"], "no experiment named 'nosuch'"),
+    "report: neither run nor experiment": (lambda w: ["report"], "give --run ID or --experiment NAME"),
+    "report: run of another experiment": (lambda w: ["report", "--experiment", "other", "--run", w["run_id"]], "no experiment named 'other'"),
+    "report: html folder missing": (lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "none" / "r.html"], "output folder does not exist"),
+    "report: html under a regular file": (lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "plain" / "r.html"], "output folder does not exist"),
+    "report: html is a folder": (lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "corpora"], "output is a folder"),
+    "report: configuration not in the run": (lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "r.html", "--config", "chunk_size=999"], "no configuration of the run matches"),
+    "baseline: unknown run": (lambda w: ["baseline", "--experiment", "cat", "--run", "nosuch"], "no run 'nosuch'"),
+    "baseline: unknown experiment": (lambda w: ["baseline", "--experiment", "nosuch", "--run", w["run_id"]], "no experiment named 'nosuch'"),
+    "warehouse repair: no warehouse": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "warehouse", "repair"][1:], "nothing to repair"),
+    "unknown command": (lambda w: ["frobnicate"], "invalid choice: 'frobnicate'"),
+}
+
+
+def snapshot(*roots: Path) -> dict:
+    """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes)."""
+    files = sorted(str(p.relative_to(root)) for root in roots if root.exists() for p in root.rglob("*")
+                   if p.is_file() and not p.name.startswith("chunkeval.duckdb"))
+    return {"files": files}
+
+
+def catalogue_rows(home: Path) -> list:
+    wh = Warehouse(home / "warehouse")
+    if not wh.exists():
+        return []
+    with wh.connect() as con:
+        return con.execute("SELECT run_id, status FROM runs UNION ALL SELECT run_id, experiment FROM baselines ORDER BY 1").fetchall()
+
+
+def test_the_catalogue_is_large_enough():
+    commands = {name.split(":")[0] for name in CASES}
+    assert len(CASES) >= 40
+    assert {"sweep", "run", "evaluate-run", "runs", "trend", "report", "baseline", "warehouse repair"} <= commands
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_gets_one_line_exit_2_and_writes_nothing(case, ws, capsys):
+    make, message = CASES[case]
+    argv = [str(a) for a in make(ws)]  # writes the case's input files
+    before = snapshot(ws["t"], ws["home"])
+    rows_before = catalogue_rows(ws["home"])
+    code = call(argv)
+    _, err = capsys.readouterr()
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("chunkeval") and message in lines[0], err
+    home = Path(os.environ["CHUNKEVAL_HOME"])
+    after = snapshot(ws["t"], ws["home"])
+    assert after == before, "nothing may be written"
+    assert catalogue_rows(ws["home"]) == rows_before
+    assert not (home.exists() and home != ws["home"] and any(home.rglob("*"))), "no new CHUNKEVAL_HOME content"
+
+
+def call(argv: list[str]) -> int:
+    """`main`, with argparse's own exit (usage mistakes) turned into its status."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def test_run_of_an_unknown_experiment_with_settings_defines_it(ws, capsys):
+    """`run --experiment NAME` with settings is how a new experiment is named: checked here up to the
+    point where the flow would start, by an input error that only a defined experiment reaches."""
+    t = ws["t"]
+    code = main(["run", "--experiment", "fresh", "--corpus-dir", str(t / "corpora"), "--questions", str(bad_refs(t, "[{oops"))])
+    _, err = capsys.readouterr()
+    assert code == 2 and "bad.csv: row 1: column references: broken JSON" in err
+
+
+def test_trend_of_a_recorded_experiment_still_works(ws, capsys):
+    assert main(["trend", "--experiment", "cat", "--metric", "mrr", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and rows[0]["run_id"] == ws["run_id"]
