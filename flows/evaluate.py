@@ -17,8 +17,7 @@ from prefect.logging import get_run_logger
 from prefect.runtime import flow_run
 
 from chunkeval import progress, sweep
-from chunkeval.chunking import ChunkerSpec, Chunks, chunk_corpora
-from chunkeval.embedding import Embedder
+from chunkeval.chunking import ChunkerSpec
 from chunkeval.experiment import Experiment, cache_dir, input_fingerprints
 from chunkeval.faults import checkpoint
 from chunkeval.html_report import report_path, write_report
@@ -45,28 +44,23 @@ def load(exp: Experiment) -> sweep.Inputs:
 
 
 @task(**TASK)
-def chunk(corpora: dict, spec: ChunkerSpec) -> Chunks:
-    return chunk_corpora(corpora, spec)
+def chunk(corpora: dict, spec: ChunkerSpec, model: str | None, embedders: sweep.Embedders) -> sweep.Chunking:
+    return sweep.chunk_one(corpora, spec, model, embedders)
 
 
 @task(**IO_TASK)
-def embed(inputs: sweep.Inputs, chunkings: list[Chunks], embedder: Embedder) -> sweep.Embedded:
-    return sweep.embed_all(inputs, chunkings, embedder)
+def embed(inputs: sweep.Inputs, chunkings: list, configs: list, embedders: sweep.Embedders) -> sweep.Embedded:
+    return sweep.embed_all(inputs, chunkings, configs, embedders)
 
 
 @task(**TASK)
-def retrieve(inputs: sweep.Inputs, chunks: Chunks, queries, vectors, k: int, own_corpus: bool):
-    return sweep.retrieve(inputs, chunks, queries, vectors, k, own_corpus)
+def score(inputs: sweep.Inputs, chunkings: list, config: sweep.Config, embedded: sweep.Embedded, exp: Experiment) -> pa.Table:
+    return sweep.score_config(inputs, chunkings, config, embedded, exp)
 
 
 @task(**TASK)
-def score(gold, spec: ChunkerSpec, chunks: Chunks, topk, ks: tuple[int, ...]) -> pa.Table:
-    return sweep.score_chunking(gold, spec, chunks, topk, ks)
-
-
-@task(**TASK)
-def references(inputs: sweep.Inputs, spec: ChunkerSpec, chunks: Chunks) -> pa.Table:
-    return sweep.reference_table(inputs, spec, chunks)
+def references(inputs: sweep.Inputs, chunking: sweep.Chunking) -> pa.Table:
+    return sweep.reference_table(inputs, chunking)
 
 
 @task(**IO_TASK)
@@ -76,13 +70,13 @@ def report(experiment: str, run_id: str) -> str:
 
 
 @task(**TASK)
-def summarize(per_query: pa.Table, specs, chunkings, embedded: sweep.Embedded, skip_empty_gold: bool) -> pa.Table:
-    return sweep.summarize_sweep(per_query, sweep.chunk_stats(specs, chunkings, embedded.truncated), skip_empty_gold)[0]
+def summarize(per_query: pa.Table, chunkings: list, configs: list, embedded: sweep.Embedded, skip_empty_gold: bool) -> pa.Table:
+    return sweep.summarize_sweep(per_query, sweep.chunk_stats(chunkings, configs, embedded), skip_empty_gold)[0]
 
 
 @task(**IO_TASK)
-def store(run_id: str, per_query: pa.Table, summary: pa.Table, texts_embedded: int, refs: pa.Table) -> None:
-    warehouse().complete_run(run_id, per_query, summary, texts_embedded, refs)
+def store(run_id: str, per_query: pa.Table, summary: pa.Table, texts_embedded: int, refs: pa.Table, models: pa.Table) -> None:
+    warehouse().complete_run(run_id, per_query, summary, texts_embedded, refs, models)
 
 
 def artifact_key(experiment: str, what: str) -> str:
@@ -129,21 +123,23 @@ def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger:
     try:
         progress.step("loading")
         inputs = load(exp)
-        specs = exp.grid()
+        embedders = sweep.Embedders(cache_dir(), batch_size)
+        for note in exp.overlap_notes():
+            logger.info(note)
         progress.step("chunking")
-        chunkings = chunk.map(unmapped(inputs.corpora), specs).result()
-        embedder = Embedder(exp.model, cache_dir(), batch_size)
-        embedded = embed(inputs, chunkings, embedder)
-        logger.info("%d text(s) embedded, %d chunk(s) truncated to the model's input", embedder.texts_embedded, sum(embedded.truncated))
+        jobs = sweep.chunking_jobs(exp)
+        chunkings = chunk.map(unmapped(inputs.corpora), [s for s, _ in jobs], [m for _, m in jobs], unmapped(embedders)).result()
+        configs = sweep.plan(exp, chunkings)
+        embedded = embed(inputs, chunkings, configs, embedders)
+        logger.info("%d text(s) embedded, %d chunk(s) truncated to the model's input", embedders.texts_embedded,
+                    sum(embedded.truncated.values()))
         progress.step("scoring")
-        topks = retrieve.map(unmapped(inputs), chunkings, unmapped(embedded.queries), embedded.chunks,
-                             unmapped(max(exp.k)), unmapped(exp.own_corpus)).result()
-        tables = score.map(unmapped(inputs.gold), specs, chunkings, topks, unmapped(exp.k)).result()
-        refs = pa.concat_tables(references.map(unmapped(inputs), specs, chunkings).result())
+        tables = score.map(unmapped(inputs), unmapped(chunkings), configs, unmapped(embedded), unmapped(exp)).result()
+        refs = pa.concat_tables(references.map(unmapped(inputs), chunkings).result())
         per_query = pa.concat_tables(tables)
-        summary = summarize(per_query, specs, chunkings, embedded, exp.skip_empty_gold)
+        summary = summarize(per_query, chunkings, configs, embedded, exp.skip_empty_gold)
         progress.step("storing")
-        store(run_id, per_query, summary, embedder.texts_embedded, refs)
+        store(run_id, per_query, summary, embedders.texts_embedded, refs, embedders.table())
     except BaseException as exc:
         wh.fail_run(run_id, "".join(traceback.format_exception_only(exc)).strip())
         raise
@@ -155,4 +151,4 @@ def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger:
     page = Path(report(exp.name, run_id))
     create_link_artifact(key=artifact_key(exp.name, "report"), link=page.as_uri(), link_text=f"chunkeval report of run {run_id}",
                          description=f"The HTML report of experiment {exp.name} at run {run_id} (a file on the machine that ran it)")
-    return {"run_id": run_id, "status": "completed", "texts_embedded": embedder.texts_embedded, "report": str(page)}
+    return {"run_id": run_id, "status": "completed", "texts_embedded": embedders.texts_embedded, "report": str(page)}

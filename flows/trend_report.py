@@ -12,6 +12,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 from prefect.logging import get_run_logger
 
+from chunkeval.report import config_label
 from chunkeval.experiment import Experiment
 from chunkeval.html_report import report_path, write_report
 from chunkeval.warehouse import DEFAULT_THRESHOLD, REGRESSION_METRICS
@@ -62,8 +63,8 @@ def trend_report(experiments: list[str] = ["demo"], metrics: list[str] = list(RE
                        resource={"prefect.resource.id": f"chunkeval.experiment.{name}", "prefect.resource.name": name},
                        payload={"experiment": name, "threshold": threshold, "regressions": [{k: str(v) for k, v in r.items()} for r in falls]})
             for r in falls:
-                logger.error("regression in %s: %s of %s/%s/%s/k=%s fell from %.3f to %.3f", name, r["metric"], r["chunker"],
-                             r["chunk_size"], r["chunk_overlap"], r["k"], r["before"], r["after"])
+                logger.error("regression in %s: %s of %s fell from %.3f to %.3f", name, r["metric"], config_label(r),
+                             r["before"], r["after"])
         found[name] = falls
     if any(found.values()):
         raise RegressionDetected(f"{sum(map(len, found.values()))} regression(s) beyond {threshold}: "

@@ -34,7 +34,8 @@ def test_sweep_on_the_shared_data(chroma, tmp_path, capsys):
     )
     assert code == 0, err
     summary = pq.read_table(out)
-    assert summary.column_names[:4] == ["chunker", "chunk_size", "chunk_overlap", "k"]
+    assert summary.column_names[:6] == ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
+    assert set(summary["model"].to_pylist()) == {"all-MiniLM-L6-v2"} and set(summary["retriever"].to_pylist()) == {"dense"}
     assert sorted(set(zip(summary["chunk_size"].to_pylist(), summary["chunk_overlap"].to_pylist()))) == [(100, 0), (100, 10), (250, 0), (250, 25)]
     assert summary.num_rows == 8
     for metric in ("span_precision", "span_recall", "span_f1", "span_iou", "precision_omega", "precision", "recall",

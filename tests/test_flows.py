@@ -44,6 +44,20 @@ def small_experiment(tmp_path, name="small", **overrides) -> str:
     return str(path)
 
 
+def test_the_flow_runs_every_axis(tmp_path, own_home):
+    """Semantic chunkers (made per model, in tasks that share an embedder), several retrievers."""
+    exp_file = small_experiment(tmp_path, "axes", chunker=["fixed_token", "cluster_semantic"], chunk_sizes=[100],
+                                overlaps=[0, "20%"], k=[3], retriever=["dense", "bm25"])
+    result = evaluate(experiment=exp_file)
+    wh = Warehouse(own_home / "warehouse")
+    keys = {(r["model"], r["retriever"], r["chunker"], r["chunk_overlap"]) for r in wh.summary(result["run_id"]).to_pylist()}
+    assert keys == {("all-MiniLM-L6-v2", "dense", "fixed_token", 0), ("all-MiniLM-L6-v2", "dense", "fixed_token", 20),
+                    ("none", "bm25", "fixed_token", 0), ("none", "bm25", "fixed_token", 20),
+                    ("all-MiniLM-L6-v2", "dense", "cluster_semantic", 0), ("all-MiniLM-L6-v2", "bm25", "cluster_semantic", 0)}
+    (model,) = wh.models(result["run_id"]).to_pylist()
+    assert model["texts_embedded"] == result["texts_embedded"] > 0 and model["texts_per_second"] > 0
+
+
 def test_evaluate_records_a_run_and_publishes_its_table(tmp_path, own_home):
     exp_file = small_experiment(tmp_path)
     result = evaluate(experiment=exp_file)
@@ -104,16 +118,16 @@ def test_watch_emits_change_events(tmp_path, own_home):
 
 
 def test_trend_report_fails_on_a_real_regression(tmp_path, own_home):
-    good = small_experiment(tmp_path, "quality", chunk_sizes=[120], k=[3])
+    from chunkeval.embedding import resolve_model
+    model = tmp_path / "model"
+    shutil.copytree(resolve_model("all-MiniLM-L6-v2"), model)
+    good = small_experiment(tmp_path, "quality", chunk_sizes=[120], k=[3], model=str(model))
     evaluate(experiment=good)
     assert trend_report(experiments=[good]) == {"quality": 0}
     assert (home() / "warehouse" / "reports" / "quality.html").is_file()  # the page, next to the warehouse
-    # the same experiment with a model that reads only 16 word pieces of each chunk: quality falls
-    from chunkeval.embedding import resolve_model
-    model = tmp_path / "short-model"
-    shutil.copytree(resolve_model("all-MiniLM-L6-v2"), model)
+    # the model is replaced, at the same path, by one that reads only 16 word pieces of each chunk: quality falls
     (model / "sentence_bert_config.json").write_text('{"max_seq_length": 16, "do_lower_case": false}')
-    worse = small_experiment(tmp_path / "w", "quality", chunk_sizes=[120], k=[3], model=str(model))
+    worse = good
     evaluate(experiment=worse)
     falls = Warehouse(home() / "warehouse").regressions("quality", ["span_recall", "recall_at_k", "mrr"], 0.02)
     assert falls, "a model that reads 16 word pieces must lose quality"

@@ -60,7 +60,7 @@ def test_a_sweep_over_a_damaged_cache_gives_the_numbers_of_an_undamaged_one(tmp_
     monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
     args = ["sweep", "--chunker", "fixed_token", "--chunk-sizes", "100", "--overlaps", "0", "--k", "1,3"]
     assert main([*args, "--out", str(tmp_path / "a.parquet")]) == 0
-    (part,) = parts(tmp_path / "home" / "cache" / "embeddings")
+    part = parts(tmp_path / "home" / "cache" / "embeddings")[0]
     part.write_bytes(part.read_bytes()[:100])  # `head -c 100 part.parquet > x && mv x part.parquet`
     capsys.readouterr()
     assert main([*args, "--out", str(tmp_path / "b.parquet")]) == 0

@@ -1,3 +1,17 @@
-"""chunkeval: measure how well a chunking, an embedding model and a retrieval depth find the answers."""
+"""chunkeval: measure how well a chunking, an embedding model and a retriever find the answers.
 
-__version__ = "0.1.0"
+From Python: `chunkeval.evaluate(...)` runs a sweep and `chunkeval.score(gold, run, k)` scores ranked
+lists held in memory (see `chunkeval.api`); both return `Results` whose tables convert to pandas or polars.
+"""
+
+__version__ = "0.2.0"
+
+__all__ = ["Results", "evaluate", "score", "__version__"]
+
+
+def __getattr__(name):  # the API is imported on first use: `chunkeval --version` stays instant
+    if name in ("Results", "evaluate", "score"):
+        from chunkeval import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'chunkeval' has no attribute {name!r}")

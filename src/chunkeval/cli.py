@@ -27,11 +27,15 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--corpus-dir", help="folder of <corpus_id>.md|.txt files (default: the demo corpora)")
     g.add_argument("--questions", help="span gold set: CSV with question, references, corpus_id (default: the demo questions)")
     g.add_argument("--corpus", action="extend", nargs="+", metavar="ID", help="only these corpora (default: every corpus in the folder)")
-    g.add_argument("--chunker", help="comma-separated chunkers: fixed_token, fixed_char, recursive_token or module:function")
+    g.add_argument("--chunker", help="comma-separated chunkers: fixed_token, fixed_char, recursive_token, cluster_semantic, "
+                                     "semantic_breakpoint, or module:function (a chunker or a text splitter)")
     g.add_argument("--chunk-sizes", help="comma-separated chunk sizes (tokens; characters for fixed_char), e.g. 100,200")
     g.add_argument("--overlaps", help="comma-separated overlaps: a number of tokens, or a share of the chunk size like 10%% (rounded down)")
     g.add_argument("--k", help="comma-separated retrieval depths, e.g. 1,3,5")
-    g.add_argument("--model", help="embedding model: all-MiniLM-L6-v2 (default, bundled) or a local sentence-transformers folder")
+    g.add_argument("--model", help="comma-separated embedding models: all-MiniLM-L6-v2 (default, bundled), minilm-static "
+                                   "(built locally on first use), or local sentence-transformers folders")
+    g.add_argument("--retriever", help="comma-separated retrievers: dense (default), bm25, hybrid, or module:function")
+    g.add_argument("--rrf-k", type=int, help="the constant of hybrid's reciprocal rank fusion (default 60)")
     g.add_argument("--own-corpus", action="store_true", default=None,
                    help="retrieve each question from its own corpus only (default: from all corpora pooled, as Chroma does)")
     g.add_argument("--skip-empty-gold", action="store_true", default=None,
@@ -39,8 +43,8 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=32, help="texts per embedding batch (default 32)")
 
 
-SETTING_FLAGS = ("corpus_dir", "questions", "corpus", "chunker", "chunk_sizes", "overlaps", "k", "model", "own_corpus",
-                 "skip_empty_gold")
+SETTING_FLAGS = ("corpus_dir", "questions", "corpus", "chunker", "chunk_sizes", "overlaps", "k", "model", "retriever",
+                 "rrf_k", "own_corpus", "skip_empty_gold")
 
 
 def experiment_from_args(args: argparse.Namespace, default: Experiment | None = None, name: str | None = None) -> Experiment:
@@ -51,8 +55,8 @@ def experiment_from_args(args: argparse.Namespace, default: Experiment | None = 
         name=name, corpus_dir=args.corpus_dir, questions=args.questions,
         corpus=tuple(split_list(args.corpus)), chunker=tuple(split_list(args.chunker)),
         chunk_sizes=parse_ints(args.chunk_sizes, "--chunk-sizes"), overlaps=tuple(split_list(args.overlaps)),
-        k=parse_ints(args.k, "--k"),
-        model=args.model, own_corpus=args.own_corpus, skip_empty_gold=args.skip_empty_gold,
+        k=parse_ints(args.k, "--k"), model=tuple(split_list(args.model)), retriever=tuple(split_list(args.retriever)),
+        rrf_k=args.rrf_k, own_corpus=args.own_corpus, skip_empty_gold=args.skip_empty_gold,
     )
 
 
@@ -60,20 +64,23 @@ def experiment_from_args(args: argparse.Namespace, default: Experiment | None = 
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from chunkeval.embedding import Embedder
     from chunkeval.files import check_writable_dir, write_tables
-    from chunkeval.report import beside, check_table_path, format_summary
-    from chunkeval.sweep import CONFIG_KEYS, run_sweep
+    from chunkeval.report import beside, check_table_path, format_models, format_summary
+    from chunkeval.sweep import CONFIG_KEYS, Embedders, run_sweep
 
     out = check_table_path(args.out)
     exp = experiment_from_args(args)
     check_writable_dir(cache_dir(), "the embedding cache ($CHUNKEVAL_HOME)")
-    result = run_sweep(exp, Embedder(exp.model, cache_dir(), args.batch_size))
+    result = run_sweep(exp, Embedders(cache_dir(), args.batch_size))
     write_tables({out: result.summary, beside(out, "per_query"): result.per_query, beside(out, "by_corpus"): result.by_corpus})
+    for note in result.notes:
+        print(f"note: {note}")
     print(format_summary(result.summary, CONFIG_KEYS))
     truncated = sum(result.summary["truncated_chunks"].to_pylist()) // max(len(exp.k), 1)
     print(f"\n{result.texts_embedded} text(s) embedded; {truncated} chunk(s) longer than the model's input were "
           f"embedded from their beginning; results in {out} and {beside(out, 'per_query').name}, {beside(out, 'by_corpus').name}")
+    if result.models.num_rows:
+        print(format_models(result.models))
     return 0
 
 
@@ -220,18 +227,23 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def _config_filter(values: list[str] | None) -> dict:
+    from chunkeval.sweep import CONFIG_KEYS
+
     out = {}
     for item in split_list(values):
         key, sep, value = item.partition("=")
         if not sep:
-            raise InputError(f"--config takes key=value pairs (chunker, chunk_size, chunk_overlap, k), got {item!r}")
-        out[key.strip()] = value.strip() if key.strip() == "chunker" else parse_ints(value, f"--config {key}")[0]
+            raise InputError(f"--config takes key=value pairs ({', '.join(CONFIG_KEYS)}), got {item!r}")
+        key = key.strip()
+        if key not in CONFIG_KEYS:
+            raise InputError(f"--config keys are {', '.join(CONFIG_KEYS)}; got {key!r}")
+        out[key] = value.strip() if key in ("model", "retriever", "chunker") else parse_ints(value, f"--config {key}")[0]
     return out
 
 
 def cmd_trend(args: argparse.Namespace) -> int:
     from chunkeval.metrics import METRICS
-    from chunkeval.report import format_rows
+    from chunkeval.report import config_label, format_rows
 
     if args.metric not in METRICS:
         raise InputError(f"unknown metric {args.metric!r}; choose one of {', '.join(METRICS)}")
@@ -252,16 +264,17 @@ def cmd_trend(args: argparse.Namespace) -> int:
         json.dump([{**r, "started_at": _iso(r["started_at"])} for r in rows], sys.stdout, indent=2)
         print()
     elif rows:
-        cols = ["run_id", "started_at", "chunker", "chunk_size", "chunk_overlap", "k", args.metric, "change"]
-        print(format_rows(cols, [[r["run_id"], _iso(r["started_at"]), r["chunker"], str(r["chunk_size"]), str(r["chunk_overlap"]),
-                                  str(r["k"]), f"{r['value']:.3f}", "" if r["change"] is None else f"{r['change']:+.3f}"] for r in rows]))
+        keys = ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
+        cols = ["run_id", "started_at", *keys, args.metric, "change"]
+        print(format_rows(cols, [[r["run_id"], _iso(r["started_at"]), *(str(r[k]) for k in keys),
+                                  f"{r['value']:.3f}", "" if r["change"] is None else f"{r['change']:+.3f}"] for r in rows]))
     else:
         print(f"no completed run of experiment {args.experiment!r} with {args.metric}")
     if args.fail_on_regression:
         falls = wh.regressions(args.experiment, [args.metric], args.threshold, args.baseline)
         falls = [f for f in falls if all(f[k] == v for k, v in config.items())]
         for f in falls:
-            print(f"chunkeval: regression: {f['metric']} of {f['chunker']}/{f['chunk_size']}/{f['chunk_overlap']}/k={f['k']} "
+            print(f"chunkeval: regression: {f['metric']} of {config_label(f)} "
                   f"fell from {f['before']:.3f} to {f['after']:.3f} (run {f['run_id']} against {f['reference_run_id']})", file=sys.stderr)
         if falls:
             return 1

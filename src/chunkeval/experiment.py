@@ -1,8 +1,8 @@
 """An experiment: a name plus everything a sweep takes. Immutable; given as flags or a YAML file.
 
 YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, corpus, chunker,
-chunk_sizes, overlaps, k, model, own_corpus, skip_empty_gold. Relative paths are read from the
-YAML file's folder.
+chunk_sizes, overlaps, k, model, retriever, rrf_k, own_corpus, skip_empty_gold (model, retriever and
+the other lists take one value or a list). Relative paths are read from the YAML file's folder.
 """
 
 from __future__ import annotations
@@ -68,7 +68,9 @@ class Experiment:
     chunk_sizes: tuple[int, ...] = (200,)
     overlaps: tuple[str, ...] = ("0",)
     k: tuple[int, ...] = (5,)
-    model: str = DEFAULT_MODEL
+    model: tuple[str, ...] = (DEFAULT_MODEL,)
+    retriever: tuple[str, ...] = ("dense",)
+    rrf_k: int = 60
     own_corpus: bool = False
     skip_empty_gold: bool = False
 
@@ -84,12 +86,17 @@ class Experiment:
                 continue
             if key in ("corpus_dir", "questions") and base is not None:
                 value = str((base / str(value)).resolve())
-            if key in ("corpus", "chunker", "overlaps"):
+            if key in ("corpus", "chunker", "overlaps", "model", "retriever"):
+                if not isinstance(value, (str, int, float, list, tuple)):
+                    raise InputError(f"{key} must be a name or a list of names, got {value!r}", source)
                 value = tuple(split_list(value))
             elif key in ("chunk_sizes", "k"):
                 value = parse_ints(value, key)
+            elif key == "rrf_k":
+                value = parse_ints(value, key)[0] if split_list(value) else 60
             elif key in ("own_corpus", "skip_empty_gold"):
-                value = bool(value)
+                if not isinstance(value, bool):
+                    raise InputError(f"{key} must be true or false, got {value!r}", source)
             else:
                 value = str(value)
             values[key] = value
@@ -136,17 +143,52 @@ class Experiment:
         for k in self.k:
             if k < 1:
                 raise InputError(f"k must be at least 1, got {k}", source)
+        if self.rrf_k < 0:
+            raise InputError(f"rrf_k must be 0 or more, got {self.rrf_k}", source)
+        for key in ("model", "retriever", "chunker"):
+            values = getattr(self, key)
+            if not values:
+                raise InputError(f"an experiment needs at least one {key}", source)
+            twice = sorted({v for v in values if values.count(v) > 1})
+            if twice:
+                raise InputError(f"{key} {', '.join(map(repr, twice))} listed twice", source)
+        from chunkeval.embedding import check_model
+        from chunkeval.retrievers import check_retriever
+
+        for retriever in self.retriever:
+            check_retriever(retriever)
+        if self.needs_model():
+            for model in self.model:
+                check_model(model)
         self.grid()
         return self
 
+    def needs_model(self) -> bool:
+        """Whether any chunker or retriever of the grid embeds: bm25 over fixed chunks never loads a model."""
+        from chunkeval.chunking import needs_embeddings as chunker_needs
+        from chunkeval.retrievers import needs_embeddings as retriever_needs
+
+        return any(chunker_needs(c) for c in self.chunker) or any(retriever_needs(r) for r in self.retriever)
+
     def grid(self) -> list[ChunkerSpec]:
         """Every (chunker, size, overlap) setting, validated, without repeats, in the order given."""
+        from chunkeval.chunking import needs_embeddings
+
         specs = []
         for chunker in self.chunker:
+            no_overlap = needs_embeddings(chunker)  # semantic chunkers take none: once per size, at overlap 0
             for size in self.chunk_sizes:
                 for overlap in self.overlaps:
-                    specs.append(ChunkerSpec(chunker, size, parse_overlap(overlap, size)).validate())
+                    specs.append(ChunkerSpec(chunker, size, 0 if no_overlap else parse_overlap(overlap, size)).validate())
         return list(dict.fromkeys(specs))
+
+    def overlap_notes(self) -> list[str]:
+        """What the grid does differently from what it lists (chunkers that take no overlap)."""
+        from chunkeval.chunking import needs_embeddings
+
+        if all(parse_overlap(o, s) == 0 for o in self.overlaps for s in self.chunk_sizes):
+            return []
+        return [f"{c} takes no overlap: it runs once per chunk size, at overlap 0" for c in self.chunker if needs_embeddings(c)]
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -157,9 +199,19 @@ class Experiment:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
-def input_fingerprints(exp: Experiment) -> dict[str, str]:
-    """SHA-256 of the experiment's corpora (each file's bytes, by corpus id), its gold file and its model."""
+def models_fingerprint(exp: Experiment) -> str:
+    """The model fingerprint of a run: the one model's, a hash over several, or `none` when nothing embeds."""
     from chunkeval.embedding import model_fingerprint
+
+    if not exp.needs_model():
+        return "none"
+    if len(exp.model) == 1:
+        return model_fingerprint(exp.model[0])
+    return hashlib.sha256(json.dumps([model_fingerprint(m) for m in exp.model]).encode()).hexdigest()
+
+
+def input_fingerprints(exp: Experiment) -> dict[str, str]:
+    """SHA-256 of the experiment's corpora (each file's bytes, by corpus id), its gold file and its models."""
     from chunkeval.files import hash_file
     from chunkeval.ingest import CORPUS_SUFFIXES
 
@@ -174,4 +226,4 @@ def input_fingerprints(exp: Experiment) -> dict[str, str]:
     corpus = hashlib.sha256(json.dumps({c: hash_file(files[c]).hexdigest() for c in wanted}, sort_keys=True).encode()).hexdigest()
     if not Path(exp.questions).is_file():
         raise InputError("file not found", exp.questions)
-    return {"corpus": corpus, "gold": hash_file(Path(exp.questions)).hexdigest(), "model": model_fingerprint(exp.model)}
+    return {"corpus": corpus, "gold": hash_file(Path(exp.questions)).hexdigest(), "model": models_fingerprint(exp)}

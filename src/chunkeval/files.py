@@ -23,6 +23,17 @@ def hash_file(path: Path, digest=None):
     return digest
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host is still running (a process we may not signal counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def check_writable_dir(path: Path, what: str) -> Path:
     """Fail early, writing nothing, when `path` (a folder, made later where missing) cannot be created or written."""
     from chunkeval.errors import InputError

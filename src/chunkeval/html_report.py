@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from chunkeval import __version__, charts
 from chunkeval.errors import InputError
+from chunkeval.experiment import split_list
 from chunkeval.faults import checkpoint
 from chunkeval.files import write_text
 from chunkeval.metrics import METRICS, MICRO, MICRO_F1
@@ -28,7 +29,9 @@ BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
 
 
 def label(row: dict, with_k: bool = True) -> str:
-    text = f"{row['chunker']} {row['chunk_size']}/{row['chunk_overlap']}"
+    """`model retriever chunker size/overlap k=K` (a model folder by its name)."""
+    model = Path(str(row.get("model", ""))).name
+    text = f"{model} {row.get('retriever', '')} {row['chunker']} {row['chunk_size']}/{row['chunk_overlap']}".strip()
     return f"{text} k={row['k']}" if with_k else text
 
 
@@ -75,15 +78,16 @@ def budget_table(per_query: pa.Table, budgets: list[int]) -> dict[str, np.ndarra
     con = duckdb.connect()
     con.register("q", per_query)
     con.register("b", pa.table({"budget": budgets}))
-    rows = con.sql("""
-        SELECT chunker, chunk_size, chunk_overlap, budget, avg(best) AS recall FROM (
-            SELECT chunker, chunk_size, chunk_overlap, query_id, budget,
+    keys = ", ".join(CONFIG_KEYS[:-1])
+    rows = con.sql(f"""
+        SELECT {keys}, budget, avg(best) AS recall FROM (
+            SELECT {keys}, query_id, budget,
                    coalesce(max(span_recall) FILTER (WHERE retrieved_tokens <= budget), 0) AS best
             FROM q, b GROUP BY ALL)
-        GROUP BY ALL ORDER BY chunker, chunk_size, chunk_overlap, budget""").fetchall()
+        GROUP BY ALL ORDER BY {keys}, budget""").fetchall()
     curves: dict[str, list[float]] = {}
-    for chunker, size, overlap, _, recall in rows:
-        curves.setdefault(label({"chunker": chunker, "chunk_size": size, "chunk_overlap": overlap}, with_k=False), []).append(recall)
+    for *config, _, recall in rows:
+        curves.setdefault(label(dict(zip(CONFIG_KEYS, config)), with_k=False), []).append(recall)
     return {k: np.asarray(v) for k, v in curves.items()}
 
 
@@ -108,11 +112,12 @@ def choose(summary: list[dict], config: dict | None) -> dict:
 # --------------------------------------------------------------------------- sections
 
 
-def section_summary(run: dict, settings: dict, summary: list[dict]) -> str:
+def section_summary(run: dict, settings: dict, summary: list[dict], models: list[dict] | None = None) -> str:
     facts = [
         ("experiment", escape(run["experiment"])), ("run", escape(run["run_id"])),
         ("started", _when(run["started_at"])), ("finished", _when(run["finished_at"])), ("trigger", escape(run["trigger"])),
-        ("model", escape(str(settings.get("model", "")))),
+        ("models", escape(", ".join(split_list(settings.get("model"))))),
+        ("retrievers", escape(", ".join(split_list(settings.get("retriever")) or ["dense"]))),
         ("corpora", escape(str(settings.get("corpus_dir", ""))) + (" (" + escape(", ".join(settings.get("corpus") or [])) + ")" if settings.get("corpus") else "")),
         ("gold set", escape(str(settings.get("questions", "")))),
         ("retrieval", "each question from its own corpus" if settings.get("own_corpus") else "pooled over all corpora"),
@@ -126,7 +131,10 @@ def section_summary(run: dict, settings: dict, summary: list[dict]) -> str:
     for m, r in best_rows(summary).items():
         micro = _num(r.get(f"{m}_micro")) if (m in MICRO or m in MICRO_F1) else "–"
         rows.append([escape(m), escape(label(r)), f"{_num(r[f'{m}_mean'])} ± {_num(r[f'{m}_std'])}", micro])
-    return (f'<section id="summary"><h2>1. Summary</h2><dl>{dl}</dl>'
+    speed = _table(["model", "fingerprint", "texts embedded", "texts per second"],
+                   [[escape(m["model"]), f'<code>{escape(str(m["model_fingerprint"])[:16])}</code>', str(m["texts_embedded"]),
+                     _num(m["texts_per_second"], 1)] for m in models]) if models else ""
+    return (f'<section id="summary"><h2>1. Summary</h2><dl>{dl}</dl>{speed}'
             f'<h3>Best configuration per metric</h3>{_table(["metric", "best configuration", "macro mean ± std", "micro"], rows)}</section>')
 
 
@@ -161,13 +169,13 @@ def section_distributions(summary: list[dict], per_query: pa.Table) -> str:
         mask = np.ones(per_query.num_rows, dtype=bool)
         for k in CONFIG_KEYS:
             mask &= np.asarray(per_query[k].to_pylist(), dtype=object) == r[k]
-        groups[f"{title}\n{r['chunker']}\n{r['chunk_size']}/{r['chunk_overlap']} k={r['k']}"] = {m: np.asarray(per_query[m].to_pylist(), dtype=float)[mask] for m in BOX_METRICS}
+        groups[f"{title}\n{label(r)}"] = {m: np.asarray(per_query[m].to_pylist(), dtype=float)[mask] for m in BOX_METRICS}
     return ('<section id="distributions"><h2>4. Distributions per query</h2><p>Box plots of per-query span precision, recall and F1 '
             f'for the best-precision, best-recall and best-F1 configurations (triangles are means).</p>{charts.boxplots(groups, BOX_METRICS)}</section>')
 
 
 def section_gold(refs: pa.Table, per_query: pa.Table) -> str:
-    first = {k: refs[k][0].as_py() for k in ("chunker", "chunk_size", "chunk_overlap")} if refs.num_rows else {}
+    first = {k: refs[k][0].as_py() for k in ("model", "chunker", "chunk_size", "chunk_overlap")} if refs.num_rows else {}
     one = [r for r in refs.to_pylist() if all(r[k] == v for k, v in first.items())]
     questions = {}
     for r in per_query.select(["query_id", "corpus_id"]).to_pylist():
@@ -189,7 +197,8 @@ def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table) -> str:
     zero = [[escape(r["query_id"]), escape(r["corpus_id"]), escape(questions.get(r["query_id"], "(no reference)"))]
             for r in rows if r["span_recall"] == 0]
     recall = {r["query_id"]: r["span_recall"] for r in rows}
-    mine = [r for r in refs.to_pylist() if all(r[k] == chosen[k] for k in ("chunker", "chunk_size", "chunk_overlap"))]
+    mine = [r for r in refs.to_pylist() if all(r[k] == chosen[k] for k in ("chunker", "chunk_size", "chunk_overlap"))
+            and r["model"] in (chosen["model"], "none")]  # a semantic chunking is the chosen model's
     straddling = [[escape(r["query_id"]), escape(r["corpus_id"]), escape(r["question"]), f"[{r['ref_start']}, {r['ref_end']})",
                    str(r["ref_tokens"]), _num(recall.get(r["query_id"]))] for r in mine if r["straddles"]]
     zero_html = (_table(["query", "corpus", "question"], zero) if zero else "<p>No question has zero recall here.</p>")
@@ -272,12 +281,13 @@ def build_report(wh: Warehouse, experiment: str, run_id: str | None = None, conf
     settings = json.loads(run["settings"] or "{}")
     summary = wh.summary(run_id).to_pylist()
     per_query = wh.query_results(run_id)
-    refs = wh.table("SELECT * FROM gold_references WHERE run_id = ? ORDER BY chunker, chunk_size, chunk_overlap, query_id, ref_start", [run_id])
+    refs = wh.table("SELECT * FROM gold_references WHERE run_id = ? ORDER BY model, chunker, chunk_size, chunk_overlap, query_id, ref_start",
+                    [run_id])
     chosen = choose(summary, config)
     best = best_rows(summary)
     trend_configs = list({label(r): r for r in [chosen, best["span_precision"], best["span_recall"], best["span_f1"]]}.values())
     sections = [
-        section_summary(run, settings, summary), section_grid(summary), section_tradeoff(summary),
+        section_summary(run, settings, summary, wh.models(run_id).to_pylist()), section_grid(summary), section_tradeoff(summary),
         section_distributions(summary, per_query), section_gold(refs, per_query), section_failures(chosen, per_query, refs),
         section_budget(per_query), section_trend(wh, experiment, trend_configs, threshold),
     ]

@@ -33,6 +33,11 @@ def check_output_path(path: Path) -> Path:
     return path
 
 
+def config_label(row: dict) -> str:
+    """`model/retriever/chunker/size/overlap/k=K`: one configuration, as messages name it."""
+    return f"{row['model']}/{row['retriever']}/{row['chunker']}/{row['chunk_size']}/{row['chunk_overlap']}/k={row['k']}"
+
+
 def beside(path: Path, part: str) -> Path:
     """`results.csv` → `results.<part>.csv`."""
     path = Path(path)
@@ -50,7 +55,8 @@ def _cell(value) -> str:
 def format_rows(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.rjust(w) if i >= 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines += ["  ".join(c.ljust(w) if i == 0 or c[:1].isalpha() else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+              for r in rows]
     return "\n".join(lines)
 
 
@@ -73,3 +79,10 @@ def format_macro_micro(summary: pa.Table, metrics: list[str]) -> str:
     rows = [[m, _cell(rec.get(f"{m}_mean")), _cell(rec.get(f"{m}_std")), _cell(rec.get(f"{m}_micro"))]
             for m in metrics if f"{m}_mean" in rec]
     return format_rows(["metric", "macro", "std", "micro"], rows)
+
+
+def format_models(models: pa.Table) -> str:
+    """The models of a run: texts embedded and throughput (texts per second; – when nothing was embedded)."""
+    rows = [[r["model"], str(r["texts_embedded"]), "–" if r["texts_per_second"] is None else f"{r['texts_per_second']:.1f}",
+             (r["model_fingerprint"] or "")[:12]] for r in models.to_pylist()]
+    return format_rows(["model", "texts embedded", "texts/s", "fingerprint"], rows)

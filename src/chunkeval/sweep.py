@@ -1,9 +1,12 @@
-"""A sweep: every chunking setting of an experiment, scored at every k, from plain functions.
+"""A sweep: every configuration of an experiment, scored at every k, from plain functions.
 
-The steps are separate so that a flow can run each as a task:
-`load_inputs` → `chunk_corpora` (per setting) → `embed_all` → `retrieve` (per setting, once at the
-largest k) → `score_chunking` and `reference_table` (per setting) → `summarize_sweep`.
-Each distinct text (chunk or question) is embedded once across the whole grid.
+A configuration is (model, retriever, chunker, chunk_size, chunk_overlap, k). The steps are separate
+so that a flow can run each as a task:
+`load_inputs` → `chunk_one` (per chunking job: a setting, and for a semantic chunker a model) →
+`embed_all` (one call per model) → `retrieve` (per configuration, once at the largest k) →
+`score_chunking` and `reference_table` → `summarize_sweep`.
+Each distinct text (chunk, question or semantic piece) is embedded once per model across the grid;
+a grid whose chunkers and retrievers need no vectors loads no model, and its rows carry model `none`.
 """
 
 from __future__ import annotations
@@ -15,13 +18,15 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval import metrics as M
-from chunkeval.chunking import ChunkerSpec, Chunks, chunk_corpora, count_tokens
+from chunkeval import retrievers
+from chunkeval.chunking import ChunkerSpec, Chunks, chunk_corpora, count_tokens, needs_embeddings
 from chunkeval.embedding import Embedder
 from chunkeval.experiment import Experiment
 from chunkeval.ingest import SpanGold, corpus_ids_in, load_corpora, load_span_gold
-from chunkeval.retrieval import top_k
 
-CONFIG_KEYS = ["chunker", "chunk_size", "chunk_overlap", "k"]
+CONFIG_KEYS = ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
+CHUNKING_KEYS = CONFIG_KEYS[:-1]  # a configuration without its depth: what chunk statistics are kept by
+NO_MODEL = "none"  # the model of rows that no model produced (bm25 over fixed or recursive chunks)
 
 
 @dataclass(frozen=True)
@@ -31,12 +36,30 @@ class Inputs:
 
 
 @dataclass(frozen=True)
-class Embedded:
-    """Question vectors, and per chunking its chunk vectors and how many chunks were truncated."""
+class Chunking:
+    """The chunks of one setting; `model` is the model a semantic chunker embedded with (None for the others)."""
 
-    queries: np.ndarray
-    chunks: list[np.ndarray]
-    truncated: list[int]
+    spec: ChunkerSpec
+    model: str | None
+    chunks: Chunks
+
+
+@dataclass(frozen=True)
+class Config:
+    """What one retrieval run covers: a chunking, the model of its rows, a retriever (every k at once)."""
+
+    chunking: int
+    model: str
+    retriever: str
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """Question vectors per model, and chunk vectors and truncated-chunk counts per (chunking, model)."""
+
+    queries: dict[str, np.ndarray]
+    chunks: dict[tuple[int, str], np.ndarray]
+    truncated: dict[tuple[int, str], int]
 
 
 @dataclass(frozen=True)
@@ -45,8 +68,53 @@ class SweepResult:
     summary: pa.Table
     by_corpus: pa.Table
     references: pa.Table
+    models: pa.Table
     texts_embedded: int
     model_loaded: bool
+    notes: tuple[str, ...] = ()
+
+
+class Embedders:
+    """One `Embedder` per model, made when first asked for: a grid that needs no vectors makes none."""
+
+    def __init__(self, cache_dir: Path | None = None, batch_size: int = 32, given: tuple[Embedder, ...] = ()):
+        self.cache_dir = cache_dir
+        self.batch_size = batch_size
+        self._by_model = {e.model: e for e in given}
+
+    @classmethod
+    def of(cls, embedders: "Embedders | Embedder") -> "Embedders":
+        if isinstance(embedders, Embedders):
+            return embedders
+        return cls(embedders.cache_dir, embedders.batch_size, (embedders,))
+
+    def __getitem__(self, model: str) -> Embedder:
+        if model not in self._by_model:
+            self._by_model[model] = Embedder(model, self.cache_dir, self.batch_size)
+        return self._by_model[model]
+
+    def embed_function(self, model: str):
+        """`texts -> vectors` of one model, through its cache: what a semantic chunker is given."""
+        return lambda texts: self[model].embed(list(texts))[0]
+
+    @property
+    def texts_embedded(self) -> int:
+        return sum(e.texts_embedded for e in self._by_model.values())
+
+    @property
+    def model_loaded(self) -> bool:
+        return any(e.model_loaded for e in self._by_model.values())
+
+    def table(self) -> pa.Table:
+        """Per model used: its fingerprint, texts embedded, seconds spent and throughput (texts per second)."""
+        used = list(self._by_model.values())
+        return pa.table({
+            "model": pa.array([e.model for e in used], pa.string()),
+            "model_fingerprint": pa.array([e.fingerprint for e in used], pa.string()),
+            "texts_embedded": pa.array([e.texts_embedded for e in used], pa.int64()),
+            "embed_seconds": pa.array([e.embed_seconds for e in used], pa.float64()),
+            "texts_per_second": pa.array([e.texts_per_second for e in used], pa.float64()),
+        })
 
 
 def load_inputs(exp: Experiment) -> Inputs:
@@ -54,33 +122,74 @@ def load_inputs(exp: Experiment) -> Inputs:
     return Inputs(corpora, load_span_gold(Path(exp.questions), corpora, corpus_ids_in(Path(exp.corpus_dir))))
 
 
-def embed_all(inputs: Inputs, chunkings: list[Chunks], embedder: Embedder) -> Embedded:
-    """One embedding call for the questions and every chunking's chunks: repeats are embedded once."""
-    texts = list(inputs.gold.questions)
-    bounds = [len(texts)]
-    for chunks in chunkings:
-        texts += chunks.texts(inputs.corpora)
-        bounds.append(len(texts))
-    vectors, truncated = embedder.embed(texts)
-    return Embedded(
-        queries=vectors[: bounds[0]],
-        chunks=[vectors[a:b] for a, b in zip(bounds, bounds[1:])],
-        truncated=[int(truncated[a:b].sum()) for a, b in zip(bounds, bounds[1:])],
-    )
+def chunking_jobs(exp: Experiment) -> list[tuple[ChunkerSpec, str | None]]:
+    """Every chunking to make: each setting once, a semantic chunker's once per model."""
+    return [(spec, model) for spec in exp.grid()
+            for model in (exp.model if needs_embeddings(spec.chunker) else (None,))]
 
 
-def retrieve(inputs: Inputs, chunks: Chunks, query_vectors: np.ndarray, chunk_vectors: np.ndarray,
-             k: int, own_corpus: bool = False) -> np.ndarray:
+def chunk_one(corpora: dict[str, str], spec: ChunkerSpec, model: str | None, embedders: Embedders) -> Chunking:
+    embed = embedders.embed_function(model) if model is not None else None
+    return Chunking(spec, model, chunk_corpora(corpora, spec, embed))
+
+
+def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
+    """Every (chunking, model, retriever): a retriever that reads vectors runs once per model; one that
+    does not runs once, under the model of its chunking (`none` for chunkings that embed nothing)."""
+    configs = []
+    for i, chunking in enumerate(chunkings):
+        for retriever in exp.retriever:
+            if chunking.model is not None:
+                configs.append(Config(i, chunking.model, retriever))
+            elif retrievers.needs_embeddings(retriever):
+                configs += [Config(i, model, retriever) for model in exp.model]
+            else:
+                configs.append(Config(i, NO_MODEL, retriever))
+    return configs
+
+
+def embed_all(inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedders: Embedders) -> Embedded:
+    """Per model, one embedding call for the questions and one for the chunks of every chunking it
+    retrieves from: repeated texts are embedded once."""
+    queries, chunks, truncated = {}, {}, {}
+    wanted: dict[str, list[int]] = {}
+    for c in configs:
+        if retrievers.needs_embeddings(c.retriever) and c.chunking not in wanted.setdefault(c.model, []):
+            wanted[c.model].append(c.chunking)
+    for model, indices in wanted.items():
+        embedder = embedders[model]
+        queries[model] = embedder.embed(list(inputs.gold.questions), kind="query")[0]
+        texts, bounds = [], [0]
+        for i in indices:
+            texts += chunkings[i].chunks.texts(inputs.corpora)
+            bounds.append(len(texts))
+        vectors, cut = embedder.embed(texts)
+        for i, a, b in zip(indices, bounds, bounds[1:]):
+            chunks[(i, model)] = vectors[a:b]
+            truncated[(i, model)] = int(cut[a:b].sum())
+    return Embedded(queries, chunks, truncated)
+
+
+def retrieve(inputs: Inputs, chunking: Chunking, config: Config, embedded: Embedded, k: int,
+             own_corpus: bool = False, rrf_k: int = 60) -> np.ndarray:
     """Top-k chunk indices per question (-1 padding), over the pooled corpora or each question's own."""
-    if not own_corpus:
-        return top_k(query_vectors, chunk_vectors, k)[0]
-    index = {name: i for i, name in enumerate(chunks.corpus_names)}
-    q_groups = np.asarray([index[c] for c in inputs.gold.corpus_ids], dtype=np.int64)
-    return top_k(query_vectors, chunk_vectors, k, q_groups, chunks.corpus.astype(np.int64))[0]
+    chunks = chunking.chunks
+    key = (config.chunking, config.model)
+    request = retrievers.RetrievalRequest(
+        query_texts=list(inputs.gold.questions), chunk_texts=chunks.texts(inputs.corpora), k=k,
+        query_vectors=embedded.queries.get(config.model), chunk_vectors=embedded.chunks.get(key),
+    )
+    groups = {}
+    if own_corpus:
+        index = {name: i for i, name in enumerate(chunks.corpus_names)}
+        groups = {"query_groups": np.asarray([index.get(c, -1) for c in inputs.gold.corpus_ids], dtype=np.int64),
+                  "chunk_groups": chunks.corpus.astype(np.int64)}
+    return retrievers.retrieve(config.retriever, request, rrf_k=rrf_k, **groups)
 
 
-def score_chunking(gold: SpanGold, spec: ChunkerSpec, chunks: Chunks, topk: np.ndarray, ks: tuple[int, ...]) -> pa.Table:
-    """Per-query span, set and rank metrics of one chunking at every k (topk holds the largest k)."""
+def score_chunking(gold: SpanGold, spec: ChunkerSpec, chunks: Chunks, topk: np.ndarray, ks: tuple[int, ...],
+                   model: str = NO_MODEL, retriever: str = "dense") -> pa.Table:
+    """Per-query span, set and rank metrics of one configuration at every k (topk holds the largest k)."""
     ref = M.reference_chars(gold, chunks.corpus_names)
     first = M.first_covering_rank(ref, topk, chunks)
     relevance = M.chunk_relevance(gold, ref, chunks)
@@ -92,6 +201,7 @@ def score_chunking(gold: SpanGold, spec: ChunkerSpec, chunks: Chunks, topk: np.n
         judged = M.judge_topk(topk[:, :k], relevance.keys, relevance.n_relevant, len(chunks))
         ranks = M.rank_metrics(judged, k)
         columns = {
+            "model": pa.array([model] * n, pa.string()), "retriever": pa.array([retriever] * n, pa.string()),
             "chunker": pa.array([spec.chunker] * n), "chunk_size": pa.array(np.full(n, spec.chunk_size)),
             "chunk_overlap": pa.array(np.full(n, spec.chunk_overlap)), "k": pa.array(np.full(n, k)),
             "query_id": pa.array(gold.query_ids), "corpus_id": pa.array(gold.corpus_ids),
@@ -108,10 +218,11 @@ def score_chunking(gold: SpanGold, spec: ChunkerSpec, chunks: Chunks, topk: np.n
     return pa.concat_tables(parts)
 
 
-def reference_table(inputs: Inputs, spec: ChunkerSpec, chunks: Chunks) -> pa.Table:
+def reference_table(inputs: Inputs, chunking: Chunking) -> pa.Table:
     """One row per reference: its question, length in tokens, and whether it straddles a chunk
-    boundary (no single chunk of this chunking holds it whole: the usual cause of partial recall)."""
-    gold = inputs.gold
+    boundary (no single chunk of this chunking holds it whole: the usual cause of partial recall).
+    `model` is the model a semantic chunking was made with, `none` for the others."""
+    gold, spec, chunks = inputs.gold, chunking.spec, chunking.chunks
     straddles = np.ones(len(gold.ref_start), dtype=bool)
     corpus_of_ref = np.asarray([gold.corpus_ids[q] for q in gold.ref_query.tolist()], dtype=object)
     for index, name in enumerate(chunks.corpus_names):  # a loop over corpora, vectorized within
@@ -122,6 +233,7 @@ def reference_table(inputs: Inputs, spec: ChunkerSpec, chunks: Chunks) -> pa.Tab
     texts = [inputs.corpora[c][s:e] for c, s, e in zip(corpus_of_ref, gold.ref_start.tolist(), gold.ref_end.tolist())]
     q = gold.ref_query.tolist()
     return pa.table({
+        "model": pa.array([chunking.model or NO_MODEL] * n, pa.string()),
         "chunker": [spec.chunker] * n, "chunk_size": np.full(n, spec.chunk_size), "chunk_overlap": np.full(n, spec.chunk_overlap),
         "query_id": [gold.query_ids[i] for i in q], "corpus_id": corpus_of_ref.tolist(), "question": [gold.questions[i] for i in q],
         "ref_start": gold.ref_start, "ref_end": gold.ref_end, "ref_tokens": count_tokens(texts), "straddles": straddles,
@@ -133,31 +245,37 @@ def summarize_sweep(per_query: pa.Table, chunk_stats: pa.Table, skip_empty_gold:
     table = per_query if skip_empty_gold else per_query.drop_columns(["has_gold"])
     summary = M.summarize(table, CONFIG_KEYS)
     by_corpus = M.summarize(table, CONFIG_KEYS + ["corpus_id"])
-    keys = CONFIG_KEYS[:3]
-    return (summary.join(chunk_stats, keys).sort_by([(c, "ascending") for c in CONFIG_KEYS]),
+    return (summary.join(chunk_stats, CHUNKING_KEYS).sort_by([(c, "ascending") for c in CONFIG_KEYS]),
             by_corpus.sort_by([(c, "ascending") for c in CONFIG_KEYS + ["corpus_id"]]))
 
 
-def chunk_stats(specs: list[ChunkerSpec], chunkings: list[Chunks], truncated: list[int]) -> pa.Table:
+def chunk_stats(chunkings: list[Chunking], configs: list[Config], embedded: Embedded) -> pa.Table:
+    """Per configuration (without k): chunks made, and chunks longer than the model's input."""
+    specs = [chunkings[c.chunking].spec for c in configs]
     return pa.table({
+        "model": pa.array([c.model for c in configs], pa.string()), "retriever": pa.array([c.retriever for c in configs], pa.string()),
         "chunker": [s.chunker for s in specs], "chunk_size": [s.chunk_size for s in specs],
-        "chunk_overlap": [s.chunk_overlap for s in specs], "n_chunks": [len(c) for c in chunkings],
-        "truncated_chunks": truncated,
+        "chunk_overlap": [s.chunk_overlap for s in specs], "n_chunks": [len(chunkings[c.chunking].chunks) for c in configs],
+        "truncated_chunks": [embedded.truncated.get((c.chunking, c.model), 0) for c in configs],
     })
 
 
-def run_sweep(exp: Experiment, embedder: Embedder) -> SweepResult:
+def score_config(inputs: Inputs, chunkings: list[Chunking], config: Config, embedded: Embedded, exp: Experiment) -> pa.Table:
+    """Retrieve once at the largest k, score at every k: one configuration's per-query table."""
+    chunking = chunkings[config.chunking]
+    topk = retrieve(inputs, chunking, config, embedded, max(exp.k), exp.own_corpus, exp.rrf_k)
+    return score_chunking(inputs.gold, chunking.spec, chunking.chunks, topk, exp.k, config.model, config.retriever)
+
+
+def run_sweep(exp: Experiment, embedders: "Embedders | Embedder") -> SweepResult:
     """The whole sweep of an experiment in one process (the flow runs the same steps as tasks)."""
+    embedders = Embedders.of(embedders)
     inputs = load_inputs(exp)
-    specs = exp.grid()
-    chunkings = [chunk_corpora(inputs.corpora, spec) for spec in specs]
-    embedded = embed_all(inputs, chunkings, embedder)
-    k_max = max(exp.k)
-    tables = [
-        score_chunking(inputs.gold, spec, chunks, retrieve(inputs, chunks, embedded.queries, vectors, k_max, exp.own_corpus), exp.k)
-        for spec, chunks, vectors in zip(specs, chunkings, embedded.chunks)
-    ]
-    per_query = pa.concat_tables(tables)
-    summary, by_corpus = summarize_sweep(per_query, chunk_stats(specs, chunkings, embedded.truncated), exp.skip_empty_gold)
-    references = pa.concat_tables([reference_table(inputs, spec, chunks) for spec, chunks in zip(specs, chunkings)])
-    return SweepResult(per_query, summary, by_corpus, references, embedder.texts_embedded, embedder.model_loaded)
+    chunkings = [chunk_one(inputs.corpora, spec, model, embedders) for spec, model in chunking_jobs(exp)]
+    configs = plan(exp, chunkings)
+    embedded = embed_all(inputs, chunkings, configs, embedders)
+    per_query = pa.concat_tables([score_config(inputs, chunkings, c, embedded, exp) for c in configs])
+    summary, by_corpus = summarize_sweep(per_query, chunk_stats(chunkings, configs, embedded), exp.skip_empty_gold)
+    references = pa.concat_tables([reference_table(inputs, c) for c in chunkings])
+    return SweepResult(per_query, summary, by_corpus, references, embedders.table(), embedders.texts_embedded,
+                       embedders.model_loaded, tuple(exp.overlap_notes()))

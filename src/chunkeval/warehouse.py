@@ -30,11 +30,11 @@ import pyarrow as pa
 from chunkeval import __version__
 from chunkeval.errors import InputError
 from chunkeval.faults import checkpoint
-from chunkeval.files import write_tables, write_text
+from chunkeval.files import pid_alive, write_tables, write_text
 from chunkeval.metrics import METRICS
 from chunkeval.sweep import CONFIG_KEYS
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 STATUSES = ("running", "completed", "failed", "skipped")
 TRIGGERS = ("manual", "schedule", "event")
 # what the regression check watches by default, and by how much (absolute) a macro mean may fall
@@ -70,6 +70,9 @@ MIGRATIONS = [
     # v3: every run keeps a manifest (its catalogue row) beside its results, and every pin a file, so that
     # `chunkeval warehouse repair` can rebuild a damaged catalogue; `_backfill` writes them for older runs.
     "SELECT 1",
+    # v4: a configuration is (model, retriever, chunker, chunk_size, chunk_overlap, k); results of older
+    # runs read as retriever `dense` with the model their settings recorded; per-run models.parquet.
+    "SELECT 1",
 ]
 
 RUN_COLUMNS = ("run_id", "flow_run_id", "experiment", "status", "trigger", "started_at", "finished_at",
@@ -90,24 +93,19 @@ def _quote(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _empty_results() -> tuple[pa.Table, pa.Table, pa.Table]:
+def _empty_results() -> dict[str, pa.Table]:
     """Zero-row tables with the key columns, so the views bind before any run has finished."""
-    keys = {"run_id": pa.string(), "chunker": pa.string(), "chunk_size": pa.int64(), "chunk_overlap": pa.int64(), "k": pa.int64()}
+    keys = {"run_id": pa.string(), "model": pa.string(), "retriever": pa.string(), "chunker": pa.string(),
+            "chunk_size": pa.int64(), "chunk_overlap": pa.int64(), "k": pa.int64()}
     per_query = pa.schema({**keys, "query_id": pa.string(), "corpus_id": pa.string(), **{m: pa.float64() for m in METRICS}})
     summary = pa.schema({**keys, "n_queries": pa.int64(), **{f"{m}_{s}": pa.float64() for m in METRICS for s in ("mean", "std", "micro")}})
-    references = pa.schema({**keys, "query_id": pa.string(), "corpus_id": pa.string(), "question": pa.string(),
+    references = pa.schema({"run_id": pa.string(), "model": pa.string(), "chunker": pa.string(), "chunk_size": pa.int64(),
+                            "chunk_overlap": pa.int64(), "query_id": pa.string(), "corpus_id": pa.string(), "question": pa.string(),
                             "ref_start": pa.int64(), "ref_end": pa.int64(), "ref_tokens": pa.int64(), "straddles": pa.bool_()})
-    return per_query.empty_table(), summary.empty_table(), references.empty_table()
+    models = pa.schema({"run_id": pa.string(), "model": pa.string(), "model_fingerprint": pa.string(), "texts_embedded": pa.int64(),
+                        "embed_seconds": pa.float64(), "texts_per_second": pa.float64()})
+    return {name: schema.empty_table() for name, schema in
+            (("per_query", per_query), ("summary", summary), ("references", references), ("models", models))}
 
 
 class Warehouse:
@@ -201,38 +199,44 @@ class Warehouse:
             self._write_pin({"experiment": experiment, "run_id": run_id, "pinned_at": pinned_at})
 
     def _create_views(self, con) -> None:
-        seed = self.results / "_schema"
-        if not (seed / "references.parquet").exists():
+        seed = self.results / f"_schema{SCHEMA_VERSION}"
+        if not (seed / "models.parquet").exists():
             seed.mkdir(parents=True, exist_ok=True)
-            per_query, summary, references = _empty_results()
-            write_tables({seed / "per_query.parquet": per_query, seed / "summary.parquet": summary,
-                          seed / "references.parquet": references})
-        per_query = _quote(self.results / "*" / "per_query.parquet")
-        summary = _quote(self.results / "*" / "summary.parquet")
+            write_tables({seed / f"{name}.parquet": table for name, table in _empty_results().items()})
+        files = lambda name: f"read_parquet({_quote(self.results / '*' / f'{name}.parquet')}, union_by_name = true)"  # noqa: E731
+        # results of runs before v4 have no model or retriever column: they were dense, with the model of their settings
+        model = "coalesce({t}.model, json_extract_string(r.settings, '$.model'))"
         con.execute(f"""
             CREATE OR REPLACE VIEW query_results AS
-            SELECT r.experiment, r.started_at, r.trigger, q.* EXCLUDE (run_id), q.run_id
-            FROM read_parquet({per_query}, union_by_name = true) q JOIN runs r USING (run_id)
+            SELECT r.experiment, r.started_at, r.trigger, {model.format(t="q")} AS model,
+                   coalesce(q.retriever, 'dense') AS retriever, q.* EXCLUDE (run_id, model, retriever), q.run_id
+            FROM {files("per_query")} q JOIN runs r USING (run_id)
             WHERE r.status = 'completed'""")
         con.execute(f"""
             CREATE OR REPLACE VIEW config_summary AS
-            SELECT r.experiment, r.started_at, r.trigger, s.* EXCLUDE (run_id), s.run_id
-            FROM read_parquet({summary}, union_by_name = true) s JOIN runs r USING (run_id)
+            SELECT r.experiment, r.started_at, r.trigger, {model.format(t="s")} AS model,
+                   coalesce(s.retriever, 'dense') AS retriever, s.* EXCLUDE (run_id, model, retriever), s.run_id
+            FROM {files("summary")} s JOIN runs r USING (run_id)
             WHERE r.status = 'completed'""")
         con.execute(f"""
             CREATE OR REPLACE VIEW gold_references AS
-            SELECT r.experiment, g.* EXCLUDE (run_id), g.run_id
-            FROM read_parquet({_quote(self.results / "*" / "references.parquet")}, union_by_name = true) g JOIN runs r USING (run_id)
+            SELECT r.experiment, coalesce(g.model, 'none') AS model, g.* EXCLUDE (run_id, model), g.run_id
+            FROM {files("references")} g JOIN runs r USING (run_id)
             WHERE r.status = 'completed'""")
-        con.execute("""
+        con.execute(f"""
+            CREATE OR REPLACE VIEW run_models AS
+            SELECT r.experiment, r.started_at, m.* EXCLUDE (run_id), m.run_id
+            FROM {files("models")} m JOIN runs r USING (run_id)
+            WHERE r.status = 'completed'""")
+        con.execute(f"""
             CREATE OR REPLACE VIEW trend AS
             WITH long AS (
-                UNPIVOT (SELECT experiment, run_id, started_at, chunker, chunk_size, chunk_overlap, k, COLUMNS('_mean$')
+                UNPIVOT (SELECT experiment, run_id, started_at, {', '.join(CONFIG_KEYS)}, COLUMNS('_mean$')
                          FROM config_summary)
                 ON COLUMNS('_mean$') INTO NAME metric VALUE value)
-            SELECT experiment, run_id, started_at, chunker, chunk_size, chunk_overlap, k,
+            SELECT experiment, run_id, started_at, {', '.join(CONFIG_KEYS)},
                    regexp_replace(metric, '_mean$', '') AS metric, value,
-                   value - lag(value) OVER (PARTITION BY experiment, chunker, chunk_size, chunk_overlap, k, metric
+                   value - lag(value) OVER (PARTITION BY experiment, {', '.join(CONFIG_KEYS)}, metric
                                             ORDER BY started_at, run_id) AS change
             FROM long""")
 
@@ -300,7 +304,7 @@ class Warehouse:
         return self.begin_run(experiment, fingerprints, trigger, settings, flow_run_id, status="skipped")
 
     def complete_run(self, run_id: str, per_query: pa.Table, summary: pa.Table, texts_embedded: int,
-                     references: pa.Table | None = None) -> None:
+                     references: pa.Table | None = None, models: pa.Table | None = None) -> None:
         """Write the run's Parquet files (each whole or not at all), its manifest, then mark it completed."""
         folder = self.results / run_id
         folder.mkdir(parents=True, exist_ok=True)
@@ -308,6 +312,8 @@ class Warehouse:
         tables = {folder / "per_query.parquet": run_col(per_query), folder / "summary.parquet": run_col(summary)}
         if references is not None:
             tables[folder / "references.parquet"] = run_col(references)
+        if models is not None:
+            tables[folder / "models.parquet"] = run_col(models)
         write_tables(tables, point="results")
         self._update(run_id, status="completed", finished_at=_now(), texts_embedded=int(texts_embedded))
 
@@ -321,7 +327,7 @@ class Warehouse:
         host = socket.gethostname()
         with self.connect() as con:
             rows = con.execute("SELECT run_id, pid FROM runs WHERE status = 'running' AND host = ?", [host]).fetchall()
-        dead = [run_id for run_id, pid in rows if pid is None or not _pid_alive(pid)]
+        dead = [run_id for run_id, pid in rows if pid is None or not pid_alive(pid)]
         for run_id in dead:
             manifest = self.read_manifest(run_id)
             if manifest and manifest["status"] == "completed" and self._has_results(run_id):
@@ -446,13 +452,18 @@ class Warehouse:
 
     def summary(self, run_id: str) -> pa.Table:
         with self.connect() as con:
-            return con.sql("SELECT * FROM config_summary WHERE run_id = ? ORDER BY chunker, chunk_size, chunk_overlap, k",
+            return con.sql(f"SELECT * FROM config_summary WHERE run_id = ? ORDER BY {', '.join(CONFIG_KEYS)}",
                            params=[run_id]).to_arrow_table()
 
     def query_results(self, run_id: str) -> pa.Table:
         with self.connect() as con:
-            return con.sql("SELECT * FROM query_results WHERE run_id = ? ORDER BY chunker, chunk_size, chunk_overlap, k, query_id",
+            return con.sql(f"SELECT * FROM query_results WHERE run_id = ? ORDER BY {', '.join(CONFIG_KEYS)}, query_id",
                            params=[run_id]).to_arrow_table()
+
+    def models(self, run_id: str) -> pa.Table:
+        """The models of a run: fingerprint, texts embedded, throughput (empty for runs before v4)."""
+        with self.connect() as con:
+            return con.sql("SELECT * FROM run_models WHERE run_id = ? ORDER BY model", params=[run_id]).to_arrow_table()
 
     def table(self, sql: str, params: list | None = None) -> pa.Table:
         """Any query over the warehouse, as an Arrow table."""
@@ -467,8 +478,9 @@ class Warehouse:
                 raise InputError(f"--config keys are {', '.join(CONFIG_KEYS)}; got {key!r}")
             where.append(f"{key} = ?")
             params.append(value)
-        sql = f"SELECT run_id, started_at, chunker, chunk_size, chunk_overlap, k, metric, value, change FROM trend WHERE {' AND '.join(where)}"
-        rows = self._dicts(sql + " ORDER BY started_at, run_id, chunker, chunk_size, chunk_overlap, k", params)
+        keys = ", ".join(CONFIG_KEYS)
+        sql = f"SELECT run_id, started_at, {keys}, metric, value, change FROM trend WHERE {' AND '.join(where)}"
+        rows = self._dicts(sql + f" ORDER BY started_at, run_id, {keys}", params)
         if last:
             keep = list(dict.fromkeys(r["run_id"] for r in rows))[-int(last):]
             rows = [r for r in rows if r["run_id"] in keep]
@@ -500,9 +512,9 @@ class Warehouse:
             return []
         placeholders = ", ".join("?" for _ in metrics)
         sql = f"""
-            SELECT n.chunker, n.chunk_size, n.chunk_overlap, n.k, n.metric, b.value AS before, n.value AS after,
+            SELECT {', '.join(f"n.{k}" for k in CONFIG_KEYS)}, n.metric, b.value AS before, n.value AS after,
                    n.value - b.value AS change, ? AS run_id, ? AS reference_run_id
-            FROM trend n JOIN trend b USING (chunker, chunk_size, chunk_overlap, k, metric)
+            FROM trend n JOIN trend b USING ({', '.join(CONFIG_KEYS)}, metric)
             WHERE n.run_id = ? AND b.run_id = ? AND n.metric IN ({placeholders}) AND n.value < b.value - ?
             ORDER BY change"""
         return self._dicts(sql, [newest, reference, newest, reference, *metrics, threshold])

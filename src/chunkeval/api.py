@@ -1,0 +1,148 @@
+"""chunkeval from Python, for notebooks: no Prefect, no warehouse, the same engine as `chunkeval sweep`.
+
+    import chunkeval
+
+    res = chunkeval.evaluate("corpora/", "questions.csv", chunker=["fixed_token", "cluster_semantic"],
+                          chunk_sizes=[200, 400], k=[1, 5], retriever=["dense", "bm25", "hybrid"])
+    res.summary.to_pandas()          # or res.to_polars("per_query"), res.by_corpus, res.models
+
+    scores = chunkeval.score({"q1": ["c3", "c7"]}, {"q1": ["c7", "c1", "c3"]}, k=3)
+    scores.summary.to_pandas()
+
+Inputs go through the same checks as files do: a mistake raises `chunkeval.errors.InputError` with
+the one line the command would print.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import pyarrow as pa
+
+from chunkeval.errors import InputError
+
+
+@dataclass(frozen=True)
+class Results:
+    """Arrow tables of a sweep or a scoring: `summary` (one row per configuration, macro mean, std and
+    micro of every metric), `per_query`, and for sweeps `by_corpus` and `models` (throughput)."""
+
+    summary: pa.Table
+    per_query: pa.Table
+    by_corpus: pa.Table | None = None
+    models: pa.Table | None = None
+    texts_embedded: int = 0
+
+    def table(self, name: str = "summary") -> pa.Table:
+        table = getattr(self, name, None)
+        if not isinstance(table, pa.Table):
+            raise InputError(f"no table {name!r}; choose summary, per_query, by_corpus or models")
+        return table
+
+    def to_pandas(self, name: str = "summary"):
+        return self.table(name).to_pandas()
+
+    def to_polars(self, name: str = "summary"):
+        import polars
+
+        return polars.from_arrow(self.table(name))
+
+
+def _corpus_folder(corpora: str | Path | Mapping[str, str], scratch: Path) -> str:
+    if isinstance(corpora, Mapping):
+        folder = scratch / "corpora"
+        folder.mkdir()
+        for corpus_id, text in corpora.items():
+            if not isinstance(text, str):
+                raise InputError(f"corpus {corpus_id!r} must be a string of text")
+            (folder / f"{corpus_id}.md").write_text(text, encoding="utf-8", newline="")
+        return str(folder)
+    return str(corpora)
+
+
+def _questions_file(questions: str | Path | Sequence[Mapping], scratch: Path) -> str:
+    if isinstance(questions, (str, Path)):
+        return str(questions)
+    import csv
+
+    path = scratch / "questions.csv"
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["query_id", "question", "references", "corpus_id"])
+        writer.writeheader()
+        for i, q in enumerate(questions, start=1):
+            if not isinstance(q, Mapping) or not {"question", "references", "corpus_id"} <= q.keys():
+                raise InputError(f"question {i} must be a mapping with question, references and corpus_id")
+            writer.writerow({"query_id": q.get("query_id") or f"{q['corpus_id']}:{i}", "question": q["question"],
+                             "references": json.dumps(list(q["references"])), "corpus_id": q["corpus_id"]})
+    return str(path)
+
+
+def evaluate(corpus_dir: str | Path | Mapping[str, str] | None = None, questions: str | Path | Sequence[Mapping] | None = None,
+          *, experiment: str | Path | Mapping | None = None, cache_dir: str | Path | None = None, batch_size: int = 32,
+          **settings) -> Results:
+    """Run a sweep and return its tables.
+
+    `corpus_dir` is a folder of .md/.txt files or a mapping corpus_id → text; `questions` a span gold
+    CSV (Chroma's format) or a list of {question, references: [{content, start_index, end_index}],
+    corpus_id[, query_id]}. `experiment` is an experiment file or mapping to start from. Any other
+    setting is an experiment key (chunker, chunk_sizes, overlaps, k, model, retriever, rrf_k, corpus,
+    own_corpus, skip_empty_gold), given as a value or a list. Embeddings are cached in `cache_dir`
+    (default: `$CHUNKEVAL_HOME/cache/embeddings`).
+    """
+    from chunkeval.experiment import Experiment
+    from chunkeval.experiment import cache_dir as default_cache
+    from chunkeval.sweep import Embedders, run_sweep
+
+    if batch_size < 1:
+        raise InputError(f"batch_size must be at least 1, got {batch_size}")
+    with tempfile.TemporaryDirectory(prefix="chunkeval-") as scratch:
+        scratch = Path(scratch)
+        base = Experiment.resolve(dict(experiment) if isinstance(experiment, Mapping) else str(experiment)) if experiment else Experiment()
+        values = dict(settings)
+        if corpus_dir is not None:
+            values["corpus_dir"] = _corpus_folder(corpus_dir, scratch)
+        if questions is not None:
+            values["questions"] = _questions_file(questions, scratch)
+        exp = Experiment.from_dict({**base.to_dict(), **values})
+        result = run_sweep(exp, Embedders(Path(cache_dir) if cache_dir else default_cache(), batch_size))
+    return Results(result.summary, result.per_query, result.by_corpus, result.models, result.texts_embedded)
+
+
+def score(gold: Mapping[str, Sequence[str] | Mapping[str, float]], run: Mapping[str, Sequence[str]], k: int = 10,
+          skip_empty_gold: bool = False) -> Results:
+    """Set and rank metrics of ranked lists held in memory, as `chunkeval evaluate-run` computes them.
+
+    `gold` maps a query id to its relevant items: a list (grade 1 each) or a mapping item → grade
+    (grade > 0 is relevant; grades are nDCG's gains). `run` maps a query id to its ranked list, best
+    first. Items are chunk ids or texts (a retrieved text is relevant when it equals a gold text).
+    A gold query missing from `run` scores as an empty list; a repeated item keeps its first rank.
+    """
+    from chunkeval.ingest import Qrels, Run
+    from chunkeval.metrics import score_run
+
+    if k < 1:
+        raise InputError(f"k must be at least 1, got {k}")
+    judgments = {}
+    for qid, items in gold.items():
+        if isinstance(items, Mapping):
+            try:
+                judgments[str(qid)] = {str(i): float(g) for i, g in items.items()}
+            except (TypeError, ValueError):
+                raise InputError(f"gold of query {qid!r}: grades must be numbers") from None
+        elif isinstance(items, Sequence) and not isinstance(items, str):
+            judgments[str(qid)] = {str(i): 1.0 for i in items}
+        else:
+            raise InputError(f"gold of query {qid!r} must be a list of items or a mapping item → grade")
+    ranked = {}
+    for qid, items in run.items():
+        if str(qid) not in judgments:
+            raise InputError(f"run names query {qid!r}, which is not in the gold set")
+        if isinstance(items, str) or not isinstance(items, Sequence):
+            raise InputError(f"run of query {qid!r} must be a list of items, best first")
+        ranked[str(qid)] = list(dict.fromkeys(str(i) for i in items))
+    per_query, summary = score_run(Qrels(judgments, source="gold"), Run(ranked, source="run"), k, skip_empty_gold)
+    return Results(summary, per_query)

@@ -1,0 +1,116 @@
+"""Models chunkeval builds locally: a real (small) distillation from the bundled MiniLM, no mocks.
+
+The build mechanics are tested on `tiny-static`, the same recipe as `minilm-static` on the first
+1,000 word pieces (seconds instead of a minute); one test builds the real `minilm-static`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from chunkeval import models
+from chunkeval.embedding import Embedder, model_fingerprint
+from chunkeval.errors import InputError
+
+TINY = models.ModelSpec("tiny-static", "the static recipe on 1,000 word pieces, for tests", models.build_static,
+                        {"base": "all-MiniLM-L6-v2", "dims": 32, "max_pieces": 1000})
+
+
+@pytest.fixture(autouse=True)
+def _tiny(monkeypatch):
+    monkeypatch.setitem(models.MODELS, TINY.name, TINY)
+
+
+@pytest.fixture
+def tiny():
+    """The built tiny model (built once per test session, in the session's CHUNKEVAL_HOME)."""
+    return models.ensure_model(TINY.name)
+
+
+def test_registry():
+    assert models.is_buildable("minilm-static")
+    assert not models.is_buildable("no-such-model")
+    with pytest.raises(InputError, match="no-such-model"):
+        models.ensure_model("no-such-model")
+
+
+def test_tiny_builds_and_loads(tiny, shared_home):
+    from sentence_transformers import SentenceTransformer
+
+    assert tiny == shared_home / "models" / "tiny-static"
+    assert models.is_built(TINY.name)
+    vectors = SentenceTransformer(str(tiny), device="cpu").encode(["the cat sat on the mat", "a"])
+    assert vectors.shape == (2, 32) and np.isfinite(vectors).all()
+    assert not [p for p in (shared_home / "models").iterdir() if p.name.endswith((".tmp", ".old"))]
+
+
+def test_second_call_does_not_rebuild(tiny, capfd):
+    mtime = (tiny / "model.safetensors").stat().st_mtime_ns
+    capfd.readouterr()
+    assert models.ensure_model(TINY.name) == tiny
+    assert (tiny / "model.safetensors").stat().st_mtime_ns == mtime
+    assert capfd.readouterr().err == ""
+
+
+def test_leftover_temp_folder_is_ignored_and_removed(tiny):
+    # what a build killed half-way leaves: a temporary folder of a process that is gone
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = tiny.parent / f".{TINY.name}.{int(dead.stdout)}.{'0' * 32}.tmp"
+    leftover.mkdir()
+    (leftover / "modules.json").write_text("[]")
+    assert models.ensure_model(TINY.name) == tiny  # the leftover is never used
+    (tiny / models.RECORD).unlink()  # now force a build: it clears the leftover
+    assert models.ensure_model(TINY.name, quiet=True) == tiny
+    assert not leftover.exists() and models.is_built(TINY.name)
+
+
+def test_damaged_folder_is_rebuilt_with_the_same_content(tiny, capfd):
+    before = model_fingerprint(str(tiny))
+    weights = tiny / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # truncated
+    assert not models.is_built(TINY.name)
+    capfd.readouterr()
+    assert models.ensure_model(TINY.name) == tiny
+    err = capfd.readouterr().err
+    assert err.splitlines() == ["chunkeval: building tiny-static (the static recipe on 1,000 word pieces, for tests), once…"]
+    assert models.is_built(TINY.name)
+    assert model_fingerprint(str(tiny)) == before  # the build is deterministic
+
+
+def test_record_from_another_recipe_is_rebuilt(tiny):
+    record = json.loads((tiny / models.RECORD).read_text())
+    record["model"]["recipe"] = -1
+    (tiny / models.RECORD).write_text(json.dumps(record))
+    assert not models.is_built(TINY.name)
+    models.ensure_model(TINY.name, quiet=True)
+    assert models.is_built(TINY.name)
+
+
+def test_embedder_normalises(tiny, embedder_factory):
+    embedder = embedder_factory(model=str(tiny))
+    # each text has a piece that tiny-static knows (single characters, like "a"; its longer words are zero)
+    texts = ["a honeybee makes honey", "a lighthouse burned coal in 1781", "a honeybee makes honey"]
+    vectors, truncated = embedder.embed(texts)
+    assert vectors.shape == (3, 32) and vectors.dtype == np.float32 and np.isfinite(vectors).all()
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert not truncated.any()  # a static model has no length limit
+    np.testing.assert_array_equal(vectors[0], vectors[2])
+
+
+def test_minilm_static_real_build(shared_home):
+    """The real model: built once, 256 wide, and it ranks a related text above an unrelated one."""
+    from sentence_transformers import SentenceTransformer
+
+    folder = models.ensure_model("minilm-static", quiet=True)
+    assert folder == shared_home / "models" / "minilm-static" and models.is_built("minilm-static")
+    model = SentenceTransformer(str(folder), device="cpu")
+    query, related, unrelated = model.encode(
+        ["how do bees make honey", "honeybees turn nectar into honey in the hive", "the lighthouse lens was designed in 1822"])
+    assert query.shape == (256,) and np.isfinite(query).all()
+    assert query @ related > query @ unrelated
