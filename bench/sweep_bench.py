@@ -2,9 +2,10 @@
 
     python bench/sweep_bench.py [--data ../shared/datasets/chroma_general] [--corpus state_of_the_union]
 
-The grid: fixed_token, chunk sizes 100..500 step 100, overlaps 10..50 %, k 1,3,5,7,9 (125 rows).
+The grid: fixed_token (all-MiniLM-L6-v2, dense), chunk sizes 100..500 step 100, overlaps 10..50 %, k 1,3,5,7,9 (125 rows).
 - cold:  `run_sweep` with an empty embedding cache (the model is loaded, every distinct text embedded once)
-- warm:  the same sweep again over the cache it left (no model load, nothing embedded)
+- warm:  the same sweep again over the cache it left (no model load, nothing embedded); it also times the
+         summary with and without the bootstrap intervals of every macro mean
 - naive: every configuration on its own: chunk, embed its chunks afresh (model loaded once), retrieve, score
 Each phase runs in its own process; its time is measured inside that process from before the first
 import of chunkeval to the end, and its peak memory is that process's maximum resident set size.
@@ -29,9 +30,11 @@ def phase(name: str, data: str, corpus: str) -> dict:
     start = time.perf_counter()
     import resource
 
+    from chunkeval import metrics as M
     from chunkeval.embedding import Embedder
     from chunkeval.experiment import Experiment, cache_dir
-    from chunkeval.sweep import chunk_corpora, load_inputs, retrieve, run_sweep, score_chunking
+    from chunkeval.retrieval import top_k
+    from chunkeval.sweep import CONFIG_KEYS, chunk_corpora, load_inputs, run_sweep, score_chunking
 
     exp = Experiment.from_dict({"name": "bench", "corpus_dir": f"{data}/corpora", "questions": f"{data}/questions_df.csv",
                                 "corpus": [corpus], **GRID})
@@ -39,6 +42,14 @@ def phase(name: str, data: str, corpus: str) -> dict:
         embedder = Embedder(cache_dir=cache_dir())
         result = run_sweep(exp, embedder)
         rows, embedded = result.summary.num_rows, embedder.texts_embedded
+        if name == "warm":  # what the intervals of every macro mean cost: the summary with and without them
+            table = result.per_query.drop_columns(["has_gold"])
+            timings = {}
+            for intervals in (False, True):
+                t0 = time.perf_counter()
+                M.summarize(table, CONFIG_KEYS, intervals=intervals)
+                timings[intervals] = time.perf_counter() - t0
+            extra = {"summary_seconds": timings[False], "summary_with_intervals_seconds": timings[True]}
     else:
         embedder = Embedder(cache_dir=None)
         inputs = load_inputs(exp)
@@ -47,12 +58,12 @@ def phase(name: str, data: str, corpus: str) -> dict:
             for k in exp.k:  # each configuration is evaluated from scratch
                 chunks = chunk_corpora(inputs.corpora, spec)
                 vectors, _ = embedder.embed(chunks.texts(inputs.corpora))
-                queries, _ = embedder.embed(list(inputs.gold.questions))
-                score_chunking(inputs.gold, spec, chunks, retrieve(inputs, chunks, queries, vectors, k), (k,))
+                queries, _ = embedder.embed(list(inputs.gold.questions), kind="query")
+                score_chunking(inputs.gold, spec, chunks, top_k(queries, vectors, k)[0], (k,), embedder.model, "dense")
                 rows += 1
         embedded = embedder.texts_embedded
-    return {"phase": name, "seconds": time.perf_counter() - start, "configurations": rows, "texts_embedded": embedded,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {**(extra if name == "warm" else {}), "phase": name, "seconds": time.perf_counter() - start, "configurations": rows,
+            "texts_embedded": embedded, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def main() -> None:
@@ -76,6 +87,10 @@ def main() -> None:
     print("| phase | configurations | texts embedded | seconds | peak RSS (MiB) |\n|---|---:|---:|---:|---:|")
     for r in results:
         print(f"| {r['phase']} | {r['configurations']} | {r['texts_embedded']} | {r['seconds']:.1f} | {r['peak_rss_mib']:.0f} |")
+    for r in results:
+        if "summary_with_intervals_seconds" in r:
+            print(f"\nsummary of the {r['configurations']} configurations: {r['summary_seconds']:.3f} s without intervals, "
+                  f"{r['summary_with_intervals_seconds']:.3f} s with the 95 % bootstrap interval of every macro mean (10,000 resamples)")
     by = {r["phase"]: r["seconds"] for r in results}
     if {"cold", "warm", "naive"} <= by.keys():
         print(f"\ncold / naive = {by['cold'] / by['naive']:.2f} (target <= 1); warm / cold = {by['warm'] / by['cold']:.3f} (target <= 0.1)")

@@ -170,6 +170,16 @@ CASES = {
     "report: configuration not in the run": (lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "r.html", "--config", "chunk_size=999"], "no configuration of the run matches"),
     "baseline: unknown run": (lambda w: ["baseline", "--experiment", "cat", "--run", "nosuch"], "no run 'nosuch'"),
     "baseline: unknown experiment": (lambda w: ["baseline", "--experiment", "nosuch", "--run", w["run_id"]], "no experiment named 'nosuch'"),
+    "compare: unknown run": (lambda w: ["compare", "--run", "nosuch", "--metric", "mrr"], "no run 'nosuch'"),
+    "compare: unknown metric": (lambda w: ["compare", "--run", w["run_id"], "--metric", "accuracy"], "unknown metric 'accuracy'"),
+    "compare: unknown experiment": (lambda w: ["compare", "--experiment", "nosuch", "--metric", "mrr"], "no experiment named 'nosuch'"),
+    "compare: configuration not in the run": (lambda w: ["compare", "--run", w["run_id"], "--metric", "mrr", "--config", "chunk_size=999"], "no configuration of run"),
+    "compare: one configuration only": (lambda w: ["compare", "--run", w["run_id"], "--metric", "mrr"], "a comparison needs two"),
+    "compare: alpha outside (0, 1)": (lambda w: ["compare", "--run", w["run_id"], "--metric", "mrr", "--alpha", "1.5"], "--alpha must be strictly between 0 and 1"),
+    "compare: three runs": (lambda w: ["compare", "--run", w["run_id"], "--run", w["run_id"], "--run", w["run_id"], "--metric", "mrr"], "at most two --run"),
+    "compare: one run file": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--metric", "mrr"], "--run-file A --run-file B"),
+    "compare: span metric of run files": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--run-file", w["t"] / "run.jsonl", "--metric", "span_recall"], "set and rank metrics only"),
+    "compare: run file broken": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--run-file", write(w["t"] / "r.jsonl", "{oops\n"), "--metric", "mrr"], "r.jsonl: row 1: broken JSON"),
     "warehouse repair: no warehouse": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "warehouse", "repair"][1:], "nothing to repair"),
     "unknown command": (lambda w: ["frobnicate"], "invalid choice: 'frobnicate'"),
 }
@@ -193,7 +203,7 @@ def catalogue_rows(home: Path) -> list:
 def test_the_catalogue_is_large_enough():
     commands = {name.split(":")[0] for name in CASES}
     assert len(CASES) >= 40
-    assert {"sweep", "run", "evaluate-run", "runs", "trend", "report", "baseline", "warehouse repair"} <= commands
+    assert {"sweep", "run", "evaluate-run", "runs", "trend", "report", "baseline", "warehouse repair", "compare"} <= commands
 
 
 @pytest.mark.parametrize("case", list(CASES))

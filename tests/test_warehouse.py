@@ -17,7 +17,8 @@ FPS = {"corpus": "c1", "gold": "g1", "model": "m1"}
 
 @pytest.fixture(scope="module")
 def demo_result(tmp_path_factory):
-    exp = Experiment.from_yaml(DEMO_DIR / "experiment.yaml").with_overrides(chunker=("fixed_token",), chunk_sizes=(100,), overlaps=("0",))
+    exp = Experiment.from_yaml(DEMO_DIR / "experiment.yaml").with_overrides(
+        chunker=("fixed_token",), chunk_sizes=(100,), overlaps=("0",), k=(1, 3, 5), model=("all-MiniLM-L6-v2",), retriever=("dense",))
     return run_sweep(exp, Embedder(cache_dir=tmp_path_factory.mktemp("cache")))
 
 

@@ -65,7 +65,8 @@ def experiment_from_args(args: argparse.Namespace, default: Experiment | None = 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from chunkeval.files import check_writable_dir, write_tables
-    from chunkeval.report import beside, check_table_path, format_models, format_summary
+    from chunkeval.compare import TIE_NOTE, ties
+    from chunkeval.report import TERMINAL_METRICS, beside, check_table_path, format_models, format_summary
     from chunkeval.sweep import CONFIG_KEYS, Embedders, run_sweep
 
     out = check_table_path(args.out)
@@ -75,7 +76,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     write_tables({out: result.summary, beside(out, "per_query"): result.per_query, beside(out, "by_corpus"): result.by_corpus})
     for note in result.notes:
         print(f"note: {note}")
-    print(format_summary(result.summary, CONFIG_KEYS))
+    print(format_summary(result.summary, CONFIG_KEYS, tied=ties(result.per_query, TERMINAL_METRICS)))
+    print(TIE_NOTE.format(alpha=0.05))
     truncated = sum(result.summary["truncated_chunks"].to_pylist()) // max(len(exp.k), 1)
     print(f"\n{result.texts_embedded} text(s) embedded; {truncated} chunk(s) longer than the model's input were "
           f"embedded from their beginning; results in {out} and {beside(out, 'per_query').name}, {beside(out, 'by_corpus').name}")
@@ -104,6 +106,7 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
             "macro": {m: _clean(rec[f"{m}_mean"]) for m in RANK_METRICS},
             "macro_std": {m: _clean(rec[f"{m}_std"]) for m in RANK_METRICS},
             "micro": {m: _clean(rec[f"{m}_micro"]) for m in RANK_METRICS if f"{m}_micro" in rec},
+            "ci": {m: [_clean(rec[f"{m}_ci_low"]), _clean(rec[f"{m}_ci_high"])] for m in RANK_METRICS},
         }
         if args.per_query:
             doc["per_query"] = [{k: _clean(v) for k, v in row.items()} for row in per_query.to_pylist()]
@@ -190,10 +193,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result["status"] == "skipped":
         print(f"experiment {exp.name}: corpus, gold set and model unchanged; run {result['run_id']} recorded as skipped")
         return 0
-    summary = _warehouse().summary(result["run_id"])
+    from chunkeval.compare import TIE_NOTE, ties
+    from chunkeval.report import TERMINAL_METRICS
+
+    wh = _warehouse()
+    summary = wh.summary(result["run_id"])
     print(f"experiment {exp.name}: run {result['run_id']} completed, {summary.num_rows} configuration(s), "
           f"{result['texts_embedded']} text(s) embedded\n")
-    print(format_summary(summary, CONFIG_KEYS))
+    print(format_summary(summary, CONFIG_KEYS, tied=ties(wh.query_results(result["run_id"]), TERMINAL_METRICS)))
+    print(TIE_NOTE.format(alpha=0.05))
     print(f"\nreport: {result['report']}")
     return 0
 
@@ -317,8 +325,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     summary = wh.summary(run["run_id"])
     print(f"run {run['run_id']} of experiment {run['experiment']} ({run['trigger']}), "
           f"{_iso(run['started_at'])} to {_iso(run['finished_at'])}\n")
+    from chunkeval.compare import TIE_NOTE, ties
+
     print("macro (mean ± sample std over queries)")
-    print(format_summary(summary, CONFIG_KEYS, metrics=METRICS))
+    print(format_summary(summary, CONFIG_KEYS, metrics=METRICS, tied=ties(wh.query_results(run["run_id"]), METRICS)))
+    print(TIE_NOTE.format(alpha=0.05))
+    if f"{METRICS[0]}_ci_low" in summary.column_names and summary.num_rows and summary[f"{METRICS[0]}_ci_low"].null_count == 0:
+        print("\nmacro mean [95 % bootstrap interval: queries resampled 10,000 times]")
+        print(format_summary(summary, CONFIG_KEYS, metrics=METRICS, intervals=True))
+    else:
+        print("\n(this run was recorded before chunkeval kept intervals: none are shown)")
     print("\nmicro (counts summed over queries before dividing)")
     print(format_summary(summary, CONFIG_KEYS, metrics=[m for m in METRICS if f"{m}_micro" in summary.column_names], micro=True))
     return 0
@@ -329,6 +345,87 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     _known_experiment(wh, args.experiment)
     wh.pin_baseline(args.experiment, args.run)
     print(f"run {args.run} is now the baseline of experiment {args.experiment}")
+    return 0
+
+
+def _filtered(per_query, config: dict, what: str):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for key, value in config.items():
+        per_query = per_query.filter(pc.equal(per_query[key], pa.scalar(value, per_query.schema.field(key).type)))
+    if config and per_query.num_rows == 0:
+        raise InputError(f"no configuration of {what} matches --config " + ",".join(f"{k}={v}" for k, v in config.items()))
+    return per_query
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from chunkeval import compare as C
+    from chunkeval.metrics import METRICS, RANK_METRICS
+    from chunkeval.report import format_rows
+
+    C.check_alpha(args.alpha)
+    if args.metric not in METRICS:
+        raise InputError(f"unknown metric {args.metric!r}; choose one of {', '.join(METRICS)}")
+    if args.gold or args.run_file:
+        if not args.gold or len(args.run_file or []) != 2 or args.run:
+            raise InputError("compare ranked-list files with --gold G --run-file A --run-file B (and no --run)")
+        if args.metric not in RANK_METRICS:
+            raise InputError(f"run files have set and rank metrics only: choose one of {', '.join(RANK_METRICS)}")
+        if args.k < 1:
+            raise InputError(f"--k must be at least 1, got {args.k}")
+        from chunkeval.ingest import load_gold_and_run
+        from chunkeval.metrics import score_run
+
+        tables = []
+        for path in args.run_file:
+            gold, run = load_gold_and_run(Path(args.gold), Path(path), args.format)
+            tables.append(score_run(gold, run, args.k)[0])
+        values = [dict(zip(t["query_id"].to_pylist(), t[args.metric].to_pylist())) for t in tables]
+        results = C.adjust([C.compare(values[0], values[1], {"run_file": args.run_file[0], "k": args.k},
+                                      {"run_file": args.run_file[1], "k": args.k}, args.metric)], args.alpha)
+    else:
+        wh = _warehouse()
+        if args.experiment:
+            _known_experiment(wh, args.experiment)
+        runs = [wh.run(r) for r in (args.run or [])]
+        if not runs:
+            if not args.experiment:
+                raise InputError("give --run ID (twice to compare two runs), or --experiment NAME for its last completed run")
+            last = wh.last_completed(args.experiment)
+            if last is None:
+                raise InputError(f"experiment {args.experiment!r} has no completed run")
+            runs = [last]
+        if len(runs) > 2:
+            raise InputError("compare takes at most two --run")
+        for run in runs:
+            if run["status"] != "completed":
+                raise InputError(f"run {run['run_id']} is {run['status']}: only completed runs have results")
+            if args.experiment and run["experiment"] != args.experiment:
+                raise InputError(f"run {run['run_id']} belongs to experiment {run['experiment']!r}, not {args.experiment!r}")
+        if len(runs) == 2 and runs[0]["experiment"] != runs[1]["experiment"]:
+            raise InputError(f"runs {runs[0]['run_id']} and {runs[1]['run_id']} are of different experiments "
+                             f"({runs[0]['experiment']!r}, {runs[1]['experiment']!r})")
+        config = _config_filter(args.config)
+        tables = [_filtered(wh.query_results(r["run_id"]), config, f"run {r['run_id']}") for r in runs]
+        if len(runs) == 1:
+            results = C.within_run(tables[0], args.metric, runs[0]["run_id"], args.all_pairs, args.alpha)
+        else:
+            results = C.across_runs(tables[0], tables[1], args.metric, runs[0]["run_id"], runs[1]["run_id"], args.alpha)
+    if args.json:
+        json.dump([{k: _clean(v) for k, v in r.items()} for r in results], sys.stdout, indent=2, default=str)
+        print()
+        return 0
+    label = lambda side: side.get("run_file") or "/".join(str(v) for k, v in side.items() if k != "run_id")  # noqa: E731
+    rows = [[label(r["a"]), label(r["b"]), str(r["n_queries"]), f"{r['mean_a']:.3f}", f"{r['mean_b']:.3f}",
+             f"{r['mean_diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]", f"{r['p_ttest']:.4f}",
+             f"{r['p_permutation']:.4f}", f"{r['p_adjusted']:.4f}", "yes" if r["significant"] else "no"] for r in results]
+    print(f"{args.metric}: paired by query; differences a − b with 95 % bootstrap intervals; Holm over {len(results)} comparison(s)")
+    print(format_rows(["a", "b", "queries", "mean a", "mean b", "difference", "p t-test", "p randomisation", "p Holm",
+                       f"significant (α={args.alpha})"], rows))
+    unmatched = sum(r["n_unmatched"] for r in results)
+    if unmatched:
+        print(f"\n{unmatched} query row(s) present on one side only were left out of the pairing")
     return 0
 
 
@@ -413,6 +510,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", metavar="NAME", required=True)
     p.add_argument("--run", metavar="ID", required=True)
     p.set_defaults(func=cmd_baseline)
+
+    p = sub.add_parser("compare", help="paired significance tests between configurations, runs or run files",
+                       description="Compare configurations query by query: within a run (each against the best, or --all-pairs), "
+                                   "two runs of one experiment (the configurations they share), or two ranked-list files "
+                                   "(--gold G --run-file A --run-file B). Paired t-test, paired randomisation test (10,000 sign "
+                                   "flips, seeded), the bootstrap interval of the mean difference, Holm over the call's comparisons.")
+    p.add_argument("--run", action="append", metavar="ID", help="a completed run (give two to compare runs)")
+    p.add_argument("--experiment", metavar="NAME", help="the experiment (its last completed run when no --run is given)")
+    p.add_argument("--metric", required=True, help="the per-query metric, e.g. span_recall, recall_at_k, mrr")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE", help="only configurations with these settings")
+    p.add_argument("--all-pairs", action="store_true", help="every pair of configurations, not each against the best")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level after Holm (default 0.05)")
+    p.add_argument("--gold", help="a gold file, to compare two --run-file")
+    p.add_argument("--run-file", action="append", metavar="FILE", help="a ranked-list file of a retriever (twice)")
+    p.add_argument("--format", default="auto", choices=["auto", "chunk-ids", "strings", "trec"], help="run-file format")
+    p.add_argument("--k", type=int, default=10, help="cutoff of the *_at_k metrics for run files (default 10)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of comparisons")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("warehouse", help="look after the warehouse: `warehouse repair` rebuilds a damaged catalogue")
     wsub = p.add_subparsers(dest="warehouse_command", metavar="command", required=True)

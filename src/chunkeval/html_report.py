@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval import __version__, charts
+from chunkeval.compare import ties
 from chunkeval.errors import InputError
 from chunkeval.experiment import split_list
 from chunkeval.faults import checkpoint
@@ -138,8 +139,9 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
             f'<h3>Best configuration per metric</h3>{_table(["metric", "best configuration", "macro mean ± std", "micro"], rows)}</section>')
 
 
-def section_grid(summary: list[dict]) -> str:
+def section_grid(summary: list[dict], tied: dict[str, set[tuple]] | None = None) -> str:
     best = best_rows(summary)
+    tied = tied or {}
     header = [escape(k) for k in CONFIG_KEYS] + [escape(m) for m in METRICS] + ["truncated chunks"]
     rows = []
     for r in summary:
@@ -147,11 +149,18 @@ def section_grid(summary: list[dict]) -> str:
         for m in METRICS:
             mark = best.get(m) is r
             text = f"{_num(r[f'{m}_mean'])}<small> ± {_num(r[f'{m}_std'])}</small>"
-            row.append((f'<span class="best" title="best {escape(m)}">★ {text}</span>' if mark else text, r[f"{m}_mean"]))
+            if r.get(f"{m}_ci_low") is not None:
+                text += f"<br><small>[{_num(r[f'{m}_ci_low'])}, {_num(r[f'{m}_ci_high'])}]</small>"
+            if mark:
+                text = f'<span class="best" title="best {escape(m)}">★ {text}</span>'
+            elif tuple(r[k] for k in CONFIG_KEYS) in tied.get(m, ()):
+                text = f'<span class="tied" title="not significantly worse than the best">≈ {text}</span>'
+            row.append((text, r[f"{m}_mean"]))
         row.append((str(r.get("truncated_chunks", "")), r.get("truncated_chunks", 0)))
         rows.append(row)
-    return (f'<section id="grid"><h2>2. Results of the whole grid</h2><p>Macro mean ± sample standard deviation over queries. '
-            f'★ marks the best value of each metric. Click a column to sort.</p><div class="scroll">{_table(header, rows, "sortable")}</div></section>')
+    return (f'<section id="grid"><h2>2. Results of the whole grid</h2><p>Macro mean ± sample standard deviation over queries, '
+            f'and the 95 % bootstrap interval of the mean. ★ marks the best value of each metric, ≈ a configuration tied with it '
+            f'(not significantly worse: paired randomisation test, Holm over the metric\'s comparisons, α = 0.05). Click a column to sort.</p><div class="scroll">{_table(header, rows, "sortable")}</div></section>')
 
 
 def section_tradeoff(summary: list[dict]) -> str:
@@ -246,7 +255,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;mar
 h1{margin-bottom:.2rem}h2{border-bottom:2px solid #dde3ea;padding-bottom:.3rem;margin-top:2.4rem}
 table{border-collapse:collapse;font-size:.82rem;margin:.6rem 0}th,td{border:1px solid #dde3ea;padding:.25rem .45rem;text-align:left;vertical-align:top}
 th{background:#f3f6f9;position:sticky;top:0;white-space:nowrap}#grid td{white-space:nowrap}table.sortable th{cursor:pointer}table.sortable th:hover{background:#e4ebf2}
-td small{color:#6b7785}.best{font-weight:600;color:#0b6e4f}.scroll{overflow-x:auto}
+td small{color:#6b7785}.best{font-weight:600;color:#0b6e4f}.tied{color:#0b6e4f}.scroll{overflow-x:auto}
 dl{display:grid;grid-template-columns:max-content auto;gap:.2rem 1rem;font-size:.9rem}dt{font-weight:600}dd{margin:0}
 code{font-size:.78rem;word-break:break-all}svg{max-width:100%;height:auto}nav a{margin-right:.8rem}
 """
@@ -287,7 +296,7 @@ def build_report(wh: Warehouse, experiment: str, run_id: str | None = None, conf
     best = best_rows(summary)
     trend_configs = list({label(r): r for r in [chosen, best["span_precision"], best["span_recall"], best["span_f1"]]}.values())
     sections = [
-        section_summary(run, settings, summary, wh.models(run_id).to_pylist()), section_grid(summary), section_tradeoff(summary),
+        section_summary(run, settings, summary, wh.models(run_id).to_pylist()), section_grid(summary, ties(per_query, METRICS)), section_tradeoff(summary),
         section_distributions(summary, per_query), section_gold(refs, per_query), section_failures(chosen, per_query, refs),
         section_budget(per_query), section_trend(wh, experiment, trend_configs, threshold),
     ]

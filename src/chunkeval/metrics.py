@@ -297,8 +297,9 @@ MICRO = {
 MICRO_F1 = {"span_f1": ("span_precision", "span_recall"), "f1": ("precision", "recall")}
 
 
-def summarize(per_query: pa.Table, by: list[str]) -> pa.Table:
-    """Macro (mean, sample std with n - 1) and micro averages of every metric present, grouped by `by`.
+def summarize(per_query: pa.Table, by: list[str], intervals: bool = True) -> pa.Table:
+    """Macro (mean, sample std with n - 1, and a 95 % percentile-bootstrap interval of the mean, 10,000
+    resamples of the queries, seeded) and micro averages of every metric present, grouped by `by`.
 
     Rows whose `has_gold` is false are left out (the `--skip-empty-gold` behaviour) when that column exists.
     """
@@ -333,8 +334,36 @@ def summarize(per_query: pa.Table, by: list[str]) -> pa.Table:
             cols[f"{m}_micro"] = pa.array(micro[m])
     if "retrieved_tokens" in table.column_names:
         cols["retrieved_tokens_mean"] = grouped["retrieved_tokens_mean"]
+    if intervals:
+        cols.update(mean_intervals(table, grouped, by, metrics))
     out = pa.table(cols)
     return out.sort_by([(key, "ascending") for key in by])
+
+
+def _key_strings(table: pa.Table, by: list[str]) -> pa.Array:
+    parts = [pc.cast(table[k], pa.string()) for k in by]
+    return pc.binary_join_element_wise(*parts, "\x1f") if len(parts) > 1 else parts[0]
+
+
+def mean_intervals(table: pa.Table, grouped: pa.Table, by: list[str], metrics: list[str]) -> dict[str, pa.Array]:
+    """`<metric>_ci_low` and `<metric>_ci_high` for every group row of `grouped`: one batched bootstrap
+    over every metric and group (groups of one size share their resamples; docs/statistics.md)."""
+    from chunkeval.stats import bootstrap_ci_groups
+
+    if not metrics or table.num_rows == 0:
+        return {}
+    keys = pc.dictionary_encode(_key_strings(table, by)).combine_chunks()
+    codes = keys.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    n = len(keys.dictionary)
+    values = np.concatenate([table[m].to_numpy(zero_copy_only=False).astype(np.float64) for m in metrics])
+    groups = np.concatenate([codes + i * n for i in range(len(metrics))])
+    low, high = bootstrap_ci_groups(values, groups, n_groups=n * len(metrics))
+    row = pc.index_in(_key_strings(grouped, by), value_set=keys.dictionary).to_numpy(zero_copy_only=False)
+    out = {}
+    for i, m in enumerate(metrics):
+        out[f"{m}_ci_low"] = pa.array(low[i * n + row])
+        out[f"{m}_ci_high"] = pa.array(high[i * n + row])
+    return out
 
 
 def score_run(gold: Qrels, run: Run, k: int, skip_empty_gold: bool = False) -> tuple[pa.Table, pa.Table]:

@@ -60,15 +60,25 @@ def format_rows(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def format_summary(summary: pa.Table, keys: list[str], metrics=TERMINAL_METRICS, micro: bool = False) -> str:
-    """One line per configuration: its keys, then each metric as mean±std (macro), or its micro value."""
-    suffix = "_micro" if micro else "_mean"
+def format_summary(summary: pa.Table, keys: list[str], metrics=TERMINAL_METRICS, micro: bool = False,
+                   intervals: bool = False, tied: dict[str, set[tuple]] | None = None) -> str:
+    """One line per configuration: its keys, then each metric as mean±std (macro), its micro value, or
+    (`intervals`) its macro mean with the 95 % bootstrap interval, `mean [low, high]`. A macro cell of a
+    configuration in `tied[metric]` (tied with the best, `chunkeval.compare.ties`) ends with `*`."""
+    suffix = "_micro" if micro else "_ci_low" if intervals else "_mean"
     present = [m for m in metrics if f"{m}{suffix}" in summary.column_names]
     rows = []
     for rec in summary.to_pylist():
         row = [_cell(rec[k]) for k in keys]
         for m in present:
-            row.append(_cell(rec[f"{m}_micro"]) if micro else f"{_cell(rec[f'{m}_mean'])}±{_cell(rec[f'{m}_std'])}")
+            if micro:
+                row.append(_cell(rec[f"{m}_micro"]))
+            elif intervals:
+                row.append(f"{_cell(rec[f'{m}_mean'])} [{_cell(rec[f'{m}_ci_low'])}, {_cell(rec[f'{m}_ci_high'])}]")
+            else:
+                row.append(f"{_cell(rec[f'{m}_mean'])}±{_cell(rec[f'{m}_std'])}")
+            if tied and not micro and tuple(rec[k] for k in keys) in tied.get(m, ()):
+                row[-1] += "*"
         rows.append(row)
     return format_rows(list(keys) + present, rows)
 

@@ -34,7 +34,7 @@ from chunkeval.files import pid_alive, write_tables, write_text
 from chunkeval.metrics import METRICS
 from chunkeval.sweep import CONFIG_KEYS
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 STATUSES = ("running", "completed", "failed", "skipped")
 TRIGGERS = ("manual", "schedule", "event")
 # what the regression check watches by default, and by how much (absolute) a macro mean may fall
@@ -73,6 +73,9 @@ MIGRATIONS = [
     # v4: a configuration is (model, retriever, chunker, chunk_size, chunk_overlap, k); results of older
     # runs read as retriever `dense` with the model their settings recorded; per-run models.parquet.
     "SELECT 1",
+    # v5: summaries carry <metric>_ci_low and <metric>_ci_high (95 % bootstrap intervals of the macro
+    # means); summaries written before have none (NULL), and they are never recomputed.
+    "SELECT 1",
 ]
 
 RUN_COLUMNS = ("run_id", "flow_run_id", "experiment", "status", "trigger", "started_at", "finished_at",
@@ -98,7 +101,8 @@ def _empty_results() -> dict[str, pa.Table]:
     keys = {"run_id": pa.string(), "model": pa.string(), "retriever": pa.string(), "chunker": pa.string(),
             "chunk_size": pa.int64(), "chunk_overlap": pa.int64(), "k": pa.int64()}
     per_query = pa.schema({**keys, "query_id": pa.string(), "corpus_id": pa.string(), **{m: pa.float64() for m in METRICS}})
-    summary = pa.schema({**keys, "n_queries": pa.int64(), **{f"{m}_{s}": pa.float64() for m in METRICS for s in ("mean", "std", "micro")}})
+    summary = pa.schema({**keys, "n_queries": pa.int64(),
+                         **{f"{m}_{s}": pa.float64() for m in METRICS for s in ("mean", "std", "micro", "ci_low", "ci_high")}})
     references = pa.schema({"run_id": pa.string(), "model": pa.string(), "chunker": pa.string(), "chunk_size": pa.int64(),
                             "chunk_overlap": pa.int64(), "query_id": pa.string(), "corpus_id": pa.string(), "question": pa.string(),
                             "ref_start": pa.int64(), "ref_end": pa.int64(), "ref_tokens": pa.int64(), "straddles": pa.bool_()})

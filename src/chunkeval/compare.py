@@ -1,0 +1,118 @@
+"""Paired comparisons of configurations: which differences are real. Definitions: docs/statistics.md.
+
+A comparison pairs two per-query tables by `query_id` (queries present on one side only stay out and
+are counted), and reports both means, the paired mean difference (a − b) with its 95 % bootstrap
+interval, the two-sided paired t-test and the two-sided paired randomisation test (sign flips). The
+Holm–Bonferroni adjustment runs over every comparison of one call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from chunkeval import stats
+from chunkeval.errors import InputError
+
+KEYS = ("model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k")  # chunkeval.sweep.CONFIG_KEYS
+
+
+def configurations(per_query: pa.Table, keys=KEYS) -> list[dict]:
+    """The configurations of a per-query table, in table order."""
+    present = [k for k in keys if k in per_query.column_names]
+    return [dict(zip(present, row)) for row in dict.fromkeys(zip(*(per_query[k].to_pylist() for k in present)))]
+
+
+def values_of(per_query: pa.Table, config: dict, metric: str) -> dict[str, float]:
+    """query_id → value of `metric` for one configuration."""
+    mask = None
+    for key, value in config.items():
+        eq = pc.equal(per_query[key], pa.scalar(value, per_query.schema.field(key).type))
+        mask = eq if mask is None else pc.and_(mask, eq)
+    rows = per_query.filter(mask) if mask is not None else per_query
+    return dict(zip(rows["query_id"].to_pylist(), rows[metric].to_pylist()))
+
+
+def pair(a: dict[str, float], b: dict[str, float]) -> tuple[np.ndarray, np.ndarray, int]:
+    """The values of the queries both sides have (in query order), and how many queries one side lacks."""
+    common = sorted(set(a) & set(b))
+    if not common:
+        raise InputError("the two sides have no query in common: nothing to pair")
+    unmatched = len(set(a) ^ set(b))
+    return (np.asarray([a[q] for q in common], dtype=np.float64), np.asarray([b[q] for q in common], dtype=np.float64),
+            unmatched)
+
+
+def compare(a: dict[str, float], b: dict[str, float], side_a: dict, side_b: dict, metric: str, seed: int = 0) -> dict:
+    """One paired comparison (p_adjusted is filled by `adjust`)."""
+    x, y, unmatched = pair(a, b)
+    if len(x) < 2:
+        raise InputError(f"only {len(x)} query in common: a paired comparison needs at least 2")
+    result = stats.compare_paired(x, y, seed=seed)
+    return {"a": side_a, "b": side_b, "metric": metric, "n_queries": int(result["n_queries"]), "n_unmatched": unmatched,
+            **{k: float(result[k]) for k in ("mean_a", "mean_b", "mean_diff", "ci_low", "ci_high", "p_ttest", "p_permutation")},
+            "p_adjusted": float("nan")}
+
+
+def adjust(comparisons: list[dict], alpha: float = 0.05) -> list[dict]:
+    """Holm–Bonferroni over the randomisation-test p-values of every comparison; `significant` at alpha."""
+    adjusted = stats.holm([c["p_permutation"] for c in comparisons]) if comparisons else []
+    for c, p in zip(comparisons, adjusted):
+        c["p_adjusted"] = float(p)
+        c["significant"] = bool(p < alpha)
+    return comparisons
+
+
+def check_alpha(alpha: float) -> float:
+    if not 0 < alpha < 1:
+        raise InputError(f"--alpha must be strictly between 0 and 1, got {alpha}")
+    return alpha
+
+
+def within_run(per_query: pa.Table, metric: str, run_id: str, all_pairs: bool = False, alpha: float = 0.05) -> list[dict]:
+    """Each configuration of one run against the best one by the metric's mean (or every pair)."""
+    configs = configurations(per_query)
+    if len(configs) < 2:
+        raise InputError(f"run {run_id} has {len(configs)} configuration(s) here: a comparison needs two")
+    values = [values_of(per_query, c, metric) for c in configs]
+    means = [np.nanmean(list(v.values())) for v in values]
+    side = lambda i: {**configs[i], "run_id": run_id}  # noqa: E731
+    if all_pairs:
+        pairs = [(i, j) for i in range(len(configs)) for j in range(i + 1, len(configs))]
+    else:
+        best = int(np.argmax(means))
+        pairs = [(best, j) for j in range(len(configs)) if j != best]
+    return adjust([compare(values[i], values[j], side(i), side(j), metric) for i, j in pairs], alpha)
+
+
+def across_runs(pq_a: pa.Table, pq_b: pa.Table, metric: str, run_a: str, run_b: str, alpha: float = 0.05) -> list[dict]:
+    """The configurations two runs share, each run against the other, queries matched by query_id."""
+    configs_b = {tuple(sorted(c.items())) for c in configurations(pq_b)}
+    shared = [c for c in configurations(pq_a) if tuple(sorted(c.items())) in configs_b]
+    if not shared:
+        raise InputError(f"runs {run_a} and {run_b} share no configuration")
+    return adjust([compare(values_of(pq_a, c, metric), values_of(pq_b, c, metric), {**c, "run_id": run_a},
+                           {**c, "run_id": run_b}, metric) for c in shared], alpha)
+
+
+def tied_with_best(per_query: pa.Table, metric: str, alpha: float = 0.05) -> list[dict]:
+    """The configurations not significantly worse than the best by `metric` (Holm over that metric's
+    comparisons), the best included."""
+    configs = configurations(per_query)
+    if len(configs) < 2:
+        return configs
+    comparisons = within_run(per_query, metric, "", alpha=alpha)
+    best = {k: v for k, v in comparisons[0]["a"].items() if k != "run_id"}
+    return [best] + [{k: v for k, v in c["b"].items() if k != "run_id"} for c in comparisons if not c["significant"]]
+
+
+def ties(per_query: pa.Table, metrics, alpha: float = 0.05) -> dict[str, set[tuple]]:
+    """Per metric, the configurations (as tuples of KEYS values) tied with the best one."""
+    present = [k for k in KEYS if k in per_query.column_names]
+    return {m: {tuple(c[k] for k in present) for c in tied_with_best(per_query, m, alpha)}
+            for m in metrics if m in per_query.column_names}
+
+
+TIE_NOTE = ("* tied with the best of its metric: not significantly worse (paired randomisation test, "
+            "Holm over that metric's comparisons, alpha = {alpha})")

@@ -1,0 +1,133 @@
+"""Intervals in every summary, and `chunkeval compare`, against scipy.stats on real results."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from chunkeval import compare as C
+from chunkeval import stats
+from chunkeval.cli import main
+from chunkeval.errors import InputError
+from chunkeval.experiment import Experiment
+from chunkeval.metrics import METRICS
+from chunkeval.sweep import Embedders, run_sweep
+from chunkeval.warehouse import Warehouse
+
+
+@pytest.fixture(scope="module")
+def swept(shared_home):
+    exp = Experiment(name="cmp", chunker=("fixed_token", "recursive_token"), chunk_sizes=(50, 150), overlaps=("0",), k=(3,),
+                     retriever=("dense", "bm25"))
+    return exp, run_sweep(exp, Embedders(shared_home / "cache" / "embeddings"))
+
+
+@pytest.fixture()
+def recorded(swept, tmp_path, monkeypatch):
+    exp, result = swept
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
+    wh = Warehouse.at_home()
+    ids = []
+    for per_query in (result.per_query, result.per_query.slice(0, result.per_query.num_rows - 3)):
+        run_id = wh.begin_run("cmp", {}, "manual", exp.to_dict())
+        wh.complete_run(run_id, per_query, result.summary, 0, result.references, result.models)
+        ids.append(run_id)
+    return wh, ids
+
+
+def test_every_macro_mean_has_its_bootstrap_interval(swept):
+    _, result = swept
+    pq = result.per_query.to_pylist()
+    for row in result.summary.to_pylist():
+        mine = [r for r in pq if all(r[k] == row[k] for k in ("model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"))]
+        for m in METRICS:
+            assert row[f"{m}_ci_low"] <= row[f"{m}_mean"] + 1e-12 and row[f"{m}_mean"] <= row[f"{m}_ci_high"] + 1e-12
+        values = np.array([r["span_recall"] for r in mine])
+        assert (row["span_recall_ci_low"], row["span_recall_ci_high"]) == pytest.approx(stats.bootstrap_ci(values), abs=1e-12)
+    by_corpus = result.by_corpus.column_names
+    assert "mrr_ci_low" in by_corpus and "mrr_ci_high" in by_corpus
+
+
+def test_compare_within_a_run_agrees_with_scipy(recorded, capsys):
+    wh, (run_id, _) = recorded
+    assert main(["compare", "--run", run_id, "--metric", "span_recall", "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert len(results) == 7  # 8 configurations, each against the best
+    per_query = wh.query_results(run_id)
+    for r in results:
+        a = C.values_of(per_query, {k: v for k, v in r["a"].items() if k != "run_id"}, "span_recall")
+        b = C.values_of(per_query, {k: v for k, v in r["b"].items() if k != "run_id"}, "span_recall")
+        x, y, _ = C.pair(a, b)
+        assert r["n_queries"] == 28 and r["mean_a"] >= r["mean_b"]
+        assert r["mean_diff"] == pytest.approx(np.mean(x - y))
+        if np.ptp(x - y) > 0:
+            assert r["p_ttest"] == pytest.approx(sps.ttest_rel(x, y).pvalue, abs=1e-12)
+            oracle = sps.permutation_test((x, y), lambda u, v: np.mean(u - v), permutation_type="samples",
+                                          n_resamples=10_000, alternative="two-sided", random_state=1)
+            assert abs(r["p_permutation"] - oracle.pvalue) < 0.03
+        assert r["ci_low"] <= r["mean_diff"] <= r["ci_high"]
+        assert set(r) >= {"a", "b", "metric", "n_queries", "mean_a", "mean_b", "mean_diff", "ci_low", "ci_high", "p_ttest",
+                          "p_permutation", "p_adjusted"}
+    np.testing.assert_allclose([r["p_adjusted"] for r in results], stats.holm([r["p_permutation"] for r in results]))
+    assert main(["compare", "--run", run_id, "--metric", "span_recall", "--all-pairs", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 8 * 7 // 2
+    assert main(["compare", "--run", run_id, "--metric", "mrr", "--config", "retriever=bm25"]) == 0
+    assert "Holm over 3 comparison(s)" in capsys.readouterr().out
+
+
+def test_compare_two_runs_pairs_queries_by_id(recorded, capsys):
+    wh, (first, second) = recorded
+    assert main(["compare", "--run", first, "--run", second, "--metric", "recall_at_k", "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert len(results) == 8 and all(r["a"]["run_id"] == first and r["b"]["run_id"] == second for r in results)
+    short = [r for r in results if r["n_unmatched"]]
+    assert len(short) == 1 and short[0]["n_queries"] == 25 and short[0]["n_unmatched"] == 3
+    assert all(r["mean_diff"] == pytest.approx(r["mean_a"] - r["mean_b"]) for r in results if not r["n_unmatched"])
+
+
+def test_compare_two_run_files(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("".join(f"q{q} 0 d{d} 1\n" for q in range(30) for d in rng.choice(50, 3, replace=False)))
+    for name, noise in (("a.run", 0.2), ("b.run", 2.0)):
+        lines = []
+        for q in range(30):
+            relevant = {f"d{d}" for d in range(50) if f"q{q} 0 d{d} 1" in qrels.read_text()}
+            scores = {f"d{d}": rng.normal() * noise + (1.0 if f"d{d}" in relevant else 0.0) for d in range(50)}
+            lines += [f"q{q} Q0 {d} 0 {s:.6f} t\n" for d, s in scores.items()]
+        (tmp_path / name).write_text("".join(lines))
+    assert main(["compare", "--gold", str(qrels), "--run-file", str(tmp_path / "a.run"), "--run-file", str(tmp_path / "b.run"),
+                 "--format", "trec", "--metric", "ndcg_at_k", "--k", "10", "--json"]) == 0
+    (r,) = json.loads(capsys.readouterr().out)
+    assert r["n_queries"] == 30 and r["mean_a"] > r["mean_b"] and r["p_permutation"] < 0.05 and r["p_adjusted"] == r["p_permutation"]
+
+
+def test_no_common_query_is_an_error():
+    with pytest.raises(InputError, match="no query in common"):
+        C.pair({"a": 1.0}, {"b": 1.0})
+
+
+def test_configurations_tied_with_the_best_are_marked(recorded, capsys, tmp_path):
+    wh, (run_id, _) = recorded
+    per_query = wh.query_results(run_id)
+    comparisons = C.within_run(per_query, "span_precision", run_id)
+    tied = C.tied_with_best(per_query, "span_precision")
+    assert tied[0] == {k: v for k, v in comparisons[0]["a"].items() if k != "run_id"}
+    assert len(tied) == 1 + sum(c["p_adjusted"] >= 0.05 for c in comparisons)
+    assert main(["report", "--run", run_id]) == 0
+    out = capsys.readouterr().out
+    assert "* tied with the best of its metric" in out and "*  " in out
+    assert main(["report", "--experiment", "cmp", "--run", run_id, "--html", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text()
+    assert 'class="tied"' in html and "bootstrap interval" in html
+
+
+def test_the_worked_example_of_the_docs():
+    a, b = [1, 1, 0.5, 1, 0], [0.5, 1, 0, 0.5, 0]
+    result = C.compare(dict(zip("vwxyz", a)), dict(zip("vwxyz", b)), {"side": "a"}, {"side": "b"}, "span_recall")
+    assert result["mean_diff"] == pytest.approx(0.3)
+    assert result["p_ttest"] == pytest.approx(0.0705, abs=5e-5)
+    assert result["p_permutation"] == pytest.approx(0.25)  # exact: 8 of the 32 sign flips

@@ -1,0 +1,285 @@
+"""Statistics of docs/statistics.md: the worked examples, scipy (and statsmodels) as oracles, edge cases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from chunkeval import stats as S
+from chunkeval.errors import InputError
+
+
+def mean_diff(x, y, axis=-1):
+    return np.mean(x - y, axis=axis)
+
+
+def scipy_permutation_p(a, b, n_resamples, seed):
+    return scipy.stats.permutation_test(
+        (a, b), mean_diff, permutation_type="samples", alternative="two-sided",
+        n_resamples=n_resamples, vectorized=True, rng=seed,
+    ).pvalue
+
+
+# --------------------------------------------------------------------------- bootstrap intervals
+
+
+def test_bootstrap_ci_worked_example():
+    # resample means of [0, 0, 1] are 0, 1/3, 2/3, 1 with probability 8/27, 12/27, 6/27, 1/27
+    assert S.bootstrap_ci([0.0, 0.0, 1.0]) == (0.0, 1.0)
+    assert S.bootstrap_ci([0.0, 0.0, 1.0], confidence=0.80) == pytest.approx((0.0, 2 / 3), abs=1e-12)
+    # NaN is ignored
+    assert S.bootstrap_ci([0.0, np.nan, 0.0, 1.0], confidence=0.80) == S.bootstrap_ci([0.0, 0.0, 1.0], confidence=0.80)
+
+
+def test_bootstrap_ci_small_groups():
+    assert S.bootstrap_ci([0.4]) == (0.4, 0.4)
+    assert S.bootstrap_ci([0.1] * 5) == (0.1, 0.1)
+    assert S.bootstrap_ci([np.nan, 0.4, np.nan]) == (0.4, 0.4)
+    for empty in ([], [np.nan, np.nan]):
+        low, high = S.bootstrap_ci(empty)
+        assert math.isnan(low) and math.isnan(high)
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_bootstrap_ci_against_scipy_percentile(case):
+    rng = np.random.default_rng(100 + case)
+    n = (20, 40, 76, 76, 150, 300)[case]
+    values = rng.random(n) if case % 2 == 0 else (rng.random(n) < 0.4).astype(float)  # continuous or 0/1
+    low, high = S.bootstrap_ci(values, seed=case)
+    ref = scipy.stats.bootstrap((values,), np.mean, method="percentile", n_resamples=10_000, rng=1000 + case).confidence_interval
+    # 0/1 values give means on the lattice k / n: Monte-Carlo error can move an end by one step
+    tol = 0.01 if case % 2 == 0 else max(0.01, 1.01 / n)
+    assert abs(low - ref.low) < tol and abs(high - ref.high) < tol
+    assert low < values.mean() < high
+
+
+def test_bootstrap_ci_is_reproducible():
+    values = np.random.default_rng(3).random(50)
+    assert S.bootstrap_ci(values, seed=7) == S.bootstrap_ci(values, seed=7)
+    assert S.bootstrap_ci(values, seed=7) != S.bootstrap_ci(values, seed=8)
+
+
+def groups_case():
+    rng = np.random.default_rng(5)
+    sizes = [76] * 6 + [75, 12, 2, 1, 0]
+    values = np.concatenate([rng.random(s) for s in sizes])
+    groups = np.repeat(np.arange(len(sizes)), sizes)
+    values[rng.choice(len(values) - 1, 10, replace=False)] = np.nan  # some groups lose values (not group 9)
+    perm = rng.permutation(len(values))  # the rows of a group need not be contiguous
+    return values[perm], groups[perm]
+
+
+def check_groups_equal_single(values, groups, **kw):
+    low, high = S.bootstrap_ci_groups(values, groups, **kw, n_groups=12)
+    assert len(low) == len(high) == 12
+    for g in range(12):
+        one = S.bootstrap_ci(values[groups == g], **kw)
+        np.testing.assert_allclose([low[g], high[g]], one, rtol=0, atol=1e-12)
+    return low, high
+
+
+def test_batched_equals_one_group_form():
+    values, groups = groups_case()
+    low, high = check_groups_equal_single(values, groups, confidence=0.9, seed=11)
+    assert np.isnan(low[10:]).all() and np.isnan(high[10:]).all()  # codes 10 and 11 have no values
+    assert (low[9], high[9]) == (values[groups == 9][0],) * 2  # one value
+    assert (low[:9] < high[:9]).all()
+
+
+def test_batched_equals_one_group_form_in_small_chunks(monkeypatch):
+    # several resample chunks per group and several blocks of groups
+    monkeypatch.setattr(S, "CHUNK_BYTES", 8 * 2_000)
+    values, groups = groups_case()
+    low, high = check_groups_equal_single(values, groups, n_resamples=3_000)
+    monkeypatch.undo()
+    full_low, full_high = S.bootstrap_ci_groups(values, groups, n_resamples=3_000)
+    ok = ~np.isnan(full_low)
+    # another chunking draws other resamples: equal within Monte-Carlo error
+    assert np.abs(low[: len(full_low)][ok] - full_low[ok]).max() < 0.03
+    assert np.abs(high[: len(full_high)][ok] - full_high[ok]).max() < 0.03
+
+
+def test_batched_worked_example():
+    values = np.array([0.0, 0.0, 1.0, 0.5, np.nan, np.nan])
+    groups = np.array([0, 0, 0, 1, 1, 3])
+    low, high = S.bootstrap_ci_groups(values, groups)
+    assert (low[0], high[0]) == (0.0, 1.0)
+    assert (low[1], high[1]) == (0.5, 0.5)
+    assert np.isnan([low[2], high[2], low[3], high[3]]).all()
+
+
+# --------------------------------------------------------------------------- paired t-test
+
+
+def test_paired_ttest_worked_example():
+    # differences 0.1, 0.2, 0.3: t = 0.2 / (0.1 / sqrt 3) = sqrt 12 with 2 degrees of freedom
+    p = S.paired_ttest([0.3, 0.5, 0.7], [0.2, 0.3, 0.4])
+    assert p == pytest.approx(1 - math.sqrt(6 / 7), abs=1e-12)
+    assert round(p, 4) == 0.0742
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 20, 76, 500])
+def test_paired_ttest_against_scipy(n):
+    rng = np.random.default_rng(n)
+    for shift in (0.0, 0.05, 0.3):
+        a, b = rng.random(n), rng.random(n)
+        a = np.clip(a + shift, 0, 1)
+        expected = scipy.stats.ttest_rel(a, b).pvalue
+        assert S.paired_ttest(a, b) == pytest.approx(expected, abs=1e-12, rel=1e-9)
+
+
+def test_paired_ttest_zero_variance():
+    assert S.paired_ttest([0.2, 0.5, 0.9], [0.2, 0.5, 0.9]) == 1.0
+    assert S.paired_ttest([0.5, 0.5, 0.5], [0.25, 0.25, 0.25]) == 0.0
+    assert S.paired_ttest([1.0, 1.0], [0.0, 0.0]) == 0.0
+
+
+def test_paired_ttest_drops_pairs_with_nan():
+    a = np.array([0.3, np.nan, 0.5, 0.7, 0.1])
+    b = np.array([0.2, 0.9, 0.3, np.nan, 0.4])
+    keep = [0, 2, 4]
+    assert S.paired_ttest(a, b) == pytest.approx(scipy.stats.ttest_rel(a[keep], b[keep]).pvalue, abs=1e-12)
+
+
+# --------------------------------------------------------------------------- paired permutation
+
+
+def test_paired_permutation_worked_example():
+    # differences 0.1, 0.2, 0.3: of the 8 sign flips only (+,+,+) and (−,−,−) reach |mean| = 0.2
+    assert S.paired_permutation([0.3, 0.5, 0.7], [0.2, 0.3, 0.4]) == 0.25
+    assert S.paired_permutation([0.3, 0.5], [0.3, 0.5]) == 1.0
+
+
+def test_paired_permutation_add_one_floor():
+    # 20 equal positive differences: no random flip is as extreme (chance 2^-19 each), p = 1 / 10,001
+    a, b = np.full(20, 0.6), np.full(20, 0.5)
+    assert S.paired_permutation(a, b) == pytest.approx(1 / 10_001)
+    assert S.paired_permutation(a, b, n_resamples=999) == pytest.approx(1 / 1_000)
+
+
+@pytest.mark.parametrize("n", [2, 4, 7, 10, 12])
+def test_paired_permutation_exact_against_scipy(n):
+    rng = np.random.default_rng(n)
+    for shift in (0.0, 0.1, 0.3):
+        a, b = np.clip(rng.random(n) + shift, 0, 1), rng.random(n)
+        assert S.paired_permutation(a, b) == pytest.approx(scipy_permutation_p(a, b, np.inf, 0), abs=1e-12)
+    # ties: 0/1 values give many equal flipped means
+    a, b = (rng.random(n) < 0.6).astype(float), (rng.random(n) < 0.4).astype(float)
+    assert S.paired_permutation(a, b) == pytest.approx(scipy_permutation_p(a, b, np.inf, 0), abs=1e-12)
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_paired_permutation_random_against_scipy(case):
+    rng = np.random.default_rng(200 + case)
+    n = (17, 20, 40, 76, 76, 200)[case]
+    a = rng.random(n) if case % 2 else (rng.random(n) < 0.5).astype(float)
+    b = np.clip(a + rng.normal((0.0, 0.03, 0.05)[case % 3], 0.2, n), 0, 1)
+    if case % 2 == 0:
+        b = np.round(b)
+    p = S.paired_permutation(a, b, seed=case)
+    assert abs(p - scipy_permutation_p(a, b, 10_000, 300 + case)) < 0.02
+
+
+def test_paired_permutation_is_reproducible():
+    rng = np.random.default_rng(9)
+    a, b = rng.random(40), rng.random(40)
+    assert S.paired_permutation(a, b, seed=3) == S.paired_permutation(a, b, seed=3)
+
+
+# --------------------------------------------------------------------------- paired difference interval
+
+
+def test_paired_diff_ci_worked_example():
+    a, b = [0.5, 0.5, 1.0], [0.5, 0.5, 0.0]  # differences 0, 0, 1
+    assert S.paired_diff_ci(a, b) == (0.0, 1.0)
+    assert S.paired_diff_ci(a, b, confidence=0.8) == pytest.approx((0.0, 2 / 3), abs=1e-12)
+
+
+def test_paired_diff_ci_is_the_bootstrap_of_the_differences():
+    rng = np.random.default_rng(4)
+    a, b = rng.random(76), rng.random(76)
+    assert S.paired_diff_ci(a, b, seed=2) == S.bootstrap_ci(a - b, seed=2)
+    ref = scipy.stats.bootstrap((a, b), mean_diff, paired=True, method="percentile", n_resamples=10_000, rng=5).confidence_interval
+    low, high = S.paired_diff_ci(a, b)
+    assert abs(low - ref.low) < 0.01 and abs(high - ref.high) < 0.01
+
+
+# --------------------------------------------------------------------------- Holm
+
+
+def test_holm_worked_example():
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> running max 0.02, 0.03, 0.06, 0.06
+    np.testing.assert_allclose(S.holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02], atol=1e-15)
+    np.testing.assert_allclose(S.holm([0.01, np.nan, 0.04, 0.03, 0.005]), [0.03, np.nan, 0.06, 0.06, 0.02], atol=1e-15)
+    np.testing.assert_allclose(S.holm([0.3, 0.5]), [0.6, 0.6])
+    np.testing.assert_allclose(S.holm([0.6, 0.7]), [1.0, 1.0])
+    np.testing.assert_allclose(S.holm([0.2, 0.2, 0.01]), [0.4, 0.4, 0.03])
+    assert S.holm([]).shape == (0,)
+    assert np.isnan(S.holm([np.nan])).all()
+
+
+def test_holm_properties():
+    rng = np.random.default_rng(0)
+    p = rng.random(40) ** 3
+    adj = S.holm(p)
+    order = np.argsort(p)
+    assert (np.diff(adj[order]) >= 0).all() and (adj >= p).all() and (adj <= 1).all()
+
+
+def test_holm_against_statsmodels():
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 5, 30):
+        p = rng.random(n) ** 2
+        np.testing.assert_allclose(S.holm(p), multitest.multipletests(p, method="holm")[1], atol=1e-15)
+
+
+def test_holm_rejects_out_of_range():
+    with pytest.raises(InputError, match="p-values must lie in"):
+        S.holm([0.5, 1.5])
+
+
+# --------------------------------------------------------------------------- compare_paired
+
+
+def test_compare_paired_worked_example():
+    r = S.compare_paired([0.3, 0.5, 0.7], [0.2, 0.3, 0.4])
+    assert set(r) == {"n_queries", "mean_a", "mean_b", "mean_diff", "ci_low", "ci_high", "p_ttest", "p_permutation", "p_adjusted"}
+    assert r["n_queries"] == 3
+    assert r["mean_a"] == pytest.approx(0.5) and r["mean_b"] == pytest.approx(0.3) and r["mean_diff"] == pytest.approx(0.2)
+    # resample means of 0.1, 0.2, 0.3 reach 0.1 and 0.3 with probability 1/27 each, more than 2.5 %
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx((0.1, 0.3), abs=1e-12)
+    assert r["p_ttest"] == pytest.approx(1 - math.sqrt(6 / 7), abs=1e-12)
+    assert r["p_permutation"] == 0.25
+    assert math.isnan(r["p_adjusted"])
+
+
+def test_compare_paired_drops_nan_pairs():
+    r = S.compare_paired([0.3, np.nan, 0.5, 0.7], [0.2, 0.1, 0.3, 0.4])
+    assert r["n_queries"] == 3 and r["mean_b"] == pytest.approx(0.3)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: S.paired_ttest([0.1, 0.2, 0.3], [0.1, 0.2]), "same length, got 3 and 2"),
+    (lambda: S.paired_permutation([0.1], [0.2]), "at least 2 pairs"),
+    (lambda: S.paired_diff_ci([0.1, np.nan], [0.2, 0.3]), "at least 2 pairs of non-NaN values, got 1"),
+    (lambda: S.compare_paired([], []), "at least 2 pairs"),
+    (lambda: S.bootstrap_ci([0.1, 0.2], confidence=0.0), "confidence must be strictly between 0 and 1"),
+    (lambda: S.bootstrap_ci([0.1, 0.2], confidence=1.0), "confidence must be strictly between 0 and 1"),
+    (lambda: S.paired_diff_ci([0.1, 0.2], [0.1, 0.3], confidence=95), "confidence must be strictly between 0 and 1"),
+    (lambda: S.bootstrap_ci([0.1, 0.2], n_resamples=0), "n_resamples must be a positive integer"),
+    (lambda: S.bootstrap_ci_groups([0.1, 0.2], [0]), "groups must be a one-dimensional array as long as values"),
+    (lambda: S.bootstrap_ci_groups([0.1, 0.2], [0.0, 1.0]), "integer group codes"),
+    (lambda: S.bootstrap_ci_groups([0.1, 0.2], [0, -1]), "non-negative"),
+    (lambda: S.bootstrap_ci([[0.1, 0.2]]), "one-dimensional"),
+])
+def test_bad_input_is_one_line(call, message):
+    with pytest.raises(InputError, match=message) as err:
+        call()
+    assert "\n" not in str(err.value)
