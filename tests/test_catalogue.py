@@ -180,6 +180,10 @@ CASES = {
     "compare: one run file": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--metric", "mrr"], "--run-file A --run-file B"),
     "compare: span metric of run files": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--run-file", w["t"] / "run.jsonl", "--metric", "span_recall"], "set and rank metrics only"),
     "compare: run file broken": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--run-file", write(w["t"] / "r.jsonl", "{oops\n"), "--metric", "mrr"], "r.jsonl: row 1: broken JSON"),
+    "gold check: questions missing": (lambda w: ["gold", "check", "--corpus-dir", w["t"] / "corpora", "--questions", w["t"] / "nope.csv"], "nope.csv: file not found"),
+    "gold check: corpus folder missing": (lambda w: ["gold", "check", "--corpus-dir", w["t"] / "nope", "--questions", w["t"] / "q.csv"], "nope"),
+    "gold check: broken references": (lambda w: ["gold", "check", "--corpus-dir", w["t"] / "corpora", "--questions", bad_refs(w["t"], "[{oops")], "bad.csv: row 1"),
+    "gold check: chunk size 0": (lambda w: ["gold", "check", "--corpus-dir", w["t"] / "corpora", "--questions", w["t"] / "q.csv", "--chunk-size", "0"], "--chunk-size must be at least 1"),
     "warehouse repair: no warehouse": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "warehouse", "repair"][1:], "nothing to repair"),
     "unknown command": (lambda w: ["frobnicate"], "invalid choice: 'frobnicate'"),
 }
@@ -203,7 +207,7 @@ def catalogue_rows(home: Path) -> list:
 def test_the_catalogue_is_large_enough():
     commands = {name.split(":")[0] for name in CASES}
     assert len(CASES) >= 40
-    assert {"sweep", "run", "evaluate-run", "runs", "trend", "report", "baseline", "warehouse repair", "compare"} <= commands
+    assert {"sweep", "run", "evaluate-run", "runs", "trend", "report", "baseline", "warehouse repair", "compare", "gold check"} <= commands
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -6,11 +6,11 @@ lists held in memory (see `chunkeval.api`); both return `Results` whose tables c
 
 __version__ = "0.2.0"
 
-__all__ = ["Results", "evaluate", "score", "__version__"]
+__all__ = ["Results", "check_gold", "evaluate", "score", "__version__"]
 
 
 def __getattr__(name):  # the API is imported on first use: `chunkeval --version` stays instant
-    if name in ("Results", "evaluate", "score"):
+    if name in ("Results", "check_gold", "evaluate", "score"):
         from chunkeval import api
 
         return getattr(api, name)

@@ -146,3 +146,19 @@ def score(gold: Mapping[str, Sequence[str] | Mapping[str, float]], run: Mapping[
         ranked[str(qid)] = list(dict.fromkeys(str(i) for i in items))
     per_query, summary = score_run(Qrels(judgments, source="gold"), Run(ranked, source="run"), k, skip_empty_gold)
     return Results(summary, per_query)
+
+
+def check_gold(corpus_dir: str | Path | Mapping[str, str], questions: str | Path | Sequence[Mapping], *,
+               corpus: Sequence[str] | None = None, chunk_size: int | None = None) -> dict:
+    """`chunkeval gold check` from Python: the lists ambiguous_references, overlapping_references,
+    empty_references, long_references (with `chunk_size`) and repeated_questions."""
+    from chunkeval.experiment import Experiment
+    from chunkeval.gold_check import check_gold as check
+    from chunkeval.sweep import load_inputs
+
+    with tempfile.TemporaryDirectory(prefix="chunkeval-") as scratch:
+        scratch = Path(scratch)
+        exp = Experiment(corpus_dir=_corpus_folder(corpus_dir, scratch), questions=_questions_file(questions, scratch),
+                         corpus=tuple(corpus or ()))
+        inputs = load_inputs(exp)
+    return check(inputs.gold, inputs.corpora, chunk_size).to_dict()

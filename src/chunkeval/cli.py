@@ -429,6 +429,44 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gold_check(args: argparse.Namespace) -> int:
+    from chunkeval.gold_check import check_gold
+    from chunkeval.report import format_rows
+    from chunkeval.sweep import load_inputs
+
+    if args.chunk_size is not None and args.chunk_size < 1:
+        raise InputError(f"--chunk-size must be at least 1, got {args.chunk_size}")
+    exp = Experiment(corpus_dir=args.corpus_dir, questions=args.questions, corpus=tuple(split_list(args.corpus)))
+    inputs = load_inputs(exp)
+    report = check_gold(inputs.gold, inputs.corpora, args.chunk_size)
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        print()
+        return 0
+    where = lambda r: f"{r['corpus_id']} [{r['start']}, {r['end']})"  # noqa: E731
+    sections = [
+        ("ambiguous reference(s): the text occurs more than once in its corpus", report.ambiguous_references,
+         ["query", "reference", "occurrences"], lambda r: [r["query_id"], where(r), str(len(r["occurrences"]))]),
+        ("overlapping reference(s) of one question", report.overlapping_references, ["query", "reference", "overlaps"],
+         lambda r: [r["query_id"], where(r), f"[{r['overlaps']['start']}, {r['overlaps']['end']})"]),
+        ("empty reference(s)", report.empty_references, ["query", "reference"], lambda r: [r["query_id"], where(r)]),
+        (f"reference(s) longer than {args.chunk_size} tokens", report.long_references, ["query", "reference", "tokens"],
+         lambda r: [r["query_id"], where(r), str(r["tokens"])]),
+        ("repeated question(s)", report.repeated_questions, ["queries", "corpus", "question"],
+         lambda r: [", ".join(r["query_ids"]), r["corpus_id"], r["question"][:70]]),
+    ]
+    print(f"{inputs.gold.n_queries} question(s), {len(inputs.gold.ref_start)} reference(s) in {args.questions}")
+    for title, items, header, row in sections:
+        if title.startswith("reference(s) longer") and args.chunk_size is None:
+            continue
+        print(f"\n{len(items)} {title}")
+        if items:
+            print(format_rows(header, [row(r) for r in items[: args.limit]]))
+            if len(items) > args.limit:
+                print(f"… and {len(items) - args.limit} more (--json lists them all)")
+    return 0
+
+
 def cmd_warehouse_repair(args: argparse.Namespace) -> int:
     from chunkeval.warehouse import Warehouse
 
@@ -528,6 +566,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=10, help="cutoff of the *_at_k metrics for run files (default 10)")
     p.add_argument("--json", action="store_true", help="print a JSON list of comparisons")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("gold", help="`gold check`: what in a gold set makes its numbers unfair")
+    gsub = p.add_subparsers(dest="gold_command", metavar="command", required=True)
+    g = gsub.add_parser("check", help="ambiguous, overlapping, empty and long references, and repeated questions",
+                        description="Check a span gold set: references whose text occurs more than once in their corpus "
+                                    "(ambiguous), references overlapping another of the same question, empty references, "
+                                    "references longer than --chunk-size tokens, and questions asked twice.")
+    g.add_argument("--corpus-dir", required=True, help="folder of <corpus_id>.md|.txt files")
+    g.add_argument("--questions", required=True, help="span gold set (CSV with question, references, corpus_id)")
+    g.add_argument("--corpus", action="extend", nargs="+", metavar="ID", help="only these corpora")
+    g.add_argument("--chunk-size", type=int, help="report references longer than this many cl100k tokens")
+    g.add_argument("--limit", type=int, default=20, help="rows shown per finding (default 20; --json lists all)")
+    g.add_argument("--json", action="store_true", help="print an object with the five lists")
+    g.set_defaults(func=cmd_gold_check)
 
     p = sub.add_parser("warehouse", help="look after the warehouse: `warehouse repair` rebuilds a damaged catalogue")
     wsub = p.add_subparsers(dest="warehouse_command", metavar="command", required=True)
