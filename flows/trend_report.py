@@ -12,7 +12,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 from prefect.logging import get_run_logger
 
-from chunkeval.report import config_label
+from chunkeval.report import regression_message
 from chunkeval.experiment import Experiment
 from chunkeval.html_report import report_path, write_report
 from chunkeval.warehouse import DEFAULT_THRESHOLD, REGRESSION_METRICS
@@ -39,13 +39,13 @@ def page(experiment: str, threshold: float) -> str | None:
 
 
 @task(cache_policy=NO_CACHE)
-def regressions(experiment: str, metrics: list[str], threshold: float, baseline: str | None) -> list[dict]:
-    return warehouse().regressions(experiment, metrics, threshold, baseline)
+def regressions(experiment: str, metrics: list[str], threshold: float, baseline: str | None, alpha: float) -> list[dict]:
+    return warehouse().regressions(experiment, metrics, threshold, baseline, alpha)
 
 
 @flow(name="trend-report", log_prints=True)
 def trend_report(experiments: list[str] = ["demo"], metrics: list[str] = list(REGRESSION_METRICS),  # noqa: B006
-                 threshold: float = DEFAULT_THRESHOLD, baseline: str | None = None) -> dict:
+                 threshold: float = DEFAULT_THRESHOLD, baseline: str | None = None, alpha: float = 0.05) -> dict:
     logger = get_run_logger()
     found = {}
     for ref in experiments:
@@ -57,14 +57,13 @@ def trend_report(experiments: list[str] = ["demo"], metrics: list[str] = list(RE
         written = page(name, threshold)
         if written:
             logger.info("experiment %s: report written to %s", name, written)
-        falls = regressions(name, metrics, threshold, baseline)
+        falls = regressions(name, metrics, threshold, baseline, alpha)
         if falls:
             emit_event(event="chunkeval.regression.detected",
                        resource={"prefect.resource.id": f"chunkeval.experiment.{name}", "prefect.resource.name": name},
                        payload={"experiment": name, "threshold": threshold, "regressions": [{k: str(v) for k, v in r.items()} for r in falls]})
             for r in falls:
-                logger.error("regression in %s: %s of %s fell from %.3f to %.3f", name, r["metric"], config_label(r),
-                             r["before"], r["after"])
+                logger.error("experiment %s: %s", name, regression_message(r))
         found[name] = falls
     if any(found.values()):
         raise RegressionDetected(f"{sum(map(len, found.values()))} regression(s) beyond {threshold}: "

@@ -158,6 +158,7 @@ CASES = {
     "trend: configuration without =": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size"], "--config takes key=value"),
     "trend: last 0": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--last", "0"], "--last must be at least 1"),
     "trend: negative threshold": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--threshold", "-1"], "--threshold must be 0 or more"),
+    "trend: alpha outside (0, 1)": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--fail-on-regression", "--alpha", "0"], "--alpha must be strictly between 0 and 1"),
     "trend: unknown baseline run": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--baseline", "nosuch"], "no run 'nosuch'"),
     "trend: no warehouse yet": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "trend", "--experiment", "cat", "--metric", "mrr"][1:], "no warehouse here yet"),
     "report: unknown run": (lambda w: ["report", "--run", "nosuch"], "no run 'nosuch'"),

@@ -47,24 +47,29 @@ def test_run_lifecycle_and_views(tmp_path, demo_result):
 
 
 def test_trend_change_and_regressions(tmp_path, demo_result):
-    import pyarrow as pa
     import pyarrow.compute as pc
+
+    from chunkeval.metrics import summarize
 
     wh = Warehouse(tmp_path)
     first = wh.begin_run("demo", FPS, "manual", {})
     wh.complete_run(first, demo_result.per_query, demo_result.summary, 1)
-    worse = demo_result.summary.set_column(
-        demo_result.summary.column_names.index("span_recall_mean"), "span_recall_mean",
-        pc.subtract(demo_result.summary["span_recall_mean"], pa.scalar(0.1)))
+    # a real fall: every query loses a fifth of its span recall
+    per_query = demo_result.per_query
+    worse_q = per_query.set_column(per_query.column_names.index("span_recall"), "span_recall",
+                                   pc.multiply(per_query["span_recall"], 0.8))
+    worse = summarize(worse_q.drop_columns(["has_gold"]), ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"])
     second = wh.begin_run("demo", FPS, "schedule", {})
-    wh.complete_run(second, demo_result.per_query, worse, 0)
+    wh.complete_run(second, worse_q, worse, 0)
     rows = wh.trend("demo", "span_recall", {"k": 5})
     assert [r["run_id"] for r in rows] == [first, second]
-    assert rows[0]["change"] is None and rows[1]["change"] == pytest.approx(-0.1)
+    fall = rows[1]["change"]
+    assert rows[0]["change"] is None and fall == pytest.approx(-0.2 * rows[0]["value"])
     assert wh.trend("demo", "span_recall", {"k": 5}, last=1)[0]["run_id"] == second
     falls = wh.regressions("demo", ["span_recall", "mrr"], 0.05)
     assert {f["k"] for f in falls} == {1, 3, 5} and all(f["metric"] == "span_recall" for f in falls)
-    assert wh.regressions("demo", ["span_recall"], 0.2) == []
+    assert all(f["p_adjusted"] < 0.05 and f["n_queries"] == 28 and f["worst"] for f in falls)
+    assert wh.regressions("demo", ["span_recall"], 0.5) == []  # real, but smaller than the minimum effect
     wh.pin_baseline("demo", second)
     assert wh.baseline("demo") == second and wh.regressions("demo", ["span_recall"], 0.05) == []
 

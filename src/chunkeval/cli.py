@@ -251,7 +251,7 @@ def _config_filter(values: list[str] | None) -> dict:
 
 def cmd_trend(args: argparse.Namespace) -> int:
     from chunkeval.metrics import METRICS
-    from chunkeval.report import config_label, format_rows
+    from chunkeval.report import format_rows, regression_message
 
     if args.metric not in METRICS:
         raise InputError(f"unknown metric {args.metric!r}; choose one of {', '.join(METRICS)}")
@@ -259,6 +259,9 @@ def cmd_trend(args: argparse.Namespace) -> int:
         raise InputError(f"--last must be at least 1, got {args.last}")
     if args.threshold < 0:
         raise InputError(f"--threshold must be 0 or more, got {args.threshold}")
+    from chunkeval.compare import check_alpha
+
+    check_alpha(args.alpha)
     wh = _warehouse()
     _known_experiment(wh, args.experiment)
     if args.baseline:
@@ -279,11 +282,10 @@ def cmd_trend(args: argparse.Namespace) -> int:
     else:
         print(f"no completed run of experiment {args.experiment!r} with {args.metric}")
     if args.fail_on_regression:
-        falls = wh.regressions(args.experiment, [args.metric], args.threshold, args.baseline)
+        falls = wh.regressions(args.experiment, [args.metric], args.threshold, args.baseline, args.alpha)
         falls = [f for f in falls if all(f[k] == v for k, v in config.items())]
         for f in falls:
-            print(f"chunkeval: regression: {f['metric']} of {config_label(f)} "
-                  f"fell from {f['before']:.3f} to {f['after']:.3f} (run {f['run_id']} against {f['reference_run_id']})", file=sys.stderr)
+            print(regression_message(f), file=sys.stderr)
         if falls:
             return 1
     return 0
@@ -528,8 +530,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", type=int, metavar="N", help="only the last N completed runs")
     p.add_argument("--json", action="store_true", help="print JSON rows (run_id, started_at, configuration, value, change)")
     p.add_argument("--fail-on-regression", action="store_true",
-                   help="exit 1 when the metric fell by more than --threshold in the newest run, against the previous one or the baseline")
-    p.add_argument("--threshold", type=float, default=0.02, help="largest allowed fall of the metric (absolute, default 0.02)")
+                   help="exit 1 when the metric fell in the newest run, against the baseline or the previous run, by more than "
+                        "--threshold and significantly (paired t-test over the queries, Holm over the configurations, --alpha)")
+    p.add_argument("--threshold", type=float, default=0.02, help="the smallest fall that matters (absolute, default 0.02)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level after Holm (default 0.05)")
     p.add_argument("--baseline", metavar="RUN_ID", help="compare with this run (default: the pinned baseline, else the previous run)")
     p.set_defaults(func=cmd_trend)
 

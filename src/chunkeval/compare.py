@@ -116,3 +116,37 @@ def ties(per_query: pa.Table, metrics, alpha: float = 0.05) -> dict[str, set[tup
 
 TIE_NOTE = ("* tied with the best of its metric: not significantly worse (paired randomisation test, "
             "Holm over that metric's comparisons, alpha = {alpha})")
+
+
+def regressions(after: pa.Table, before: pa.Table, metrics, threshold: float, alpha: float = 0.05,
+                questions: dict[str, str] | None = None, worst: int = 5) -> list[dict]:
+    """Configurations × metrics that fell for real between two runs' per-query tables.
+
+    A fall is a regression when the paired mean difference (after − before, queries matched by
+    query_id) is below −threshold AND the paired t-test is significant at `alpha` after Holm over
+    every configuration × metric checked. The t-test (closed form) keeps a nightly check over years
+    of history cheap; `chunkeval compare` gives the randomisation test as well. Each regression lists
+    the `worst` queries that lost the most, with their question text where `questions` has it.
+    """
+    configs_b = {tuple(sorted(c.items())) for c in configurations(before)}
+    shared = [c for c in configurations(after) if tuple(sorted(c.items())) in configs_b]
+    found = []
+    for config in shared:
+        for metric in metrics:
+            new, old = values_of(after, config, metric), values_of(before, config, metric)
+            common = sorted(set(new) & set(old))
+            if len(common) < 2:
+                continue
+            x = np.asarray([new[q] for q in common], dtype=np.float64)
+            y = np.asarray([old[q] for q in common], dtype=np.float64)
+            diff = x - y
+            order = np.argsort(diff, kind="stable")[:worst]
+            found.append({**config, "metric": metric, "before": float(np.mean(y)), "after": float(np.mean(x)),
+                          "change": float(np.mean(diff)), "n_queries": len(common), "n_unmatched": len(set(new) ^ set(old)),
+                          "p_ttest": stats.paired_ttest(x, y),
+                          "worst": [{"query_id": common[i], "question": (questions or {}).get(common[i], ""),
+                                     "before": float(y[i]), "after": float(x[i])} for i in order if diff[i] < 0]})
+    adjusted = stats.holm([f["p_ttest"] for f in found]) if found else []
+    for f, p in zip(found, adjusted):
+        f["p_adjusted"] = float(p)
+    return sorted((f for f in found if f["change"] < -threshold and f["p_adjusted"] < alpha), key=lambda f: f["change"])

@@ -38,6 +38,15 @@ def config_label(row: dict) -> str:
     return f"{row['model']}/{row['retriever']}/{row['chunker']}/{row['chunk_size']}/{row['chunk_overlap']}/k={row['k']}"
 
 
+def regression_message(f: dict) -> str:
+    """One alert: the configuration, the fall and its evidence, the queries that lost the most."""
+    worst = "; ".join(f"{w['query_id']} {w['question'][:50]!r} {w['before']:.2f}→{w['after']:.2f}" for w in f.get("worst", [])[:3])
+    unmatched = f", {f['n_unmatched']} query row(s) in one run only left out" if f.get("n_unmatched") else ""
+    return (f"chunkeval: regression: {f['metric']} of {config_label(f)} fell from {f['before']:.3f} to {f['after']:.3f} "
+            f"(run {f['run_id']} against {f['reference_run_id']}; {f['n_queries']} paired queries, Holm-adjusted p = "
+            f"{f['p_adjusted']:.2g}{unmatched}); lost most: {worst}")
+
+
 def beside(path: Path, part: str) -> Path:
     """`results.csv` → `results.<part>.csv`."""
     path = Path(path)

@@ -504,9 +504,13 @@ class Warehouse:
         rows = self._dicts("SELECT run_id FROM baselines WHERE experiment = ?", [experiment])
         return rows[0]["run_id"] if rows else None
 
-    def regressions(self, experiment: str, metrics: list[str], threshold: float, baseline: str | None = None) -> list[dict]:
-        """Configurations whose metric fell by more than `threshold` in the newest completed run, against
-        the previous completed run or the pinned (or given) baseline run."""
+    def regressions(self, experiment: str, metrics: list[str], threshold: float, baseline: str | None = None,
+                    alpha: float = 0.05) -> list[dict]:
+        """Configurations whose metric fell for real in the newest completed run, against the pinned (or
+        given) baseline run, else the previous completed run: a paired mean fall larger than `threshold`
+        that is significant at `alpha` after Holm (`chunkeval.compare.regressions`)."""
+        from chunkeval.compare import regressions
+
         completed = self.runs(experiment, "completed", limit=2)
         if not completed:
             return []
@@ -514,11 +518,7 @@ class Warehouse:
         reference = baseline or self.baseline(experiment) or (completed[1]["run_id"] if len(completed) > 1 else None)
         if reference is None or reference == newest:
             return []
-        placeholders = ", ".join("?" for _ in metrics)
-        sql = f"""
-            SELECT {', '.join(f"n.{k}" for k in CONFIG_KEYS)}, n.metric, b.value AS before, n.value AS after,
-                   n.value - b.value AS change, ? AS run_id, ? AS reference_run_id
-            FROM trend n JOIN trend b USING ({', '.join(CONFIG_KEYS)}, metric)
-            WHERE n.run_id = ? AND b.run_id = ? AND n.metric IN ({placeholders}) AND n.value < b.value - ?
-            ORDER BY change"""
-        return self._dicts(sql, [newest, reference, newest, reference, *metrics, threshold])
+        questions = {r["query_id"]: r["question"] for r in self._dicts(
+            "SELECT DISTINCT query_id, question FROM gold_references WHERE run_id IN (?, ?)", [newest, reference])}
+        falls = regressions(self.query_results(newest), self.query_results(reference), metrics, threshold, alpha, questions)
+        return [{**f, "run_id": newest, "reference_run_id": reference} for f in falls]
