@@ -131,3 +131,13 @@ def test_the_worked_example_of_the_docs():
     assert result["mean_diff"] == pytest.approx(0.3)
     assert result["p_ttest"] == pytest.approx(0.0705, abs=5e-5)
     assert result["p_permutation"] == pytest.approx(0.25)  # exact: 8 of the 32 sign flips
+
+
+def test_the_trade_off_chart_carries_the_intervals_as_error_bars():
+    from chunkeval import charts
+
+    recall, precision, tokens = np.array([0.5, 0.8, 0.9]), np.array([0.4, 0.3, 0.1]), np.array([100.0, 200.0, 400.0])
+    plain = charts.tradeoff(["a", "b", "c"], recall, precision, tokens)
+    with_bars = charts.tradeoff(["a", "b", "c"], recall, precision, tokens, (recall - 0.05, recall + 0.04),
+                                (precision - 0.02, precision + 0.03))
+    assert with_bars.count("<path") >= plain.count("<path") + 1 and "LineCollection" in with_bars

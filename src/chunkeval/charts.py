@@ -36,9 +36,14 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.asarray(front[::-1], dtype=np.int64)
 
 
-def tradeoff(labels: list[str], recall: np.ndarray, precision: np.ndarray, tokens: np.ndarray) -> str:
-    """Precision against recall per configuration, coloured by retrieved tokens, Pareto front drawn."""
+def tradeoff(labels: list[str], recall: np.ndarray, precision: np.ndarray, tokens: np.ndarray,
+             recall_ci: tuple[np.ndarray, np.ndarray] | None = None, precision_ci: tuple[np.ndarray, np.ndarray] | None = None) -> str:
+    """Precision against recall per configuration, coloured by retrieved tokens, Pareto front drawn; with
+    the intervals given, each point carries error bars (the 95 % bootstrap intervals of both means)."""
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    if recall_ci is not None and precision_ci is not None:
+        ax.errorbar(recall, precision, xerr=np.abs(np.vstack(recall_ci) - recall), yerr=np.abs(np.vstack(precision_ci) - precision),
+                    fmt="none", ecolor="#9aa5b1", elinewidth=0.7, zorder=1)
     points = ax.scatter(recall, precision, c=tokens, s=36, cmap="viridis", edgecolors="black", linewidths=0.4)
     front = pareto_front(recall, precision)
     ax.step(recall[front], precision[front], where="post", color="crimson", linewidth=1.4, label="Pareto front")

@@ -164,10 +164,16 @@ def section_grid(summary: list[dict], tied: dict[str, set[tuple]] | None = None)
 
 
 def section_tradeoff(summary: list[dict]) -> str:
-    svg = charts.tradeoff([label(r) for r in summary], np.array([r["span_recall_mean"] for r in summary]),
-                          np.array([r["span_precision_mean"] for r in summary]), np.array([r["retrieved_tokens_mean"] for r in summary]))
+    column = lambda key: np.array([r[key] for r in summary], dtype=float)  # noqa: E731
+    intervals = all(r.get("span_recall_ci_low") is not None and r.get("span_precision_ci_low") is not None for r in summary)
+    svg = charts.tradeoff([label(r) for r in summary], column("span_recall_mean"), column("span_precision_mean"),
+                          column("retrieved_tokens_mean"),
+                          (column("span_recall_ci_low"), column("span_recall_ci_high")) if intervals else None,
+                          (column("span_precision_ci_low"), column("span_precision_ci_high")) if intervals else None)
     return ('<section id="tradeoff"><h2>3. Precision against recall</h2><p>Each point is a configuration; its colour is the '
-            f'number of tokens it retrieves per query. The red line is the Pareto front: no configuration beats those on both.</p>{svg}</section>')
+            'number of tokens it retrieves per query. The red line is the Pareto front: no configuration beats those on both. '
+            'Grey bars are the 95 % bootstrap intervals of both means (runs recorded before chunkeval kept intervals have none).'
+            f'</p>{svg}</section>')
 
 
 def section_distributions(summary: list[dict], per_query: pa.Table) -> str:
