@@ -14,8 +14,7 @@ import pyarrow.compute as pc
 
 from chunkeval import stats
 from chunkeval.errors import InputError
-
-KEYS = ("model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k")  # chunkeval.sweep.CONFIG_KEYS
+from chunkeval.sweep import CONFIG_KEYS as KEYS
 
 
 def configurations(per_query: pa.Table, keys=KEYS) -> list[dict]:
