@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -163,3 +164,16 @@ def test_history_commands(tmp_path, own_home, capsys):
     assert "skipped" in capsys.readouterr().err
     assert main(["run", "--experiment", "history", "--k", "1"]) == 0  # the settings of its last run, k overridden
     assert main(["trend", "--experiment", "history", "--metric", "nope"]) == 2
+
+
+def test_run_experiment_name_with_settings_defines_then_changes_it(own_home, capsys):
+    from chunkeval.cli import main
+
+    assert main(["run", "--experiment", "fresh", "--corpus-dir", str(DEMO_DIR / "corpora"), "--questions",
+                 str(DEMO_DIR / "questions.csv"), "--chunk-sizes", "100", "--k", "1", "--retriever", "bm25"]) == 0
+    assert "experiment fresh: run " in capsys.readouterr().out
+    assert main(["run", "--experiment", "fresh", "--k", "3"]) == 0  # its newest settings, k changed
+    wh = Warehouse(own_home / "warehouse")
+    newest, first = wh.runs("fresh")
+    assert json.loads(first["settings"])["k"] == [1] and json.loads(newest["settings"])["k"] == [3]
+    assert json.loads(newest["settings"])["retriever"] == ["bm25"] and newest["texts_embedded"] == 0
