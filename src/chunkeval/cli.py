@@ -351,11 +351,9 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def _filtered(per_query, config: dict, what: str):
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    from chunkeval.compare import select
 
-    for key, value in config.items():
-        per_query = per_query.filter(pc.equal(per_query[key], pa.scalar(value, per_query.schema.field(key).type)))
+    per_query = select(per_query, config)
     if config and per_query.num_rows == 0:
         raise InputError(f"no configuration of {what} matches --config " + ",".join(f"{k}={v}" for k, v in config.items()))
     return per_query

@@ -23,13 +23,18 @@ def configurations(per_query: pa.Table, keys=KEYS) -> list[dict]:
     return [dict(zip(present, row)) for row in dict.fromkeys(zip(*(per_query[k].to_pylist() for k in present)))]
 
 
-def values_of(per_query: pa.Table, config: dict, metric: str) -> dict[str, float]:
-    """query_id → value of `metric` for one configuration."""
+def select(per_query: pa.Table, config: dict) -> pa.Table:
+    """The rows of a per-query table whose settings equal `config` (all rows for an empty one)."""
     mask = None
     for key, value in config.items():
         eq = pc.equal(per_query[key], pa.scalar(value, per_query.schema.field(key).type))
         mask = eq if mask is None else pc.and_(mask, eq)
-    rows = per_query.filter(mask) if mask is not None else per_query
+    return per_query.filter(mask) if mask is not None else per_query
+
+
+def values_of(per_query: pa.Table, config: dict, metric: str) -> dict[str, float]:
+    """query_id → value of `metric` for one configuration."""
+    rows = select(per_query, config)
     return dict(zip(rows["query_id"].to_pylist(), rows[metric].to_pylist()))
 
 
