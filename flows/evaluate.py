@@ -16,7 +16,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 from prefect.runtime import flow_run
 
-from chunkeval import progress, sweep
+from chunkeval import gold_check, progress, sweep
 from chunkeval.chunking import ChunkerSpec
 from chunkeval.experiment import Experiment, cache_dir, input_fingerprints
 from chunkeval.faults import checkpoint
@@ -63,6 +63,11 @@ def references(inputs: sweep.Inputs, chunking: sweep.Chunking) -> pa.Table:
     return sweep.reference_table(inputs, chunking)
 
 
+@task(**TASK)
+def check_gold(inputs: sweep.Inputs, exp: Experiment) -> dict:
+    return gold_check.check_gold(inputs.gold, inputs.corpora, min(exp.chunk_sizes)).to_dict()
+
+
 @task(**IO_TASK)
 def report(experiment: str, run_id: str) -> str:
     wh = warehouse()
@@ -75,8 +80,9 @@ def summarize(per_query: pa.Table, chunkings: list, configs: list, embedded: swe
 
 
 @task(**IO_TASK)
-def store(run_id: str, per_query: pa.Table, summary: pa.Table, texts_embedded: int, refs: pa.Table, models: pa.Table) -> None:
-    warehouse().complete_run(run_id, per_query, summary, texts_embedded, refs, models)
+def store(run_id: str, per_query: pa.Table, summary: pa.Table, texts_embedded: int, refs: pa.Table, models: pa.Table,
+          gold: dict) -> None:
+    warehouse().complete_run(run_id, per_query, summary, texts_embedded, refs, models, gold)
 
 
 def artifact_key(experiment: str, what: str) -> str:
@@ -124,7 +130,7 @@ def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger:
         progress.step("loading")
         inputs = load(exp)
         embedders = sweep.Embedders(cache_dir(), batch_size)
-        for note in exp.overlap_notes():
+        for note in exp.notes():
             logger.info(note)
         progress.step("chunking")
         jobs = sweep.chunking_jobs(exp)
@@ -139,7 +145,7 @@ def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger:
         per_query = pa.concat_tables(tables)
         summary = summarize(per_query, chunkings, configs, embedded, exp.skip_empty_gold)
         progress.step("storing")
-        store(run_id, per_query, summary, embedders.texts_embedded, refs, embedders.table())
+        store(run_id, per_query, summary, embedders.texts_embedded, refs, embedders.table(), check_gold(inputs, exp))
     except BaseException as exc:
         wh.fail_run(run_id, "".join(traceback.format_exception_only(exc)).strip())
         raise

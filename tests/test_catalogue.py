@@ -28,16 +28,18 @@ def recorded(tmp_path_factory, embedder_factory):
     exp = Experiment(name="cat", chunker=("fixed_token",), chunk_sizes=(100,), overlaps=("0",), k=(3,))
     result = run_sweep(exp, embedder_factory())
     wh = Warehouse(home / "warehouse")
+    credit = wh.begin_run("cat", {}, "manual", exp.with_overrides(duplicates="credit").to_dict())  # scored otherwise
+    wh.complete_run(credit, result.per_query, result.summary, result.texts_embedded, result.references)
     run_id = wh.begin_run("cat", {}, "manual", exp.to_dict())
     wh.complete_run(run_id, result.per_query, result.summary, result.texts_embedded, result.references)
-    return home, run_id
+    return home, run_id, credit
 
 
 @pytest.fixture()
 def ws(tmp_path, recorded, monkeypatch):
     """A workspace: good corpus and questions files, a regular file to put impossible paths under,
     and CHUNKEVAL_HOME pointing at the recorded warehouse."""
-    home, run_id = recorded
+    home, run_id, credit_run_id = recorded
     monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
     corpus = tmp_path / "corpora"
     corpus.mkdir()
@@ -46,7 +48,7 @@ def ws(tmp_path, recorded, monkeypatch):
     (tmp_path / "plain").write_text("a regular file\n")
     (tmp_path / "gold.csv").write_text('query_id,query,relevant_chunk_ids\n1,q one,"[""A""]"\n')
     (tmp_path / "run.jsonl").write_text('{"query_id": "1", "retrieved_chunk_ids": ["A"]}\n')
-    return {"t": tmp_path, "home": home, "run_id": run_id}
+    return {"t": tmp_path, "home": home, "run_id": run_id, "credit_run_id": credit_run_id}
 
 
 def write(path: Path, content: str | bytes) -> Path:
@@ -113,6 +115,7 @@ CASES = {
     "sweep: model folder without a model": (lambda w: sweep(w["t"], "--model", w["t"] / "corpora"), "nor a local sentence-transformers folder"),
     "sweep: model folder that does not load": (lambda w: [write(w["t"] / "corpora" / "config.json", "{}"), *sweep(w["t"], "--model", w["t"] / "corpora")][1:], "cannot be loaded as a sentence-transformers model"),
     "sweep: semantic chunker below 50 tokens": (lambda w: sweep(w["t"], "--chunker", "cluster_semantic", "--chunk-sizes", "30"), "chunker 'cluster_semantic' needs chunk_size ≥ 50, got 30"),
+    "sweep: unknown duplicates setting": (lambda w: sweep(w["t"], "--duplicates", "exact"), "--duplicates: invalid choice: 'exact'"),
     "sweep: rrf-k negative": (lambda w: sweep(w["t"], "--retriever", "hybrid", "--rrf-k", "-1"), "rrf_k must be 0 or more"),
     "sweep: splitter chunk not in the corpus": (lambda w: sweep(w["t"], "--chunker", "plugins_for_tests:invents_text", "--retriever", "bm25"), "that is not in corpus 'doc'"),
     "sweep: plug-in retriever out of range": (lambda w: sweep(w["t"], "--retriever", "plugins_for_tests:out_of_range"), "returned indices out of range"),
@@ -134,6 +137,7 @@ CASES = {
     "run: unknown retriever": (lambda w: ["run", "--experiment", "cat", "--retriever", "magic"], "unknown retriever 'magic'"),
     "run: experiment file model of wrong type": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "model: {a: 1}\n")], "model must be a name or a list"),
     "run: experiment file flag of wrong type": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "own_corpus: maybe\n")], "own_corpus must be true or false"),
+    "run: experiment file unknown duplicates setting": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "duplicates: exact\n")], "duplicates must be positional or credit, got 'exact'"),
     "run: CHUNKEVAL_HOME under a regular file": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "plain" / "home")), "run", experiment(w["t"], GOOD_YAML)][1:], "is a file, not a folder"),
     # ---------------------------------------------------------------- evaluate-run
     "evaluate-run: gold missing": (lambda w: evaluate_run(w["t"], w["t"] / "nope.csv"), "nope.csv: file not found"),
@@ -178,6 +182,8 @@ CASES = {
     "compare: one configuration only": (lambda w: ["compare", "--run", w["run_id"], "--metric", "mrr"], "a comparison needs two"),
     "compare: alpha outside (0, 1)": (lambda w: ["compare", "--run", w["run_id"], "--metric", "mrr", "--alpha", "1.5"], "--alpha must be strictly between 0 and 1"),
     "compare: three runs": (lambda w: ["compare", "--run", w["run_id"], "--run", w["run_id"], "--run", w["run_id"], "--metric", "mrr"], "at most two --run"),
+    "compare: runs scored with different duplicates settings": (lambda w: ["compare", "--run", w["run_id"], "--run", w["credit_run_id"], "--metric", "mrr"], "are never compared"),
+    "trend: baseline scored with another duplicates setting": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--fail-on-regression", "--baseline", w["credit_run_id"]], "are never compared"),
     "compare: one run file": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--metric", "mrr"], "--run-file A --run-file B"),
     "compare: span metric of run files": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--run-file", w["t"] / "run.jsonl", "--metric", "span_recall"], "set and rank metrics only"),
     "compare: run file broken": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--run-file", write(w["t"] / "r.jsonl", "{oops\n"), "--metric", "mrr"], "r.jsonl: row 1: broken JSON"),
@@ -251,4 +257,5 @@ def test_run_of_an_unknown_experiment_with_settings_defines_it(ws, capsys):
 def test_trend_of_a_recorded_experiment_still_works(ws, capsys):
     assert main(["trend", "--experiment", "cat", "--metric", "mrr", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert rows and rows[0]["run_id"] == ws["run_id"]
+    assert rows and rows[-1]["run_id"] == ws["run_id"] and rows[-1]["duplicates"] == "positional"
+    assert rows[-1]["change"] is None  # the run before it was scored with duplicates: credit

@@ -57,6 +57,8 @@ def test_the_flow_runs_every_axis(tmp_path, own_home):
                     ("all-MiniLM-L6-v2", "dense", "cluster_semantic", 0), ("all-MiniLM-L6-v2", "bm25", "cluster_semantic", 0)}
     (model,) = wh.models(result["run_id"]).to_pylist()
     assert model["texts_embedded"] == result["texts_embedded"] > 0 and model["texts_per_second"] > 0
+    check = wh.gold_check(result["run_id"])  # the gold-set check is recorded with the run, for its report
+    assert set(check) == {"ambiguous_references", "overlapping_references", "empty_references", "long_references", "repeated_questions"}
 
 
 def test_evaluate_records_a_run_and_publishes_its_table(tmp_path, own_home):

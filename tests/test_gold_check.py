@@ -44,6 +44,39 @@ def test_every_kind_of_finding_on_a_toy_set(tmp_path, capsys):
     assert "1 ambiguous reference(s)" in out and "1 repeated question(s)" in out
 
 
+def test_the_report_shows_the_check_recorded_with_the_run(tmp_path, caplog):
+    from chunkeval.experiment import Experiment
+    from chunkeval.html_report import build_report
+    from chunkeval.sweep import Embedders, load_inputs, run_sweep
+    from chunkeval.warehouse import Warehouse
+
+    text = "Alpha beta gamma. The same sentence. Delta epsilon. The same sentence. Zeta eta theta iota kappa."
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "doc.md").write_text(text, encoding="utf-8")
+    rows = [f'q1,Which sentence repeats?,"[{ref("The same sentence.", text, 1)}]",doc',
+            f'q2,Greek <b>letters</b>?,"[{ref("Alpha beta gamma.", text)}]",doc']
+    (tmp_path / "q.csv").write_text("query_id,question,references,corpus_id\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    exp = Experiment(name="g", corpus_dir=str(tmp_path / "c"), questions=str(tmp_path / "q.csv"), chunk_sizes=(3, 8),
+                     k=(1,), retriever=("bm25",))
+    result = run_sweep(exp, Embedders(tmp_path / "cache"))
+    inputs = load_inputs(exp)
+    wh = Warehouse(tmp_path / "warehouse")
+    run_id = wh.begin_run("g", {}, "manual", exp.to_dict())
+    check = check_gold(inputs.gold, inputs.corpora, min(exp.chunk_sizes)).to_dict()
+    wh.complete_run(run_id, result.per_query, result.summary, 0, result.references, result.models, check)
+    assert wh.gold_check(run_id) == check
+    html = build_report(wh, "g")
+    assert "<h3>Gold-set check</h3>" in html and "long means over 3 cl100k tokens" in html
+    assert "<summary>Ambiguous references: 1</summary>" in html and "2: [18, 36), [52, 70)" in html
+    assert "<summary>Long references: 2</summary>" in html and "only the gold copy counts" in html
+    # a damaged file is moved aside, said once, and reads as not recorded
+    path = wh.results / run_id / "gold_check.json"
+    path.write_text('{"ambiguous_references": [', encoding="utf-8")
+    assert "recorded without a gold-set check" in build_report(wh, "g")
+    assert not path.exists() and path.with_name("gold_check.json.corrupt").exists()
+    assert "damaged" in caplog.text
+
+
 def test_the_shared_finance_corpus_repeats_passages(chroma, capsys):
     assert main(["gold", "check", "--corpus-dir", str(chroma / "corpora"), "--questions", str(chroma / "questions_df.csv"),
                  "--corpus", "finance", "--chunk-size", "200", "--json"]) == 0

@@ -65,6 +65,7 @@ def test_every_section_is_there(page):
     assert html.count("<svg") == 5  # trade-off, box plots, gold histograms, budget, trend
     assert 'class="sortable"' in html and "★" in html
     assert "Questions with zero recall" in html and "straddle a chunk boundary" in html
+    assert "recorded without a gold-set check" in html  # these runs were recorded without one
     assert "<h3>Regressions</h3><table>" in html  # the model that reads 16 word pieces regressed
 
 

@@ -90,7 +90,7 @@ def evaluate(corpus_dir: str | Path | Mapping[str, str] | None = None, questions
     CSV (Chroma's format) or a list of {question, references: [{content, start_index, end_index}],
     corpus_id[, query_id]}. `experiment` is an experiment file or mapping to start from. Any other
     setting is an experiment key (chunker, chunk_sizes, overlaps, k, model, retriever, rrf_k, corpus,
-    own_corpus, skip_empty_gold), given as a value or a list. Embeddings are cached in `cache_dir`
+    own_corpus, skip_empty_gold, duplicates), given as a value or a list. Embeddings are cached in `cache_dir`
     (default: `$CHUNKEVAL_HOME/cache/embeddings`).
     """
     from chunkeval.experiment import Experiment

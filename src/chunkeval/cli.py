@@ -40,11 +40,14 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
                    help="retrieve each question from its own corpus only (default: from all corpora pooled, as Chroma does)")
     g.add_argument("--skip-empty-gold", action="store_true", default=None,
                    help="leave questions without references out of the averages (default: they score recall 0)")
+    g.add_argument("--duplicates", choices=("positional", "credit"),
+                   help="a reference whose text occurs more than once in its corpus: only its gold position counts "
+                        "(positional, the default) or the copy the retrieved chunks cover most (credit); docs/metrics.md")
     p.add_argument("--batch-size", type=int, default=32, help="texts per embedding batch (default 32)")
 
 
 SETTING_FLAGS = ("corpus_dir", "questions", "corpus", "chunker", "chunk_sizes", "overlaps", "k", "model", "retriever",
-                 "rrf_k", "own_corpus", "skip_empty_gold")
+                 "rrf_k", "own_corpus", "skip_empty_gold", "duplicates")
 
 
 def experiment_from_args(args: argparse.Namespace, default: Experiment | None = None, name: str | None = None) -> Experiment:
@@ -57,6 +60,7 @@ def experiment_from_args(args: argparse.Namespace, default: Experiment | None = 
         chunk_sizes=parse_ints(args.chunk_sizes, "--chunk-sizes"), overlaps=tuple(split_list(args.overlaps)),
         k=parse_ints(args.k, "--k"), model=tuple(split_list(args.model)), retriever=tuple(split_list(args.retriever)),
         rrf_k=args.rrf_k, own_corpus=args.own_corpus, skip_empty_gold=args.skip_empty_gold,
+        duplicates=args.duplicates,
     )
 
 
@@ -276,6 +280,8 @@ def cmd_trend(args: argparse.Namespace) -> int:
         print()
     elif rows:
         keys = ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
+        if len({r["duplicates"] for r in rows}) > 1:  # changes are only against runs scored the same way
+            keys.insert(0, "duplicates")
         cols = ["run_id", "started_at", *keys, args.metric, "change"]
         print(format_rows(cols, [[r["run_id"], _iso(r["started_at"]), *(str(r[k]) for k in keys),
                                   f"{r['value']:.3f}", "" if r["change"] is None else f"{r['change']:+.3f}"] for r in rows]))
@@ -406,6 +412,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if len(runs) == 2 and runs[0]["experiment"] != runs[1]["experiment"]:
             raise InputError(f"runs {runs[0]['run_id']} and {runs[1]['run_id']} are of different experiments "
                              f"({runs[0]['experiment']!r}, {runs[1]['experiment']!r})")
+        if len(runs) == 2:
+            wh.check_comparable(runs[0]["run_id"], runs[1]["run_id"])
         config = _config_filter(args.config)
         tables = [_filtered(wh.query_results(r["run_id"]), config, f"run {r['run_id']}") for r in runs]
         if len(runs) == 1:

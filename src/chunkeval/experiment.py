@@ -1,7 +1,7 @@
 """An experiment: a name plus everything a sweep takes. Immutable; given as flags or a YAML file.
 
 YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, corpus, chunker,
-chunk_sizes, overlaps, k, model, retriever, rrf_k, own_corpus, skip_empty_gold (model, retriever and
+chunk_sizes, overlaps, k, model, retriever, rrf_k, own_corpus, skip_empty_gold, duplicates (model, retriever and
 the other lists take one value or a list). Relative paths are read from the YAML file's folder.
 """
 
@@ -73,6 +73,7 @@ class Experiment:
     rrf_k: int = 60
     own_corpus: bool = False
     skip_empty_gold: bool = False
+    duplicates: str = "positional"
 
     @classmethod
     def from_dict(cls, data: dict, base: Path | None = None, source: str | None = None) -> "Experiment":
@@ -143,6 +144,10 @@ class Experiment:
         for k in self.k:
             if k < 1:
                 raise InputError(f"k must be at least 1, got {k}", source)
+        from chunkeval.duplicates import MODES
+
+        if self.duplicates not in MODES:
+            raise InputError(f"duplicates must be {' or '.join(MODES)}, got {self.duplicates!r}", source)
         if self.rrf_k < 0:
             raise InputError(f"rrf_k must be 0 or more, got {self.rrf_k}", source)
         for key in ("model", "retriever", "chunker"):
@@ -189,6 +194,13 @@ class Experiment:
         if all(parse_overlap(o, s) == 0 for o in self.overlaps for s in self.chunk_sizes):
             return []
         return [f"{c} takes no overlap: it runs once per chunk size, at overlap 0" for c in self.chunker if needs_embeddings(c)]
+
+    def notes(self) -> list[str]:
+        """What a reader of the results must know about how they were computed."""
+        notes = self.overlap_notes()
+        if self.duplicates == "credit":
+            notes.append("duplicates: credit (a reference's identical copies in its corpus count as found; docs/metrics.md)")
+        return notes
 
     def to_dict(self) -> dict:
         data = asdict(self)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from chunkeval.chunking import count_tokens
+from chunkeval.duplicates import occurrences
 from chunkeval.ingest import SpanGold
 
 
@@ -31,15 +32,6 @@ class GoldReport:
 
     def counts(self) -> dict[str, int]:
         return {name: len(items) for name, items in self.to_dict().items()}
-
-
-def occurrences(text: str, needle: str) -> list[tuple[int, int]]:
-    """Every `[start, end)` where `needle` occurs in `text`, overlapping occurrences included."""
-    found, at = [], text.find(needle)
-    while at != -1:
-        found.append((at, at + len(needle)))
-        at = text.find(needle, at + 1)
-    return found
 
 
 def check_gold(gold: SpanGold, corpora: dict[str, str], chunk_size: int | None = None) -> GoldReport:

@@ -122,6 +122,8 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
         ("corpora", escape(str(settings.get("corpus_dir", ""))) + (" (" + escape(", ".join(settings.get("corpus") or [])) + ")" if settings.get("corpus") else "")),
         ("gold set", escape(str(settings.get("questions", "")))),
         ("retrieval", "each question from its own corpus" if settings.get("own_corpus") else "pooled over all corpora"),
+        ("duplicates", "credit: a reference's identical copies count as found" if settings.get("duplicates") == "credit"
+         else "positional: only a reference's gold position counts"),
         ("corpus fingerprint", f'<code>{escape(str(run["corpus_fingerprint"]))}</code>'),
         ("gold fingerprint", f'<code>{escape(str(run["gold_fingerprint"]))}</code>'),
         ("model fingerprint", f'<code>{escape(str(run["model_fingerprint"]))}</code>'),
@@ -189,7 +191,8 @@ def section_distributions(summary: list[dict], per_query: pa.Table) -> str:
             f'for the best-precision, best-recall and best-F1 configurations (triangles are means).</p>{charts.boxplots(groups, BOX_METRICS)}</section>')
 
 
-def section_gold(refs: pa.Table, per_query: pa.Table) -> str:
+def section_gold(refs: pa.Table, per_query: pa.Table, check: dict | None = None, settings: dict | None = None) -> str:
+    settings = settings or {}
     first = {k: refs[k][0].as_py() for k in ("model", "chunker", "chunk_size", "chunk_overlap")} if refs.num_rows else {}
     one = [r for r in refs.to_pylist() if all(r[k] == v for k, v in first.items())]
     questions = {}
@@ -203,7 +206,52 @@ def section_gold(refs: pa.Table, per_query: pa.Table) -> str:
             for c in per_question]
     table = _table(["corpus", "questions", "references", "median reference tokens", "longest"], rows)
     return ('<section id="gold"><h2>5. The gold set</h2><p>How many references each question has, and how long they are in tokens: '
-            f'short references reward small chunks.</p>{charts.gold_histograms(per_question, tokens)}{table}</section>')
+            f'short references reward small chunks.</p>{charts.gold_histograms(per_question, tokens)}{table}'
+            f'{gold_check_html(check, settings)}</section>')
+
+
+GOLD_FINDINGS = [  # (key, title, what it means)
+    ("ambiguous_references", "Ambiguous references",
+     "their text occurs more than once in the corpus: a chunk over another copy holds the same words"),
+    ("overlapping_references", "Overlapping references", "they share characters with another reference of the same question"),
+    ("empty_references", "Empty references", "they hold only whitespace"),
+    ("long_references", "Long references", "longer than the smallest chunk size of the experiment: no chunk of that size holds one whole"),
+    ("repeated_questions", "Repeated questions", "the same question asked twice about one corpus"),
+]
+SHOWN = 100  # rows listed per finding; the counts cover them all
+
+
+def gold_check_html(check: dict | None, settings: dict) -> str:
+    """The findings of `chunkeval gold check` recorded with the run, one list per kind."""
+    if check is None:
+        return "<h3>Gold-set check</h3><p>This run was recorded without a gold-set check (chunkeval before 0.2).</p>"
+    scoring = ("credit: each is replaced by the copy the retrieved chunks cover most" if settings.get("duplicates") == "credit"
+               else "positional: only the gold copy counts (<code>--duplicates credit</code> gives the others credit)")
+    sizes = settings.get("chunk_sizes") or []
+    parts = [f"<h3>Gold-set check</h3><p>What <code>chunkeval gold check</code> found in this run's inputs"
+             f"{f' (long means over {min(sizes)} cl100k tokens)' if sizes else ''}. Ambiguous references are scored {scoring}.</p>"]
+    counts = [[escape(title), str(len(check.get(key) or [])), escape(meaning)] for key, title, meaning in GOLD_FINDINGS]
+    parts.append(_table(["finding", "count", "meaning"], counts))
+    for key, title, _ in GOLD_FINDINGS:
+        items = check.get(key) or []
+        if not items:
+            continue
+        if key == "repeated_questions":
+            header = ["queries", "corpus", "question"]
+            rows = [[escape(", ".join(i["query_ids"])), escape(i["corpus_id"]), escape(i.get("question", ""))] for i in items[:SHOWN]]
+        else:
+            header = ["query", "corpus", "offsets"]
+            extra = {"ambiguous_references": ("occurrences", lambda i: f"{len(i['occurrences'])}: " + ", ".join(
+                         f"[{a}, {b})" for a, b in i["occurrences"][:6]) + (" …" if len(i["occurrences"]) > 6 else "")),
+                     "overlapping_references": ("overlaps", lambda i: f"[{i['overlaps']['start']}, {i['overlaps']['end']})"),
+                     "long_references": ("tokens", lambda i: str(i["tokens"]))}.get(key)
+            if extra:
+                header.append(extra[0])
+            rows = [[escape(i["query_id"]), escape(i["corpus_id"]), f"[{i['start']}, {i['end']})"]
+                    + ([escape(extra[1](i))] if extra else []) for i in items[:SHOWN]]
+        more = f" (the first {SHOWN} of {len(items)})" if len(items) > SHOWN else ""
+        parts.append(f"<details><summary>{escape(title)}: {len(items)}{more}</summary>{_table(header, rows)}</details>")
+    return "".join(parts)
 
 
 def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table) -> str:
@@ -303,7 +351,7 @@ def build_report(wh: Warehouse, experiment: str, run_id: str | None = None, conf
     trend_configs = list({label(r): r for r in [chosen, best["span_precision"], best["span_recall"], best["span_f1"]]}.values())
     sections = [
         section_summary(run, settings, summary, wh.models(run_id).to_pylist()), section_grid(summary, ties(per_query, METRICS)), section_tradeoff(summary),
-        section_distributions(summary, per_query), section_gold(refs, per_query), section_failures(chosen, per_query, refs),
+        section_distributions(summary, per_query), section_gold(refs, per_query, wh.gold_check(run_id), settings), section_failures(chosen, per_query, refs),
         section_budget(per_query), section_trend(wh, experiment, trend_configs, threshold),
     ]
     nav = "".join(f'<a href="#{s}">{t}</a>' for s, t in [("summary", "Summary"), ("grid", "Grid"), ("tradeoff", "Trade-off"),

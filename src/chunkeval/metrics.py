@@ -179,9 +179,14 @@ def reference_chars(gold: SpanGold, corpus_names: tuple[str, ...]) -> ReferenceC
     query = gold.ref_query[ref_of]
     index = {name: i for i, name in enumerate(corpus_names)}
     corpus = np.asarray([index[c] for c in gold.corpus_ids], dtype=np.int64)[query] if len(query) else np.zeros(0, np.int64)
+    return ReferenceChars(query, corpus, pos, first_of_each(query, pos), gold.n_queries)
+
+
+def first_of_each(query: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """True at the first entry of each distinct (query, position): what a union counts once."""
     primary = np.zeros(len(pos), dtype=bool)
     primary[np.unique(query * (int(pos.max(initial=0)) + 1) + pos, return_index=True)[1]] = True
-    return ReferenceChars(query, corpus, pos, primary, gold.n_queries)
+    return primary
 
 
 def first_covering_rank(ref: ReferenceChars, topk: np.ndarray, chunks: Chunks) -> np.ndarray:

@@ -20,6 +20,7 @@ import pyarrow as pa
 from chunkeval import metrics as M
 from chunkeval import retrievers
 from chunkeval.chunking import ChunkerSpec, Chunks, chunk_corpora, count_tokens, needs_embeddings
+from chunkeval.duplicates import Copies, find_copies, span_scoring
 from chunkeval.embedding import Embedder
 from chunkeval.experiment import Experiment
 from chunkeval.ingest import SpanGold, corpus_ids_in, load_corpora, load_span_gold
@@ -33,6 +34,7 @@ NO_MODEL = "none"  # the model of rows that no model produced (bm25 over fixed o
 class Inputs:
     corpora: dict[str, str]
     gold: SpanGold
+    copies: Copies | None = None  # every copy of every reference, with `duplicates: credit`
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,8 @@ class Embedders:
 
 def load_inputs(exp: Experiment) -> Inputs:
     corpora = load_corpora(Path(exp.corpus_dir), list(exp.corpus) or None)
-    return Inputs(corpora, load_span_gold(Path(exp.questions), corpora, corpus_ids_in(Path(exp.corpus_dir))))
+    gold = load_span_gold(Path(exp.questions), corpora, corpus_ids_in(Path(exp.corpus_dir)))
+    return Inputs(corpora, gold, find_copies(gold, corpora) if exp.duplicates == "credit" else None)
 
 
 def chunking_jobs(exp: Experiment) -> list[tuple[ChunkerSpec, str | None]]:
@@ -188,16 +191,15 @@ def retrieve(inputs: Inputs, chunking: Chunking, config: Config, embedded: Embed
 
 
 def score_chunking(gold: SpanGold, spec: ChunkerSpec, chunks: Chunks, topk: np.ndarray, ks: tuple[int, ...],
-                   model: str = NO_MODEL, retriever: str = "dense") -> pa.Table:
-    """Per-query span, set and rank metrics of one configuration at every k (topk holds the largest k)."""
-    ref = M.reference_chars(gold, chunks.corpus_names)
-    first = M.first_covering_rank(ref, topk, chunks)
-    relevance = M.chunk_relevance(gold, ref, chunks)
+                   model: str = NO_MODEL, retriever: str = "dense", copies: Copies | None = None) -> pa.Table:
+    """Per-query span, set and rank metrics of one configuration at every k (topk holds the largest k);
+    with `copies`, a reference's copies get credit (`chunkeval.duplicates`)."""
+    relevance, span_metrics = span_scoring(gold, topk, chunks, copies)
     omega = M.safe_div(relevance.covered_all, relevance.omega_union)
     parts = []
     n = gold.n_queries
     for k in sorted(set(ks)):
-        spans = M.span_metrics(ref, first, topk, chunks, k)
+        spans = span_metrics(k)
         judged = M.judge_topk(topk[:, :k], relevance.keys, relevance.n_relevant, len(chunks))
         ranks = M.rank_metrics(judged, k)
         columns = {
@@ -264,7 +266,8 @@ def score_config(inputs: Inputs, chunkings: list[Chunking], config: Config, embe
     """Retrieve once at the largest k, score at every k: one configuration's per-query table."""
     chunking = chunkings[config.chunking]
     topk = retrieve(inputs, chunking, config, embedded, max(exp.k), exp.own_corpus, exp.rrf_k)
-    return score_chunking(inputs.gold, chunking.spec, chunking.chunks, topk, exp.k, config.model, config.retriever)
+    return score_chunking(inputs.gold, chunking.spec, chunking.chunks, topk, exp.k, config.model, config.retriever,
+                          inputs.copies)
 
 
 def run_sweep(exp: Experiment, embedders: "Embedders | Embedder") -> SweepResult:
@@ -278,4 +281,4 @@ def run_sweep(exp: Experiment, embedders: "Embedders | Embedder") -> SweepResult
     summary, by_corpus = summarize_sweep(per_query, chunk_stats(chunkings, configs, embedded), exp.skip_empty_gold)
     references = pa.concat_tables([reference_table(inputs, c) for c in chunkings])
     return SweepResult(per_query, summary, by_corpus, references, embedders.table(), embedders.texts_embedded,
-                       embedders.model_loaded, tuple(exp.overlap_notes()))
+                       embedders.model_loaded, tuple(exp.notes()))

@@ -14,6 +14,7 @@ connection, retrying while another process holds the lock: two runs at once both
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import re
@@ -82,6 +83,8 @@ RUN_COLUMNS = ("run_id", "flow_run_id", "experiment", "status", "trigger", "star
                "corpus_fingerprint", "gold_fingerprint", "model_fingerprint", "chunkeval_version",
                "texts_embedded", "settings", "error")
 MANIFEST_COLUMNS = RUN_COLUMNS + ("pid", "host")
+# the `duplicates` setting of a run (chunkeval.duplicates); runs recorded before it existed were positional
+DUPLICATES_SQL = "coalesce(json_extract_string({t}settings, '$.duplicates'), 'positional')"
 
 
 _LOCKED = re.compile(r"could not set lock|conflicting lock", re.I)
@@ -219,7 +222,8 @@ class Warehouse:
         con.execute(f"""
             CREATE OR REPLACE VIEW config_summary AS
             SELECT r.experiment, r.started_at, r.trigger, {model.format(t="s")} AS model,
-                   coalesce(s.retriever, 'dense') AS retriever, s.* EXCLUDE (run_id, model, retriever), s.run_id
+                   coalesce(s.retriever, 'dense') AS retriever, s.* EXCLUDE (run_id, model, retriever), s.run_id,
+                   {DUPLICATES_SQL.format(t="r.")} AS duplicates
             FROM {files("summary")} s JOIN runs r USING (run_id)
             WHERE r.status = 'completed'""")
         con.execute(f"""
@@ -235,12 +239,13 @@ class Warehouse:
         con.execute(f"""
             CREATE OR REPLACE VIEW trend AS
             WITH long AS (
-                UNPIVOT (SELECT experiment, run_id, started_at, {', '.join(CONFIG_KEYS)}, COLUMNS('_mean$')
+                UNPIVOT (SELECT experiment, run_id, started_at, duplicates, {', '.join(CONFIG_KEYS)}, COLUMNS('_mean$')
                          FROM config_summary)
                 ON COLUMNS('_mean$') INTO NAME metric VALUE value)
-            SELECT experiment, run_id, started_at, {', '.join(CONFIG_KEYS)},
+            SELECT experiment, run_id, started_at, duplicates, {', '.join(CONFIG_KEYS)},
                    regexp_replace(metric, '_mean$', '') AS metric, value,
-                   value - lag(value) OVER (PARTITION BY experiment, {', '.join(CONFIG_KEYS)}, metric
+                   -- the change against the previous run scored the same way (never across duplicates settings)
+                   value - lag(value) OVER (PARTITION BY experiment, duplicates, {', '.join(CONFIG_KEYS)}, metric
                                             ORDER BY started_at, run_id) AS change
             FROM long""")
 
@@ -308,10 +313,13 @@ class Warehouse:
         return self.begin_run(experiment, fingerprints, trigger, settings, flow_run_id, status="skipped")
 
     def complete_run(self, run_id: str, per_query: pa.Table, summary: pa.Table, texts_embedded: int,
-                     references: pa.Table | None = None, models: pa.Table | None = None) -> None:
-        """Write the run's Parquet files (each whole or not at all), its manifest, then mark it completed."""
+                     references: pa.Table | None = None, models: pa.Table | None = None, gold_check: dict | None = None) -> None:
+        """Write the run's files (each whole or not at all), its manifest, then mark it completed.
+        `gold_check` is `chunkeval.gold_check.check_gold`'s findings on the run's inputs."""
         folder = self.results / run_id
         folder.mkdir(parents=True, exist_ok=True)
+        if gold_check is not None:
+            write_text(folder / "gold_check.json", json.dumps(gold_check, indent=1))
         run_col = lambda t: t.append_column("run_id", pa.array([run_id] * t.num_rows, pa.string()))  # noqa: E731
         tables = {folder / "per_query.parquet": run_col(per_query), folder / "summary.parquet": run_col(summary)}
         if references is not None:
@@ -464,6 +472,23 @@ class Warehouse:
             return con.sql(f"SELECT * FROM query_results WHERE run_id = ? ORDER BY {', '.join(CONFIG_KEYS)}, query_id",
                            params=[run_id]).to_arrow_table()
 
+    def gold_check(self, run_id: str) -> dict | None:
+        """The gold-set check recorded with a run (None for runs recorded without one). A damaged file is
+        moved aside to `gold_check.json.corrupt` with one warning line, and reads as not recorded."""
+        path = self.results / run_id / "gold_check.json"
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(found, dict) and all(isinstance(v, list) for v in found.values()):
+                return found
+            problem = "not an object of lists"
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            problem = str(exc)
+        path.replace(path.with_name(path.name + ".corrupt"))
+        logging.getLogger("chunkeval").warning("%s: damaged (%s); moved aside to %s.corrupt", path, problem, path.name)
+        return None
+
     def models(self, run_id: str) -> pa.Table:
         """The models of a run: fingerprint, texts embedded, throughput (empty for runs before v4)."""
         with self.connect() as con:
@@ -483,7 +508,7 @@ class Warehouse:
             where.append(f"{key} = ?")
             params.append(value)
         keys = ", ".join(CONFIG_KEYS)
-        sql = f"SELECT run_id, started_at, {keys}, metric, value, change FROM trend WHERE {' AND '.join(where)}"
+        sql = f"SELECT run_id, started_at, duplicates, {keys}, metric, value, change FROM trend WHERE {' AND '.join(where)}"
         rows = self._dicts(sql + f" ORDER BY started_at, run_id, {keys}", params)
         if last:
             keep = list(dict.fromkeys(r["run_id"] for r in rows))[-int(last):]
@@ -504,6 +529,28 @@ class Warehouse:
         rows = self._dicts("SELECT run_id FROM baselines WHERE experiment = ?", [experiment])
         return rows[0]["run_id"] if rows else None
 
+    def duplicates(self, run_id: str) -> str:
+        """The `duplicates` setting a run was scored with (`positional` for runs recorded before it existed)."""
+        return self._dicts(f"SELECT {DUPLICATES_SQL.format(t='')} AS d FROM runs WHERE run_id = ?", [run_id])[0]["d"]
+
+    def check_comparable(self, run_a: str, run_b: str) -> None:
+        """Runs scored with different `duplicates` settings are never compared."""
+        a, b = self.duplicates(run_a), self.duplicates(run_b)
+        if a != b:
+            raise InputError(f"runs {run_a} (duplicates: {a}) and {run_b} (duplicates: {b}) score repeated passages "
+                             "differently and are never compared; compare runs with the same setting")
+
+    def reference_run(self, experiment: str, run_id: str) -> str | None:
+        """What a run of the experiment is checked against: the pinned baseline, else the previous
+        completed run scored with the same `duplicates` setting."""
+        pinned = self.baseline(experiment)
+        if pinned is not None:
+            return pinned
+        rows = self._dicts(f"SELECT run_id FROM runs WHERE experiment = ? AND status = 'completed' AND run_id <> ? "
+                           f"AND {DUPLICATES_SQL.format(t='')} = ? AND started_at <= (SELECT started_at FROM runs WHERE run_id = ?) "
+                           "ORDER BY started_at DESC, run_id DESC LIMIT 1", [experiment, run_id, self.duplicates(run_id), run_id])
+        return rows[0]["run_id"] if rows else None
+
     def regressions(self, experiment: str, metrics: list[str], threshold: float, baseline: str | None = None,
                     alpha: float = 0.05) -> list[dict]:
         """Configurations whose metric fell for real in the newest completed run, against the pinned (or
@@ -511,13 +558,14 @@ class Warehouse:
         that is significant at `alpha` after Holm (`chunkeval.compare.regressions`)."""
         from chunkeval.compare import regressions
 
-        completed = self.runs(experiment, "completed", limit=2)
-        if not completed:
+        newest = self.last_completed(experiment)
+        if newest is None:
             return []
-        newest = completed[0]["run_id"]
-        reference = baseline or self.baseline(experiment) or (completed[1]["run_id"] if len(completed) > 1 else None)
+        newest = newest["run_id"]
+        reference = baseline or self.reference_run(experiment, newest)
         if reference is None or reference == newest:
             return []
+        self.check_comparable(newest, reference)
         questions = {r["query_id"]: r["question"] for r in self._dicts(
             "SELECT DISTINCT query_id, question FROM gold_references WHERE run_id IN (?, ?)", [newest, reference])}
         falls = regressions(self.query_results(newest), self.query_results(reference), metrics, threshold, alpha, questions)
