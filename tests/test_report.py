@@ -16,6 +16,7 @@ from chunkeval.cli import main
 from chunkeval.embedding import Embedder, resolve_model
 from chunkeval.experiment import DEMO_DIR, Experiment, input_fingerprints
 from chunkeval.html_report import budget_table, budgets_for, build_report
+from chunkeval.stats import bootstrap_ci
 from chunkeval.sweep import run_sweep
 from chunkeval.warehouse import Warehouse
 
@@ -90,8 +91,8 @@ def test_budget_curves_follow_their_definition(warehouse):
     per_query = warehouse.query_results(run_id)
     budgets = budgets_for(per_query)
     assert budgets[0] == 256 and budgets[-1] >= max(per_query["retrieved_tokens"].to_pylist())
-    curves = budget_table(per_query, budgets)
-    assert len(curves) == 8
+    curves, intervals = budget_table(per_query, budgets)
+    assert len(curves) == 8 and set(intervals) == set(curves)
     rows = per_query.to_pylist()
     for name, values in curves.items():
         assert np.all(np.diff(values) >= -1e-12)  # more budget never finds less
@@ -99,12 +100,16 @@ def test_budget_curves_follow_their_definition(warehouse):
         assert (model, retriever) == ("model", "dense")
         size, overlap = map(int, setting.split("/"))
         mine = [r for r in rows if r["chunker"] == chunker and r["chunk_size"] == size and r["chunk_overlap"] == overlap]
-        for budget, value in zip(budgets, values):
-            best = {}
+        low, high = intervals[name]
+        for i, (budget, value) in enumerate(zip(budgets, values)):
+            best = {q: 0.0 for q in {r["query_id"] for r in mine}}
             for r in mine:
                 if r["retrieved_tokens"] <= budget:
-                    best[r["query_id"]] = max(best.get(r["query_id"], 0.0), r["span_recall"])
-            assert value == pytest.approx(sum(best.values()) / len({r["query_id"] for r in mine}))
+                    best[r["query_id"]] = max(best[r["query_id"]], r["span_recall"])
+            assert value == pytest.approx(sum(best.values()) / len(best))
+            # the band is the percentile bootstrap of that mean, queries resampled (docs/statistics.md)
+            per_query_best = np.array([best[q] for q in sorted(best)])
+            assert (low[i], high[i]) == pytest.approx(bootstrap_ci(per_query_best), abs=1e-12)
 
 
 def test_report_command(warehouse, tmp_path, monkeypatch, capsys):

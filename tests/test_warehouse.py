@@ -65,6 +65,9 @@ def test_trend_change_and_regressions(tmp_path, demo_result):
     assert [r["run_id"] for r in rows] == [first, second]
     fall = rows[1]["change"]
     assert rows[0]["change"] is None and fall == pytest.approx(-0.2 * rows[0]["value"])
+    first_summary = [r for r in demo_result.summary.to_pylist() if r["k"] == 5][0]
+    assert (rows[0]["ci_low"], rows[0]["ci_high"]) == (first_summary["span_recall_ci_low"], first_summary["span_recall_ci_high"])
+    assert rows[0]["duplicates"] == "positional"
     assert wh.trend("demo", "span_recall", {"k": 5}, last=1)[0]["run_id"] == second
     falls = wh.regressions("demo", ["span_recall", "mrr"], 0.05)
     assert {f["k"] for f in falls} == {1, 3, 5} and all(f["metric"] == "span_recall" for f in falls)

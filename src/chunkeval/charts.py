@@ -84,11 +84,22 @@ def gold_histograms(refs_per_question: dict[str, np.ndarray], ref_tokens: dict[s
     return to_svg(fig)
 
 
-def budget_curves(budgets: list[int], curves: dict[str, np.ndarray]) -> str:
-    """Span recall reachable within each retrieved-token budget, one line per chunking."""
+def band(ax, x, low, high, color) -> None:
+    """A 95 % interval as a light band around its line (gaps where a point has none)."""
+    low = np.asarray([np.nan if v is None else v for v in low], dtype=np.float64)
+    high = np.asarray([np.nan if v is None else v for v in high], dtype=np.float64)
+    if np.isfinite(low).any():
+        ax.fill_between(x, low, high, color=color, alpha=0.18, linewidth=0)
+
+
+def budget_curves(budgets: list[int], curves: dict[str, np.ndarray], intervals: dict[str, tuple] | None = None) -> str:
+    """Span recall reachable within each retrieved-token budget, one line per chunking; with the
+    intervals given, each line carries its 95 % bootstrap band."""
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for label, values in curves.items():
-        ax.plot(budgets, values, marker="o", markersize=3, linewidth=1.2, label=label)
+        (line,) = ax.plot(budgets, values, marker="o", markersize=3, linewidth=1.2, label=label)
+        if intervals and label in intervals:
+            band(ax, budgets, *intervals[label], line.get_color())
     ax.set_xscale("log", base=2)
     ax.set_xticks(budgets, [str(b) for b in budgets])
     ax.set_xlabel("retrieved-token budget per query")
@@ -99,15 +110,16 @@ def budget_curves(budgets: list[int], curves: dict[str, np.ndarray]) -> str:
 
 
 def trend_lines(series: dict[str, dict[str, tuple[list, list, list]]]) -> str:
-    """Small multiples: per metric, a line per configuration over the runs; regressions as red crosses.
-    `series[metric][config] = (x positions, values, regressed flags)`."""
+    """Small multiples: per metric, a line per configuration over the runs with its 95 % bootstrap band;
+    regressions as red crosses. `series[metric][config] = (x positions, values, regressed flags, lows, highs)`."""
     metrics = list(series)
     cols = min(3, len(metrics))
     rows = -(-len(metrics) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False)
     for ax, metric in zip(axes.flat, metrics):
-        for label, (x, y, bad) in series[metric].items():
-            ax.plot(x, y, marker="o", markersize=3, linewidth=1.1, label=label)
+        for label, (x, y, bad, low, high) in series[metric].items():
+            (line,) = ax.plot(x, y, marker="o", markersize=3, linewidth=1.1, label=label)
+            band(ax, x, low, high, line.get_color())
             bad = np.asarray(bad, dtype=bool)
             if bad.any():
                 ax.scatter(np.asarray(x)[bad], np.asarray(y)[bad], marker="x", s=60, color="red", zorder=3)

@@ -73,23 +73,32 @@ def best_rows(summary: list[dict]) -> dict[str, dict]:
     return best
 
 
-def budget_table(per_query: pa.Table, budgets: list[int]) -> dict[str, np.ndarray]:
+def budget_table(per_query: pa.Table, budgets: list[int]) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
     """For each chunking, the mean over queries of the best span recall among its k whose retrieved
-    tokens fit the budget (0 where none fits)."""
+    tokens fit the budget (0 where none fits), and the 95 % bootstrap interval of each mean."""
+    from chunkeval.stats import bootstrap_ci_groups
+
     con = duckdb.connect()
     con.register("q", per_query)
     con.register("b", pa.table({"budget": budgets}))
     keys = ", ".join(CONFIG_KEYS[:-1])
-    rows = con.sql(f"""
-        SELECT {keys}, budget, avg(best) AS recall FROM (
+    best = con.sql(f"""
+        SELECT {keys}, budget, dense_rank() OVER (ORDER BY {keys}, budget) - 1 AS point, best FROM (
             SELECT {keys}, query_id, budget,
                    coalesce(max(span_recall) FILTER (WHERE retrieved_tokens <= budget), 0) AS best
             FROM q, b GROUP BY ALL)
-        GROUP BY ALL ORDER BY {keys}, budget""").fetchall()
-    curves: dict[str, list[float]] = {}
-    for *config, _, recall in rows:
-        curves.setdefault(label(dict(zip(CONFIG_KEYS, config)), with_k=False), []).append(recall)
-    return {k: np.asarray(v) for k, v in curves.items()}
+        ORDER BY point, query_id""").to_arrow_table()
+    point = best["point"].to_numpy().astype(np.int64)
+    values = best["best"].to_numpy(zero_copy_only=False).astype(np.float64)
+    n_points = int(point.max()) + 1 if len(point) else 0
+    means = np.bincount(point, weights=values, minlength=n_points) / np.maximum(np.bincount(point, minlength=n_points), 1)
+    low, high = bootstrap_ci_groups(values, point, n_groups=n_points) if n_points else (means, means)
+    first = np.unique(point, return_index=True)[1]
+    configs = best.select(CONFIG_KEYS[:-1]).take(pa.array(first)).to_pylist()
+    curves: dict[str, list[int]] = {}
+    for p, config in enumerate(configs):
+        curves.setdefault(label(config, with_k=False), []).append(p)
+    return ({k: means[v] for k, v in curves.items()}, {k: (low[v], high[v]) for k, v in curves.items()})
 
 
 def budgets_for(per_query: pa.Table) -> list[int]:
@@ -275,16 +284,23 @@ def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table) -> str:
 
 def section_budget(per_query: pa.Table) -> str:
     budgets = budgets_for(per_query)
-    curves = budget_table(per_query, budgets)
+    curves, intervals = budget_table(per_query, budgets)
     return ('<section id="budget"><h2>7. Recall against retrieved-token budget</h2><p>For each chunking, the span recall a query '
             'reaches with the largest evaluated k whose retrieved chunks fit the budget: which chunking finds the most of the answer '
-            f'for the same context cost.</p>{charts.budget_curves(budgets, curves)}</section>')
+            'for the same context cost. Bands are the 95 % bootstrap intervals of the means (queries resampled).</p>'
+            f'{charts.budget_curves(budgets, curves, intervals)}</section>')
 
 
-def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold: float) -> str:
+def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold: float, alpha: float = 0.05) -> str:
+    try:
+        falls = wh.regressions(experiment, list(REGRESSION_METRICS), threshold, alpha=alpha)
+        problem = ""
+    except InputError as exc:  # a pinned baseline scored with another duplicates setting
+        falls, problem = [], f"<p>No regression check: {escape(str(exc))}.</p>"
+    fell = {(f["metric"], label(f)) for f in falls}
+    newest = falls[0]["run_id"] if falls else None
     series: dict[str, dict] = {}
     runs: list[tuple] = []
-    flagged = []
     for metric in REGRESSION_METRICS:
         rows = wh.trend(experiment, metric)
         order = list(dict.fromkeys((r["started_at"], r["run_id"]) for r in rows))
@@ -292,15 +308,21 @@ def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold
         position = {run_id: i + 1 for i, (_, run_id) in enumerate(order)}
         for c in configs:
             mine = [r for r in rows if all(r[k] == c[k] for k in CONFIG_KEYS)]
-            bad = [r["change"] is not None and r["change"] < -threshold for r in mine]
-            series.setdefault(metric, {})[label(c)] = ([position[r["run_id"]] for r in mine], [r["value"] for r in mine], bad)
-            flagged += [[escape(metric), escape(label(c)), escape(r["run_id"]), _num(r["value"] - r["change"]), _num(r["value"]),
-                         _num(r["change"])] for r, b in zip(mine, bad) if b]
+            bad = [r["run_id"] == newest and (metric, label(c)) in fell for r in mine]
+            series.setdefault(metric, {})[label(c)] = ([position[r["run_id"]] for r in mine], [r["value"] for r in mine], bad,
+                                                       [r["ci_low"] for r in mine], [r["ci_high"] for r in mine])
+    flagged = [[escape(f["metric"]), escape(label(f)), escape(f["run_id"]), escape(f["reference_run_id"]), _num(f["before"]),
+                _num(f["after"]), _num(f["change"]), f"{f['p_adjusted']:.2g}", str(f["n_queries"]),
+                escape("; ".join(f"{w['query_id']} {w['before']:.2f}→{w['after']:.2f}" for w in f["worst"][:3]))] for f in falls]
     legend = _table(["#", "run", "started"], [[str(i + 1), escape(run_id), _when(when)] for i, (when, run_id) in enumerate(runs)])
-    regress = (_table(["metric", "configuration", "run", "before", "after", "change"], flagged) if flagged
-               else f"<p>No regression beyond {threshold} between consecutive completed runs.</p>")
-    return (f'<section id="trend"><h2>8. Trend over the completed runs</h2><p>Macro means of the chosen configurations; red crosses '
-            f'mark a fall of more than {threshold} against the previous completed run.</p>{charts.trend_lines(series)}'
+    regress = problem or (_table(["metric", "configuration", "run", "against", "before", "after", "change", "Holm p", "queries",
+                                  "lost most"], flagged) if flagged
+                          else f"<p>No regression in the newest completed run: no paired fall beyond {threshold} that is "
+                               f"significant at {alpha} after Holm.</p>")
+    return (f'<section id="trend"><h2>8. Trend over the completed runs</h2><p>Macro means of the chosen configurations with '
+            f'their 95 % bootstrap intervals as bands; red crosses mark the regressions of the newest completed run: a paired '
+            f'fall of more than {threshold} against the pinned baseline (else the previous run scored the same way), significant '
+            f'at {alpha} after Holm over the configurations × metrics checked.</p>{charts.trend_lines(series)}'
             f'<h3>Regressions</h3>{regress}<details><summary>Runs</summary>{legend}</details></section>')
 
 

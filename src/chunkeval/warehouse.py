@@ -500,15 +500,22 @@ class Warehouse:
             return con.sql(sql, params=params or []).to_arrow_table()
 
     def trend(self, experiment: str, metric: str, config: dict | None = None, last: int | None = None) -> list[dict]:
-        """The metric (macro mean) per completed run and configuration, oldest first, with the change against the previous run."""
-        where, params = ["experiment = ?", "metric = ?"], [experiment, metric]
+        """The metric (macro mean, with its 95 % bootstrap interval where the run recorded one) per
+        completed run and configuration, oldest first, with the change against the previous run scored
+        the same way (the `trend` view's numbers, read from `config_summary` for one metric)."""
+        if metric not in METRICS:
+            raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+        where, params = ["experiment = ?"], [experiment]
         for key, value in (config or {}).items():
             if key not in CONFIG_KEYS:
                 raise InputError(f"--config keys are {', '.join(CONFIG_KEYS)}; got {key!r}")
             where.append(f"{key} = ?")
             params.append(value)
         keys = ", ".join(CONFIG_KEYS)
-        sql = f"SELECT run_id, started_at, duplicates, {keys}, metric, value, change FROM trend WHERE {' AND '.join(where)}"
+        sql = (f"SELECT run_id, started_at, duplicates, {keys}, '{metric}' AS metric, {metric}_mean AS value, "
+               f"{metric}_ci_low AS ci_low, {metric}_ci_high AS ci_high, {metric}_mean - lag({metric}_mean) OVER "
+               f"(PARTITION BY duplicates, {keys} ORDER BY started_at, run_id) AS change "
+               f"FROM config_summary WHERE {' AND '.join(where)}")
         rows = self._dicts(sql + f" ORDER BY started_at, run_id, {keys}", params)
         if last:
             keep = list(dict.fromkeys(r["run_id"] for r in rows))[-int(last):]
