@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from chunkeval import compare as C
+from chunkeval import comparisons as C
 from chunkeval import stats
 from chunkeval.cli import main
 from chunkeval.errors import InputError
@@ -103,6 +103,79 @@ def test_compare_two_run_files(tmp_path, capsys):
                  "--format", "trec", "--metric", "ndcg_at_k", "--k", "10", "--json"]) == 0
     (r,) = json.loads(capsys.readouterr().out)
     assert r["n_queries"] == 30 and r["mean_a"] > r["mean_b"] and r["p_permutation"] < 0.05 and r["p_adjusted"] == r["p_permutation"]
+
+
+def test_compare_agrees_with_ranx(tmp_path):
+    """ranx's `compare` on the same TREC files: equal means and t-test p-values, and its Fisher
+    randomisation test (sign flips per query, two-sided) within Monte-Carlo error."""
+    ranx = pytest.importorskip("ranx")
+    from chunkeval.ingest import load_gold_and_run
+    from chunkeval.metrics import score_run
+
+    rng = np.random.default_rng(11)
+    relevant = {q: set(rng.choice(40, int(rng.integers(1, 5)), replace=False).tolist()) for q in range(40)}
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("".join(f"q{q} 0 d{d} 1\n" for q, docs in relevant.items() for d in sorted(docs)))
+    for name, noise in (("a.run", 0.8), ("b.run", 1.2)):
+        lines = []
+        for q, docs in relevant.items():
+            scores = {d: rng.normal() * noise + (1.0 if d in docs else 0.0) for d in range(40)}
+            ranked = sorted(scores, key=scores.get, reverse=True)
+            lines += [f"q{q} Q0 d{d} {r + 1} {scores[d]:.6f} {name}\n" for r, d in enumerate(ranked)]
+        (tmp_path / name).write_text("".join(lines))
+    ours = {}
+    for name in ("a.run", "b.run"):
+        gold, run = load_gold_and_run(qrels, tmp_path / name, "trec")
+        ours[name] = score_run(gold, run, 10)[0]
+    oracle_runs = [ranx.Run.from_file(str(tmp_path / n), kind="trec") for n in ("a.run", "b.run")]
+    for run, name in zip(oracle_runs, ("a", "b")):
+        run.name = name
+    oracle_qrels = ranx.Qrels.from_file(str(qrels), kind="trec")
+    pairs = {"ndcg_at_k": "ndcg@10", "map": "map", "mrr": "mrr", "precision_at_k": "precision@10", "recall_at_k": "recall@10"}
+    for test in ("student", "fisher"):
+        report = ranx.compare(oracle_qrels, oracle_runs, list(pairs.values()), stat_test=test, n_permutations=10_000,
+                              max_p=0.05).to_dict()
+        for metric, theirs in pairs.items():
+            values = [dict(zip(t["query_id"].to_pylist(), t[metric].to_pylist())) for t in ours.values()]
+            r = C.compare(values[0], values[1], {"run": "a"}, {"run": "b"}, metric)
+            assert (r["mean_a"], r["mean_b"]) == pytest.approx((report["a"]["scores"][theirs], report["b"]["scores"][theirs]), abs=1e-12)
+            p = report["a"]["comparisons"]["b"][theirs]
+            if test == "student":
+                assert r["p_ttest"] == pytest.approx(p, abs=1e-9), metric
+            else:
+                assert abs(r["p_permutation"] - p) < 0.03, metric
+
+
+def test_compare_and_the_alert_rule_from_the_python_api(swept, recorded, capsys):
+    import chunkeval
+    from chunkeval.api import Results
+
+    exp, result = swept
+    wh, (first, second) = recorded
+    res = Results(result.summary, result.per_query)
+    within = chunkeval.compare(res, metric="span_recall")
+    assert main(["compare", "--run", first, "--metric", "span_recall", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    def strip(results):  # per pair of configurations (the run ids aside), its numbers
+        side = lambda s: tuple(sorted((k, v) for k, v in s.items() if k != "run_id"))  # noqa: E731
+        return {(side(r["a"]), side(r["b"])): {k: v for k, v in r.items() if k not in ("a", "b")} for r in results}
+
+    assert strip(within) == strip(cli)  # the same numbers as the command
+    assert chunkeval.compare(first, metric="span_recall") == cli
+    across = chunkeval.compare(first, second, metric="mrr", config={"retriever": "bm25"})
+    assert len(across) == 4 and all(r["a"]["run_id"] == first for r in across)
+    shorter = Results(result.summary, result.per_query.slice(0, result.per_query.num_rows - 3))
+    in_memory = chunkeval.compare(res, shorter, metric="mrr", config={"retriever": "bm25"})
+    assert strip(in_memory) == strip(across)
+    assert chunkeval.regressions("cmp") == []  # the second run lost three query rows, nothing fell
+    with pytest.raises(InputError, match="unknown metric"):
+        chunkeval.compare(res, metric="accuracy")
+    with pytest.raises(InputError, match="strictly between 0 and 1"):
+        chunkeval.compare(res, metric="mrr", alpha=0)
+    with pytest.raises(InputError, match="no configuration of a matches"):
+        chunkeval.compare(res, metric="mrr", config={"chunk_size": 999})
+    with pytest.raises(InputError, match="no experiment named 'nosuch'"):
+        chunkeval.regressions("nosuch")
 
 
 def test_no_common_query_is_an_error():

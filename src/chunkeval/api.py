@@ -9,6 +9,11 @@
     scores = chunkeval.score({"q1": ["c3", "c7"]}, {"q1": ["c7", "c1", "c3"]}, k=3)
     scores.summary.to_pandas()
 
+    chunkeval.compare(res, metric="span_recall")            # each configuration against the best, paired
+    chunkeval.compare(res_before, res_after, metric="mrr")  # the configurations two results share
+    chunkeval.compare("RUN_ID", "RUN_ID2", metric="mrr")    # two recorded runs ($CHUNKEVAL_HOME's warehouse)
+    chunkeval.regressions("nightly")                         # the alert rule on the newest recorded run
+
 Inputs go through the same checks as files do: a mistake raises `chunkeval.errors.InputError` with
 the one line the command would print.
 """
@@ -162,3 +167,67 @@ def check_gold(corpus_dir: str | Path | Mapping[str, str], questions: str | Path
                          corpus=tuple(corpus or ()))
         inputs = load_inputs(exp)
     return check(inputs.gold, inputs.corpora, chunk_size).to_dict()
+
+
+def _per_query(side, metric: str, what: str) -> pa.Table:
+    table = side.per_query if isinstance(side, Results) else side
+    if not isinstance(table, pa.Table) or "query_id" not in table.column_names:
+        raise InputError(f"{what} must be Results, a per-query Arrow table or a recorded run id")
+    if metric not in table.column_names:
+        raise InputError(f"{what} has no metric {metric!r}")
+    return table
+
+
+def compare(a: "Results | pa.Table | str", b: "Results | pa.Table | str | None" = None, *, metric: str,
+            config: Mapping | None = None, all_pairs: bool = False, alpha: float = 0.05) -> list[dict]:
+    """Paired comparisons, as `chunkeval compare --json` prints them (definitions: docs/statistics.md).
+
+    `a` and `b` are `Results` (of `evaluate` or `score`), per-query Arrow tables, or ids of runs recorded
+    in the warehouse under `$CHUNKEVAL_HOME`. With one side, each configuration is compared with the best
+    by the metric's mean (every pair with `all_pairs`); with two, each configuration both sides have,
+    queries paired by query_id. `config` keeps only the configurations with those settings. Each
+    comparison has `a`, `b`, `metric`, `n_queries`, `n_unmatched`, `mean_a`, `mean_b`, `mean_diff`,
+    `ci_low`, `ci_high`, `p_ttest`, `p_permutation`, `p_adjusted` (Holm over the call) and `significant`.
+    """
+    from chunkeval import comparisons as C
+    from chunkeval.metrics import METRICS
+
+    C.check_alpha(alpha)
+    if metric not in METRICS:
+        raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    config = dict(config or {})
+    if isinstance(a, str):
+        if b is not None and not isinstance(b, str):
+            raise InputError("compare two recorded runs by their ids, or two results held in memory")
+        from chunkeval.warehouse import Warehouse
+
+        return Warehouse.at_home(must_exist=True).compare(metric, [a] + ([b] if b else []), config=config, all_pairs=all_pairs, alpha=alpha)
+    first = C.matching(_per_query(a, metric, "a"), config, "a")
+    if b is None:
+        return C.within_run(first, metric, "a", all_pairs, alpha)
+    return C.across_runs(first, C.matching(_per_query(b, metric, "b"), config, "b"), metric, "a", "b", alpha)
+
+
+def regressions(experiment: str, metrics: Sequence[str] | None = None, threshold: float = 0.02, alpha: float = 0.05, baseline: str | None = None) -> list[dict]:
+    """The alert rule of `chunkeval trend --fail-on-regression` on the newest completed run of a recorded
+    experiment: configurations × metrics whose paired mean fell by more than `threshold` against the
+    baseline (the pinned or given run, else the previous run scored the same way), significant at
+    `alpha` after Holm, over `metrics` (by default the six the `trend-report` flow watches). Each has the configuration, `metric`, `before`, `after`, `change`, `n_queries`,
+    `n_unmatched`, `p_ttest`, `p_adjusted`, `worst` (the queries that lost most), `run_id` and
+    `reference_run_id`; an empty list when nothing fell."""
+    from chunkeval.comparisons import check_alpha
+    from chunkeval.metrics import METRICS
+    from chunkeval.warehouse import REGRESSION_METRICS, Warehouse
+
+    metrics = list(REGRESSION_METRICS if metrics is None else metrics)
+    check_alpha(alpha)
+    if threshold < 0:
+        raise InputError(f"threshold must be 0 or more, got {threshold}")
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise InputError(f"unknown metric(s) {', '.join(unknown)}; choose from {', '.join(METRICS)}")
+    wh = Warehouse.at_home(must_exist=True)
+    wh.check_experiment(experiment)
+    if baseline is not None:
+        wh.run(baseline)
+    return wh.regressions(experiment, metrics, threshold, baseline, alpha)

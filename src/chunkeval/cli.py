@@ -69,7 +69,7 @@ def experiment_from_args(args: argparse.Namespace, default: Experiment | None = 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from chunkeval.files import check_writable_dir, write_tables
-    from chunkeval.compare import TIE_NOTE, ties
+    from chunkeval.comparisons import TIE_NOTE, ties
     from chunkeval.report import TERMINAL_METRICS, beside, check_table_path, format_models, format_summary
     from chunkeval.sweep import CONFIG_KEYS, Embedders, run_sweep
 
@@ -130,16 +130,7 @@ def _warehouse(must_exist: bool = True):
     """The warehouse under $CHUNKEVAL_HOME. Commands that only read it never create it."""
     from chunkeval.warehouse import Warehouse
 
-    wh = Warehouse.at_home()
-    if must_exist and not wh.exists():
-        raise InputError("no warehouse here yet: no run has been recorded (`chunkeval run` records one)", wh.db_path)
-    return wh
-
-
-def _known_experiment(wh, name: str) -> None:
-    if not wh.runs(name, limit=1):
-        known = sorted({r["experiment"] for r in wh.runs()})
-        raise InputError(f"no experiment named {name!r} has been recorded; known: {', '.join(known) or 'none'}")
+    return Warehouse.at_home(must_exist)
 
 
 def named_experiment(name: str, defining: bool) -> Experiment:
@@ -197,7 +188,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result["status"] == "skipped":
         print(f"experiment {exp.name}: corpus, gold set and model unchanged; run {result['run_id']} recorded as skipped")
         return 0
-    from chunkeval.compare import TIE_NOTE, ties
+    from chunkeval.comparisons import TIE_NOTE, ties
     from chunkeval.report import TERMINAL_METRICS
 
     wh = _warehouse()
@@ -222,7 +213,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print("no runs recorded")
         return 0
     if args.experiment:
-        _known_experiment(wh, args.experiment)
+        wh.check_experiment(args.experiment)
     rows = wh.runs(args.experiment)
     fields = ("run_id", "experiment", "status", "trigger", "started_at", "finished_at", "corpus_fingerprint",
               "gold_fingerprint", "model_fingerprint", "texts_embedded", "flow_run_id", "chunkeval_version", "error")
@@ -263,11 +254,11 @@ def cmd_trend(args: argparse.Namespace) -> int:
         raise InputError(f"--last must be at least 1, got {args.last}")
     if args.threshold < 0:
         raise InputError(f"--threshold must be 0 or more, got {args.threshold}")
-    from chunkeval.compare import check_alpha
+    from chunkeval.comparisons import check_alpha
 
     check_alpha(args.alpha)
     wh = _warehouse()
-    _known_experiment(wh, args.experiment)
+    wh.check_experiment(args.experiment)
     if args.baseline:
         wh.run(args.baseline)
     config = _config_filter(args.config)
@@ -312,7 +303,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise InputError("give --run ID or --experiment NAME")
     wh = _warehouse()
     if args.experiment:
-        _known_experiment(wh, args.experiment)
+        wh.check_experiment(args.experiment)
     if args.run:
         run = wh.run(args.run)
         if args.experiment and run["experiment"] != args.experiment:
@@ -333,7 +324,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     summary = wh.summary(run["run_id"])
     print(f"run {run['run_id']} of experiment {run['experiment']} ({run['trigger']}), "
           f"{_iso(run['started_at'])} to {_iso(run['finished_at'])}\n")
-    from chunkeval.compare import TIE_NOTE, ties
+    from chunkeval.comparisons import TIE_NOTE, ties
 
     print("macro (mean ± sample std over queries)")
     print(format_summary(summary, CONFIG_KEYS, metrics=METRICS, tied=ties(wh.query_results(run["run_id"]), METRICS)))
@@ -350,23 +341,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_baseline(args: argparse.Namespace) -> int:
     wh = _warehouse()
-    _known_experiment(wh, args.experiment)
+    wh.check_experiment(args.experiment)
     wh.pin_baseline(args.experiment, args.run)
     print(f"run {args.run} is now the baseline of experiment {args.experiment}")
     return 0
 
 
-def _filtered(per_query, config: dict, what: str):
-    from chunkeval.compare import select
-
-    per_query = select(per_query, config)
-    if config and per_query.num_rows == 0:
-        raise InputError(f"no configuration of {what} matches --config " + ",".join(f"{k}={v}" for k, v in config.items()))
-    return per_query
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
-    from chunkeval import compare as C
+    from chunkeval import comparisons as C
     from chunkeval.metrics import METRICS, RANK_METRICS
     from chunkeval.report import format_rows
 
@@ -391,35 +373,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         results = C.adjust([C.compare(values[0], values[1], {"run_file": args.run_file[0], "k": args.k},
                                       {"run_file": args.run_file[1], "k": args.k}, args.metric)], args.alpha)
     else:
-        wh = _warehouse()
-        if args.experiment:
-            _known_experiment(wh, args.experiment)
-        runs = [wh.run(r) for r in (args.run or [])]
-        if not runs:
-            if not args.experiment:
-                raise InputError("give --run ID (twice to compare two runs), or --experiment NAME for its last completed run")
-            last = wh.last_completed(args.experiment)
-            if last is None:
-                raise InputError(f"experiment {args.experiment!r} has no completed run")
-            runs = [last]
-        if len(runs) > 2:
-            raise InputError("compare takes at most two --run")
-        for run in runs:
-            if run["status"] != "completed":
-                raise InputError(f"run {run['run_id']} is {run['status']}: only completed runs have results")
-            if args.experiment and run["experiment"] != args.experiment:
-                raise InputError(f"run {run['run_id']} belongs to experiment {run['experiment']!r}, not {args.experiment!r}")
-        if len(runs) == 2 and runs[0]["experiment"] != runs[1]["experiment"]:
-            raise InputError(f"runs {runs[0]['run_id']} and {runs[1]['run_id']} are of different experiments "
-                             f"({runs[0]['experiment']!r}, {runs[1]['experiment']!r})")
-        if len(runs) == 2:
-            wh.check_comparable(runs[0]["run_id"], runs[1]["run_id"])
-        config = _config_filter(args.config)
-        tables = [_filtered(wh.query_results(r["run_id"]), config, f"run {r['run_id']}") for r in runs]
-        if len(runs) == 1:
-            results = C.within_run(tables[0], args.metric, runs[0]["run_id"], args.all_pairs, args.alpha)
-        else:
-            results = C.across_runs(tables[0], tables[1], args.metric, runs[0]["run_id"], runs[1]["run_id"], args.alpha)
+        results = _warehouse().compare(args.metric, args.run or [], args.experiment, _config_filter(args.config),
+                                       args.all_pairs, args.alpha)
     if args.json:
         json.dump([{k: _clean(v) for k, v in r.items()} for r in results], sys.stdout, indent=2, default=str)
         print()

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval import __version__, charts
-from chunkeval.compare import ties
+from chunkeval.comparisons import ties
 from chunkeval.errors import InputError
 from chunkeval.experiment import split_list
 from chunkeval.faults import checkpoint

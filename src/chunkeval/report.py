@@ -73,7 +73,7 @@ def format_summary(summary: pa.Table, keys: list[str], metrics=TERMINAL_METRICS,
                    intervals: bool = False, tied: dict[str, set[tuple]] | None = None) -> str:
     """One line per configuration: its keys, then each metric as mean±std (macro), its micro value, or
     (`intervals`) its macro mean with the 95 % bootstrap interval, `mean [low, high]`. A macro cell of a
-    configuration in `tied[metric]` (tied with the best, `chunkeval.compare.ties`) ends with `*`."""
+    configuration in `tied[metric]` (tied with the best, `chunkeval.comparisons.ties`) ends with `*`."""
     suffix = "_micro" if micro else "_ci_low" if intervals else "_mean"
     present = [m for m in metrics if f"{m}{suffix}" in summary.column_names]
     rows = []

@@ -124,11 +124,15 @@ class Warehouse:
         self._ready = False
 
     @classmethod
-    def at_home(cls) -> "Warehouse":
-        """The warehouse under `$CHUNKEVAL_HOME/warehouse`."""
+    def at_home(cls, must_exist: bool = False) -> "Warehouse":
+        """The warehouse under `$CHUNKEVAL_HOME/warehouse` (with `must_exist`, an error where no run was
+        ever recorded: what only reads never creates it)."""
         from chunkeval.experiment import home
 
-        return cls(home() / "warehouse")
+        wh = cls(home() / "warehouse")
+        if must_exist and not wh.exists():
+            raise InputError("no warehouse here yet: no run has been recorded (`chunkeval run` records one)", wh.db_path)
+        return wh
 
     # ------------------------------------------------------------------ connections and schema
 
@@ -536,6 +540,50 @@ class Warehouse:
         rows = self._dicts("SELECT run_id FROM baselines WHERE experiment = ?", [experiment])
         return rows[0]["run_id"] if rows else None
 
+    def check_experiment(self, name: str) -> None:
+        """An error naming the known experiments unless `name` has a recorded run."""
+        if not self.runs(name, limit=1):
+            known = sorted({r["experiment"] for r in self.runs()})
+            raise InputError(f"no experiment named {name!r} has been recorded; known: {', '.join(known) or 'none'}")
+
+    def compare(self, metric: str, run_ids: list[str] | tuple = (), experiment: str | None = None, config: dict | None = None,
+                all_pairs: bool = False, alpha: float = 0.05) -> list[dict]:
+        """`chunkeval compare` over recorded runs: one run's configurations against its best (or every
+        pair), or the configurations two runs of one experiment share, queries paired by query_id.
+        Without a run, the experiment's last completed run."""
+        from chunkeval import comparisons as C
+
+        C.check_alpha(alpha)
+        if metric not in METRICS:
+            raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+        if experiment:
+            self.check_experiment(experiment)
+        runs = [self.run(r) for r in run_ids]
+        if not runs:
+            if not experiment:
+                raise InputError("give --run ID (twice to compare two runs), or --experiment NAME for its last completed run")
+            last = self.last_completed(experiment)
+            if last is None:
+                raise InputError(f"experiment {experiment!r} has no completed run")
+            runs = [last]
+        if len(runs) > 2:
+            raise InputError("compare takes at most two --run")
+        for run in runs:
+            if run["status"] != "completed":
+                raise InputError(f"run {run['run_id']} is {run['status']}: only completed runs have results")
+            if experiment and run["experiment"] != experiment:
+                raise InputError(f"run {run['run_id']} belongs to experiment {run['experiment']!r}, not {experiment!r}")
+        if len(runs) == 2:
+            if runs[0]["experiment"] != runs[1]["experiment"]:
+                raise InputError(f"runs {runs[0]['run_id']} and {runs[1]['run_id']} are of different experiments "
+                                 f"({runs[0]['experiment']!r}, {runs[1]['experiment']!r})")
+            self.check_comparable(runs[0]["run_id"], runs[1]["run_id"])
+        ids = [r["run_id"] for r in runs]
+        tables = [C.matching(self.query_results(r), config or {}, f"run {r}") for r in ids]
+        if len(ids) == 1:
+            return C.within_run(tables[0], metric, ids[0], all_pairs, alpha)
+        return C.across_runs(tables[0], tables[1], metric, ids[0], ids[1], alpha)
+
     def duplicates(self, run_id: str) -> str:
         """The `duplicates` setting a run was scored with (`positional` for runs recorded before it existed)."""
         return self._dicts(f"SELECT {DUPLICATES_SQL.format(t='')} AS d FROM runs WHERE run_id = ?", [run_id])[0]["d"]
@@ -562,8 +610,8 @@ class Warehouse:
                     alpha: float = 0.05) -> list[dict]:
         """Configurations whose metric fell for real in the newest completed run, against the pinned (or
         given) baseline run, else the previous completed run: a paired mean fall larger than `threshold`
-        that is significant at `alpha` after Holm (`chunkeval.compare.regressions`)."""
-        from chunkeval.compare import regressions
+        that is significant at `alpha` after Holm (`chunkeval.comparisons.regressions`)."""
+        from chunkeval.comparisons import regressions
 
         newest = self.last_completed(experiment)
         if newest is None:

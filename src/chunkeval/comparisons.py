@@ -32,6 +32,14 @@ def select(per_query: pa.Table, config: dict) -> pa.Table:
     return per_query.filter(mask) if mask is not None else per_query
 
 
+def matching(per_query: pa.Table, config: dict, what: str) -> pa.Table:
+    """`select`, with an error naming `what` when a filter given matches nothing."""
+    rows = select(per_query, config)
+    if config and rows.num_rows == 0:
+        raise InputError(f"no configuration of {what} matches --config " + ",".join(f"{k}={v}" for k, v in config.items()))
+    return rows
+
+
 def values_of(per_query: pa.Table, config: dict, metric: str) -> dict[str, float]:
     """query_id → value of `metric` for one configuration."""
     rows = select(per_query, config)
