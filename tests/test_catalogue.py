@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from chunkeval.cli import main
@@ -28,18 +29,23 @@ def recorded(tmp_path_factory, embedder_factory):
     exp = Experiment(name="cat", chunker=("fixed_token",), chunk_sizes=(100,), overlaps=("0",), k=(3,))
     result = run_sweep(exp, embedder_factory())
     wh = Warehouse(home / "warehouse")
+    per_query = result.per_query  # a run whose questions are all others: nothing to pair with
+    renamed = per_query.set_column(per_query.column_names.index("query_id"), "query_id",
+                                   pa.array(["other-" + q for q in per_query["query_id"].to_pylist()]))
+    disjoint = wh.begin_run("cat", {}, "manual", exp.to_dict())
+    wh.complete_run(disjoint, renamed, result.summary, 0, result.references)
     credit = wh.begin_run("cat", {}, "manual", exp.with_overrides(duplicates="credit").to_dict())  # scored otherwise
     wh.complete_run(credit, result.per_query, result.summary, result.texts_embedded, result.references)
     run_id = wh.begin_run("cat", {}, "manual", exp.to_dict())
     wh.complete_run(run_id, result.per_query, result.summary, result.texts_embedded, result.references)
-    return home, run_id, credit
+    return home, run_id, credit, disjoint
 
 
 @pytest.fixture()
 def ws(tmp_path, recorded, monkeypatch):
     """A workspace: good corpus and questions files, a regular file to put impossible paths under,
     and CHUNKEVAL_HOME pointing at the recorded warehouse."""
-    home, run_id, credit_run_id = recorded
+    home, run_id, credit_run_id, disjoint_run_id = recorded
     monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
     corpus = tmp_path / "corpora"
     corpus.mkdir()
@@ -48,7 +54,7 @@ def ws(tmp_path, recorded, monkeypatch):
     (tmp_path / "plain").write_text("a regular file\n")
     (tmp_path / "gold.csv").write_text('query_id,query,relevant_chunk_ids\n1,q one,"[""A""]"\n')
     (tmp_path / "run.jsonl").write_text('{"query_id": "1", "retrieved_chunk_ids": ["A"]}\n')
-    return {"t": tmp_path, "home": home, "run_id": run_id, "credit_run_id": credit_run_id}
+    return {"t": tmp_path, "home": home, "run_id": run_id, "credit_run_id": credit_run_id, "disjoint_run_id": disjoint_run_id}
 
 
 def write(path: Path, content: str | bytes) -> Path:
@@ -184,6 +190,7 @@ CASES = {
     "compare: three runs": (lambda w: ["compare", "--run", w["run_id"], "--run", w["run_id"], "--run", w["run_id"], "--metric", "mrr"], "at most two --run"),
     "compare: runs scored with different duplicates settings": (lambda w: ["compare", "--run", w["run_id"], "--run", w["credit_run_id"], "--metric", "mrr"], "are never compared"),
     "trend: baseline scored with another duplicates setting": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--fail-on-regression", "--baseline", w["credit_run_id"]], "are never compared"),
+    "compare: no query in common": (lambda w: ["compare", "--run", w["run_id"], "--run", w["disjoint_run_id"], "--metric", "mrr"], "no query in common"),
     "compare: one run file": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--metric", "mrr"], "--run-file A --run-file B"),
     "compare: span metric of run files": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--run-file", w["t"] / "run.jsonl", "--metric", "span_recall"], "set and rank metrics only"),
     "compare: run file broken": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--run-file", write(w["t"] / "r.jsonl", "{oops\n"), "--metric", "mrr"], "r.jsonl: row 1: broken JSON"),
@@ -258,4 +265,4 @@ def test_trend_of_a_recorded_experiment_still_works(ws, capsys):
     assert main(["trend", "--experiment", "cat", "--metric", "mrr", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows and rows[-1]["run_id"] == ws["run_id"] and rows[-1]["duplicates"] == "positional"
-    assert rows[-1]["change"] is None  # the run before it was scored with duplicates: credit
+    assert rows[-1]["change"] == pytest.approx(0)  # against the positional run before the credit one
