@@ -75,14 +75,14 @@ def report(experiment: str, run_id: str) -> str:
 
 
 @task(**TASK)
-def summarize(per_query: pa.Table, chunkings: list, configs: list, embedded: sweep.Embedded, skip_empty_gold: bool) -> pa.Table:
-    return sweep.summarize_sweep(per_query, sweep.chunk_stats(chunkings, configs, embedded), skip_empty_gold)[0]
+def summarize(per_query: pa.Table, chunkings: list, configs: list, embedded: sweep.Embedded, skip_empty_gold: bool) -> tuple:
+    return sweep.summarize_sweep(per_query, sweep.chunk_stats(chunkings, configs, embedded), skip_empty_gold)
 
 
 @task(**IO_TASK)
-def store(run_id: str, per_query: pa.Table, summary: pa.Table, texts_embedded: int, refs: pa.Table, models: pa.Table,
-          gold: dict) -> None:
-    warehouse().complete_run(run_id, per_query, summary, texts_embedded, refs, models, gold)
+def store(run_id: str, per_query: pa.Table, summary: pa.Table, by_corpus: pa.Table, texts_embedded: int, refs: pa.Table,
+          models: pa.Table, gold: dict) -> None:
+    warehouse().complete_run(run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus)
 
 
 def artifact_key(experiment: str, what: str) -> str:
@@ -143,9 +143,9 @@ def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger:
         tables = score.map(unmapped(inputs), unmapped(chunkings), configs, unmapped(embedded), unmapped(exp)).result()
         refs = pa.concat_tables(references.map(unmapped(inputs), chunkings).result())
         per_query = pa.concat_tables(tables)
-        summary = summarize(per_query, chunkings, configs, embedded, exp.skip_empty_gold)
+        summary, by_corpus = summarize(per_query, chunkings, configs, embedded, exp.skip_empty_gold)
         progress.step("storing")
-        store(run_id, per_query, summary, embedders.texts_embedded, refs, embedders.table(), check_gold(inputs, exp))
+        store(run_id, per_query, summary, by_corpus, embedders.texts_embedded, refs, embedders.table(), check_gold(inputs, exp))
     except BaseException as exc:
         wh.fail_run(run_id, "".join(traceback.format_exception_only(exc)).strip())
         raise

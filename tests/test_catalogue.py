@@ -179,6 +179,14 @@ CASES = {
     "report: html under a regular file": (lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "plain" / "r.html"], "output folder does not exist"),
     "report: html is a folder": (lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "corpora"], "output is a folder"),
     "report: configuration not in the run": (lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "r.html", "--config", "chunk_size=999"], "no configuration of the run matches"),
+    "report: --since not an age": (lambda w: ["report", "--experiment", "cat", "--since", "a week"], "--since takes an age such as 36h, 7d or 2w"),
+    "report: --since with --run": (lambda w: ["report", "--experiment", "cat", "--run", w["run_id"], "--since", "7d"], "--since prints the rollup"),
+    "runs delete: unknown run": (lambda w: ["runs", "delete", w["run_id"], "nosuch"], "no run 'nosuch'"),
+    "runs prune: no rule": (lambda w: ["runs", "prune", "--experiment", "cat"], "takes one of --keep-last K or --older-than AGE"),
+    "runs prune: both rules": (lambda w: ["runs", "prune", "--experiment", "cat", "--keep-last", "2", "--older-than", "9d"], "takes one of --keep-last K"),
+    "runs prune: age not an age": (lambda w: ["runs", "prune", "--experiment", "cat", "--older-than", "ninety"], "--older-than takes an age"),
+    "runs prune: keep-last 0": (lambda w: ["runs", "prune", "--experiment", "cat", "--keep-last", "0"], "--keep-last must be at least 1"),
+    "runs prune: unknown experiment": (lambda w: ["runs", "prune", "--experiment", "nosuch", "--keep-last", "1"], "no experiment named 'nosuch'"),
     "baseline: unknown run": (lambda w: ["baseline", "--experiment", "cat", "--run", "nosuch"], "no run 'nosuch'"),
     "baseline: unknown experiment": (lambda w: ["baseline", "--experiment", "nosuch", "--run", w["run_id"]], "no experiment named 'nosuch'"),
     "compare: unknown run": (lambda w: ["compare", "--run", "nosuch", "--metric", "mrr"], "no run 'nosuch'"),
@@ -221,7 +229,8 @@ def catalogue_rows(home: Path) -> list:
 def test_the_catalogue_is_large_enough():
     commands = {name.split(":")[0] for name in CASES}
     assert len(CASES) >= 40
-    assert {"sweep", "run", "evaluate-run", "runs", "trend", "report", "baseline", "warehouse repair", "compare", "gold check"} <= commands
+    assert {"sweep", "run", "evaluate-run", "runs", "runs delete", "runs prune", "trend", "report", "baseline", "warehouse repair",
+            "compare", "gold check"} <= commands
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
+from datetime import datetime, timedelta, timezone
+
 import duckdb
+import pyarrow as pa
 import pytest
 
 from chunkeval.embedding import Embedder
@@ -111,3 +114,103 @@ def test_two_processes_writing_at_once_are_both_recorded(tmp_path, demo_result):
     ids = [i for r in results for i in r]
     completed = Warehouse(tmp_path).runs("demo", "completed")
     assert sorted(r["run_id"] for r in completed) == sorted(ids) and len(ids) == 10
+
+
+def _close(a: pa.Table, b: pa.Table, keys: list[str], tol: float = 1e-12) -> None:
+    """Every numeric column both tables share agrees within tol, rows matched by keys."""
+    rows_b = {tuple(r[k] for k in keys): r for r in b.to_pylist()}
+    assert a.num_rows == b.num_rows and a.num_rows > 0
+    for r in a.to_pylist():
+        other = rows_b[tuple(r[k] for k in keys)]
+        for c in set(a.column_names) & set(b.column_names):
+            if isinstance(r[c], float):
+                assert r[c] == pytest.approx(other[c], abs=tol, nan_ok=True), c
+            elif c not in ("experiment", "started_at", "trigger"):
+                assert r[c] == other[c], c
+
+
+def test_the_summary_tables_hold_the_sweeps_numbers_and_are_rebuilt_from_the_files(tmp_path, demo_result):
+    keys = ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
+    wh = Warehouse(tmp_path)
+    run_id = wh.begin_run("demo", FPS, "manual", {})
+    wh.complete_run(run_id, demo_result.per_query, demo_result.summary, 0, by_corpus=demo_result.by_corpus)
+    _close(wh.summary(run_id), demo_result.summary, keys)
+    corpus = wh.table("SELECT * FROM corpus_summary WHERE run_id = ?", [run_id])
+    _close(corpus, demo_result.by_corpus, keys + ["corpus_id"])
+    # a run of an older chunkeval has no by_corpus.parquet: its per-corpus means come from its per-query
+    # rows through the same SQL (without intervals), here after the tables are rebuilt by repair
+    (wh.results / run_id / "by_corpus.parquet").unlink()
+    with wh.connect() as con:
+        con.execute("DELETE FROM summaries")
+        con.execute("DELETE FROM corpus_summaries")
+    assert wh.summary(run_id).num_rows == 0
+    assert wh.repair()["damaged"] is False
+    _close(wh.summary(run_id), demo_result.summary, keys)
+    rebuilt = wh.table("SELECT * FROM corpus_summary WHERE run_id = ?", [run_id])
+    _close(rebuilt.drop_columns([c for c in rebuilt.column_names if c.endswith(("_ci_low", "_ci_high"))]),
+           demo_result.by_corpus.drop_columns([c for c in demo_result.by_corpus.column_names if c.endswith(("_ci_low", "_ci_high"))]),
+           keys + ["corpus_id"])
+    assert rebuilt["span_recall_ci_low"].null_count == rebuilt.num_rows  # intervals are never recomputed behind one's back
+
+
+def test_a_rollup_averages_every_query_row_of_the_period(tmp_path, demo_result, monkeypatch, capsys):
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from chunkeval.cli import main
+
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path))
+    wh = Warehouse.at_home()
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    per_query = demo_result.per_query
+    for days, scale in ((30, 0.5), (3, 0.9), (1, 1.0)):  # the first night is outside the week
+        scaled = per_query.set_column(per_query.column_names.index("span_recall"), "span_recall",
+                                      pc.multiply(per_query["span_recall"], scale))
+        run_id = wh.begin_run("demo", FPS, "schedule", {}, started_at=now - timedelta(days=days))
+        wh.complete_run(run_id, scaled, demo_result.summary, 0)
+    rollup, runs = wh.rollup("demo", timedelta(days=7))
+    assert len(runs) == 2
+    row = [r for r in rollup.to_pylist() if r["k"] == 5][0]
+    recall = np.asarray([r["span_recall"] for r in per_query.to_pylist() if r["k"] == 5])
+    assert row["n_runs"] == 2 and row["n_queries"] == 2 * len(recall)
+    assert row["span_recall_mean"] == pytest.approx(np.mean(np.r_[0.9 * recall, recall]), abs=1e-12)
+    assert row["span_recall_std"] == pytest.approx(np.std(np.r_[0.9 * recall, recall], ddof=1), abs=1e-12)
+    k5 = [r for r in per_query.to_pylist() if r["k"] == 5]
+    assert row["span_precision_micro"] == pytest.approx(sum(r["covered"] for r in k5) / sum(r["retrieved_chars"] for r in k5), abs=1e-12)
+    assert main(["report", "--experiment", "demo", "--since", "7d"]) == 0
+    out = capsys.readouterr().out
+    assert "2 completed run(s) started within 7d" in out and "n_runs" in out
+    assert main(["report", "--experiment", "demo", "--since", "12h"]) == 2
+    assert "no completed run since" in capsys.readouterr().err
+
+
+def test_runs_are_deleted_and_pruned_with_their_files_but_never_the_baseline(tmp_path, demo_result, monkeypatch, capsys):
+    from chunkeval.cli import main
+
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path))
+    wh = Warehouse.at_home()
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    ids = []
+    for days in (200, 120, 60, 2, 1):
+        run_id = wh.begin_run("demo", FPS, "schedule", {}, started_at=now - timedelta(days=days))
+        wh.complete_run(run_id, demo_result.per_query, demo_result.summary, 0)
+        ids.append(run_id)
+    wh.pin_baseline("demo", ids[1])
+    assert main(["runs", "delete", ids[1]]) == 2
+    assert "pinned baseline" in capsys.readouterr().err and (wh.results / ids[1]).is_dir()
+    assert main(["runs", "delete", ids[0], "nosuch"]) == 2  # all are checked first: nothing goes
+    assert (wh.results / ids[0]).is_dir()
+    assert main(["runs", "delete", ids[0]]) == 0
+    assert not (wh.results / ids[0]).exists() and ids[0] not in {r["run_id"] for r in wh.runs()}
+    assert wh.table("SELECT count(*) AS n FROM config_summary WHERE run_id = ?", [ids[0]])["n"][0].as_py() == 0
+    assert main(["runs", "prune", "--experiment", "demo", "--older-than", "90d"]) == 0
+    out = capsys.readouterr().out
+    assert "deleted 0 run(s)" in out and f"kept run {ids[1]}" in out  # 120 days old, but the pinned baseline
+    assert main(["runs", "prune", "--experiment", "demo", "--older-than", "30d"]) == 0
+    assert [r["run_id"] for r in wh.runs("demo")] == [ids[4], ids[3], ids[1]]
+    assert main(["runs", "prune", "--experiment", "demo", "--keep-last", "1"]) == 0
+    assert [r["run_id"] for r in wh.runs("demo")] == [ids[4], ids[1]]
+    # a repair never brings a deleted run back, even from a rebuilt catalogue
+    wh.db_path.unlink()
+    assert wh.repair()["runs"] == 2 and {r["run_id"] for r in wh.runs()} == {ids[4], ids[1]}
+    assert wh.baseline("demo") == ids[1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -126,11 +127,17 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
     return 0
 
 
+_SESSIONS: list = []  # the open ExitStack of a command that only reads: its warehouse keeps one connection
+
+
 def _warehouse(must_exist: bool = True):
     """The warehouse under $CHUNKEVAL_HOME. Commands that only read it never create it."""
     from chunkeval.warehouse import Warehouse
 
-    return Warehouse.at_home(must_exist)
+    wh = Warehouse.at_home(must_exist)
+    if _SESSIONS and wh.exists():
+        _SESSIONS[-1].enter_context(wh.session())
+    return wh
 
 
 def named_experiment(name: str, defining: bool) -> Experiment:
@@ -166,7 +173,7 @@ def preflight(exp: Experiment) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from chunkeval.report import format_summary
-    from chunkeval.sweep import CONFIG_KEYS
+    from chunkeval.keys import CONFIG_KEYS
 
     defining = any(getattr(args, f) not in (None, [], ()) for f in SETTING_FLAGS)
     if args.experiment_file:
@@ -229,8 +236,29 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_runs_delete(args: argparse.Namespace) -> int:
+    wh = _warehouse()
+    for run_id in wh.delete_runs(args.run_ids):
+        print(f"deleted run {run_id}")
+    return 0
+
+
+def cmd_runs_prune(args: argparse.Namespace) -> int:
+    from chunkeval.warehouse import parse_age
+
+    if (args.keep_last is None) == (args.older_than is None):
+        raise InputError("runs prune takes one of --keep-last K or --older-than AGE")
+    age = parse_age(args.older_than, "--older-than") if args.older_than else None
+    wh = _warehouse()
+    deleted, kept = wh.prune(args.prune_experiment, args.keep_last, age)
+    print(f"deleted {len(deleted)} run(s) of experiment {args.prune_experiment}")
+    if kept:
+        print(f"kept run {kept}: it is the pinned baseline (pin another with `chunkeval baseline` to let it go)")
+    return 0
+
+
 def _config_filter(values: list[str] | None) -> dict:
-    from chunkeval.sweep import CONFIG_KEYS
+    from chunkeval.keys import CONFIG_KEYS
 
     out = {}
     for item in split_list(values):
@@ -291,7 +319,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from chunkeval.metrics import METRICS
     from chunkeval.report import format_summary
-    from chunkeval.sweep import CONFIG_KEYS
+    from chunkeval.keys import CONFIG_KEYS
 
     if args.threshold < 0:
         raise InputError(f"--threshold must be 0 or more, got {args.threshold}")
@@ -301,9 +329,25 @@ def cmd_report(args: argparse.Namespace) -> int:
         check_output_path(Path(args.html))
     if not args.run and not args.experiment:
         raise InputError("give --run ID or --experiment NAME")
+    if args.since is not None:
+        from chunkeval.warehouse import parse_age
+
+        age = parse_age(args.since, "--since")
+        if args.run or args.html or not args.experiment:
+            raise InputError("--since prints the rollup of an experiment's period: give --experiment NAME, without --run or --html")
     wh = _warehouse()
     if args.experiment:
         wh.check_experiment(args.experiment)
+    if args.since is not None:
+        rollup, run_ids = wh.rollup(args.experiment, age)
+        print(f"experiment {args.experiment}: {len(run_ids)} completed run(s) started within {args.since} "
+              f"({run_ids[-1]} to {run_ids[0]}); macro = mean over every query row of those runs, micro = sums over them\n")
+        keys = (["duplicates"] if len(set(rollup["duplicates"].to_pylist())) > 1 else []) + CONFIG_KEYS + ["n_runs"]
+        print("macro (mean ± sample std over query rows)")
+        print(format_summary(rollup, keys, metrics=METRICS))
+        print("\nmicro (counts summed over the period's query rows before dividing)")
+        print(format_summary(rollup, keys, metrics=[m for m in METRICS if f"{m}_micro" in rollup.column_names], micro=True))
+        return 0
     if args.run:
         run = wh.run(args.run)
         if args.experiment and run["experiment"] != args.experiment:
@@ -476,10 +520,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="record a skipped run, embedding nothing, when corpus, gold set and model are those of the last completed run")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("runs", help="list the recorded runs, newest first")
+    p = sub.add_parser("runs", help="list the recorded runs, newest first (`runs delete`, `runs prune` remove them)")
     p.add_argument("--experiment", metavar="NAME", help="only this experiment's runs")
     p.add_argument("--json", action="store_true", help="print a JSON list of run objects")
     p.set_defaults(func=cmd_runs)
+    rsub = p.add_subparsers(dest="runs_command", metavar="command")
+    d = rsub.add_parser("delete", help="remove runs with their files (never the pinned baseline)")
+    d.add_argument("run_ids", nargs="+", metavar="RUN_ID")
+    d.set_defaults(func=cmd_runs_delete)
+    d = rsub.add_parser("prune", help="remove an experiment's old runs with their files, keeping the pinned baseline")
+    d.add_argument("--experiment", metavar="NAME", required=True, dest="prune_experiment")
+    d.add_argument("--keep-last", type=int, metavar="K", help="keep the newest K runs")
+    d.add_argument("--older-than", metavar="AGE", help="remove runs started more than AGE ago: 36h, 90d, 12w")
+    d.set_defaults(func=cmd_runs_prune)
 
     p = sub.add_parser("trend", help="a metric per completed run and configuration, oldest first, with the change",
                        description="A metric (macro mean) per completed run and configuration, oldest first, with the change "
@@ -507,6 +560,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the configuration of the failure analysis, e.g. chunker=fixed_token,chunk_size=200,chunk_overlap=0,k=5 "
                         "(default: the best by span F1)")
     p.add_argument("--threshold", type=float, default=0.02, help="the fall marked as a regression in the trend (default 0.02)")
+    p.add_argument("--since", metavar="AGE", help="with --experiment: the rollup of the runs started within AGE (7d, 36h, 2w): "
+                                                  "macro over every query row of those runs, micro summed over them")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("baseline", help="pin a completed run as the baseline that regressions are measured against")
@@ -610,6 +665,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+# commands that only read the warehouse (or change it in one short step): one connection for the whole command
+READ_COMMANDS = {"cmd_runs", "cmd_trend", "cmd_report", "cmd_compare", "cmd_baseline", "cmd_runs_delete", "cmd_runs_prune"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -618,7 +677,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.func(args)
+        if args.func.__name__ not in READ_COMMANDS:
+            return args.func(args)
+        with contextlib.ExitStack() as stack:
+            _SESSIONS.append(stack)
+            try:
+                return args.func(args)
+            finally:
+                _SESSIONS.pop()
     except InputError as exc:
         print(f"chunkeval: error: {exc}", file=sys.stderr)
         return 2

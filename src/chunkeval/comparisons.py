@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from chunkeval import stats
 from chunkeval.errors import InputError
-from chunkeval.sweep import CONFIG_KEYS as KEYS
+from chunkeval.keys import CONFIG_KEYS as KEYS
 
 
 def configurations(per_query: pa.Table, keys=KEYS) -> list[dict]:

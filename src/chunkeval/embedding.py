@@ -31,7 +31,7 @@ from chunkeval.files import hash_file, write_tables, write_text
 
 log = logging.getLogger("chunkeval")
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
+from chunkeval.keys import DEFAULT_MODEL  # noqa: E402 (re-exported)
 _BUNDLED = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 _NOT_MODEL_FILES = {"README.md", ".gitattributes"}
 

@@ -13,12 +13,15 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from chunkeval.chunking import ChunkerSpec
-from chunkeval.embedding import DEFAULT_MODEL
+from chunkeval.keys import DEFAULT_MODEL
 from chunkeval.errors import InputError
+
+if TYPE_CHECKING:
+    from chunkeval.chunking import ChunkerSpec
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "data" / "demo"
 
@@ -177,7 +180,7 @@ class Experiment:
 
     def grid(self) -> list[ChunkerSpec]:
         """Every (chunker, size, overlap) setting, validated, without repeats, in the order given."""
-        from chunkeval.chunking import needs_embeddings
+        from chunkeval.chunking import ChunkerSpec, needs_embeddings
 
         specs = []
         for chunker in self.chunker:

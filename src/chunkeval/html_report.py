@@ -23,7 +23,7 @@ from chunkeval.experiment import split_list
 from chunkeval.faults import checkpoint
 from chunkeval.files import write_text
 from chunkeval.metrics import METRICS, MICRO, MICRO_F1
-from chunkeval.sweep import CONFIG_KEYS
+from chunkeval.keys import CONFIG_KEYS
 from chunkeval.warehouse import DEFAULT_THRESHOLD, REGRESSION_METRICS, Warehouse
 
 BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
@@ -302,7 +302,7 @@ def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold
     series: dict[str, dict] = {}
     runs: list[tuple] = []
     for metric in REGRESSION_METRICS:
-        rows = wh.trend(experiment, metric)
+        rows = wh.trend(experiment, metric, configs=configs)
         order = list(dict.fromkeys((r["started_at"], r["run_id"]) for r in rows))
         runs = order if len(order) > len(runs) else runs
         position = {run_id: i + 1 for i, (_, run_id) in enumerate(order)}
@@ -366,8 +366,7 @@ def build_report(wh: Warehouse, experiment: str, run_id: str | None = None, conf
     settings = json.loads(run["settings"] or "{}")
     summary = wh.summary(run_id).to_pylist()
     per_query = wh.query_results(run_id)
-    refs = wh.table("SELECT * FROM gold_references WHERE run_id = ? ORDER BY model, chunker, chunk_size, chunk_overlap, query_id, ref_start",
-                    [run_id])
+    refs = wh.references(run_id)
     chosen = choose(summary, config)
     best = best_rows(summary)
     trend_configs = list({label(r): r for r in [chosen, best["span_precision"], best["span_recall"], best["span_f1"]]}.values())

@@ -12,13 +12,17 @@ The rank at which each reference character is first covered gives every depth k 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chunkeval.chunking import Chunks
+from chunkeval import aggregate as AGG
 from chunkeval.ingest import Qrels, Run, SpanGold
+
+if TYPE_CHECKING:
+    from chunkeval.chunking import Chunks
 
 
 def safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -281,68 +285,29 @@ def chunk_relevance(gold: SpanGold, ref: ReferenceChars, chunks: Chunks) -> Chun
 
 # --------------------------------------------------------------------------- aggregation
 
-METRICS = (
-    "span_precision", "span_recall", "span_f1", "span_iou", "precision_omega",
-    "precision", "recall", "f1", "precision_at_k", "recall_at_k", "hit_rate", "mrr", "map", "ndcg_at_k",
-)
+# the metrics, in column order, and how their micro averages are formed: chunkeval.aggregate
+METRICS = AGG.METRICS
 RANK_METRICS = METRICS[5:]
 SPAN_METRICS = METRICS[:5]
-
-# micro average = sum(numerator) / sum(denominator); F1s are the harmonic mean of the micro P and R
-MICRO = {
-    "span_precision": ("covered", "retrieved_chars"),
-    "span_recall": ("covered", "ref_chars"),
-    "span_iou": ("covered", "iou_denominator"),
-    "precision_omega": ("covered_all", "omega_union"),
-    "precision": ("tp", "n_retrieved"),
-    "recall": ("tp", "n_relevant"),
-    "precision_at_k": ("hits_at_k", "k"),
-    "recall_at_k": ("hits_at_k", "n_relevant"),
-}
-MICRO_F1 = {"span_f1": ("span_precision", "span_recall"), "f1": ("precision", "recall")}
+MICRO, MICRO_F1 = AGG.MICRO, AGG.MICRO_F1
 
 
 def summarize(per_query: pa.Table, by: list[str], intervals: bool = True) -> pa.Table:
     """Macro (mean, sample std with n - 1, and a 95 % percentile-bootstrap interval of the mean, 10,000
-    resamples of the queries, seeded) and micro averages of every metric present, grouped by `by`.
+    resamples of the queries, seeded) and micro averages of every metric present, grouped by `by`: the
+    SQL of `chunkeval.aggregate`, which the warehouse runs too, then the intervals.
 
     Rows whose `has_gold` is false are left out (the `--skip-empty-gold` behaviour) when that column exists.
     """
     table = per_query
     if "has_gold" in table.column_names:
         table = table.filter(pc.field("has_gold"))
-    if "ref_chars" in table.column_names:
-        table = table.append_column("iou_denominator", pc.add(table["retrieved_chars"], table["uncovered"]))
-    metrics = [m for m in METRICS if m in table.column_names]
-    counts = sorted({c for m, pair in MICRO.items() if m in metrics for c in pair})
-    aggs = [("query_id", "count")]
-    for m in metrics:
-        aggs += [(m, "mean"), (m, "stddev", pc.VarianceOptions(ddof=1))]
-    aggs += [(c, "sum") for c in counts]
-    if "retrieved_tokens" in table.column_names:
-        aggs.append(("retrieved_tokens", "mean"))
-    grouped = table.group_by(by, use_threads=False).aggregate(aggs)
-    cols = {key: grouped[key] for key in by}
-    cols["n_queries"] = grouped["query_id_count"]
-    for m in metrics:
-        cols[f"{m}_mean"] = grouped[f"{m}_mean"]
-        cols[f"{m}_std"] = grouped[f"{m}_stddev"]
-    micro = {}
-    for m in metrics:
-        if m in MICRO:
-            num, den = MICRO[m]
-            micro[m] = safe_div(grouped[f"{num}_sum"].to_numpy(), grouped[f"{den}_sum"].to_numpy())
-        elif m in MICRO_F1:
-            micro[m] = harmonic_mean(*(micro[x] for x in MICRO_F1[m]))
-    for m in metrics:
-        if m in micro:
-            cols[f"{m}_micro"] = pa.array(micro[m])
-    if "retrieved_tokens" in table.column_names:
-        cols["retrieved_tokens_mean"] = grouped["retrieved_tokens_mean"]
+    out = AGG.summarize_table(table, by)
     if intervals:
-        cols.update(mean_intervals(table, grouped, by, metrics))
-    out = pa.table(cols)
-    return out.sort_by([(key, "ascending") for key in by])
+        metrics = [m for m in METRICS if m in table.column_names]
+        for name, column in mean_intervals(table, out, by, metrics).items():
+            out = out.append_column(name, column)
+    return out
 
 
 def _key_strings(table: pa.Table, by: list[str]) -> pa.Array:

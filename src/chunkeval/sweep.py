@@ -24,10 +24,8 @@ from chunkeval.duplicates import Copies, find_copies, span_scoring
 from chunkeval.embedding import Embedder
 from chunkeval.experiment import Experiment
 from chunkeval.ingest import SpanGold, corpus_ids_in, load_corpora, load_span_gold
+from chunkeval.keys import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL  # noqa: F401 (re-exported)
 
-CONFIG_KEYS = ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
-CHUNKING_KEYS = CONFIG_KEYS[:-1]  # a configuration without its depth: what chunk statistics are kept by
-NO_MODEL = "none"  # the model of rows that no model produced (bm25 over fixed or recursive chunks)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,16 @@
-"""The results warehouse: a DuckDB catalogue of runs and views over per-run Parquet files.
+"""The results warehouse: a DuckDB catalogue of runs, the summaries of their results, and views.
 
 Layout under `$CHUNKEVAL_HOME/warehouse/` (schema: docs/warehouse.md):
-- `chunkeval.duckdb`: tables `meta` (schema version) and `runs` (one row per run), `baselines`,
-  and the views `query_results`, `config_summary`, `trend` over the Parquet files.
-- `results/<run_id>/per_query.parquet`, `summary.parquet` and `references.parquet`: written under temporary names and
-  renamed, before the run's row turns `completed`. The views show completed runs only, so a run
-  killed at any point leaves no rows in the reports.
+- `results/<run_id>/`: the run's Parquet files (`per_query`, `summary`, `by_corpus`, `references`,
+  `models`) and its `manifest.json`, written under temporary names and renamed before the run's row
+  turns `completed`. They are the source of truth.
+- `chunkeval.duckdb`: tables `meta` (schema version), `runs` (one row per run), `baselines`, and
+  `summaries` and `corpus_summaries`: the summary rows of every completed run, loaded from its
+  Parquet files in the transaction that marks it completed (and rebuilt from them by `repair`), so
+  that questions over years of runs never open thousands of files. Views `config_summary`,
+  `corpus_summary` and `trend` read those tables; `query_results`, `gold_references` and `run_models`
+  read the Parquet files of every run (for ad hoc SQL); the library reads one run's files directly.
+  The views show completed runs only, so a run killed at any point leaves no rows in the reports.
 
 DuckDB lets one process write a database file at a time, so every operation opens a short-lived
 connection, retrying while another process holds the lock: two runs at once both get recorded.
@@ -22,7 +27,7 @@ import socket
 import time
 import uuid
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import duckdb
@@ -32,10 +37,11 @@ from chunkeval import __version__
 from chunkeval.errors import InputError
 from chunkeval.faults import checkpoint
 from chunkeval.files import pid_alive, write_tables, write_text
-from chunkeval.metrics import METRICS
-from chunkeval.sweep import CONFIG_KEYS
+from chunkeval.metrics import METRICS, summarize
+from chunkeval.aggregate import summary_sql
+from chunkeval.keys import CONFIG_KEYS
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 STATUSES = ("running", "completed", "failed", "skipped")
 TRIGGERS = ("manual", "schedule", "event")
 # what the regression check watches by default, and by how much (absolute) a macro mean may fall
@@ -77,6 +83,9 @@ MIGRATIONS = [
     # v5: summaries carry <metric>_ci_low and <metric>_ci_high (95 % bootstrap intervals of the macro
     # means); summaries written before have none (NULL), and they are never recomputed.
     "SELECT 1",
+    # v6: the summaries of completed runs live in tables (`_materialize` loads them from the Parquet files);
+    # runs write by_corpus.parquet, and older runs' per-corpus summaries are computed from their per-query rows.
+    None,  # the tables' DDL is `_summary_tables_sql()`
 ]
 
 RUN_COLUMNS = ("run_id", "flow_run_id", "experiment", "status", "trigger", "started_at", "finished_at",
@@ -95,24 +104,74 @@ def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
+_DURATION = re.compile(r"^\s*(\d+)\s*(h|d|w)\s*$")
+
+
+def parse_age(text: str, flag: str) -> timedelta:
+    """`36h`, `7d`, `2w` as a timedelta; anything else is an error naming the flag."""
+    found = _DURATION.match(str(text))
+    if not found or int(found.group(1)) < 1:
+        raise InputError(f"{flag} takes an age such as 36h, 7d or 2w, got {text!r}")
+    n, unit = int(found.group(1)), found.group(2)
+    return timedelta(hours=n) if unit == "h" else timedelta(days=n * (7 if unit == "w" else 1))
+
+
 def _quote(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
+_KEYS = {"run_id": pa.string(), "model": pa.string(), "retriever": pa.string(), "chunker": pa.string(),
+         "chunk_size": pa.int64(), "chunk_overlap": pa.int64(), "k": pa.int64()}
+_AVERAGES = {**_KEYS, "n_queries": pa.int64(),
+             **{f"{m}_{s}": pa.float64() for m in METRICS for s in ("mean", "std", "micro", "ci_low", "ci_high")},
+             "retrieved_tokens_mean": pa.float64()}
+_SUMMARY = pa.schema({**_AVERAGES, "n_chunks": pa.int64(), "truncated_chunks": pa.int64()})
+_CORPUS_SUMMARY = pa.schema({**_AVERAGES, "corpus_id": pa.string()})
+RESULT_FILES = ("per_query", "summary", "by_corpus", "references", "models")
+
+
 def _empty_results() -> dict[str, pa.Table]:
     """Zero-row tables with the key columns, so the views bind before any run has finished."""
-    keys = {"run_id": pa.string(), "model": pa.string(), "retriever": pa.string(), "chunker": pa.string(),
-            "chunk_size": pa.int64(), "chunk_overlap": pa.int64(), "k": pa.int64()}
-    per_query = pa.schema({**keys, "query_id": pa.string(), "corpus_id": pa.string(), **{m: pa.float64() for m in METRICS}})
-    summary = pa.schema({**keys, "n_queries": pa.int64(),
-                         **{f"{m}_{s}": pa.float64() for m in METRICS for s in ("mean", "std", "micro", "ci_low", "ci_high")}})
+    per_query = pa.schema({**_KEYS, "query_id": pa.string(), "corpus_id": pa.string(), **{m: pa.float64() for m in METRICS}})
     references = pa.schema({"run_id": pa.string(), "model": pa.string(), "chunker": pa.string(), "chunk_size": pa.int64(),
                             "chunk_overlap": pa.int64(), "query_id": pa.string(), "corpus_id": pa.string(), "question": pa.string(),
                             "ref_start": pa.int64(), "ref_end": pa.int64(), "ref_tokens": pa.int64(), "straddles": pa.bool_()})
     models = pa.schema({"run_id": pa.string(), "model": pa.string(), "model_fingerprint": pa.string(), "texts_embedded": pa.int64(),
                         "embed_seconds": pa.float64(), "texts_per_second": pa.float64()})
     return {name: schema.empty_table() for name, schema in
-            (("per_query", per_query), ("summary", summary), ("references", references), ("models", models))}
+            (("per_query", per_query), ("summary", _SUMMARY), ("by_corpus", _CORPUS_SUMMARY), ("references", references),
+             ("models", models))}
+
+
+def _ddl(table: str, schema: pa.Schema) -> str:
+    types = {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DOUBLE"}
+    return f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(f'{f.name} {types[f.type]}' for f in schema)});"
+
+
+def _summary_tables_sql() -> str:
+    return _ddl("summaries", _SUMMARY) + _ddl("corpus_summaries", _CORPUS_SUMMARY)
+
+
+# results of runs before v4 have no model or retriever column: they were dense, with the model of their settings
+def _projection(kind: str, names: set[str], alias: str) -> str:
+    """The columns a view (or a direct read) shows of a results file of `kind` with columns `names`,
+    joined to the catalogue row `r`."""
+    model = f"coalesce({alias}.model, json_extract_string(r.settings, '$.model'))" if "model" in names \
+        else "json_extract_string(r.settings, '$.model')"
+    retriever = f"coalesce({alias}.retriever, 'dense')" if "retriever" in names else "'dense'"
+    drop = ", ".join(c for c in ("run_id", "model", "retriever") if c in names)
+    rest = f"{alias}.* EXCLUDE ({drop})" if drop else f"{alias}.*"
+    if kind in ("per_query", "summary", "by_corpus"):
+        return f"r.experiment, r.started_at, r.trigger, {model} AS model, {retriever} AS retriever, {rest}, r.run_id"
+    if kind == "references":
+        ref_model = f"coalesce({alias}.model, 'none')" if "model" in names else "'none'"
+        rest = f"{alias}.* EXCLUDE ({', '.join(c for c in ('run_id', 'model') if c in names)})"
+        return f"r.experiment, {ref_model} AS model, {rest}, r.run_id"
+    return f"r.experiment, r.started_at, {alias}.* EXCLUDE (run_id), r.run_id"
+
+
+def _parquet(paths: list[Path]) -> str:
+    return f"read_parquet([{', '.join(_quote(p) for p in paths)}], union_by_name = true)"
 
 
 class Warehouse:
@@ -122,6 +181,7 @@ class Warehouse:
         self.results = self.root / "results"
         self.lock_timeout = lock_timeout
         self._ready = False
+        self._session = None
 
     @classmethod
     def at_home(cls, must_exist: bool = False) -> "Warehouse":
@@ -146,6 +206,9 @@ class Warehouse:
         A damaged file (a checksum that does not match, a header that is not DuckDB's) is reported as
         one line naming the file and the repair command, never used.
         """
+        if self._session is not None:
+            yield self._session
+            return
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -173,6 +236,20 @@ class Warehouse:
         finally:
             con.close()
 
+    @contextmanager
+    def session(self):
+        """One connection for every question asked inside: what a command that only reads uses, so that it
+        opens the file once (a writer in another process waits meanwhile, as it waits for any reader)."""
+        if self._session is not None:
+            yield self
+            return
+        with self.connect() as con:
+            self._session = con
+            try:
+                yield self
+            finally:
+                self._session = None
+
     def _damaged(self, exc: Exception) -> InputError:
         reason = str(exc).splitlines()[0]
         return InputError(f"the warehouse file is damaged ({reason}); run `chunkeval warehouse repair` to rebuild "
@@ -181,7 +258,7 @@ class Warehouse:
     def schema_version(self, con) -> int:
         if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'").fetchone()[0]:
             return 0
-        row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        row = (con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall() or [None])[0]
         return int(row[0]) if row else 0
 
     def _migrate(self, con, upto: int = SCHEMA_VERSION) -> None:
@@ -190,14 +267,16 @@ class Warehouse:
             raise InputError(f"warehouse schema version {version} is newer than this chunkeval ({__version__}) understands", self.db_path)
         for step in range(version, upto):
             con.execute("BEGIN TRANSACTION")
-            con.execute(MIGRATIONS[step])
+            con.execute(MIGRATIONS[step] or _summary_tables_sql())
+            if step == 5:  # the summaries of every completed run so far
+                self._materialize(con, [r for (r,) in con.execute("SELECT run_id FROM runs WHERE status = 'completed'").fetchall()])
             con.execute("DELETE FROM meta WHERE key = 'schema_version'")
             con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(step + 1)])
             con.execute("COMMIT")
             if step == 2:
                 self._backfill(con)
         if upto == SCHEMA_VERSION:
-            self._create_views(con)
+            self._create_views(con, rebind=version < SCHEMA_VERSION)
 
     def _backfill(self, con) -> None:
         """Manifests for runs and pin files for baselines recorded before v3."""
@@ -209,37 +288,17 @@ class Warehouse:
         for experiment, run_id, pinned_at in con.execute("SELECT experiment, run_id, pinned_at FROM baselines").fetchall():
             self._write_pin({"experiment": experiment, "run_id": run_id, "pinned_at": pinned_at})
 
-    def _create_views(self, con) -> None:
-        seed = self.results / f"_schema{SCHEMA_VERSION}"
-        if not (seed / "models.parquet").exists():
-            seed.mkdir(parents=True, exist_ok=True)
-            write_tables({seed / f"{name}.parquet": table for name, table in _empty_results().items()})
-        files = lambda name: f"read_parquet({_quote(self.results / '*' / f'{name}.parquet')}, union_by_name = true)"  # noqa: E731
-        # results of runs before v4 have no model or retriever column: they were dense, with the model of their settings
-        model = "coalesce({t}.model, json_extract_string(r.settings, '$.model'))"
-        con.execute(f"""
-            CREATE OR REPLACE VIEW query_results AS
-            SELECT r.experiment, r.started_at, r.trigger, {model.format(t="q")} AS model,
-                   coalesce(q.retriever, 'dense') AS retriever, q.* EXCLUDE (run_id, model, retriever), q.run_id
-            FROM {files("per_query")} q JOIN runs r USING (run_id)
-            WHERE r.status = 'completed'""")
-        con.execute(f"""
-            CREATE OR REPLACE VIEW config_summary AS
-            SELECT r.experiment, r.started_at, r.trigger, {model.format(t="s")} AS model,
-                   coalesce(s.retriever, 'dense') AS retriever, s.* EXCLUDE (run_id, model, retriever), s.run_id,
-                   {DUPLICATES_SQL.format(t="r.")} AS duplicates
-            FROM {files("summary")} s JOIN runs r USING (run_id)
-            WHERE r.status = 'completed'""")
-        con.execute(f"""
-            CREATE OR REPLACE VIEW gold_references AS
-            SELECT r.experiment, coalesce(g.model, 'none') AS model, g.* EXCLUDE (run_id, model), g.run_id
-            FROM {files("references")} g JOIN runs r USING (run_id)
-            WHERE r.status = 'completed'""")
-        con.execute(f"""
-            CREATE OR REPLACE VIEW run_models AS
-            SELECT r.experiment, r.started_at, m.* EXCLUDE (run_id), m.run_id
-            FROM {files("models")} m JOIN runs r USING (run_id)
-            WHERE r.status = 'completed'""")
+    def _create_views(self, con, rebind: bool = False) -> None:
+        """The views. Those over the summary tables are cheap and made by every process; those over every
+        run's Parquet files only when the schema changed or the warehouse moved (making them reads the
+        footer of every file)."""
+        duplicates = DUPLICATES_SQL.format(t="r.")
+        for view, table in (("config_summary", "summaries"), ("corpus_summary", "corpus_summaries")):
+            con.execute(f"""
+                CREATE OR REPLACE VIEW {view} AS
+                SELECT {_projection("summary", set(_SUMMARY.names), "s")}, {duplicates} AS duplicates
+                FROM {table} s JOIN runs r USING (run_id)
+                WHERE r.status = 'completed'""")
         con.execute(f"""
             CREATE OR REPLACE VIEW trend AS
             WITH long AS (
@@ -252,6 +311,61 @@ class Warehouse:
                    value - lag(value) OVER (PARTITION BY experiment, duplicates, {', '.join(CONFIG_KEYS)}, metric
                                             ORDER BY started_at, run_id) AS change
             FROM long""")
+        where = (con.execute("SELECT value FROM meta WHERE key = 'results_path'").fetchall() or [None])[0]
+        if not rebind and where and where[0] == str(self.results):
+            return
+        seed = self.results / f"_schema{SCHEMA_VERSION}"
+        if not (seed / "models.parquet").exists():
+            seed.mkdir(parents=True, exist_ok=True)
+            write_tables({seed / f"{name}.parquet": table for name, table in _empty_results().items()})
+        for view, kind in (("query_results", "per_query"), ("gold_references", "references"), ("run_models", "models")):
+            names = set(_empty_results()[kind].column_names)
+            con.execute(f"""
+                CREATE OR REPLACE VIEW {view} AS
+                SELECT {_projection(kind, names, "q")}
+                FROM read_parquet({_quote(self.results / '*' / f'{kind}.parquet')}, union_by_name = true) q JOIN runs r USING (run_id)
+                WHERE r.status = 'completed'""")
+        con.execute("DELETE FROM meta WHERE key = 'results_path'")
+        con.execute("INSERT INTO meta VALUES ('results_path', ?)", [str(self.results)])
+
+    def _materialize(self, con, run_ids: list[str]) -> None:
+        """Load the summaries of completed runs from their Parquet files into the summary tables (in the
+        caller's transaction). A run without by_corpus.parquet (before v6) gets its per-corpus summary
+        computed from its per-query rows by the shared SQL (`chunkeval.aggregate`), without intervals."""
+        if not run_ids:
+            return
+        for table in ("summaries", "corpus_summaries"):
+            con.execute(f"DELETE FROM {table} WHERE list_contains(?, run_id)", [run_ids])
+        summaries = [self._file(r, "summary") for r in run_ids if self._file(r, "summary").is_file()]
+        self._insert_by_name(con, "summaries", _parquet(summaries), summaries)
+        by_corpus = [self._file(r, "by_corpus") for r in run_ids if self._file(r, "by_corpus").is_file()]
+        self._insert_by_name(con, "corpus_summaries", _parquet(by_corpus), by_corpus)
+        older = [r for r in run_ids if not self._file(r, "by_corpus").is_file() and self._file(r, "per_query").is_file()]
+        for skip in (False, True):  # runs that left questions without references out of their averages, and the others
+            mine = [r for r in older if bool(json.loads(self.run_settings(con, r)).get("skip_empty_gold")) == skip]
+            if not mine:
+                continue
+            files = [self._file(r, "per_query") for r in mine]
+            names = {c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE SELECT * FROM {_parquet(files)})").fetchall()}
+            source = f"(SELECT {_projection('per_query', names, 'q')} FROM {_parquet(files)} q JOIN runs r USING (run_id))"
+            columns = [c for c in names | {"model", "retriever"} if c != "run_id"]
+            select = summary_sql(source, ["run_id", *CONFIG_KEYS, "corpus_id"], columns, skip_empty_gold=skip)
+            con.execute(f"INSERT INTO corpus_summaries BY NAME {select}")
+
+    @staticmethod
+    def run_settings(con, run_id: str) -> str:
+        row = (con.execute("SELECT settings FROM runs WHERE run_id = ?", [run_id]).fetchall() or [None])[0]
+        return (row[0] if row else None) or "{}"
+
+    def _insert_by_name(self, con, table: str, source: str, files: list[Path]) -> None:
+        if not files:
+            return
+        have = {c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE {table})").fetchall()}
+        names = [c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE SELECT * FROM {source})").fetchall() if c in have]
+        con.execute(f"INSERT INTO {table} BY NAME SELECT {', '.join(names)} FROM {source}")
+
+    def _file(self, run_id: str, kind: str) -> Path:
+        return self.results / run_id / f"{kind}.parquet"
 
     # ------------------------------------------------------------------ the run lifecycle
 
@@ -285,14 +399,20 @@ class Warehouse:
         if changes.get("status") == "completed":
             checkpoint("catalogue")
         with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            if changes.get("status") == "completed":  # its summaries become visible with its status
+                self._materialize(con, [run_id])
             assignments = ", ".join(f"{c} = ?" for c in changes)
             con.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*changes.values(), run_id])
+            con.execute("COMMIT")
 
     def begin_run(self, experiment: str, fingerprints: dict, trigger: str, settings: dict,
-                  flow_run_id: str | None = None, status: str = "running") -> str:
+                  flow_run_id: str | None = None, status: str = "running", started_at: datetime | None = None) -> str:
+        """A new run's catalogue row and manifest. `started_at` (UTC, naive) is for importing history;
+        by default it is now."""
         if trigger not in TRIGGERS:
             raise InputError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
-        now = _now()
+        now = started_at or _now()
         row = {
             "run_id": now.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8], "flow_run_id": flow_run_id,
             "experiment": experiment, "status": status, "trigger": trigger, "started_at": now,
@@ -317,9 +437,11 @@ class Warehouse:
         return self.begin_run(experiment, fingerprints, trigger, settings, flow_run_id, status="skipped")
 
     def complete_run(self, run_id: str, per_query: pa.Table, summary: pa.Table, texts_embedded: int,
-                     references: pa.Table | None = None, models: pa.Table | None = None, gold_check: dict | None = None) -> None:
+                     references: pa.Table | None = None, models: pa.Table | None = None, gold_check: dict | None = None,
+                     by_corpus: pa.Table | None = None) -> None:
         """Write the run's files (each whole or not at all), its manifest, then mark it completed.
-        `gold_check` is `chunkeval.gold_check.check_gold`'s findings on the run's inputs."""
+        `gold_check` is `chunkeval.gold_check.check_gold`'s findings on the run's inputs; without
+        `by_corpus` (the sweep's per-corpus summary) it is computed from `per_query`."""
         folder = self.results / run_id
         folder.mkdir(parents=True, exist_ok=True)
         if gold_check is not None:
@@ -330,6 +452,13 @@ class Warehouse:
             tables[folder / "references.parquet"] = run_col(references)
         if models is not None:
             tables[folder / "models.parquet"] = run_col(models)
+        if by_corpus is None:
+            from chunkeval.keys import CONFIG_KEYS as keys
+
+            skip = bool(json.loads(self.run(run_id)["settings"] or "{}").get("skip_empty_gold"))
+            by_corpus = summarize(per_query if skip or "has_gold" not in per_query.column_names else per_query.drop_columns(["has_gold"]),
+                                  [k for k in keys if k in per_query.column_names] + ["corpus_id"])
+        tables[folder / "by_corpus.parquet"] = run_col(by_corpus)
         write_tables(tables, point="results")
         self._update(run_id, status="completed", finished_at=_now(), texts_embedded=int(texts_embedded))
 
@@ -375,7 +504,8 @@ class Warehouse:
         A damaged (or missing) catalogue file is moved aside to `chunkeval.duckdb.damaged-<time>` and
         a new one is built: every run with a manifest comes back, completed runs with their results,
         and every pinned baseline. A healthy catalogue is kept; runs in it without a manifest (recorded
-        by an older chunkeval) get one, so that a later repair can rebuild them too.
+        by an older chunkeval) get one, so that a later repair can rebuild them too. Either way the
+        summary tables are rebuilt from the runs' Parquet files.
         """
         ok, why = self.healthy()
         manifests = sorted(self.results.glob("*/manifest.json")) if self.results.is_dir() else []
@@ -387,6 +517,7 @@ class Warehouse:
                     written += 1
             for pin in self._dicts("SELECT experiment, run_id, pinned_at FROM baselines"):
                 self._write_pin(pin)
+            self._rematerialize()
             return {"damaged": False, "moved_to": None, "runs": len(self.runs()), "manifests_written": written, "reason": ""}
         moved = None
         if self.exists():
@@ -408,8 +539,19 @@ class Warehouse:
             for pin in pins:
                 if pin["run_id"] in known:
                     con.execute("INSERT INTO baselines VALUES (?, ?, ?)", [pin["experiment"], pin["run_id"], pin["pinned_at"]])
+            self._materialize(con, sorted(known))
             con.execute("COMMIT")
         return {"damaged": True, "moved_to": str(moved) if moved else None, "runs": len(rows), "pins": len(pins), "reason": why}
+
+    def _rematerialize(self) -> None:
+        """Rebuild the summary tables from the Parquet files of every completed run."""
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            done = [r for (r,) in con.execute("SELECT run_id FROM runs WHERE status = 'completed'").fetchall()]
+            for table in ("summaries", "corpus_summaries"):
+                con.execute(f"DELETE FROM {table}")
+            self._materialize(con, done)
+            con.execute("COMMIT")
 
     @property
     def pins(self) -> Path:
@@ -471,10 +613,29 @@ class Warehouse:
             return con.sql(f"SELECT * FROM config_summary WHERE run_id = ? ORDER BY {', '.join(CONFIG_KEYS)}",
                            params=[run_id]).to_arrow_table()
 
-    def query_results(self, run_id: str) -> pa.Table:
+    def run_file(self, run_id: str, kind: str, order: str = "") -> pa.Table:
+        """One results file of a completed run, with the columns the views show (read directly: a run's
+        questions never open the other runs' files). Empty for a file older runs did not write."""
+        path = self._file(run_id, kind)
+        if not path.is_file():
+            if kind in ("per_query", "summary") and self.run(run_id)["status"] == "completed":
+                raise InputError(f"the results of run {run_id} are missing; `chunkeval warehouse repair` marks such runs failed", path)
+            path = self.results / f"_schema{SCHEMA_VERSION}" / f"{kind}.parquet"
+            if not path.is_file():
+                return _empty_results()[kind]
+        import pyarrow.parquet as pq
+
+        names = set(pq.read_schema(path).names)
         with self.connect() as con:
-            return con.sql(f"SELECT * FROM query_results WHERE run_id = ? ORDER BY {', '.join(CONFIG_KEYS)}, query_id",
-                           params=[run_id]).to_arrow_table()
+            return con.sql(f"SELECT {_projection(kind, names, 'q')} FROM read_parquet({_quote(path)}) q JOIN runs r USING (run_id) "
+                           f"WHERE r.status = 'completed' AND r.run_id = ? {order}", params=[run_id]).to_arrow_table()
+
+    def query_results(self, run_id: str) -> pa.Table:
+        return self.run_file(run_id, "per_query", f"ORDER BY {', '.join(CONFIG_KEYS)}, query_id")
+
+    def references(self, run_id: str) -> pa.Table:
+        """The run's references per chunking: length in tokens, whether they straddle a chunk boundary."""
+        return self.run_file(run_id, "references", "ORDER BY model, chunker, chunk_size, chunk_overlap, query_id, ref_start")
 
     def gold_check(self, run_id: str) -> dict | None:
         """The gold-set check recorded with a run (None for runs recorded without one). A damaged file is
@@ -495,15 +656,15 @@ class Warehouse:
 
     def models(self, run_id: str) -> pa.Table:
         """The models of a run: fingerprint, texts embedded, throughput (empty for runs before v4)."""
-        with self.connect() as con:
-            return con.sql("SELECT * FROM run_models WHERE run_id = ? ORDER BY model", params=[run_id]).to_arrow_table()
+        return self.run_file(run_id, "models", "ORDER BY model")
 
     def table(self, sql: str, params: list | None = None) -> pa.Table:
         """Any query over the warehouse, as an Arrow table."""
         with self.connect() as con:
             return con.sql(sql, params=params or []).to_arrow_table()
 
-    def trend(self, experiment: str, metric: str, config: dict | None = None, last: int | None = None) -> list[dict]:
+    def trend(self, experiment: str, metric: str, config: dict | None = None, last: int | None = None,
+              configs: list[dict] | None = None) -> list[dict]:
         """The metric (macro mean, with its 95 % bootstrap interval where the run recorded one) per
         completed run and configuration, oldest first, with the change against the previous run scored
         the same way (the `trend` view's numbers, read from `config_summary` for one metric)."""
@@ -515,6 +676,9 @@ class Warehouse:
                 raise InputError(f"--config keys are {', '.join(CONFIG_KEYS)}; got {key!r}")
             where.append(f"{key} = ?")
             params.append(value)
+        if configs:  # any of these configurations (each a full key)
+            where.append("(" + " OR ".join("(" + " AND ".join(f"{k} = ?" for k in CONFIG_KEYS) + ")" for _ in configs) + ")")
+            params += [c[k] for c in configs for k in CONFIG_KEYS]
         keys = ", ".join(CONFIG_KEYS)
         sql = (f"SELECT run_id, started_at, duplicates, {keys}, '{metric}' AS metric, {metric}_mean AS value, "
                f"{metric}_ci_low AS ci_low, {metric}_ci_high AS ci_high, {metric}_mean - lag({metric}_mean) OVER "
@@ -525,6 +689,107 @@ class Warehouse:
             keep = list(dict.fromkeys(r["run_id"] for r in rows))[-int(last):]
             rows = [r for r in rows if r["run_id"] in keep]
         return rows
+
+    def rollup(self, experiment: str, since: timedelta) -> tuple[pa.Table, list[str]]:
+        """The averages of a period: per configuration (and `duplicates` setting), macro = mean over
+        every query row of the experiment's completed runs started within `since`, micro = sums over
+        them, with `n_runs`; the same SQL as every summary (`chunkeval.aggregate`). Also the run ids."""
+        start = _now() - since
+        runs = [r for r in self.runs(experiment, "completed") if r["started_at"] >= start]
+        if not runs:
+            raise InputError(f"experiment {experiment!r} has no completed run since {start:%Y-%m-%d %H:%M} UTC")
+        files = [self._file(r["run_id"], "per_query") for r in runs]
+        missing = [f for f in files if not f.is_file()]
+        if missing:
+            raise InputError("results missing; `chunkeval warehouse repair` marks such runs failed", missing[0])
+        skip = bool(json.loads(runs[0]["settings"] or "{}").get("skip_empty_gold"))
+        with self.connect() as con:
+            names = {c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE SELECT * FROM {_parquet(files)})").fetchall()}
+            source = (f"(SELECT {_projection('per_query', names, 'q')}, {DUPLICATES_SQL.format(t='r.')} AS duplicates "
+                      f"FROM {_parquet(files)} q JOIN runs r USING (run_id))")
+            columns = [c for c in names | {"model", "retriever", "duplicates"} if c != "run_id"]
+            sql = summary_sql(source, ["duplicates", *CONFIG_KEYS], columns, skip, extra=("count(DISTINCT run_id) AS n_runs",))
+            return con.sql(sql).to_arrow_table(), [r["run_id"] for r in runs]
+
+    def delete_runs(self, run_ids: list[str]) -> list[str]:
+        """Remove runs with their files. All are checked first: an unknown or running run, or the pinned
+        baseline of its experiment, is an error and nothing is removed. Each run's manifest is marked
+        deleted first (so that `repair` never brings it back), then its catalogue and summary rows go in
+        one transaction, then its folder."""
+        runs = [self.run(r) for r in dict.fromkeys(run_ids)]
+        pinned = {row["run_id"]: row["experiment"] for row in self._dicts("SELECT experiment, run_id FROM baselines")}
+        for run in runs:
+            if run["run_id"] in pinned:
+                raise InputError(f"run {run['run_id']} is the pinned baseline of experiment {pinned[run['run_id']]!r}: "
+                                 "pin another run first (`chunkeval baseline`); nothing was deleted")
+            if run["status"] == "running":
+                raise InputError(f"run {run['run_id']} is still running; nothing was deleted")
+        ids = [r["run_id"] for r in runs]
+        for run_id in ids:
+            if self.manifest_path(run_id).parent.is_dir():
+                write_text(self.manifest_path(run_id), json.dumps({"run_id": run_id, "status": "deleted"}))
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            for table in ("runs", "summaries", "corpus_summaries"):
+                con.execute(f"DELETE FROM {table} WHERE list_contains(?, run_id)", [ids])
+            con.execute("COMMIT")
+        for run_id in ids:
+            self._remove_folder(run_id)
+        return ids
+
+    def _remove_folder(self, run_id: str) -> None:
+        import shutil
+
+        folder = self.results / run_id
+        if folder.is_dir():
+            aside = folder.with_name(f".deleting-{run_id}")
+            os.replace(folder, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+
+    def prune(self, experiment: str, keep_last: int | None = None, older_than: timedelta | None = None) -> tuple[list[str], str | None]:
+        """Delete the experiment's runs beyond the newest `keep_last`, or started more than `older_than`
+        ago (running runs are left alone). The pinned baseline is kept whatever its age: (deleted, kept)."""
+        if (keep_last is None) == (older_than is None):
+            raise InputError("prune takes one of --keep-last K or --older-than AGE")
+        if keep_last is not None and keep_last < 1:
+            raise InputError(f"--keep-last must be at least 1, got {keep_last}")
+        self.check_experiment(experiment)
+        runs = [r for r in self.runs(experiment) if r["status"] != "running"]
+        if keep_last is not None:
+            doomed = [r["run_id"] for r in runs[keep_last:]]
+        else:
+            cutoff = _now() - older_than
+            doomed = [r["run_id"] for r in runs if r["started_at"] < cutoff]
+        pinned = self.baseline(experiment)
+        kept = pinned if pinned in doomed else None
+        doomed = [r for r in doomed if r != pinned]
+        if doomed:
+            self.delete_runs(doomed)
+        self._sweep_deleted()
+        return doomed, kept
+
+    def _sweep_deleted(self) -> None:
+        """Remove the folders a crash left behind after their runs had left the catalogue."""
+        import shutil
+
+        if not self.results.is_dir():
+            return
+        known = {r for (r,) in self._dicts_raw("SELECT run_id FROM runs")}
+        for folder in self.results.iterdir():
+            if not folder.is_dir() or folder.name in known:
+                continue
+            if folder.name.startswith(".deleting-"):
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            try:
+                if json.loads((folder / "manifest.json").read_text(encoding="utf-8")).get("status") == "deleted":
+                    self._remove_folder(folder.name)
+            except (OSError, ValueError):
+                pass
+
+    def _dicts_raw(self, sql: str) -> list[tuple]:
+        with self.connect() as con:
+            return con.execute(sql).fetchall()
 
     def pin_baseline(self, experiment: str, run_id: str) -> None:
         run = self.run(run_id)
@@ -621,7 +886,7 @@ class Warehouse:
         if reference is None or reference == newest:
             return []
         self.check_comparable(newest, reference)
-        questions = {r["query_id"]: r["question"] for r in self._dicts(
-            "SELECT DISTINCT query_id, question FROM gold_references WHERE run_id IN (?, ?)", [newest, reference])}
+        questions = {q: text for run in (reference, newest) for q, text in
+                     zip(*(self.references(run)[c].to_pylist() for c in ("query_id", "question")))}
         falls = regressions(self.query_results(newest), self.query_results(reference), metrics, threshold, alpha, questions)
         return [{**f, "run_id": newest, "reference_run_id": reference} for f in falls]

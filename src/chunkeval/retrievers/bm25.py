@@ -12,10 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import chain
 
-import bm25s
 import numpy as np
-import scipy.sparse as sp
-import Stemmer
 
 from chunkeval.retrievers._rank import top_positive
 
@@ -26,13 +23,19 @@ _BLOCK = 256  # queries densified at a time: bounds memory at BLOCK x n_chunks f
 
 def tokenize(texts: Sequence[str]) -> list[list[str]]:
     """Lowercased, stopword-free, stemmed tokens of each text."""
+    import bm25s  # imported when used: it pulls numba and scipy, which reading results never needs
+    import Stemmer
+
     return bm25s.tokenize(list(texts), lower=True, stopwords="en", stemmer=Stemmer.Stemmer("english"),
                           return_ids=False, show_progress=False)
 
 
 def bm25_scores(query_texts: Sequence[str], chunk_texts: Sequence[str], *,
-                k1: float = K1, b: float = B, method: str = METHOD) -> sp.csr_matrix:
+                k1: float = K1, b: float = B, method: str = METHOD) -> "sp.csr_matrix":
     """BM25 score of every chunk for every query (queries x chunks, float64), statistics from these chunks."""
+    import bm25s
+    import scipy.sparse as sp
+
     if method not in METHODS:
         raise ValueError(f"unsupported BM25 method {method!r}: choose from {', '.join(METHODS)}")
     n_q, n_c = len(query_texts), len(chunk_texts)
