@@ -42,3 +42,83 @@ def test_own_corpus_and_fewer_chunks_than_k():
     assert np.isneginf(score[0, 1:]).all()
     with pytest.raises(InputError):
         top_k(queries, chunks, 0)
+
+
+# --------------------------------------------------------------------------- the tiled choice of the k best
+
+
+def full_sort(queries, chunks, k, query_groups=None, chunk_groups=None):
+    """The definition: every score sorted, best first, ties to the lower chunk index; -1 and -inf past the chunks."""
+    sims = queries @ chunks.T
+    if query_groups is not None:
+        sims[query_groups[:, None] != chunk_groups[None, :]] = -np.inf
+    best = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    score = np.full((len(queries), k), -np.inf, dtype=np.float32)
+    score[:, :best.shape[1]] = np.take_along_axis(sims, best, axis=1)
+    index = np.full((len(queries), k), -1, dtype=np.int64)
+    index[:, :best.shape[1]] = best
+    index[~np.isfinite(score)] = -1
+    return index, score
+
+
+@pytest.mark.parametrize("tile", [1, 3, 8, 64])
+def test_tiles_give_the_full_sort_with_ties_groups_and_padding(monkeypatch, tile):
+    """Small integer vectors: exact scores with many ties, within and across tiles and at the k-th place."""
+    import chunkeval.retrieval as R
+
+    monkeypatch.setattr(R, "_TILE", tile)
+    rng = np.random.default_rng(tile)
+    for trial in range(40):
+        n_q, n_c, k = int(rng.integers(1, 30)), int(rng.integers(1, 200)), int(rng.integers(1, 12))
+        queries = rng.integers(-2, 3, (n_q, 3)).astype(np.float32)
+        chunks = rng.integers(-2, 3, (n_c, 3)).astype(np.float32)
+        groups = {}
+        if trial % 2:  # own corpus: a query's group may have fewer than k chunks, or none, and come late
+            groups = {"query_groups": rng.integers(0, 4, n_q), "chunk_groups": np.sort(rng.integers(0, 4, n_c))}
+        got, want = top_k(queries, chunks, k, **groups), full_sort(queries, chunks, k, **groups)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_a_tie_at_the_kth_place_keeps_the_earlier_chunk_across_tiles(monkeypatch):
+    import chunkeval.retrieval as R
+
+    monkeypatch.setattr(R, "_TILE", 4)
+    chunks = np.zeros((20, 2), dtype=np.float32)
+    chunks[[2, 9, 13, 17], 0] = 1  # four chunks tie for the best score, in three tiles
+    chunks[[5, 11], 0] = 2  # two better ones
+    idx, score = top_k(np.array([[1, 0]], dtype=np.float32), chunks, 4)
+    assert idx.tolist() == [[5, 11, 2, 9]]
+    assert score.tolist() == [[2, 2, 1, 1]]
+
+
+def test_threads_and_tiles_change_nothing(monkeypatch):
+    """Random vectors: the rows shared among threads, and any tile width, give the same bits as one thread
+    choosing from the whole row (the matrix product is the same)."""
+    import chunkeval.retrieval as R
+
+    rng = np.random.default_rng(7)
+    queries = rng.standard_normal((1100, 24)).astype(np.float32)  # three blocks of queries, the last short
+    chunks = rng.standard_normal((2000, 24)).astype(np.float32)
+    groups = rng.integers(0, 3, 1100), np.repeat(np.arange(3), [400, 1200, 400])
+    monkeypatch.setattr(R, "_threads", lambda: 1)
+    monkeypatch.setattr(R, "_TILE", 1 << 20)  # one tile: the whole row at once
+    whole = top_k(queries, chunks, 10), top_k(queries, chunks, 10, *groups)
+    for threads, tile in [(1, 128), (3, 128), (4, 300), (2, 1000)]:
+        monkeypatch.setattr(R, "_threads", lambda: threads)
+        monkeypatch.setattr(R, "_TILE", tile)
+        for got, want in zip((top_k(queries, chunks, 10), top_k(queries, chunks, 10, *groups)), whole):
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_nan_scores_rank_last_as_in_a_full_sort(monkeypatch):
+    import chunkeval.retrieval as R
+
+    monkeypatch.setattr(R, "_TILE", 4)
+    chunks = np.arange(1, 41, dtype=np.float32)[:, None]
+    chunks[[0, 1, 2, 30, 39]] = np.nan
+    queries = np.array([[1], [-1], [np.nan]], dtype=np.float32)
+    idx, score = top_k(queries, chunks, 3)
+    assert idx.tolist() == [[38, 37, 36], [3, 4, 5], [-1, -1, -1]]
+    assert np.isnan(score[2]).all()
+    idx, score = top_k(queries[:1], chunks[:6], 5)  # fewer numbers than k: NaN fills the rest
+    assert idx.tolist() == [[5, 4, 3, -1, -1]] and np.isnan(score[0, 3:]).all()

@@ -261,11 +261,17 @@ def chunk_relevance(gold: SpanGold, ref: ReferenceChars, chunks: Chunks) -> Chun
         here = np.flatnonzero(ref.corpus == corpus)
         covered[here] = furthest_end(starts, reach, ref.pos[here]) > ref.pos[here]
         refs = np.flatnonzero(ref_corpus == corpus)
-        for lo in range(0, len(refs), 256):  # bounded memory: 256 references x chunks at a time
-            r = refs[lo:lo + 256]
-            hit_r, hit_c = np.nonzero((starts[None, :] < gold.ref_end[r, None]) & (chunks.end[order][None, :] > gold.ref_start[r, None]))
-            pair_q.append(gold.ref_query[r][hit_r])
-            pair_c.append(order[hit_c])
+        # The chunks overlapping [s, e): those starting before e (a binary search on the starts), less
+        # those before the first whose running maximum end passes s; the few left that end by s are dropped.
+        hi = np.searchsorted(starts, gold.ref_end[refs], side="left")
+        lo = np.searchsorted(reach, gold.ref_start[refs], side="right")
+        n = np.maximum(hi - lo, 0)
+        ref_of = np.repeat(refs, n)
+        slot = np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+        c = order[slot]
+        keep = chunks.end[c] > gold.ref_start[ref_of]
+        pair_q.append(gold.ref_query[ref_of[keep]])
+        pair_c.append(c[keep])
     keys = np.unique(np.concatenate(pair_q + [np.zeros(0, np.int64)]) * n_c + np.concatenate(pair_c + [np.zeros(0, np.int64)]))
     q, c = keys // max(n_c, 1), keys % max(n_c, 1)
     # Union length of each query's relevant chunks: sort by (query, start), then a running maximum of
