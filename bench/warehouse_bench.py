@@ -5,7 +5,7 @@
 Fills `$CHUNKEVAL_HOME/warehouse` (a temporary home unless --home names one; a home that already holds
 runs of experiment `bench` is topped up to N) through the library's own API: one real sweep of the
 demo experiment, then N nights of `Warehouse.begin_run` + `complete_run` with those results, one run
-per day ending today. Then it times, as a user runs them (a fresh process each, median of --repeat):
+per day ending today (in one `Warehouse.session`, as an import of history would run). Then it times, as a user runs them (a fresh process each, median of --repeat):
 
 - `chunkeval runs --experiment bench`
 - `chunkeval trend --experiment bench --metric span_recall --config <one configuration>`
@@ -42,12 +42,13 @@ def fill(n_runs: int) -> tuple[int, float]:
     have = len(wh.runs("bench")) if wh.exists() else 0
     today = datetime.now(timezone.utc).replace(tzinfo=None, hour=2, minute=0, second=0, microsecond=0)
     started = time.perf_counter()
-    for night in range(have, n_runs):
-        when = today - timedelta(days=n_runs - 1 - night)
-        run_id = wh.begin_run("bench", fps, "schedule", settings, started_at=when)
-        wh.complete_run(run_id, result.per_query, result.summary, 0, result.references, result.models, check, result.by_corpus)
-        if (night + 1) % 500 == 0:
-            print(f"  {night + 1} runs recorded ({time.perf_counter() - started:.0f} s)", flush=True)
+    with wh.session():  # one connection for the whole import (each close of a connection checkpoints the file)
+        for night in range(have, n_runs):
+            when = today - timedelta(days=n_runs - 1 - night)
+            run_id = wh.begin_run("bench", fps, "schedule", settings, started_at=when)
+            wh.complete_run(run_id, result.per_query, result.summary, 0, result.references, result.models, check, result.by_corpus)
+            if (night + 1) % 500 == 0:
+                print(f"  {night + 1} runs recorded ({time.perf_counter() - started:.0f} s)", flush=True)
     return result.summary.num_rows, time.perf_counter() - started
 
 

@@ -283,3 +283,13 @@ def test_bad_input_is_one_line(call, message):
     with pytest.raises(InputError, match=message) as err:
         call()
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("n", [5, 16, 17, 40])
+def test_permutation_p_values_of_many_columns_equal_those_of_one(n):
+    rng = np.random.default_rng(n)
+    diffs = np.round(rng.normal(0.05, 0.3, size=(n, 6)), 2)  # rounded: ties among flipped means
+    diffs[:, 0] = 0.0  # no difference at all
+    many = S.paired_permutation_columns(diffs, n_resamples=2000, seed=3)
+    one = [S.paired_permutation(diffs[:, j], np.zeros(n), n_resamples=2000, seed=3) for j in range(6)]
+    assert many.tolist() == one

@@ -118,7 +118,8 @@ def trend_lines(series: dict[str, dict[str, tuple[list, list, list]]]) -> str:
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False)
     for ax, metric in zip(axes.flat, metrics):
         for label, (x, y, bad, low, high) in series[metric].items():
-            (line,) = ax.plot(x, y, marker="o", markersize=3, linewidth=1.1, label=label)
+            dots = dict(marker="o", markersize=3) if len(x) <= 60 else {}  # a long history reads as a line
+            (line,) = ax.plot(x, y, linewidth=1.1, label=label, **dots)
             band(ax, x, low, high, line.get_color())
             bad = np.asarray(bad, dtype=bool)
             if bad.any():

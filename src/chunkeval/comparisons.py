@@ -114,9 +114,31 @@ def tied_with_best(per_query: pa.Table, metric: str, alpha: float = 0.05) -> lis
     configs = configurations(per_query)
     if len(configs) < 2:
         return configs
+    grid = _query_grid(per_query)
+    if grid is not None:  # every configuration answered the same queries: one batch of sign flips
+        column = per_query[metric].to_numpy(zero_copy_only=False).astype(np.float64)
+        matrix = column[grid]
+        if not np.isnan(matrix).any():
+            # the means as `within_run` sums them (in table order), so that the same configuration is best
+            best = int(np.argmax([np.nanmean(column[np.sort(grid[:, j])]) for j in range(grid.shape[1])]))
+            others = [j for j in range(len(configs)) if j != best]
+            p = stats.holm(stats.paired_permutation_columns(matrix[:, [best]] - matrix[:, others]))
+            return [configs[best]] + [configs[j] for j, pj in zip(others, p) if not pj < alpha]
     comparisons = within_run(per_query, metric, "", alpha=alpha)
     best = {k: v for k, v in comparisons[0]["a"].items() if k != "run_id"}
     return [best] + [{k: v for k, v in c["b"].items() if k != "run_id"} for c in comparisons if not c["significant"]]
+
+
+def _query_grid(per_query: pa.Table) -> np.ndarray | None:
+    """Row numbers (queries × configurations, both in order: sorted query ids, `configurations` order)
+    when every configuration has every query once; else None."""
+    present = [k for k in KEYS if k in per_query.column_names]
+    rows = _rows_by_config(per_query, present)
+    queries = sorted(next(iter(rows.values()), {}))
+    if len(queries) < 2 or any(len(r) != len(queries) or r.keys() != set(queries) for r in rows.values()) \
+            or sum(len(r) for r in rows.values()) != per_query.num_rows:
+        return None
+    return np.asarray([[r[q] for r in rows.values()] for q in queries], dtype=np.int64)
 
 
 def ties(per_query: pa.Table, metrics, alpha: float = 0.05) -> dict[str, set[tuple]]:
@@ -130,6 +152,14 @@ TIE_NOTE = ("* tied with the best of its metric: not significantly worse (paired
             "Holm over that metric's comparisons, alpha = {alpha})")
 
 
+def _rows_by_config(table: pa.Table, keys: list[str]) -> dict[tuple, dict[str, int]]:
+    """configuration values → {query_id: row}, in one pass over the table."""
+    out: dict[tuple, dict[str, int]] = {}
+    for i, (key, qid) in enumerate(zip(zip(*(table[k].to_pylist() for k in keys)), table["query_id"].to_pylist())):
+        out.setdefault(key, {})[qid] = i
+    return out
+
+
 def regressions(after: pa.Table, before: pa.Table, metrics, threshold: float, alpha: float = 0.05,
                 questions: dict[str, str] | None = None, worst: int = 5) -> list[dict]:
     """Configurations × metrics that fell for real between two runs' per-query tables.
@@ -140,21 +170,27 @@ def regressions(after: pa.Table, before: pa.Table, metrics, threshold: float, al
     of history cheap; `chunkeval compare` gives the randomisation test as well. Each regression lists
     the `worst` queries that lost the most, with their question text where `questions` has it.
     """
-    configs_b = {tuple(sorted(c.items())) for c in configurations(before)}
-    shared = [c for c in configurations(after) if tuple(sorted(c.items())) in configs_b]
+    present = [k for k in KEYS if k in after.column_names and k in before.column_names]
+    rows_a, rows_b = _rows_by_config(after, present), _rows_by_config(before, present)
+    values_a = {m: after[m].to_numpy(zero_copy_only=False).astype(np.float64) for m in metrics}
+    values_b = {m: before[m].to_numpy(zero_copy_only=False).astype(np.float64) for m in metrics}
     found = []
-    for config in shared:
+    for key, mine in rows_a.items():  # one pass over each table, not a filter per configuration
+        theirs = rows_b.get(key)
+        if theirs is None:
+            continue
+        config = dict(zip(present, key))
+        common = sorted(set(mine) & set(theirs))
+        if len(common) < 2:
+            continue
+        at_a = np.fromiter((mine[q] for q in common), dtype=np.int64, count=len(common))
+        at_b = np.fromiter((theirs[q] for q in common), dtype=np.int64, count=len(common))
         for metric in metrics:
-            new, old = values_of(after, config, metric), values_of(before, config, metric)
-            common = sorted(set(new) & set(old))
-            if len(common) < 2:
-                continue
-            x = np.asarray([new[q] for q in common], dtype=np.float64)
-            y = np.asarray([old[q] for q in common], dtype=np.float64)
+            x, y = values_a[metric][at_a], values_b[metric][at_b]
             diff = x - y
             order = np.argsort(diff, kind="stable")[:worst]
             found.append({**config, "metric": metric, "before": float(np.mean(y)), "after": float(np.mean(x)),
-                          "change": float(np.mean(diff)), "n_queries": len(common), "n_unmatched": len(set(new) ^ set(old)),
+                          "change": float(np.mean(diff)), "n_queries": len(common), "n_unmatched": len(set(mine) ^ set(theirs)),
                           "p_ttest": stats.paired_ttest(x, y),
                           "worst": [{"query_id": common[i], "question": (questions or {}).get(common[i], ""),
                                      "before": float(y[i]), "after": float(x[i])} for i in order if diff[i] < 0]})

@@ -291,6 +291,9 @@ def section_budget(per_query: pa.Table) -> str:
             f'{charts.budget_curves(budgets, curves, intervals)}</section>')
 
 
+TREND_RUNS = 365  # completed runs the trend section draws: a year of nightly runs
+
+
 def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold: float, alpha: float = 0.05) -> str:
     try:
         falls = wh.regressions(experiment, list(REGRESSION_METRICS), threshold, alpha=alpha)
@@ -302,7 +305,7 @@ def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold
     series: dict[str, dict] = {}
     runs: list[tuple] = []
     for metric in REGRESSION_METRICS:
-        rows = wh.trend(experiment, metric, configs=configs)
+        rows = wh.trend(experiment, metric, configs=configs, last=TREND_RUNS)
         order = list(dict.fromkeys((r["started_at"], r["run_id"]) for r in rows))
         runs = order if len(order) > len(runs) else runs
         position = {run_id: i + 1 for i, (_, run_id) in enumerate(order)}
@@ -319,7 +322,8 @@ def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold
                                   "lost most"], flagged) if flagged
                           else f"<p>No regression in the newest completed run: no paired fall beyond {threshold} that is "
                                f"significant at {alpha} after Holm.</p>")
-    return (f'<section id="trend"><h2>8. Trend over the completed runs</h2><p>Macro means of the chosen configurations with '
+    return (f'<section id="trend"><h2>8. Trend over the completed runs</h2><p>Macro means of the chosen configurations over the last '
+            f'{TREND_RUNS} completed runs (at most) with '
             f'their 95 % bootstrap intervals as bands; red crosses mark the regressions of the newest completed run: a paired '
             f'fall of more than {threshold} against the pinned baseline (else the previous run scored the same way), significant '
             f'at {alpha} after Holm over the configurations × metrics checked.</p>{charts.trend_lines(series)}'

@@ -684,11 +684,11 @@ class Warehouse:
                f"{metric}_ci_low AS ci_low, {metric}_ci_high AS ci_high, {metric}_mean - lag({metric}_mean) OVER "
                f"(PARTITION BY duplicates, {keys} ORDER BY started_at, run_id) AS change "
                f"FROM config_summary WHERE {' AND '.join(where)}")
-        rows = self._dicts(sql + f" ORDER BY started_at, run_id, {keys}", params)
-        if last:
-            keep = list(dict.fromkeys(r["run_id"] for r in rows))[-int(last):]
-            rows = [r for r in rows if r["run_id"] in keep]
-        return rows
+        if last:  # the newest `last` runs (their changes still against the run before each)
+            sql = (f"SELECT * FROM ({sql}) WHERE run_id IN (SELECT run_id FROM runs WHERE experiment = ? AND "
+                   f"status = 'completed' ORDER BY started_at DESC, run_id DESC LIMIT {int(last)})")
+            params.append(experiment)
+        return self._dicts(sql + f" ORDER BY started_at, run_id, {keys}", params)
 
     def rollup(self, experiment: str, since: timedelta) -> tuple[pa.Table, list[str]]:
         """The averages of a period: per configuration (and `duplicates` setting), macro = mean over
