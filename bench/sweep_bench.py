@@ -63,7 +63,7 @@ def phase(name: str, data: str, corpus: str) -> dict:
                 rows += 1
         embedded = embedder.texts_embedded
     return {**(extra if name == "warm" else {}), "phase": name, "seconds": time.perf_counter() - start, "configurations": rows,
-            "texts_embedded": embedded, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "texts_embedded": embedded, "texts_shared": embedder.texts_shared, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def main() -> None:
@@ -84,9 +84,11 @@ def main() -> None:
                                  env=env, check=True, capture_output=True, text=True).stdout
             results.append(json.loads(out.strip().splitlines()[-1]))
             print(json.dumps(results[-1]), file=sys.stderr)
-    print("| phase | configurations | texts embedded | seconds | peak RSS (MiB) |\n|---|---:|---:|---:|---:|")
+    print("| phase | configurations | texts embedded | of which shared (the model read them alike) | seconds | peak RSS (MiB) |\n"
+          "|---|---:|---:|---:|---:|---:|")
     for r in results:
-        print(f"| {r['phase']} | {r['configurations']} | {r['texts_embedded']} | {r['seconds']:.1f} | {r['peak_rss_mib']:.0f} |")
+        print(f"| {r['phase']} | {r['configurations']} | {r['texts_embedded']} | {r['texts_shared']} | {r['seconds']:.1f} | "
+              f"{r['peak_rss_mib']:.0f} |")
     for r in results:
         if "summary_with_intervals_seconds" in r:
             print(f"\nsummary of the {r['configurations']} configurations: {r['summary_seconds']:.3f} s without intervals, "

@@ -105,7 +105,8 @@ def summary_rows(summary: pa.Table) -> list[dict]:
 
 
 @flow(name="evaluate", log_prints=True)
-def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger: str = "manual", batch_size: int = 32) -> dict:
+def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger: str = "manual", batch_size: int | None = None,
+             device: str = "auto") -> dict:
     """Run one experiment (`demo`, the path of an experiment YAML file, or its settings) and record it in the warehouse.
 
     With `if_changed`, a run whose corpus, gold set and model are those of the last completed run is
@@ -129,7 +130,7 @@ def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger:
     try:
         progress.step("loading")
         inputs = load(exp)
-        embedders = sweep.Embedders(cache_dir(), batch_size)
+        embedders = sweep.Embedders(cache_dir(), batch_size, device=device)
         for note in exp.notes():
             logger.info(note)
         progress.step("chunking")

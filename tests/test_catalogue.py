@@ -111,6 +111,7 @@ CASES = {
     "sweep: overlap not a number": (lambda w: sweep(w["t"], "--overlaps", "ten%"), "overlap must be a whole number"),
     "sweep: overlap not below size": (lambda w: sweep(w["t"], "--overlaps", "50"), "chunk_overlap"),
     "sweep: k below 1": (lambda w: sweep(w["t"], "--k", "0"), "k must be at least 1"),
+    "sweep: unknown device": (lambda w: sweep(w["t"], "--device", "tpu"), "--device must be auto, cpu, cuda or cuda:N, got 'tpu'"),
     "sweep: batch size 0": (lambda w: sweep(w["t"], "--batch-size", "0"), "--batch-size must be at least 1"),
     "sweep: output suffix": (lambda w: sweep(w["t"], out=w["t"] / "out.txt"), ".csv or .parquet"),
     "sweep: output folder missing": (lambda w: sweep(w["t"], out=w["t"] / "none" / "out.csv"), "output folder does not exist"),
@@ -209,6 +210,17 @@ CASES = {
     "warehouse repair: no warehouse": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "warehouse", "repair"][1:], "nothing to repair"),
     "unknown command": (lambda w: ["frobnicate"], "invalid choice: 'frobnicate'"),
 }
+
+
+
+def _gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+if not _gpu():  # CI and this project's machines have none; on a GPU machine `--device cuda` is good input
+    CASES["sweep: cuda on a machine without a GPU"] = (lambda w: sweep(w["t"], "--device", "cuda"), "torch sees no CUDA GPU")
 
 
 def snapshot(*roots: Path) -> dict:

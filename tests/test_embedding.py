@@ -55,3 +55,33 @@ def test_fingerprint_follows_content_not_name(tmp_path):
     assert changed != model_fingerprint("all-MiniLM-L6-v2")
     cache = EmbeddingCache(tmp_path / "cache", changed)
     assert len(cache) == 0
+
+
+def test_texts_the_model_reads_alike_are_embedded_once(tmp_path):
+    """Two chunks that start alike and are both longer than the model's 256 word pieces give the model
+    the same input: one run through the model, one vector for both (both kept in the cache)."""
+    start = " ".join(f"w{i}" for i in range(400))
+    texts = [start + " one ending", start + " a quite different ending", "short text"]
+    emb = Embedder(cache_dir=tmp_path)
+    vecs, truncated = emb.embed(texts)
+    assert truncated.tolist() == [True, True, False]
+    assert emb.texts_embedded == 3 and emb.texts_shared == 1
+    assert np.array_equal(vecs[0], vecs[1]) and not np.array_equal(vecs[0], vecs[2])
+    alone, _ = Embedder().embed([texts[1]])  # what the model gives that text alone
+    assert float(alone[0] @ vecs[1]) > 0.99999
+    again = Embedder(cache_dir=tmp_path)
+    assert np.array_equal(again.embed(texts)[0], vecs) and again.texts_embedded == 0
+
+
+def test_device_auto_falls_back_to_the_cpu_and_a_batch_fits_it(tmp_path):
+    import torch
+
+    from chunkeval.embedding import check_device, fitting_batch, pick_device
+
+    assert check_device(None) == "auto" and check_device("cpu") == "cpu"
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert pick_device("auto") == expected
+    assert fitting_batch("cpu", None) == 32 and fitting_batch("cpu", 7) == 7
+    emb = Embedder(cache_dir=tmp_path, batch_size=None, device="auto")
+    vecs, _ = emb.embed(["one text", "another text"])
+    assert vecs.shape == (2, 384) and emb.batch_size == (32 if expected == "cpu" else fitting_batch("cuda", None))

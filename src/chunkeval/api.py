@@ -87,7 +87,8 @@ def _questions_file(questions: str | Path | Sequence[Mapping], scratch: Path) ->
 
 
 def evaluate(corpus_dir: str | Path | Mapping[str, str] | None = None, questions: str | Path | Sequence[Mapping] | None = None,
-          *, experiment: str | Path | Mapping | None = None, cache_dir: str | Path | None = None, batch_size: int = 32,
+          *, experiment: str | Path | Mapping | None = None, cache_dir: str | Path | None = None, batch_size: int | None = None,
+          device: str = "auto",
           **settings) -> Results:
     """Run a sweep and return its tables.
 
@@ -102,8 +103,11 @@ def evaluate(corpus_dir: str | Path | Mapping[str, str] | None = None, questions
     from chunkeval.experiment import cache_dir as default_cache
     from chunkeval.sweep import Embedders, run_sweep
 
-    if batch_size < 1:
+    from chunkeval.embedding import check_device
+
+    if batch_size is not None and batch_size < 1:
         raise InputError(f"batch_size must be at least 1, got {batch_size}")
+    check_device(device)
     with tempfile.TemporaryDirectory(prefix="chunkeval-") as scratch:
         scratch = Path(scratch)
         base = Experiment.resolve(dict(experiment) if isinstance(experiment, Mapping) else str(experiment)) if experiment else Experiment()
@@ -113,7 +117,7 @@ def evaluate(corpus_dir: str | Path | Mapping[str, str] | None = None, questions
         if questions is not None:
             values["questions"] = _questions_file(questions, scratch)
         exp = Experiment.from_dict({**base.to_dict(), **values})
-        result = run_sweep(exp, Embedders(Path(cache_dir) if cache_dir else default_cache(), batch_size))
+        result = run_sweep(exp, Embedders(Path(cache_dir) if cache_dir else default_cache(), batch_size, device=device))
     return Results(result.summary, result.per_query, result.by_corpus, result.models, result.texts_embedded)
 
 

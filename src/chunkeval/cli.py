@@ -44,7 +44,8 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--duplicates", choices=("positional", "credit"),
                    help="a reference whose text occurs more than once in its corpus: only its gold position counts "
                         "(positional, the default) or the copy the retrieved chunks cover most (credit); docs/metrics.md")
-    p.add_argument("--batch-size", type=int, default=32, help="texts per embedding batch (default 32)")
+    p.add_argument("--batch-size", type=int, help="texts per embedding batch (default 32 on a CPU; on a GPU, what a quarter of its free memory holds)")
+    p.add_argument("--device", default="auto", help="where to embed: auto (a GPU when torch sees one, else the CPU), cpu, cuda or cuda:N")
 
 
 SETTING_FLAGS = ("corpus_dir", "questions", "corpus", "chunker", "chunk_sizes", "overlaps", "k", "model", "retriever",
@@ -52,8 +53,11 @@ SETTING_FLAGS = ("corpus_dir", "questions", "corpus", "chunker", "chunk_sizes", 
 
 
 def experiment_from_args(args: argparse.Namespace, default: Experiment | None = None, name: str | None = None) -> Experiment:
-    if args.batch_size < 1:
+    if args.batch_size is not None and args.batch_size < 1:
         raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
+    from chunkeval.embedding import check_device
+
+    check_device(args.device)
     exp = Experiment.from_yaml(Path(args.experiment_file)) if args.experiment_file else (default or Experiment())
     return exp.with_overrides(
         name=name, corpus_dir=args.corpus_dir, questions=args.questions,
@@ -77,7 +81,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = check_table_path(args.out)
     exp = experiment_from_args(args)
     check_writable_dir(cache_dir(), "the embedding cache ($CHUNKEVAL_HOME)")
-    result = run_sweep(exp, Embedders(cache_dir(), args.batch_size))
+    result = run_sweep(exp, Embedders(cache_dir(), args.batch_size, device=args.device))
     write_tables({out: result.summary, beside(out, "per_query"): result.per_query, beside(out, "by_corpus"): result.by_corpus})
     for note in result.notes:
         print(f"note: {note}")
@@ -189,7 +193,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     log.propagate = False  # Prefect's console handler sits on the root logger: say each thing once
     try:
         with show_progress():
-            result = evaluate(experiment=exp.to_dict(), if_changed=args.if_changed, trigger="manual", batch_size=args.batch_size)
+            result = evaluate(experiment=exp.to_dict(), if_changed=args.if_changed, trigger="manual", batch_size=args.batch_size,
+                              device=args.device)
     finally:
         log.propagate = True
     if result["status"] == "skipped":

@@ -221,6 +221,45 @@ class EmbeddingCache:
         self._append(hashes, vectors, np.asarray(truncated, dtype=bool))
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def check_device(device: str | None) -> str:
+    """`auto` (a GPU when torch sees one, else the CPU), `cpu`, `cuda` or `cuda:N`; `cuda` on a machine
+    whose torch sees no GPU is an error before any work."""
+    device = device or "auto"
+    if device not in DEVICES and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise InputError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {device}: torch sees no CUDA GPU on this machine (use auto or cpu)")
+    return device
+
+
+def pick_device(device: str | None) -> str:
+    """The device `auto` means here."""
+    if device not in (None, "auto"):
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def fitting_batch(device: str, batch_size: int | None) -> int:
+    """The batch size: the one given, else 32 on a CPU and, on a GPU, as many ~256-word-piece texts as a
+    quarter of its free memory holds at about 8 MiB each (activations with headroom), 32 to 1,024."""
+    if batch_size is not None:
+        return batch_size
+    if not device.startswith("cuda"):
+        return 32
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return int(min(1024, max(32, free // 4 // (8 * 2**20))))
+
+
 @dataclass
 class Embedder:
     """Embeds texts with a sentence-transformers model through an `EmbeddingCache`.
@@ -231,10 +270,11 @@ class Embedder:
 
     model: str = DEFAULT_MODEL
     cache_dir: Path | None = None
-    batch_size: int = 32
-    device: str | None = None
+    batch_size: int | None = 32  # None: chosen for the device (`fitting_batch`)
+    device: str | None = None  # auto (None), cpu, cuda or cuda:N
     flush_every: int = 512  # texts per cache part file
-    texts_embedded: int = 0
+    texts_embedded: int = 0  # texts this embedder added to the cache
+    texts_shared: int = 0  # of those, texts whose model input equalled an earlier one's: not run through the model
     _st: object = field(default=None, repr=False)
 
     embed_seconds: float = 0.0
@@ -262,7 +302,10 @@ class Embedder:
                 hf_logging.disable_progress_bar()
             log.info("loading embedding model %s", self.model)
             try:
-                self._st = SentenceTransformer(str(resolve_model(self.model)), device=self.device)
+                device = pick_device(self.device)
+                self._st = SentenceTransformer(str(resolve_model(self.model)), device=device)
+                self.batch_size = fitting_batch(device, self.batch_size)
+                log.info("embedding on %s, %d texts per batch", device, self.batch_size)
             except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise InputError(f"model {self.model!r} cannot be loaded as a sentence-transformers model ({reason})") from None
@@ -278,20 +321,26 @@ class Embedder:
         limit = st.max_seq_length
         if limit is None or math.isinf(limit) or not callable(st.tokenizer):  # a static model reads every word
             truncated = np.zeros(len(texts), dtype=bool)
+            reads = list(texts)
         else:
-            lengths = np.fromiter(
-                (len(ids) for ids in st.tokenizer([prompt + t for t in texts], add_special_tokens=True, truncation=False,
-                                                  verbose=False)["input_ids"]),
-                dtype=np.int64, count=len(texts),
-            )
-            truncated = lengths > limit
+            ids = st.tokenizer([prompt + t for t in texts], add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+            truncated = np.fromiter((len(i) > limit for i in ids), dtype=bool, count=len(texts))
+            # what the model reads: its first limit - 1 word pieces (then its end token) of a longer text
+            reads = [tuple(i[:limit - 1]) if len(i) > limit else tuple(i) for i in ids]
+        # texts the model reads alike (chunks of 300 and 500 tokens from one start) are embedded once
+        first = {}
+        which = np.fromiter((first.setdefault(r, n) for n, r in enumerate(reads)), dtype=np.int64, count=len(texts))
+        once = np.fromiter(first.values(), dtype=np.int64, count=len(first))
         vectors = st.encode(
-            texts, prompt=prompt, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
-            show_progress_bar=len(texts) >= 256 and log.isEnabledFor(logging.INFO),
+            [texts[i] for i in once], prompt=prompt, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+            show_progress_bar=len(once) >= 256 and log.isEnabledFor(logging.INFO),
         ).astype(np.float32, copy=False)
+        slot = np.empty(len(texts), dtype=np.int64)
+        slot[once] = np.arange(len(once))
         self.texts_embedded += len(texts)
+        self.texts_shared += len(texts) - len(once)
         self.embed_seconds += time.perf_counter() - started
-        return vectors, truncated
+        return vectors[slot[which]], truncated
 
     def embed(self, texts: list[str], kind: str = "document") -> tuple[np.ndarray, np.ndarray]:
         """(vectors, truncated) for `texts` (chunks, or `kind="query"` for questions); each distinct text

@@ -77,20 +77,22 @@ class SweepResult:
 class Embedders:
     """One `Embedder` per model, made when first asked for: a grid that needs no vectors makes none."""
 
-    def __init__(self, cache_dir: Path | None = None, batch_size: int = 32, given: tuple[Embedder, ...] = ()):
+    def __init__(self, cache_dir: Path | None = None, batch_size: int | None = 32, given: tuple[Embedder, ...] = (),
+                 device: str | None = None):
         self.cache_dir = cache_dir
         self.batch_size = batch_size
+        self.device = device
         self._by_model = {e.model: e for e in given}
 
     @classmethod
     def of(cls, embedders: "Embedders | Embedder") -> "Embedders":
         if isinstance(embedders, Embedders):
             return embedders
-        return cls(embedders.cache_dir, embedders.batch_size, (embedders,))
+        return cls(embedders.cache_dir, embedders.batch_size, (embedders,), embedders.device)
 
     def __getitem__(self, model: str) -> Embedder:
         if model not in self._by_model:
-            self._by_model[model] = Embedder(model, self.cache_dir, self.batch_size)
+            self._by_model[model] = Embedder(model, self.cache_dir, self.batch_size, self.device)
         return self._by_model[model]
 
     def embed_function(self, model: str):
@@ -106,12 +108,14 @@ class Embedders:
         return any(e.model_loaded for e in self._by_model.values())
 
     def table(self) -> pa.Table:
-        """Per model used: its fingerprint, texts embedded, seconds spent and throughput (texts per second)."""
+        """Per model used: its fingerprint, texts embedded, of those the texts whose model input (after
+        truncation) equalled an earlier text's and so shared its vector, seconds spent and throughput."""
         used = list(self._by_model.values())
         return pa.table({
             "model": pa.array([e.model for e in used], pa.string()),
             "model_fingerprint": pa.array([e.fingerprint for e in used], pa.string()),
             "texts_embedded": pa.array([e.texts_embedded for e in used], pa.int64()),
+            "texts_shared": pa.array([e.texts_shared for e in used], pa.int64()),
             "embed_seconds": pa.array([e.embed_seconds for e in used], pa.float64()),
             "texts_per_second": pa.array([e.texts_per_second for e in used], pa.float64()),
         })
