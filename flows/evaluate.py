@@ -1,6 +1,7 @@
 """The `evaluate` flow: ingest → chunk → embed (through the Parquet cache) → retrieve → metrics → store.
 
-Each task calls one library function; the grid of chunking settings fans out with `.map`.
+Each task calls one library function; the chunking jobs fan out with `.map`, and scoring every
+configuration is one task (a task per configuration cost more in orchestration than it scored).
 """
 
 from __future__ import annotations
@@ -53,14 +54,16 @@ def embed(inputs: sweep.Inputs, chunkings: list, configs: list, embedders: sweep
     return sweep.embed_all(inputs, chunkings, configs, embedders)
 
 
+# Scoring is one task for every configuration: each takes milliseconds of vectorised work, so a task
+# per configuration bought nothing but the orchestration's own cost (a state round trip per task).
 @task(**TASK)
-def score(inputs: sweep.Inputs, chunkings: list, config: sweep.Config, embedded: sweep.Embedded, exp: Experiment) -> pa.Table:
-    return sweep.score_config(inputs, chunkings, config, embedded, exp)
+def score(inputs: sweep.Inputs, chunkings: list, configs: list, embedded: sweep.Embedded, exp: Experiment) -> pa.Table:
+    return sweep.score_all(inputs, chunkings, configs, embedded, exp)
 
 
 @task(**TASK)
-def references(inputs: sweep.Inputs, chunking: sweep.Chunking) -> pa.Table:
-    return sweep.reference_table(inputs, chunking)
+def references(inputs: sweep.Inputs, chunkings: list) -> pa.Table:
+    return sweep.reference_tables(inputs, chunkings)
 
 
 @task(**TASK)
@@ -141,9 +144,8 @@ def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger:
         logger.info("%d text(s) embedded, %d chunk(s) truncated to the model's input", embedders.texts_embedded,
                     sum(embedded.truncated.values()))
         progress.step("scoring")
-        tables = score.map(unmapped(inputs), unmapped(chunkings), configs, unmapped(embedded), unmapped(exp)).result()
-        refs = pa.concat_tables(references.map(unmapped(inputs), chunkings).result())
-        per_query = pa.concat_tables(tables)
+        per_query = score(inputs, chunkings, configs, embedded, exp)
+        refs = references(inputs, chunkings)
         summary, by_corpus = summarize(per_query, chunkings, configs, embedded, exp.skip_empty_gold)
         progress.step("storing")
         store(run_id, per_query, summary, by_corpus, embedders.texts_embedded, refs, embedders.table(), check_gold(inputs, exp))

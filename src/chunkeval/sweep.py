@@ -272,6 +272,15 @@ def score_config(inputs: Inputs, chunkings: list[Chunking], config: Config, embe
                           inputs.copies)
 
 
+def score_all(inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedded: Embedded, exp: Experiment) -> pa.Table:
+    """Every configuration's per-query table, one after the other (each is a few vectorised steps)."""
+    return pa.concat_tables([score_config(inputs, chunkings, c, embedded, exp) for c in configs])
+
+
+def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
+    return pa.concat_tables([reference_table(inputs, c) for c in chunkings])
+
+
 def run_sweep(exp: Experiment, embedders: "Embedders | Embedder") -> SweepResult:
     """The whole sweep of an experiment in one process (the flow runs the same steps as tasks)."""
     embedders = Embedders.of(embedders)
@@ -279,8 +288,8 @@ def run_sweep(exp: Experiment, embedders: "Embedders | Embedder") -> SweepResult
     chunkings = [chunk_one(inputs.corpora, spec, model, embedders) for spec, model in chunking_jobs(exp)]
     configs = plan(exp, chunkings)
     embedded = embed_all(inputs, chunkings, configs, embedders)
-    per_query = pa.concat_tables([score_config(inputs, chunkings, c, embedded, exp) for c in configs])
+    per_query = score_all(inputs, chunkings, configs, embedded, exp)
     summary, by_corpus = summarize_sweep(per_query, chunk_stats(chunkings, configs, embedded), exp.skip_empty_gold)
-    references = pa.concat_tables([reference_table(inputs, c) for c in chunkings])
+    references = reference_tables(inputs, chunkings)
     return SweepResult(per_query, summary, by_corpus, references, embedders.table(), embedders.texts_embedded,
                        embedders.model_loaded, tuple(exp.notes()))
