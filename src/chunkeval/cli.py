@@ -251,8 +251,6 @@ def cmd_runs_delete(args: argparse.Namespace) -> int:
 def cmd_runs_prune(args: argparse.Namespace) -> int:
     from chunkeval.warehouse import parse_age
 
-    if (args.keep_last is None) == (args.older_than is None):
-        raise InputError("runs prune takes one of --keep-last K or --older-than AGE")
     age = parse_age(args.older_than, "--older-than") if args.older_than else None
     wh = _warehouse()
     deleted, kept = wh.prune(args.prune_experiment, args.keep_last, age)

@@ -453,11 +453,9 @@ class Warehouse:
         if models is not None:
             tables[folder / "models.parquet"] = run_col(models)
         if by_corpus is None:
-            from chunkeval.keys import CONFIG_KEYS as keys
-
             skip = bool(json.loads(self.run(run_id)["settings"] or "{}").get("skip_empty_gold"))
             by_corpus = summarize(per_query if skip or "has_gold" not in per_query.column_names else per_query.drop_columns(["has_gold"]),
-                                  [k for k in keys if k in per_query.column_names] + ["corpus_id"])
+                                  [k for k in CONFIG_KEYS if k in per_query.column_names] + ["corpus_id"])
         tables[folder / "by_corpus.parquet"] = run_col(by_corpus)
         write_tables(tables, point="results")
         self._update(run_id, status="completed", finished_at=_now(), texts_embedded=int(texts_embedded))
@@ -774,7 +772,7 @@ class Warehouse:
 
         if not self.results.is_dir():
             return
-        known = {r for (r,) in self._dicts_raw("SELECT run_id FROM runs")}
+        known = {r["run_id"] for r in self._dicts("SELECT run_id FROM runs")}
         for folder in self.results.iterdir():
             if not folder.is_dir() or folder.name in known:
                 continue
@@ -786,11 +784,6 @@ class Warehouse:
                     self._remove_folder(folder.name)
             except (OSError, ValueError):
                 pass
-
-    def _dicts_raw(self, sql: str) -> list[tuple]:
-        with self.connect() as con:
-            return con.execute(sql).fetchall()
-
     def pin_baseline(self, experiment: str, run_id: str) -> None:
         run = self.run(run_id)
         if run["status"] != "completed" or run["experiment"] != experiment:
