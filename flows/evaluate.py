@@ -133,7 +133,7 @@ def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger:
     try:
         progress.step("loading")
         inputs = load(exp)
-        embedders = sweep.Embedders(cache_dir(), batch_size, device=device)
+        embedders = sweep.Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
         for note in exp.notes():
             logger.info(note)
         progress.step("chunking")

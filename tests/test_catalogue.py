@@ -123,6 +123,9 @@ CASES = {
     "sweep: model folder that does not load": (lambda w: [write(w["t"] / "corpora" / "config.json", "{}"), *sweep(w["t"], "--model", w["t"] / "corpora")][1:], "cannot be loaded as a sentence-transformers model"),
     "sweep: semantic chunker below 50 tokens": (lambda w: sweep(w["t"], "--chunker", "cluster_semantic", "--chunk-sizes", "30"), "chunker 'cluster_semantic' needs chunk_size ≥ 50, got 30"),
     "sweep: unknown duplicates setting": (lambda w: sweep(w["t"], "--duplicates", "exact"), "--duplicates: invalid choice: 'exact'"),
+    "sweep: unknown backend": (lambda w: sweep(w["t"], "--backend", "tensorrt"), "--backend: invalid choice: 'tensorrt'"),
+    "sweep: unknown quantisation": (lambda w: sweep(w["t"], "--backend", "onnx", "--quantize", "int4"), "--quantize: invalid choice: 'int4'"),
+    "sweep: int8 on the torch backend": (lambda w: sweep(w["t"], "--quantize", "int8"), "quantize: int8 needs backend onnx or openvino"),
     "sweep: rrf-k negative": (lambda w: sweep(w["t"], "--retriever", "hybrid", "--rrf-k", "-1"), "rrf_k must be 0 or more"),
     "sweep: splitter chunk not in the corpus": (lambda w: sweep(w["t"], "--chunker", "plugins_for_tests:invents_text", "--retriever", "bm25"), "that is not in corpus 'doc'"),
     "sweep: plug-in retriever out of range": (lambda w: sweep(w["t"], "--retriever", "plugins_for_tests:out_of_range"), "returned indices out of range"),
@@ -145,6 +148,8 @@ CASES = {
     "run: experiment file model of wrong type": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "model: {a: 1}\n")], "model must be a name or a list"),
     "run: experiment file flag of wrong type": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "own_corpus: maybe\n")], "own_corpus must be true or false"),
     "run: experiment file unknown duplicates setting": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "duplicates: exact\n")], "duplicates must be positional or credit, got 'exact'"),
+    "run: experiment file unknown backend": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "backend: tensorrt\n")], "backend must be torch, onnx, openvino, got 'tensorrt'"),
+    "run: experiment file int8 on torch": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "quantize: int8\n")], "quantize: int8 needs backend onnx or openvino"),
     "run: CHUNKEVAL_HOME under a regular file": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "plain" / "home")), "run", experiment(w["t"], GOOD_YAML)][1:], "is a file, not a folder"),
     # ---------------------------------------------------------------- evaluate-run
     "evaluate-run: gold missing": (lambda w: evaluate_run(w["t"], w["t"] / "nope.csv"), "nope.csv: file not found"),
@@ -221,6 +226,8 @@ def _gpu() -> bool:
 
 if not _gpu():  # CI and this project's machines have none; on a GPU machine `--device cuda` is good input
     CASES["sweep: cuda on a machine without a GPU"] = (lambda w: sweep(w["t"], "--device", "cuda"), "torch sees no CUDA GPU")
+else:  # on a GPU machine: the exported backends run on the CPU
+    CASES["sweep: onnx on the GPU"] = (lambda w: sweep(w["t"], "--backend", "onnx", "--device", "cuda"), "backend onnx runs on the CPU")
 
 
 def snapshot(*roots: Path) -> dict:

@@ -96,7 +96,7 @@ def evaluate(corpus_dir: str | Path | Mapping[str, str] | None = None, questions
     CSV (Chroma's format) or a list of {question, references: [{content, start_index, end_index}],
     corpus_id[, query_id]}. `experiment` is an experiment file or mapping to start from. Any other
     setting is an experiment key (chunker, chunk_sizes, overlaps, k, model, retriever, rrf_k, corpus,
-    own_corpus, skip_empty_gold, duplicates), given as a value or a list. Embeddings are cached in `cache_dir`
+    own_corpus, skip_empty_gold, duplicates, backend, quantize), given as a value or a list. Embeddings are cached in `cache_dir`
     (default: `$CHUNKEVAL_HOME/cache/embeddings`).
     """
     from chunkeval.experiment import Experiment
@@ -116,7 +116,7 @@ def evaluate(corpus_dir: str | Path | Mapping[str, str] | None = None, questions
             values["corpus_dir"] = _corpus_folder(corpus_dir, scratch)
         if questions is not None:
             values["questions"] = _questions_file(questions, scratch)
-        exp = Experiment.from_dict({**base.to_dict(), **values})
+        exp = Experiment.from_dict({**base.to_dict(), **values}).checked_for_device(device)
         result = run_sweep(exp, Embedders(Path(cache_dir) if cache_dir else default_cache(), batch_size, device=device))
     return Results(result.summary, result.per_query, result.by_corpus, result.models, result.texts_embedded)
 

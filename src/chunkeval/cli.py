@@ -44,12 +44,17 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--duplicates", choices=("positional", "credit"),
                    help="a reference whose text occurs more than once in its corpus: only its gold position counts "
                         "(positional, the default) or the copy the retrieved chunks cover most (credit); docs/metrics.md")
+    g.add_argument("--backend", choices=("torch", "onnx", "openvino"),
+                   help="who runs the embedding model: torch (default, sentence-transformers), onnx (onnxruntime) or openvino; "
+                        "exported once into $CHUNKEVAL_HOME/backends (docs/backends.md)")
+    g.add_argument("--quantize", choices=("none", "int8"),
+                   help="int8: quantised weights for backend onnx or openvino (faster, vectors drift; docs/backends.md)")
     p.add_argument("--batch-size", type=int, help="texts per embedding batch (default 32 on a CPU; on a GPU, what a quarter of its free memory holds)")
     p.add_argument("--device", default="auto", help="where to embed: auto (a GPU when torch sees one, else the CPU), cpu, cuda or cuda:N")
 
 
 SETTING_FLAGS = ("corpus_dir", "questions", "corpus", "chunker", "chunk_sizes", "overlaps", "k", "model", "retriever",
-                 "rrf_k", "own_corpus", "skip_empty_gold", "duplicates")
+                 "rrf_k", "own_corpus", "skip_empty_gold", "duplicates", "backend", "quantize")
 
 
 def experiment_from_args(args: argparse.Namespace, default: Experiment | None = None, name: str | None = None) -> Experiment:
@@ -65,8 +70,8 @@ def experiment_from_args(args: argparse.Namespace, default: Experiment | None = 
         chunk_sizes=parse_ints(args.chunk_sizes, "--chunk-sizes"), overlaps=tuple(split_list(args.overlaps)),
         k=parse_ints(args.k, "--k"), model=tuple(split_list(args.model)), retriever=tuple(split_list(args.retriever)),
         rrf_k=args.rrf_k, own_corpus=args.own_corpus, skip_empty_gold=args.skip_empty_gold,
-        duplicates=args.duplicates,
-    )
+        duplicates=args.duplicates, backend=args.backend, quantize=args.quantize,
+    ).checked_for_device(args.device)
 
 
 # --------------------------------------------------------------------------- commands

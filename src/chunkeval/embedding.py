@@ -27,13 +27,13 @@ import pyarrow.parquet as pq
 from chunkeval import progress
 from chunkeval.errors import InputError
 from chunkeval.faults import checkpoint
-from chunkeval.files import hash_file, write_tables, write_text
+from chunkeval.files import hash_folder, write_tables, write_text
 
 log = logging.getLogger("chunkeval")
 
 from chunkeval.keys import DEFAULT_MODEL  # noqa: E402 (re-exported)
 _BUNDLED = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
-_NOT_MODEL_FILES = {"README.md", ".gitattributes"}
+_NOT_MODEL_FILES = frozenset({"README.md", ".gitattributes"})
 
 
 def resolve_model(model: str) -> Path:
@@ -89,21 +89,16 @@ def prompt_for(prompts: dict[str, str], kind: str) -> str:
     return next((prompts[n] for n in names if n in prompts), "")
 
 
-_fingerprints: dict[tuple, str] = {}
-
-
 def model_fingerprint(model: str) -> str:
     """SHA-256 (hex) over the relative path and content of every file of the model folder."""
-    root = resolve_model(model)
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name not in _NOT_MODEL_FILES)
-    key = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
-    if key not in _fingerprints:
-        digest = hashlib.sha256()
-        for path in files:
-            digest.update(str(path.relative_to(root)).encode() + b"\0")
-            hash_file(path, digest)
-        _fingerprints[key] = digest.hexdigest()
-    return _fingerprints[key]
+    return hash_folder(resolve_model(model), _NOT_MODEL_FILES)
+
+
+def embedder_fingerprint(model: str, backend: str = "torch", quantize: str = "none") -> str:
+    """The fingerprint that keys a model's vectors when `backend` runs it (`chunkeval.backends`)."""
+    from chunkeval.backends import backend_fingerprint
+
+    return backend_fingerprint(model_fingerprint(model), resolve_model(model), backend, quantize, model)
 
 
 def text_hash(text: str) -> str:
@@ -272,6 +267,8 @@ class Embedder:
     cache_dir: Path | None = None
     batch_size: int | None = 32  # None: chosen for the device (`fitting_batch`)
     device: str | None = None  # auto (None), cpu, cuda or cuda:N
+    backend: str = "torch"  # torch, onnx or openvino (chunkeval.backends)
+    quantize: str = "none"  # none or int8 (onnx and openvino)
     flush_every: int = 512  # texts per cache part file
     texts_embedded: int = 0  # texts this embedder added to the cache
     texts_shared: int = 0  # of those, texts whose model input equalled an earlier one's: not run through the model
@@ -281,7 +278,10 @@ class Embedder:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
-        self.fingerprint = model_fingerprint(self.model)
+        from chunkeval.backends import check_backend
+
+        check_backend(self.backend, self.quantize)
+        self.fingerprint = embedder_fingerprint(self.model, self.backend, self.quantize)
         self.prompts = model_prompts(self.model)
         self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None
 
@@ -294,16 +294,17 @@ class Embedder:
         if self._st is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            from sentence_transformers import SentenceTransformer
+            from chunkeval.backends import load_runner
 
             if not log.isEnabledFor(logging.INFO):  # the model's own loading bars only with -v
                 from transformers.utils import logging as hf_logging
 
                 hf_logging.disable_progress_bar()
-            log.info("loading embedding model %s", self.model)
+            log.info("loading embedding model %s (backend %s, quantize %s)", self.model, self.backend, self.quantize)
             try:
-                device = pick_device(self.device)
-                self._st = SentenceTransformer(str(resolve_model(self.model)), device=device)
+                device = pick_device(self.device) if self.backend == "torch" else "cpu"
+                self._st = load_runner(self.model, resolve_model(self.model), model_fingerprint(self.model), self.backend,
+                                       self.quantize, device)
                 self.batch_size = fitting_batch(device, self.batch_size)
                 log.info("embedding on %s, %d texts per batch", device, self.batch_size)
             except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
@@ -316,25 +317,14 @@ class Embedder:
         return self._st is not None
 
     def _encode(self, texts: list[str], prompt: str = "") -> tuple[np.ndarray, np.ndarray]:
-        st = self._load()
+        runner = self._load()
         started = time.perf_counter()
-        limit = st.max_seq_length
-        if limit is None or math.isinf(limit) or not callable(st.tokenizer):  # a static model reads every word
-            truncated = np.zeros(len(texts), dtype=bool)
-            reads = list(texts)
-        else:
-            ids = st.tokenizer([prompt + t for t in texts], add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
-            truncated = np.fromiter((len(i) > limit for i in ids), dtype=bool, count=len(texts))
-            # what the model reads: its first limit - 1 word pieces (then its end token) of a longer text
-            reads = [tuple(i[:limit - 1]) if len(i) > limit else tuple(i) for i in ids]
+        reads, truncated = runner.reads([prompt + t for t in texts])
         # texts the model reads alike (chunks of 300 and 500 tokens from one start) are embedded once
         first = {}
         which = np.fromiter((first.setdefault(r, n) for n, r in enumerate(reads)), dtype=np.int64, count=len(texts))
         once = np.fromiter(first.values(), dtype=np.int64, count=len(first))
-        vectors = st.encode(
-            [texts[i] for i in once], prompt=prompt, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
-            show_progress_bar=len(once) >= 256 and log.isEnabledFor(logging.INFO),
-        ).astype(np.float32, copy=False)
+        vectors = runner.encode([texts[i] for i in once], prompt, self.batch_size, len(once) >= 256 and log.isEnabledFor(logging.INFO))
         slot = np.empty(len(texts), dtype=np.int64)
         slot[once] = np.arange(len(once))
         self.texts_embedded += len(texts)

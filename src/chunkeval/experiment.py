@@ -1,7 +1,7 @@
 """An experiment: a name plus everything a sweep takes. Immutable; given as flags or a YAML file.
 
 YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, corpus, chunker,
-chunk_sizes, overlaps, k, model, retriever, rrf_k, own_corpus, skip_empty_gold, duplicates (model, retriever and
+chunk_sizes, overlaps, k, model, retriever, rrf_k, own_corpus, skip_empty_gold, duplicates, backend, quantize (model, retriever and
 the other lists take one value or a list). Relative paths are read from the YAML file's folder.
 """
 
@@ -77,6 +77,8 @@ class Experiment:
     own_corpus: bool = False
     skip_empty_gold: bool = False
     duplicates: str = "positional"
+    backend: str = "torch"  # who runs the embedding model's transformer: torch, onnx or openvino (chunkeval.backends)
+    quantize: str = "none"  # none or int8 (backends onnx and openvino)
 
     @classmethod
     def from_dict(cls, data: dict, base: Path | None = None, source: str | None = None) -> "Experiment":
@@ -151,6 +153,9 @@ class Experiment:
 
         if self.duplicates not in MODES:
             raise InputError(f"duplicates must be {' or '.join(MODES)}, got {self.duplicates!r}", source)
+        from chunkeval.backends import check_backend
+
+        check_backend(self.backend, self.quantize, source)
         if self.rrf_k < 0:
             raise InputError(f"rrf_k must be 0 or more, got {self.rrf_k}", source)
         for key in ("model", "retriever", "chunker"):
@@ -169,6 +174,12 @@ class Experiment:
             for model in self.model:
                 check_model(model)
         self.grid()
+        return self
+
+    def checked_for_device(self, device: str | None) -> "Experiment":
+        """This experiment, where its backend can run on `device` (onnx and openvino run on the CPU here)."""
+        if device and device.startswith("cuda") and self.backend != "torch" and self.needs_model():
+            raise InputError(f"--device {device} runs backend torch; backend {self.backend} runs on the CPU (use --device cpu or auto)")
         return self
 
     def needs_model(self) -> bool:
@@ -203,6 +214,8 @@ class Experiment:
         notes = self.overlap_notes()
         if self.duplicates == "credit":
             notes.append("duplicates: credit (a reference's identical copies in its corpus count as found; docs/metrics.md)")
+        if self.quantize == "int8" and self.needs_model():
+            notes.append(f"quantize: int8 ({self.backend}): vectors differ from the model's own; docs/backends.md says by how much")
         return notes
 
     def to_dict(self) -> dict:
@@ -216,13 +229,12 @@ class Experiment:
 
 def models_fingerprint(exp: Experiment) -> str:
     """The model fingerprint of a run: the one model's, a hash over several, or `none` when nothing embeds."""
-    from chunkeval.embedding import model_fingerprint
+    from chunkeval.embedding import embedder_fingerprint
 
     if not exp.needs_model():
         return "none"
-    if len(exp.model) == 1:
-        return model_fingerprint(exp.model[0])
-    return hashlib.sha256(json.dumps([model_fingerprint(m) for m in exp.model]).encode()).hexdigest()
+    prints = [embedder_fingerprint(m, exp.backend, exp.quantize) for m in exp.model]
+    return prints[0] if len(prints) == 1 else hashlib.sha256(json.dumps(prints).encode()).hexdigest()
 
 
 def input_fingerprints(exp: Experiment) -> dict[str, str]:

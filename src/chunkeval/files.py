@@ -23,6 +23,24 @@ def hash_file(path: Path, digest=None):
     return digest
 
 
+_folder_hashes: dict[tuple, str] = {}
+
+
+def hash_folder(root: Path, skip: frozenset[str] = frozenset()) -> str:
+    """SHA-256 (hex) over the relative path and content of every file under `root` but those named in
+    `skip`, remembered per (path, size, mtime) of its files: a changed file is hashed again."""
+    root = Path(root)
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name not in skip)
+    key = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    if key not in _folder_hashes:
+        digest = hashlib.sha256()
+        for path in files:
+            digest.update(str(path.relative_to(root)).encode() + b"\0")
+            hash_file(path, digest)
+        _folder_hashes[key] = digest.hexdigest()
+    return _folder_hashes[key]
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process of this host is still running (a process we may not signal counts as running)."""
     try:

@@ -127,6 +127,8 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
         ("experiment", escape(run["experiment"])), ("run", escape(run["run_id"])),
         ("started", _when(run["started_at"])), ("finished", _when(run["finished_at"])), ("trigger", escape(run["trigger"])),
         ("models", escape(", ".join(split_list(settings.get("model"))))),
+        ("backend", escape(settings.get("backend") or "torch") + (" (int8: vectors differ from the model's own)"
+                                                                   if settings.get("quantize") == "int8" else "")),
         ("retrievers", escape(", ".join(split_list(settings.get("retriever")) or ["dense"]))),
         ("corpora", escape(str(settings.get("corpus_dir", ""))) + (" (" + escape(", ".join(settings.get("corpus") or [])) + ")" if settings.get("corpus") else "")),
         ("gold set", escape(str(settings.get("questions", "")))),

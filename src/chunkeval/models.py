@@ -167,32 +167,36 @@ def _files(folder: Path) -> dict[str, int]:
 
 def is_built(name: str) -> bool:
     """Whether the folder of `name` is complete: its record matches the recipe and its files."""
-    folder = model_dir(name)
+    return name in MODELS and folder_is_built(model_dir(name), MODELS[name].record(), "modules.json")
+
+
+def folder_is_built(folder: Path, record: dict, needs: str | None = None) -> bool:
+    """Whether `folder` was built whole from `record`: its record file names the recipe and its files."""
     try:
-        record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
-        return (name in MODELS and record.get("model") == MODELS[name].record()
-                and record.get("files") == _files(folder) and (folder / "modules.json").is_file())
+        written = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+        return (written.get("model") == record and written.get("files") == _files(folder)
+                and (needs is None or (folder / needs).is_file()))
     except (OSError, ValueError, AttributeError):
         return False
 
 
-def _remove_leftovers(name: str) -> None:
-    """Temporary folders of builds of `name` whose process is gone."""
-    for path in models_dir().glob(f".{name}.*"):
+def _remove_leftovers(final: Path) -> None:
+    """Temporary folders of builds of `final` whose process is gone."""
+    for path in final.parent.glob(f".{final.name}.*"):
         match = _TMP.match(path.name)
-        if match and match["name"] == name and not pid_alive(int(match["pid"])):
+        if match and match["name"] == final.name and not pid_alive(int(match["pid"])):
             shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def _lock(name: str):
-    """An exclusive lock on `models/.<name>.lock` (released by the system if the process dies)."""
+def _lock(final: Path):
+    """An exclusive lock on `.<name>.lock` beside `final` (released by the system if the process dies)."""
     try:
         import fcntl
     except ImportError:  # not POSIX: the renames alone keep folders whole
         yield
         return
-    with open(models_dir() / f".{name}.lock", "a+b") as fh:
+    with open(final.parent / f".{final.name}.lock", "a+b") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -200,34 +204,41 @@ def _lock(name: str):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _stage(name: str, kind: str = "tmp") -> Path:
-    return models_dir() / f".{name}.{os.getpid()}.{uuid.uuid4().hex}.{kind}"
+def _stage(final: Path, kind: str = "tmp") -> Path:
+    return final.parent / f".{final.name}.{os.getpid()}.{uuid.uuid4().hex}.{kind}"
 
 
 def ensure_model(name: str, quiet: bool = False) -> Path:
     """The folder of the registered model `name`, built once (a progress line goes to stderr)."""
     if not is_buildable(name):
         raise InputError(f"no model named {name!r} can be built here; known: {', '.join(sorted(MODELS))}")
-    if is_built(name):
-        return model_dir(name)
     spec = MODELS[name]
-    models_dir().mkdir(parents=True, exist_ok=True)
-    with _lock(name):
-        if is_built(name):  # another process built it while this one waited
-            return model_dir(name)
-        _remove_leftovers(name)
+    return build_folder(model_dir(name), spec.record(), lambda tmp: spec.build(tmp, **spec.params),
+                        f"building {name} ({spec.description})", quiet, needs="modules.json")
+
+
+def build_folder(final: Path, record: dict, build: Callable[[Path], None], doing: str, quiet: bool = False,
+                 needs: str | None = None) -> Path:
+    """`final`, built once by `build(folder)` from `record` (its recipe): in a temporary folder beside
+    it under a lock, then renamed. A folder whose record disagrees with `record` or its files is rebuilt."""
+    if folder_is_built(final, record, needs):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(final):
+        if folder_is_built(final, record, needs):  # another process built it while this one waited
+            return final
+        _remove_leftovers(final)
         if not quiet:
-            print(f"chunkeval: building {name} ({spec.description}), once…", file=sys.stderr, flush=True)
-        tmp = _stage(name)
+            print(f"chunkeval: {doing}, once…", file=sys.stderr, flush=True)
+        tmp = _stage(final)
         try:
             tmp.mkdir()
             with _quiet_libraries():
-                spec.build(tmp, **spec.params)
-            record = {"model": spec.record(), "files": _files(tmp)}
-            (tmp / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-            final = model_dir(name)
+                build(tmp)
+            files = {"model": record, "files": _files(tmp)}
+            (tmp / RECORD).write_text(json.dumps(files, indent=1, sort_keys=True) + "\n", encoding="utf-8")
             if final.exists():  # damaged or from an older recipe: moved aside, then removed
-                old = _stage(name, "old")
+                old = _stage(final, "old")
                 os.replace(final, old)
                 shutil.rmtree(old, ignore_errors=True)
             os.replace(tmp, final)

@@ -101,7 +101,7 @@ def format_macro_micro(summary: pa.Table, metrics: list[str]) -> str:
 
 
 def format_models(models: pa.Table) -> str:
-    """The models of a run: texts embedded and throughput (texts per second; – when nothing was embedded)."""
-    rows = [[r["model"], str(r["texts_embedded"]), "–" if r["texts_per_second"] is None else f"{r['texts_per_second']:.1f}",
+    """The models of a run: backend, texts embedded and throughput (texts per second; – when nothing was embedded)."""
+    rows = [[r["model"], " ".join(b for b in (r.get("backend") or "torch", r.get("quantize")) if b and b != "none"), str(r["texts_embedded"]), "–" if r["texts_per_second"] is None else f"{r['texts_per_second']:.1f}",
              (r["model_fingerprint"] or "")[:12]] for r in models.to_pylist()]
-    return format_rows(["model", "texts embedded", "texts/s", "fingerprint"], rows)
+    return format_rows(["model", "backend", "texts embedded", "texts/s", "fingerprint"], rows)

@@ -75,24 +75,32 @@ class SweepResult:
 
 
 class Embedders:
-    """One `Embedder` per model, made when first asked for: a grid that needs no vectors makes none."""
+    """One `Embedder` per model, made when first asked for: a grid that needs no vectors makes none.
+    Every model runs on one backend (`for_experiment` picks the experiment's)."""
 
     def __init__(self, cache_dir: Path | None = None, batch_size: int | None = 32, given: tuple[Embedder, ...] = (),
-                 device: str | None = None):
+                 device: str | None = None, backend: str = "torch", quantize: str = "none"):
         self.cache_dir = cache_dir
         self.batch_size = batch_size
         self.device = device
-        self._by_model = {e.model: e for e in given}
+        self.backend, self.quantize = backend, quantize
+        self._by_model = {e.model: e for e in given if (e.backend, e.quantize) == (backend, quantize)}
 
     @classmethod
     def of(cls, embedders: "Embedders | Embedder") -> "Embedders":
         if isinstance(embedders, Embedders):
             return embedders
-        return cls(embedders.cache_dir, embedders.batch_size, (embedders,), embedders.device)
+        return cls(embedders.cache_dir, embedders.batch_size, (embedders,), embedders.device, embedders.backend, embedders.quantize)
+
+    def for_experiment(self, exp: Experiment) -> "Embedders":
+        """These embedders where they run the experiment's backend, else new ones that do (same cache and device)."""
+        if (self.backend, self.quantize) == (exp.backend, exp.quantize):
+            return self
+        return Embedders(self.cache_dir, self.batch_size, tuple(self._by_model.values()), self.device, exp.backend, exp.quantize)
 
     def __getitem__(self, model: str) -> Embedder:
         if model not in self._by_model:
-            self._by_model[model] = Embedder(model, self.cache_dir, self.batch_size, self.device)
+            self._by_model[model] = Embedder(model, self.cache_dir, self.batch_size, self.device, self.backend, self.quantize)
         return self._by_model[model]
 
     def embed_function(self, model: str):
@@ -114,6 +122,8 @@ class Embedders:
         return pa.table({
             "model": pa.array([e.model for e in used], pa.string()),
             "model_fingerprint": pa.array([e.fingerprint for e in used], pa.string()),
+            "backend": pa.array([e.backend for e in used], pa.string()),
+            "quantize": pa.array([e.quantize for e in used], pa.string()),
             "texts_embedded": pa.array([e.texts_embedded for e in used], pa.int64()),
             "texts_shared": pa.array([e.texts_shared for e in used], pa.int64()),
             "embed_seconds": pa.array([e.embed_seconds for e in used], pa.float64()),
@@ -283,7 +293,7 @@ def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
 
 def run_sweep(exp: Experiment, embedders: "Embedders | Embedder") -> SweepResult:
     """The whole sweep of an experiment in one process (the flow runs the same steps as tasks)."""
-    embedders = Embedders.of(embedders)
+    embedders = Embedders.of(embedders).for_experiment(exp)
     inputs = load_inputs(exp)
     chunkings = [chunk_one(inputs.corpora, spec, model, embedders) for spec, model in chunking_jobs(exp)]
     configs = plan(exp, chunkings)
