@@ -37,17 +37,41 @@ def split(name: str) -> tuple[str, str]:
     return backend, quantize or "none"
 
 
-def speed(name: str, data: str, n: int, repeats: int) -> dict:
-    from chunkeval.chunking import ChunkerSpec
+def sample_texts(data: str, model: str, count: int) -> list[str]:
+    """Distinct texts of 220 tokens: fixed_token chunks of the shared corpora where they are at hand,
+    else (on a machine without them) random whole words of the model's vocabulary, 218 word pieces each."""
+    if Path(data).is_dir():
+        from chunkeval.chunking import ChunkerSpec
+        from chunkeval.experiment import Experiment
+        from chunkeval.sweep import chunk_corpora, load_inputs
+
+        exp = Experiment.from_dict({"name": "bench", "corpus_dir": f"{data}/corpora", "questions": f"{data}/questions_df.csv"})
+        inputs = load_inputs(exp)
+        return list(dict.fromkeys(chunk_corpora(inputs.corpora, ChunkerSpec("fixed_token", 220, 0)).texts(inputs.corpora)))
+    import random
+
+    from tokenizers import Tokenizer
+
+    from chunkeval.embedding import resolve_model
+
+    folder = resolve_model(model)
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    words = [w for w in (folder / "vocab.txt").read_text(encoding="utf-8").split() if w.isalpha() and w.isascii()]
+    rng = random.Random(0)
+    texts = []
+    for _ in range(count):
+        pieces = tokenizer.encode(" ".join(rng.choices(words, k=240)), add_special_tokens=False)
+        texts.append(tokenizer.decode(pieces.ids[:218]))
+    return texts
+
+
+def speed(name: str, data: str, n: int, repeats: int, device: str = "cpu", model: str = "all-MiniLM-L6-v2",
+          batch_size: int | None = 32) -> dict:
     from chunkeval.embedding import Embedder
-    from chunkeval.experiment import Experiment
-    from chunkeval.sweep import chunk_corpora, load_inputs
 
     backend, quantize = split(name)
-    exp = Experiment.from_dict({"name": "bench", "corpus_dir": f"{data}/corpora", "questions": f"{data}/questions_df.csv"})
-    inputs = load_inputs(exp)
-    texts = list(dict.fromkeys(chunk_corpora(inputs.corpora, ChunkerSpec("fixed_token", 220, 0)).texts(inputs.corpora)))
-    embedder = Embedder(cache_dir=None, backend=backend, quantize=quantize, device="cpu")
+    texts = sample_texts(data, model, 32 + repeats * n)
+    embedder = Embedder(model, cache_dir=None, backend=backend, quantize=quantize, device=device, batch_size=batch_size)
     embedder.embed(texts[:32])  # load and warm up
     best = None
     for r in range(repeats):
@@ -56,7 +80,8 @@ def speed(name: str, data: str, n: int, repeats: int) -> dict:
         embedder.embed(sample)
         rate = len(sample) / (time.perf_counter() - start)
         best = rate if best is None else max(best, rate)
-    return {"phase": "speed", "backend": name, "texts": n, "texts_per_second": best}
+    return {"phase": "speed", "backend": name, "device": device, "batch_size": embedder.batch_size, "texts": n,
+            "texts_per_second": best}
 
 
 def quality(name: str, data: str) -> dict:
@@ -106,11 +131,14 @@ def main() -> None:
     ap.add_argument("--backends", default="torch,onnx,onnx-int8,openvino,openvino-int8")
     ap.add_argument("--texts", type=int, default=384)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--device", default="cpu", help="speed phase: cpu, cuda or auto")
+    ap.add_argument("--batch-size", type=int, default=32, help="speed phase: texts per batch (0: chosen for the device)")
+    ap.add_argument("--model", default="all-MiniLM-L6-v2")
     ap.add_argument("--run", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
         phase, name = args.run
-        out = speed(name, args.data, args.texts, args.repeats) if phase == "speed" else quality(name, args.data)
+        out = speed(name, args.data, args.texts, args.repeats, args.device, args.model, args.batch_size or None) if phase == "speed" else quality(name, args.data)
         print(json.dumps(out))
         return
     if not Path(args.data).is_dir():
@@ -122,7 +150,8 @@ def main() -> None:
         for phase in args.phases.split(","):
             for name in names:
                 cmd = [sys.executable, __file__, "--run", phase, name, "--data", args.data, "--texts", str(args.texts),
-                       "--repeats", str(args.repeats)]
+                       "--repeats", str(args.repeats), "--device", args.device, "--model", args.model,
+                       "--batch-size", str(args.batch_size)]
                 out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
                 results[phase, name] = json.loads(out.strip().splitlines()[-1])
                 print(json.dumps(results[phase, name]), file=sys.stderr, flush=True)

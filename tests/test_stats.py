@@ -131,6 +131,22 @@ def test_paired_ttest_against_scipy(n):
         assert S.paired_ttest(a, b) == pytest.approx(expected, abs=1e-12, rel=1e-9)
 
 
+def test_incomplete_beta_against_scipy():
+    """The t-test's tail without scipy: I_x(a, b) against scipy.special.betainc, from tiny to huge shapes."""
+    from scipy.special import betainc
+
+    rng = np.random.default_rng(7)
+    xs = np.concatenate([rng.random(40), [1e-12, 1e-6, 0.5, 1 - 1e-9]])
+    for a in (0.5, 1.0, 2.5, 10.0, 37.5, 249.5, 2500.0):
+        for b in (0.5, 1.0, 3.3, 40.0):
+            for x in xs:
+                assert S.incomplete_beta(a, b, x) == pytest.approx(betainc(a, b, x), rel=1e-10, abs=1e-300)
+    assert S.incomplete_beta(2.0, 3.0, 0.0) == 0.0 and S.incomplete_beta(2.0, 3.0, 1.0) == 1.0
+    # worked example: I_x(1, 1) = x, and I_x(a, 1) = x^a
+    assert S.incomplete_beta(1.0, 1.0, 0.3) == pytest.approx(0.3, rel=1e-14)
+    assert S.incomplete_beta(3.0, 1.0, 0.5) == pytest.approx(0.125, rel=1e-14)
+
+
 def test_paired_ttest_zero_variance():
     assert S.paired_ttest([0.2, 0.5, 0.9], [0.2, 0.5, 0.9]) == 1.0
     assert S.paired_ttest([0.5, 0.5, 0.5], [0.25, 0.25, 0.25]) == 0.0

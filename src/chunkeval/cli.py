@@ -281,7 +281,7 @@ def _config_filter(values: list[str] | None) -> dict:
 
 
 def cmd_trend(args: argparse.Namespace) -> int:
-    from chunkeval.metrics import METRICS
+    from chunkeval.aggregate import METRICS
     from chunkeval.report import format_rows, regression_message
 
     if args.metric not in METRICS:
@@ -325,7 +325,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from chunkeval.metrics import METRICS
+    from chunkeval.aggregate import METRICS
     from chunkeval.report import format_summary
     from chunkeval.keys import CONFIG_KEYS
 

@@ -152,15 +152,26 @@ TIE_NOTE = ("* tied with the best of its metric: not significantly worse (paired
             "Holm over that metric's comparisons, alpha = {alpha})")
 
 
-def _rows_by_config(table: pa.Table, keys: list[str]) -> dict[tuple, dict[str, int]]:
-    """configuration values → {query_id: row}, in one pass over the table."""
+def _rows_by_config(table, keys: list[str]) -> dict[tuple, dict[str, int]]:
+    """configuration values → {query_id: row}, in one pass over the table (Arrow, or columns of numpy)."""
     out: dict[tuple, dict[str, int]] = {}
-    for i, (key, qid) in enumerate(zip(zip(*(table[k].to_pylist() for k in keys)), table["query_id"].to_pylist())):
+    for i, (key, qid) in enumerate(zip(zip(*(_column(table, k).tolist() for k in keys)), _column(table, "query_id").tolist())):
         out.setdefault(key, {})[qid] = i
     return out
 
 
-def regressions(after: pa.Table, before: pa.Table, metrics, threshold: float, alpha: float = 0.05,
+def _column(table, name: str) -> np.ndarray:
+    """A column of an Arrow table or of a mapping of numpy columns (`Warehouse.run_columns`), as numpy."""
+    if isinstance(table, pa.Table):
+        return table[name].to_numpy(zero_copy_only=False)
+    return table[name]
+
+
+def _names(table) -> list[str]:
+    return table.column_names if isinstance(table, pa.Table) else list(table)
+
+
+def regressions(after, before, metrics, threshold: float, alpha: float = 0.05,
                 questions: dict[str, str] | None = None, worst: int = 5) -> list[dict]:
     """Configurations × metrics that fell for real between two runs' per-query tables.
 
@@ -169,11 +180,12 @@ def regressions(after: pa.Table, before: pa.Table, metrics, threshold: float, al
     every configuration × metric checked. The t-test (closed form) keeps a nightly check over years
     of history cheap; `chunkeval compare` gives the randomisation test as well. Each regression lists
     the `worst` queries that lost the most, with their question text where `questions` has it.
+    The tables are per-query tables, as Arrow or as mappings of numpy columns.
     """
-    present = [k for k in KEYS if k in after.column_names and k in before.column_names]
+    present = [k for k in KEYS if k in _names(after) and k in _names(before)]
     rows_a, rows_b = _rows_by_config(after, present), _rows_by_config(before, present)
-    values_a = {m: after[m].to_numpy(zero_copy_only=False).astype(np.float64) for m in metrics}
-    values_b = {m: before[m].to_numpy(zero_copy_only=False).astype(np.float64) for m in metrics}
+    values_a = {m: _column(after, m).astype(np.float64) for m in metrics}
+    values_b = {m: _column(before, m).astype(np.float64) for m in metrics}
     found = []
     for key, mine in rows_a.items():  # one pass over each table, not a filter per configuration
         theirs = rows_b.get(key)

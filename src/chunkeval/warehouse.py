@@ -31,13 +31,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from chunkeval import __version__
 from chunkeval.errors import InputError
 from chunkeval.faults import checkpoint
 from chunkeval.files import pid_alive, write_tables, write_text
-from chunkeval.metrics import METRICS, summarize
+from chunkeval.aggregate import METRICS  # the metric names; the engine (chunkeval.metrics) is imported where it scores
 from chunkeval.aggregate import summary_sql
 from chunkeval.keys import CONFIG_KEYS
 
@@ -454,6 +455,8 @@ class Warehouse:
             tables[folder / "models.parquet"] = run_col(models)
         if by_corpus is None:
             skip = bool(json.loads(self.run(run_id)["settings"] or "{}").get("skip_empty_gold"))
+            from chunkeval.metrics import summarize
+
             by_corpus = summarize(per_query if skip or "has_gold" not in per_query.column_names else per_query.drop_columns(["has_gold"]),
                                   [k for k in CONFIG_KEYS if k in per_query.column_names] + ["corpus_id"])
         tables[folder / "by_corpus.parquet"] = run_col(by_corpus)
@@ -627,6 +630,28 @@ class Warehouse:
         with self.connect() as con:
             return con.sql(f"SELECT {_projection(kind, names, 'q')} FROM read_parquet({_quote(path)}) q JOIN runs r USING (run_id) "
                            f"WHERE r.status = 'completed' AND r.run_id = ? {order}", params=[run_id]).to_arrow_table()
+
+    def run_columns(self, run_id: str, kind: str, columns: list[str]) -> dict[str, np.ndarray]:
+        """Some columns of one results file of a completed run, as numpy (NULL read as NaN): what a
+        check over long history reads without building Arrow tables (whose conversions import pandas)."""
+        import pyarrow.parquet as pq
+
+        path = self._file(run_id, kind)
+        if not path.is_file() or not set(columns) <= set(pq.read_schema(path).names):
+            table = self.run_file(run_id, kind)  # its errors, or an older run's file read through the views' projection
+            return {c: table[c].to_numpy(zero_copy_only=False) for c in columns}
+        with self.connect() as con:
+            found = con.execute(f"SELECT {', '.join(columns)} FROM read_parquet({_quote(path)})").fetchnumpy()
+        return {c: v.filled(np.nan) if isinstance(v, np.ma.MaskedArray) and v.dtype.kind == "f" else np.asarray(v)
+                for c, v in found.items()}
+
+    def _question_texts(self, run_id: str) -> list[tuple[str, str]]:
+        """(query_id, question) of a run's gold set."""
+        path = self._file(run_id, "references")
+        if not path.is_file():
+            return []
+        with self.connect() as con:
+            return con.execute(f"SELECT DISTINCT query_id, question FROM read_parquet({_quote(path)})").fetchall()
 
     def query_results(self, run_id: str) -> pa.Table:
         return self.run_file(run_id, "per_query", f"ORDER BY {', '.join(CONFIG_KEYS)}, query_id")
@@ -879,7 +904,8 @@ class Warehouse:
         if reference is None or reference == newest:
             return []
         self.check_comparable(newest, reference)
-        questions = {q: text for run in (reference, newest) for q, text in
-                     zip(*(self.references(run)[c].to_pylist() for c in ("query_id", "question")))}
-        falls = regressions(self.query_results(newest), self.query_results(reference), metrics, threshold, alpha, questions)
+        questions = dict(self._question_texts(reference) + self._question_texts(newest))
+        columns = [*CONFIG_KEYS, "query_id", *metrics]
+        falls = regressions(self.run_columns(newest, "per_query", columns), self.run_columns(reference, "per_query", columns),
+                            metrics, threshold, alpha, questions)
         return [{**f, "run_id": newest, "reference_run_id": reference} for f in falls]
