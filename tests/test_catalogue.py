@@ -57,6 +57,17 @@ def ws(tmp_path, recorded, monkeypatch):
     return {"t": tmp_path, "home": home, "run_id": run_id, "credit_run_id": credit_run_id, "disjoint_run_id": disjoint_run_id}
 
 
+def max_pooling_model(t: Path) -> Path:
+    """A sentence-transformers folder whose Pooling module takes the maximum (which onnx does not run)."""
+    folder = t / "max-pooled"
+    (folder / "1_Pooling").mkdir(parents=True, exist_ok=True)
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True}))
+    return folder
+
+
 def write(path: Path, content: str | bytes) -> Path:
     path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content, encoding="utf-8")
     return path
@@ -126,6 +137,8 @@ CASES = {
     "sweep: unknown backend": (lambda w: sweep(w["t"], "--backend", "tensorrt"), "--backend: invalid choice: 'tensorrt'"),
     "sweep: unknown quantisation": (lambda w: sweep(w["t"], "--backend", "onnx", "--quantize", "int4"), "--quantize: invalid choice: 'int4'"),
     "sweep: int8 on the torch backend": (lambda w: sweep(w["t"], "--quantize", "int8"), "quantize: int8 needs backend onnx or openvino"),
+    "sweep: onnx with a max-pooling model": (lambda w: sweep(w["t"], "--backend", "onnx", "--model", str(max_pooling_model(w["t"]))),
+                                             "pool by mean or cls token; "),
     "sweep: rrf-k negative": (lambda w: sweep(w["t"], "--retriever", "hybrid", "--rrf-k", "-1"), "rrf_k must be 0 or more"),
     "sweep: splitter chunk not in the corpus": (lambda w: sweep(w["t"], "--chunker", "plugins_for_tests:invents_text", "--retriever", "bm25"), "that is not in corpus 'doc'"),
     "sweep: plug-in retriever out of range": (lambda w: sweep(w["t"], "--retriever", "plugins_for_tests:out_of_range"), "returned indices out of range"),

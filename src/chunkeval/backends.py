@@ -62,6 +62,21 @@ def check_backend(backend: str, quantize: str = "none", source: str | None = Non
                          f"pip install 'chunkeval[backends]'", source)
 
 
+def check_model_runs_on(model: str, backend: str, source: str | None = None) -> None:
+    """One line, before any work, for a model an exported backend cannot run (its modules, pooling or
+    tokenizer file); models chunkeval builds are static and run on every backend."""
+    from chunkeval import models
+    from chunkeval.embedding import resolve_model
+
+    if backend == "torch" or models.is_buildable(model):
+        return
+    folder = resolve_model(model)
+    if is_transformer(folder):
+        _modules(folder)
+        if not (folder / "tokenizer.json").is_file():
+            raise InputError(f"backend {backend} reads the model's tokenizer.json, which {folder} lacks (use backend torch)", source)
+
+
 def is_transformer(folder: Path) -> bool:
     """Whether a sentence-transformers folder starts with a Transformer module (a static model does not)."""
     try:
@@ -73,12 +88,19 @@ def is_transformer(folder: Path) -> bool:
 
 def _modules(folder: Path) -> tuple[str, bool]:
     """(pooling, normalize) of a Transformer → Pooling [→ Normalize] folder; anything else is an error."""
-    modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
-    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    try:
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+        kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    except (OSError, ValueError, AttributeError, TypeError):
+        raise InputError(f"backends onnx and openvino run sentence-transformers folders (a readable modules.json); "
+                         f"{folder} has none (use backend torch)") from None
     if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
         raise InputError(f"backends onnx and openvino run Transformer → Pooling → Normalize models; {folder} has "
                          f"{' → '.join(kinds)} (use backend torch)")
-    config = json.loads((folder / modules[1]["path"] / "config.json").read_text(encoding="utf-8"))
+    try:
+        config = json.loads((folder / modules[1]["path"] / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError):
+        config = {}
     modes = [m for m in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens",
                          "lasttoken") if config.get(f"pooling_mode_{m}")]
     pooling = {"cls_token": "cls", "mean_tokens": "mean"}.get(modes[0]) if len(modes) == 1 else None

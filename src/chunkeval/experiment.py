@@ -171,8 +171,11 @@ class Experiment:
         for retriever in self.retriever:
             check_retriever(retriever)
         if self.needs_model():
+            from chunkeval.backends import check_model_runs_on
+
             for model in self.model:
                 check_model(model)
+                check_model_runs_on(model, self.backend, source)
         self.grid()
         return self
 
