@@ -19,6 +19,7 @@ from prefect.runtime import flow_run
 
 from chunkeval import gold_check, progress, sweep
 from chunkeval.chunking import ChunkerSpec
+from chunkeval.cluster import TaskRunner
 from chunkeval.experiment import Experiment, cache_dir, input_fingerprints
 from chunkeval.faults import checkpoint
 from chunkeval.html_report import report_path, write_report
@@ -45,8 +46,19 @@ def load(exp: Experiment) -> sweep.Inputs:
 
 
 @task(**TASK)
-def chunk(corpora: dict, spec: ChunkerSpec, model: str | None, embedders: sweep.Embedders) -> sweep.Chunking:
-    return sweep.chunk_one(corpora, spec, model, embedders)
+def chunk(corpora: dict, spec: ChunkerSpec, model: str | None, embedders: sweep.Embedders) -> tuple:
+    """A chunking, and what its semantic chunker embedded (counted by the flow when it ran on a worker)."""
+    before = embedders.counters()
+    chunking = sweep.chunk_one(corpora, spec, model, embedders)
+    after = embedders.counters()
+    return chunking, {m: tuple(a - b for a, b in zip(c, before.get(m, (0, 0, 0.0)))) for m, c in after.items()}
+
+
+@task(**IO_TASK)
+def embed_shard(model: str, kind: str, texts: list, embedders: sweep.Embedders) -> dict:
+    """One worker's share of the embedding, written into the shared cache as its own part files."""
+    return sweep.embed_shard(model, kind, texts, embedders.cache_dir, embedders.batch_size, embedders.device,
+                             embedders.backend, embedders.quantize)
 
 
 @task(**IO_TASK)
@@ -88,6 +100,20 @@ def store(run_id: str, per_query: pa.Table, summary: pa.Table, by_corpus: pa.Tab
     warehouse().complete_run(run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus)
 
 
+def with_task_runner(runner: TaskRunner):
+    """The `evaluate` flow on the runner's Dask cluster (prefect-dask), or as it is for `local`."""
+    if not runner.distributed:
+        return evaluate
+    from prefect_dask import DaskTaskRunner
+
+    if runner.address:
+        dask = DaskTaskRunner(address=runner.address)
+    else:  # a local cluster of processes, one thread each (the nanny keeps each worker's BLAS at one thread)
+        dask = DaskTaskRunner(cluster_kwargs={"n_workers": runner.workers, "threads_per_worker": 1, "processes": True,
+                                              "dashboard_address": None})
+    return evaluate.with_options(task_runner=dask)
+
+
 def artifact_key(experiment: str, what: str) -> str:
     """Prefect artifact keys take lowercase letters, digits and dashes."""
     return re.sub(r"[^a-z0-9-]+", "-", f"{experiment}-{what}".lower())
@@ -109,11 +135,12 @@ def summary_rows(summary: pa.Table) -> list[dict]:
 
 @flow(name="evaluate", log_prints=True)
 def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger: str = "manual", batch_size: int | None = None,
-             device: str = "auto") -> dict:
+             device: str = "auto", shards: int = 0) -> dict:
     """Run one experiment (`demo`, the path of an experiment YAML file, or its settings) and record it in the warehouse.
 
     With `if_changed`, a run whose corpus, gold set and model are those of the last completed run is
-    recorded as `skipped` and embeds nothing.
+    recorded as `skipped` and embeds nothing. With `shards` (a Dask task runner: `with_task_runner`),
+    the texts the cache lacks are embedded by that many tasks on the cluster's workers first.
     """
     logger = get_run_logger()
     exp = Experiment.resolve(experiment)
@@ -138,8 +165,18 @@ def evaluate(experiment: str | dict = "demo", if_changed: bool = False, trigger:
             logger.info(note)
         progress.step("chunking")
         jobs = sweep.chunking_jobs(exp)
-        chunkings = chunk.map(unmapped(inputs.corpora), [s for s, _ in jobs], [m for _, m in jobs], unmapped(embedders)).result()
+        done = chunk.map(unmapped(inputs.corpora), [s for s, _ in jobs], [m for _, m in jobs], unmapped(embedders)).result()
+        chunkings = [c for c, _ in done]
         configs = sweep.plan(exp, chunkings)
+        if shards:  # tasks ran on workers, each with its own copy of the embedders: count what they embedded
+            for _, counted in done:
+                for model, counters in counted.items():
+                    embedders.count(model, counters)
+            work = sweep.embedding_shards(inputs, chunkings, configs, embedders, shards)
+            logger.info("embedding %d shard(s) on the cluster's workers", len(work))
+            for result in [embed_shard.submit(m, kind, texts, embedders) for m, kind, texts in work]:
+                found = result.result()
+                embedders.count(found["model"], found["counters"])
         embedded = embed(inputs, chunkings, configs, embedders)
         logger.info("%d text(s) embedded, %d chunk(s) truncated to the model's input", embedders.texts_embedded,
                     sum(embedded.truncated.values()))

@@ -57,6 +57,15 @@ def ws(tmp_path, recorded, monkeypatch):
     return {"t": tmp_path, "home": home, "run_id": run_id, "credit_run_id": credit_run_id, "disjoint_run_id": disjoint_run_id}
 
 
+def free_port() -> int:
+    """A port of 127.0.0.1 nobody listens on."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def max_pooling_model(t: Path) -> Path:
     """A sentence-transformers folder whose Pooling module takes the maximum (which onnx does not run)."""
     folder = t / "max-pooled"
@@ -146,6 +155,10 @@ CASES = {
     "sweep: CHUNKEVAL_HOME under a regular file": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "plain" / "home")), *sweep(w["t"])][1:], "is a file, not a folder"),
     # ---------------------------------------------------------------- run
     "run: experiment file missing": (lambda w: ["run", w["t"] / "nope.yaml"], "nope.yaml: file not found"),
+    "run: unknown task runner": (lambda w: ["run", "--task-runner", "ray"], "--task-runner must be local, dask, dask:N or dask=tcp://HOST:PORT"),
+    "run: dask without workers": (lambda w: ["run", "--task-runner", "dask:0"], "takes a number of workers of at least 1"),
+    "run: dask address without tcp://": (lambda w: ["run", "--task-runner", "dask=scheduler:8786"], "takes a scheduler address like tcp://scheduler:8786"),
+    "run: dask scheduler that does not answer": (lambda w: ["run", "--task-runner", f"dask=tcp://127.0.0.1:{free_port()}"], "no Dask scheduler answers there"),
     "run: experiment file broken YAML": (lambda w: ["run", experiment(w["t"], "k: [1, 2\nchunker: x")], "exp.yaml: broken YAML"),
     "run: experiment file not a mapping": (lambda w: ["run", experiment(w["t"], "- a\n- b\n")], "a YAML mapping"),
     "run: experiment file not UTF-8": (lambda w: ["run", experiment(w["t"], b"name: caf\xe9\n")], "not UTF-8"),

@@ -189,17 +189,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         exp = experiment_from_args(args, name=args.experiment)
     else:
         exp = experiment_from_args(args, named_experiment(args.experiment or "demo", defining), name=args.experiment)
+    from chunkeval.cluster import check_task_runner, cluster_workers, parse_task_runner
+
+    runner = check_task_runner(parse_task_runner(args.task_runner))
     preflight(exp)
+    shards = cluster_workers(runner) if runner.distributed else 0
     from chunkeval.progress import quiet_prefect, show_progress
 
     quiet_prefect(args.verbose)
-    from flows.evaluate import evaluate
+    from flows.evaluate import with_task_runner
 
     log.propagate = False  # Prefect's console handler sits on the root logger: say each thing once
     try:
         with show_progress():
-            result = evaluate(experiment=exp.to_dict(), if_changed=args.if_changed, trigger="manual", batch_size=args.batch_size,
-                              device=args.device)
+            result = with_task_runner(runner)(experiment=exp.to_dict(), if_changed=args.if_changed, trigger="manual",
+                                              batch_size=args.batch_size, device=args.device, shards=shards)
     finally:
         log.propagate = True
     if result["status"] == "skipped":
@@ -526,6 +530,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "recorded run, changed by any settings given; an unknown NAME with settings defines a new experiment")
     p.add_argument("--if-changed", action="store_true",
                    help="record a skipped run, embedding nothing, when corpus, gold set and model are those of the last completed run")
+    p.add_argument("--task-runner", default="local", metavar="RUNNER",
+                   help="where the chunking and embedding tasks run: local (default, this process), dask (a local Dask cluster, "
+                        "one worker per core), dask:N (of N workers) or dask=tcp://HOST:PORT (an existing cluster's scheduler); "
+                        "needs pip install 'chunkeval[dask]'")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("runs", help="list the recorded runs, newest first (`runs delete`, `runs prune` remove them)")

@@ -285,6 +285,29 @@ class Embedder:
         self.prompts = model_prompts(self.model)
         self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None
 
+    def __getstate__(self) -> dict:
+        """What travels to another process (a Dask worker): the settings and counters, not the loaded
+        model, the lock or the cache's vectors; the copy reads the cache folder again."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_st", "_lock", "cache")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _st=None, _lock=threading.Lock())
+        self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None
+
+    def counters(self) -> tuple[int, int, float]:
+        """(texts embedded, of those shared, seconds): what `Embedders.count` adds up across processes."""
+        return self.texts_embedded, self.texts_shared, self.embed_seconds
+
+    def missing(self, texts: list[str], kind: str = "document") -> list[str]:
+        """The distinct texts among `texts` whose vectors the cache lacks (all of them without a cache)."""
+        prompt = prompt_for(self.prompts, kind)
+        unique = dict(zip((text_hash(prompt + t) for t in texts), texts))  # first occurrences, in order
+        if self.cache is None:
+            return list(unique.values())
+        self.cache.refresh()
+        hashes = list(unique)
+        return [unique[h] for h, r in zip(hashes, self.cache.rows(hashes)) if r < 0]
+
     @property
     def texts_per_second(self) -> float | None:
         """Embedding throughput of this run (None when nothing was embedded)."""

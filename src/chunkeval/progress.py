@@ -7,6 +7,7 @@ redrawn in place as a bar; elsewhere (a log file, CI) each step prints one plain
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -75,6 +76,8 @@ def quiet_prefect(verbose: bool = False) -> None:
     """Keep Prefect's console to warnings (its logs still reach the Prefect API and UI), and keep a
     temporary server's telemetry off. Takes effect when called before Prefect is first imported."""
     os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "INFO" if verbose else "WARNING")
+    if not verbose:  # a local Dask cluster's shutdown chatter (workers killed after their grace period)
+        logging.getLogger("distributed").setLevel(logging.ERROR)
     if not os.environ.get("PREFECT_API_URL"):  # a temporary server: no telemetry, and time to start on a busy machine
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")

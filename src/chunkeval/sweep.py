@@ -103,6 +103,16 @@ class Embedders:
             self._by_model[model] = Embedder(model, self.cache_dir, self.batch_size, self.device, self.backend, self.quantize)
         return self._by_model[model]
 
+    def count(self, model: str, counters: tuple[int, int, float]) -> None:
+        """Add what another process embedded for `model` (a Dask worker's shard or chunking) to its counters."""
+        embedder = self[model]
+        embedder.texts_embedded += counters[0]
+        embedder.texts_shared += counters[1]
+        embedder.embed_seconds += counters[2]
+
+    def counters(self) -> dict[str, tuple[int, int, float]]:
+        return {model: e.counters() for model, e in self._by_model.items()}
+
     def embed_function(self, model: str):
         """`texts -> vectors` of one model, through its cache: what a semantic chunker is given."""
         return lambda texts: self[model].embed(list(texts))[0]
@@ -163,15 +173,44 @@ def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
     return configs
 
 
-def embed_all(inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedders: Embedders) -> Embedded:
-    """Per model, one embedding call for the questions and one for the chunks of every chunking it
-    retrieves from: repeated texts are embedded once."""
-    queries, chunks, truncated = {}, {}, {}
+def _wanted(configs: list[Config]) -> dict[str, list[int]]:
+    """model → the chunkings it embeds (those a vector-reading retriever runs on)."""
     wanted: dict[str, list[int]] = {}
     for c in configs:
         if retrievers.needs_embeddings(c.retriever) and c.chunking not in wanted.setdefault(c.model, []):
             wanted[c.model].append(c.chunking)
-    for model, indices in wanted.items():
+    return {model: indices for model, indices in wanted.items() if indices}
+
+
+def embedding_shards(inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedders: Embedders,
+                     parts: int) -> list[tuple[str, str, list[str]]]:
+    """What `embed_all` would embed that the cache lacks, as (model, kind, texts) shards: each model's
+    missing questions and chunks split into `parts` shards of about equal size, for separate processes
+    (Dask workers) to embed into the shared cache (`embed_shard`), each writing its own part files."""
+    shards = []
+    for model, indices in _wanted(configs).items():
+        chunk_texts = [t for i in indices for t in chunkings[i].chunks.texts(inputs.corpora)]
+        for kind, texts in (("query", list(inputs.gold.questions)), ("document", chunk_texts)):
+            missing = embedders[model].missing(texts, kind)
+            n = max(1, min(parts, len(missing)))
+            shards += [(model, kind, missing[i::n]) for i in range(n) if missing[i::n]]
+    return shards
+
+
+def embed_shard(model: str, kind: str, texts: list[str], cache_dir: Path, batch_size: int | None, device: str | None,
+                backend: str, quantize: str) -> dict:
+    """Embed one shard into the cache at `cache_dir` (this process loads the model) and return its
+    counters for `Embedders.count`."""
+    embedder = Embedder(model, cache_dir, batch_size, device, backend, quantize)
+    embedder.embed(texts, kind)
+    return {"model": model, "counters": embedder.counters()}
+
+
+def embed_all(inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedders: Embedders) -> Embedded:
+    """Per model, one embedding call for the questions and one for the chunks of every chunking it
+    retrieves from: repeated texts are embedded once."""
+    queries, chunks, truncated = {}, {}, {}
+    for model, indices in _wanted(configs).items():
         embedder = embedders[model]
         queries[model] = embedder.embed(list(inputs.gold.questions), kind="query")[0]
         texts, bounds = [], [0]
