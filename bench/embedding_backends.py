@@ -84,7 +84,7 @@ def speed(name: str, data: str, n: int, repeats: int, device: str = "cpu", model
             "texts_per_second": best}
 
 
-def quality(name: str, data: str) -> dict:
+def quality(name: str, data: str, batch_size: int = 32) -> dict:
     import numpy as np
 
     from chunkeval.experiment import Experiment, cache_dir
@@ -92,7 +92,7 @@ def quality(name: str, data: str) -> dict:
 
     backend, quantize = split(name)
     rows = {}
-    embedders = Embedders(cache_dir(), 32, device="cpu", backend=backend, quantize=quantize)
+    embedders = Embedders(cache_dir(), batch_size, device="cpu", backend=backend, quantize=quantize)
     start = time.perf_counter()
     for chunker, size, overlap in CONFIGS:
         exp = Experiment.from_dict({"name": "bench", "corpus_dir": f"{data}/corpora", "questions": f"{data}/questions_df.csv",
@@ -138,7 +138,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.run:
         phase, name = args.run
-        out = speed(name, args.data, args.texts, args.repeats, args.device, args.model, args.batch_size or None) if phase == "speed" else quality(name, args.data)
+        out = speed(name, args.data, args.texts, args.repeats, args.device, args.model, args.batch_size or None) if phase == "speed" else quality(name, args.data, args.batch_size)
         print(json.dumps(out))
         return
     if not Path(args.data).is_dir():
