@@ -408,7 +408,8 @@ def write_report(wh: Warehouse, experiment: str, path, run_id: str | None = None
     """Build the page and write it whole (temporary name, then rename); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    page = build_report(wh, experiment, run_id, config, threshold)
+    with wh.session():  # one connection for the page's many questions (opening the file each time cost ~1 s)
+        page = build_report(wh, experiment, run_id, config, threshold)
     checkpoint("report")
     write_text(path, page)
     return path
