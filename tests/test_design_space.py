@@ -84,7 +84,7 @@ def test_model_prompts_are_embedded_and_part_of_the_fingerprint(tmp_path):
     q_plain, q_prompted = plain.embed(text, kind="query")[0], prompted.embed(text, kind="query")[0]
     d_prompted = prompted.embed(text)[0]
     assert float(q_plain[0] @ q_prompted[0]) < 0.9999 and float(q_prompted[0] @ d_prompted[0]) < 0.9999
-    direct = prompted._load().encode(["query: " + text[0]], normalize_embeddings=True)
+    direct = prompted._load().st.encode(["query: " + text[0]], normalize_embeddings=True)
     np.testing.assert_allclose(q_prompted, direct, atol=1e-5)
     again = Embedder(str(e5_style), cache_dir=tmp_path / "c")
     np.testing.assert_array_equal(again.embed(text, kind="query")[0], q_prompted)
