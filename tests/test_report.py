@@ -86,6 +86,20 @@ def test_pareto_front():
     assert pareto_front(x, y).tolist() == [5, 1, 3]
 
 
+def test_the_trend_charts_read_what_trend_reads(warehouse):
+    """`Warehouse.history` (six metrics in one query) gives the `trend` numbers of each metric."""
+    configs = warehouse.summary(warehouse.last_completed("rep")["run_id"]).to_pylist()[:3]
+    metrics = ["span_recall", "mrr"]
+    rows = warehouse.history("rep", metrics, configs, last=1)
+    assert len(rows) == 3 and len({r["run_id"] for r in rows}) == 1  # the newest run only
+    rows = warehouse.history("rep", metrics, configs, last=365)
+    assert len(rows) == 6
+    for metric in metrics:
+        trend = warehouse.trend("rep", metric, configs=configs, last=365)
+        assert [(r["run_id"], r["value"], r["ci_low"], r["ci_high"]) for r in trend] == \
+               [(r["run_id"], r[f"{metric}_mean"], r[f"{metric}_ci_low"], r[f"{metric}_ci_high"]) for r in rows]
+
+
 def test_budget_curves_follow_their_definition(warehouse):
     run_id = warehouse.last_completed("rep")["run_id"]
     per_query = warehouse.query_results(run_id)

@@ -304,18 +304,19 @@ def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold
         falls, problem = [], f"<p>No regression check: {escape(str(exc))}.</p>"
     fell = {(f["metric"], label(f)) for f in falls}
     newest = falls[0]["run_id"] if falls else None
+    rows = wh.history(experiment, list(REGRESSION_METRICS), configs, TREND_RUNS)
+    runs = list(dict.fromkeys((r["started_at"], r["run_id"]) for r in rows))
+    position = {run_id: i + 1 for i, (_, run_id) in enumerate(runs)}
+    by_config: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by_config.setdefault(tuple(r[k] for k in CONFIG_KEYS), []).append(r)
     series: dict[str, dict] = {}
-    runs: list[tuple] = []
     for metric in REGRESSION_METRICS:
-        rows = wh.trend(experiment, metric, configs=configs, last=TREND_RUNS)
-        order = list(dict.fromkeys((r["started_at"], r["run_id"]) for r in rows))
-        runs = order if len(order) > len(runs) else runs
-        position = {run_id: i + 1 for i, (_, run_id) in enumerate(order)}
         for c in configs:
-            mine = [r for r in rows if all(r[k] == c[k] for k in CONFIG_KEYS)]
+            mine = by_config.get(tuple(c[k] for k in CONFIG_KEYS), [])
             bad = [r["run_id"] == newest and (metric, label(c)) in fell for r in mine]
-            series.setdefault(metric, {})[label(c)] = ([position[r["run_id"]] for r in mine], [r["value"] for r in mine], bad,
-                                                       [r["ci_low"] for r in mine], [r["ci_high"] for r in mine])
+            series.setdefault(metric, {})[label(c)] = ([position[r["run_id"]] for r in mine], [r[f"{metric}_mean"] for r in mine], bad,
+                                                       [r[f"{metric}_ci_low"] for r in mine], [r[f"{metric}_ci_high"] for r in mine])
     flagged = [[escape(f["metric"]), escape(label(f)), escape(f["run_id"]), escape(f["reference_run_id"]), _num(f["before"]),
                 _num(f["after"]), _num(f["change"]), f"{f['p_adjusted']:.2g}", str(f["n_queries"]),
                 escape("; ".join(f"{w['query_id']} {w['before']:.2f}→{w['after']:.2f}" for w in f["worst"][:3]))] for f in falls]
