@@ -35,8 +35,24 @@ def test_fp32_backends_give_the_models_vectors(backend, texts, torch_vectors):
     vectors, truncated = Embedder(backend=backend).embed(texts)
     reference, reference_truncated = torch_vectors
     assert truncated.sum() >= 2 and np.array_equal(truncated, reference_truncated)
-    assert np.abs(vectors - reference).max() < 1e-5  # measured: 2.4e-7
+    assert np.abs(vectors - reference).max() < 1e-5  # measured: 1.9e-7 (onnx), 2.8e-7 (openvino)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-6)
+
+
+def test_the_onnx_export_is_fused_and_openvino_reads_the_plain_graph():
+    """onnxruntime runs the graph with its fused transformer operators; OpenVINO the exported graph before
+    fusion (plain ONNX operators), whose attention is the eager pattern both recognise."""
+    import onnx
+
+    folder = resolve_model("all-MiniLM-L6-v2")
+    fp = model_fingerprint("all-MiniLM-L6-v2")
+    export = backends.ensure_export("all-MiniLM-L6-v2", folder, fp, "onnx", "none")
+    ops = lambda path: {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node}  # noqa: E731
+    fused, plain = ops(export / "model.onnx"), ops(export / backends.GRAPH)
+    assert {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu"} <= fused
+    assert "Attention" not in plain and {"MatMul", "Softmax"} <= plain
+    int8 = ops(backends.ensure_export("all-MiniLM-L6-v2", folder, fp, "onnx", "int8") / "model.onnx")
+    assert "DynamicQuantizeMatMul" in int8 or "MatMulInteger" in int8 or "QAttention" in int8
 
 
 def test_graph_tokenizer_reads_what_sentence_transformers_reads(texts):
@@ -53,7 +69,7 @@ def test_graph_tokenizer_reads_what_sentence_transformers_reads(texts):
 
 def test_int8_drifts_within_bounds_and_is_cached_apart(texts, torch_vectors, tmp_path):
     reference = torch_vectors[0]
-    for backend, worst in (("onnx", 0.95), ("openvino", 0.99)):  # measured: 0.973 and 0.9991
+    for backend, worst in (("onnx", 0.97), ("openvino", 0.99)):  # measured: 0.980 and 0.9985
         emb = Embedder(cache_dir=tmp_path, backend=backend, quantize="int8")
         vectors, _ = emb.embed(texts)
         cosines = (vectors * reference).sum(axis=1)
