@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
 from chunkeval.embedding import Embedder, EmbeddingCache, model_fingerprint, resolve_model
 
@@ -66,6 +67,7 @@ def test_texts_the_model_reads_alike_are_embedded_once(tmp_path):
     vecs, truncated = emb.embed(texts)
     assert truncated.tolist() == [True, True, False]
     assert emb.texts_embedded == 3 and emb.texts_shared == 1
+    assert emb.texts_per_second == pytest.approx(2 / emb.embed_seconds)  # the model ran two texts
     assert np.array_equal(vecs[0], vecs[1]) and not np.array_equal(vecs[0], vecs[2])
     alone, _ = Embedder().embed([texts[1]])  # what the model gives that text alone
     assert float(alone[0] @ vecs[1]) > 0.99999

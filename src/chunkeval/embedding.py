@@ -310,8 +310,10 @@ class Embedder:
 
     @property
     def texts_per_second(self) -> float | None:
-        """Embedding throughput of this run (None when nothing was embedded)."""
-        return self.texts_embedded / self.embed_seconds if self.texts_embedded and self.embed_seconds > 0 else None
+        """The model's throughput in this run: texts it ran per second (a text given the vector of one
+        the model read alike is not counted; None when the model ran nothing)."""
+        ran = self.texts_embedded - self.texts_shared
+        return ran / self.embed_seconds if ran > 0 and self.embed_seconds > 0 else None
 
     def _load(self):
         if self._st is None:
