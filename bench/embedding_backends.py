@@ -5,7 +5,7 @@
 
 - speed: per backend, in its own process, the model loaded and one warm-up batch run, then `--texts`
   texts of 220 tokens (fixed_token chunks of the shared corpora, each distinct) embedded with
-  `Embedder(cache_dir=None)`, batch 32: texts per second, best of `--repeats`. No cache, no dedupe effect
+  `Embedder(cache_dir=None)`, chunkeval's batch for the device (16 on a CPU; `--batch-size B` sets one): texts per second, best of `--repeats`. No cache, no dedupe effect
   (every text differs in what the model reads).
 - quality: per backend, `run_sweep` of the general evaluation's 8 configurations of fixed and
   recursive chunks (Chroma's grid: 800/400, 400/200, 400/0, 200/0 tokens, dense, k = 5) through an
@@ -66,7 +66,7 @@ def sample_texts(data: str, model: str, count: int) -> list[str]:
 
 
 def speed(name: str, data: str, n: int, repeats: int, device: str = "cpu", model: str = "all-MiniLM-L6-v2",
-          batch_size: int | None = 32) -> dict:
+          batch_size: int | None = None) -> dict:
     from chunkeval.embedding import Embedder
 
     backend, quantize = split(name)
@@ -84,7 +84,7 @@ def speed(name: str, data: str, n: int, repeats: int, device: str = "cpu", model
             "texts_per_second": best}
 
 
-def quality(name: str, data: str, batch_size: int = 32) -> dict:
+def quality(name: str, data: str, batch_size: int | None = None) -> dict:
     import numpy as np
 
     from chunkeval.experiment import Experiment, cache_dir
@@ -132,13 +132,13 @@ def main() -> None:
     ap.add_argument("--texts", type=int, default=384)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="cpu", help="speed phase: cpu, cuda or auto")
-    ap.add_argument("--batch-size", type=int, default=32, help="speed phase: texts per batch (0: chosen for the device)")
+    ap.add_argument("--batch-size", type=int, default=0, help="texts per batch (0, the default: chunkeval's own choice for the device, 16 on a CPU)")
     ap.add_argument("--model", default="all-MiniLM-L6-v2")
     ap.add_argument("--run", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
         phase, name = args.run
-        out = speed(name, args.data, args.texts, args.repeats, args.device, args.model, args.batch_size or None) if phase == "speed" else quality(name, args.data, args.batch_size)
+        out = speed(name, args.data, args.texts, args.repeats, args.device, args.model, args.batch_size or None) if phase == "speed" else quality(name, args.data, args.batch_size or None)
         print(json.dumps(out))
         return
     if not Path(args.data).is_dir():

@@ -83,7 +83,7 @@ def test_device_auto_falls_back_to_the_cpu_and_a_batch_fits_it(tmp_path):
     assert check_device(None) == "auto" and check_device("cpu") == "cpu"
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert pick_device("auto") == expected
-    assert fitting_batch("cpu", None) == 32 and fitting_batch("cpu", 7) == 7
+    assert fitting_batch("cpu", None) == 16 and fitting_batch("cpu", 7) == 7
     emb = Embedder(cache_dir=tmp_path, batch_size=None, device="auto")
     vecs, _ = emb.embed(["one text", "another text"])
-    assert vecs.shape == (2, 384) and emb.batch_size == (32 if expected == "cpu" else fitting_batch("cuda", None))
+    assert vecs.shape == (2, 384) and emb.batch_size == (16 if expected == "cpu" else fitting_batch("cuda", None))

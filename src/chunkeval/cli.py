@@ -49,7 +49,7 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
                         "exported once into $CHUNKEVAL_HOME/backends (docs/backends.md)")
     g.add_argument("--quantize", choices=("none", "int8"),
                    help="int8: quantised weights for backend onnx or openvino (faster, vectors drift; docs/backends.md)")
-    p.add_argument("--batch-size", type=int, help="texts per embedding batch (default 32 on a CPU; on a GPU, what a quarter of its free memory holds)")
+    p.add_argument("--batch-size", type=int, help="texts per embedding batch (default 16 on a CPU; on a GPU, what a quarter of its free memory holds)")
     p.add_argument("--device", default="auto", help="where to embed: auto (a GPU when torch sees one, else the CPU), cpu, cuda or cuda:N")
 
 

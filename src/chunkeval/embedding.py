@@ -243,12 +243,16 @@ def pick_device(device: str | None) -> str:
 
 
 def fitting_batch(device: str, batch_size: int | None) -> int:
-    """The batch size: the one given, else 32 on a CPU and, on a GPU, as many ~256-word-piece texts as a
-    quarter of its free memory holds at about 8 MiB each (activations with headroom), 32 to 1,024."""
+    """The batch size: the one given, else 16 on a CPU and, on a GPU, as many ~256-word-piece texts as a
+    quarter of its free memory holds at about 8 MiB each (activations with headroom), 32 to 1,024.
+
+    16 on a CPU because smaller batches keep a layer's activations in cache: on two CPUs (AVX2 and
+    AVX-512) torch embedded 13-14 % more texts per second at 16 than at 32, and about as many at 8
+    (`bench/embedding_backends.py --phases speed --batch-size B`, README)."""
     if batch_size is not None:
         return batch_size
     if not device.startswith("cuda"):
-        return 32
+        return 16
     import torch
 
     free, _ = torch.cuda.mem_get_info(torch.device(device))
@@ -265,7 +269,7 @@ class Embedder:
 
     model: str = DEFAULT_MODEL
     cache_dir: Path | None = None
-    batch_size: int | None = 32  # None: chosen for the device (`fitting_batch`)
+    batch_size: int | None = None  # None: chosen for the device (`fitting_batch`)
     device: str | None = None  # auto (None), cpu, cuda or cuda:N
     backend: str = "torch"  # torch, onnx or openvino (chunkeval.backends)
     quantize: str = "none"  # none or int8 (onnx and openvino)
