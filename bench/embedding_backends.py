@@ -71,6 +71,8 @@ def speed(name: str, data: str, n: int, repeats: int, device: str = "cpu", model
 
     backend, quantize = split(name)
     texts = sample_texts(data, model, 32 + repeats * n)
+    if len(texts) < 32 + repeats * n:  # the shared corpora hold 1,493 distinct 220-token chunks
+        sys.exit(f"only {len(texts)} distinct texts for 32 + {repeats} × {n}: lower --texts or --repeats")
     embedder = Embedder(model, cache_dir=None, backend=backend, quantize=quantize, device=device, batch_size=batch_size)
     embedder.embed(texts[:32])  # load and warm up
     best = None
@@ -152,7 +154,10 @@ def main() -> None:
                 cmd = [sys.executable, __file__, "--run", phase, name, "--data", args.data, "--texts", str(args.texts),
                        "--repeats", str(args.repeats), "--device", args.device, "--model", args.model,
                        "--batch-size", str(args.batch_size)]
-                out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+                done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                if done.returncode:
+                    sys.exit(f"{phase} {name} failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}")
+                out = done.stdout
                 results[phase, name] = json.loads(out.strip().splitlines()[-1])
                 print(json.dumps(results[phase, name]), file=sys.stderr, flush=True)
         cosines = {n: worst_cosine(Path(home), n) for n in names}
