@@ -70,8 +70,9 @@ def speed(name: str, data: str, n: int, repeats: int, device: str = "cpu", model
     from chunkeval.embedding import Embedder
 
     backend, quantize = split(name)
-    texts = sample_texts(data, model, 32 + repeats * n)
-    if len(texts) < 32 + repeats * n:  # the shared corpora hold 1,493 distinct 220-token chunks
+    need = 32 + repeats * n  # a warm-up batch, then the samples
+    texts = sample_texts(data, model, need)
+    if len(texts) < need:  # the shared corpora hold 1,493 distinct 220-token chunks
         sys.exit(f"only {len(texts)} distinct texts for 32 + {repeats} × {n}: lower --texts or --repeats")
     embedder = Embedder(model, cache_dir=None, backend=backend, quantize=quantize, device=device, batch_size=batch_size)
     embedder.embed(texts[:32])  # load and warm up

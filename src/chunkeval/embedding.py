@@ -246,8 +246,8 @@ def fitting_batch(device: str, batch_size: int | None) -> int:
     """The batch size: the one given, else 16 on a CPU and, on a GPU, as many ~256-word-piece texts as a
     quarter of its free memory holds at about 8 MiB each (activations with headroom), 32 to 1,024.
 
-    16 on a CPU because smaller batches keep a layer's activations in cache: on two CPUs (AVX2 and
-    AVX-512) torch embedded 13-14 % more texts per second at 16 than at 32, and about as many at 8
+    16 on a CPU because smaller batches keep a layer's activations in cache: on two CPUs (an AMD EPYC
+    and an Intel Xeon, both AVX-512) torch embedded 13-14 % more texts per second at 16 than at 32, and about as many at 8
     (`bench/embedding_backends.py --phases speed --batch-size B`, README)."""
     if batch_size is not None:
         return batch_size
