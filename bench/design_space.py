@@ -27,8 +27,12 @@ METRICS = ("span_recall", "span_precision", "span_iou", "precision_omega", "reca
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", nargs="*", default=["chatlogs", "state_of_the_union", "wikitexts"],
-                        help="corpora of the shared data set (default: the three small ones; all five take about 20 minutes)")
+    parser.add_argument(
+        "--corpus",
+        nargs="*",
+        default=["chatlogs", "state_of_the_union", "wikitexts"],
+        help="corpora of the shared data set (default: the three small ones; all five take about 20 minutes)",
+    )
     parser.add_argument("--chunk-size", type=int, default=200)
     args = parser.parse_args()
     if not (DATA / "questions_df.csv").is_file():
@@ -36,22 +40,32 @@ def main() -> int:
         return 2
     os.environ["CHUNKEVAL_HOME"] = tempfile.mkdtemp(prefix="chunkeval-design-")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from chunkeval import metrics as M
-    from chunkeval.experiment import Experiment, cache_dir
-    from chunkeval.sweep import Embedders, chunk_one, embed_all, load_inputs, plan, score_config
+    from chunkeval.engine import metrics as M
+    from chunkeval.engine.experiment import Experiment
+    from chunkeval.engine.sweep import Embedders, chunk_one, embed_all, load_inputs, plan, score_config
+    from chunkeval.paths import cache_dir
 
     embedders = Embedders(cache_dir())
     rows = []
     for chunker in CHUNKERS:
-        exp = Experiment(name="design", corpus_dir=str(DATA / "corpora"), questions=str(DATA / "questions_df.csv"),
-                         corpus=tuple(args.corpus), chunker=(chunker,), chunk_sizes=(args.chunk_size,), overlaps=("0",),
-                         k=(5,), retriever=RETRIEVERS)
+        exp = Experiment(
+            name="design",
+            corpus_dir=str(DATA / "corpora"),
+            questions=str(DATA / "questions_df.csv"),
+            corpus=tuple(args.corpus),
+            chunker=(chunker,),
+            chunk_sizes=(args.chunk_size,),
+            overlaps=("0",),
+            k=(5,),
+            retriever=RETRIEVERS,
+        )
         inputs = load_inputs(exp)
         (spec,) = exp.grid()
         before = embedders.texts_embedded
         t0 = time.perf_counter()
-        chunking = chunk_one(inputs.corpora, spec, "all-MiniLM-L6-v2" if chunker.startswith(("cluster", "semantic")) else None,
-                             embedders)
+        chunking = chunk_one(
+            inputs.corpora, spec, "all-MiniLM-L6-v2" if chunker.startswith(("cluster", "semantic")) else None, embedders
+        )
         t_chunk = time.perf_counter() - t0
         pieces = embedders.texts_embedded - before
         configs = plan(exp, [chunking])
@@ -63,19 +77,41 @@ def main() -> int:
             table = score_config(inputs, [chunking], config, embedded, exp)
             t_score = time.perf_counter() - t0
             summary = M.summarize(table.drop_columns(["has_gold"]), ["retriever"]).to_pylist()[0]
-            rows.append((chunker, config.retriever, len(chunking.chunks), [summary[f"{m}_mean"] for m in METRICS],
-                         t_chunk, pieces, t_embed, t_score))
-        print(f"{chunker}: {len(chunking.chunks)} chunks; chunking {t_chunk:.1f} s ({pieces} piece/window texts embedded), "
-              f"chunk embedding {t_embed:.1f} s", file=sys.stderr)
+            rows.append(
+                (
+                    chunker,
+                    config.retriever,
+                    len(chunking.chunks),
+                    [summary[f"{m}_mean"] for m in METRICS],
+                    t_chunk,
+                    pieces,
+                    t_embed,
+                    t_score,
+                )
+            )
+        print(
+            f"{chunker}: {len(chunking.chunks)} chunks; chunking {t_chunk:.1f} s ({pieces} piece/window texts embedded), "
+            f"chunk embedding {t_embed:.1f} s",
+            file=sys.stderr,
+        )
     n_q = inputs.gold.n_queries
-    print(f"\n{', '.join(args.corpus)}: {n_q} questions, chunk_size {args.chunk_size}, overlap 0, k = 5, all-MiniLM-L6-v2, "
-          f"pooled corpora, cold cache\n")
-    print("| chunker | retriever | chunks | " + " | ".join(METRICS) + " | chunking s | embedding s | retrieval + metrics s |")
+    print(
+        f"\n{', '.join(args.corpus)}: {n_q} questions, chunk_size {args.chunk_size}, overlap 0, k = 5, all-MiniLM-L6-v2, "
+        f"pooled corpora, cold cache\n"
+    )
+    print(
+        "| chunker | retriever | chunks | "
+        + " | ".join(METRICS)
+        + " | chunking s | embedding s | retrieval + metrics s |"
+    )
     print("|---|---|---:|" + "---:|" * len(METRICS) + "---:|---:|---:|")
-    for chunker, retriever, n, values, t_chunk, pieces, t_embed, t_score in rows:
+    for chunker, retriever, n, values, t_chunk, _pieces, t_embed, t_score in rows:
         needs = retriever != "bm25"
-        print(f"| {chunker} | {retriever} | {n} | " + " | ".join(f"{v:.3f}" for v in values)
-              + f" | {t_chunk:.1f} | {t_embed if needs else 0:.1f} | {t_score:.2f} |")
+        print(
+            f"| {chunker} | {retriever} | {n} | "
+            + " | ".join(f"{v:.3f}" for v in values)
+            + f" | {t_chunk:.1f} | {t_embed if needs else 0:.1f} | {t_score:.2f} |"
+        )
     return 0
 
 

@@ -40,28 +40,41 @@ def main() -> int:
     import numpy as np
     import pyarrow.compute as pc
 
-    from chunkeval.experiment import Experiment, cache_dir
-    from chunkeval.gold_check import check_gold
-    from chunkeval.sweep import CONFIG_KEYS, Embedders, load_inputs, run_sweep
+    from chunkeval.engine.experiment import Experiment
+    from chunkeval.engine.gold_check import check_gold
+    from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, load_inputs, run_sweep
+    from chunkeval.paths import cache_dir
 
-    base = Experiment.from_dict({
-        "name": "duplicates", "corpus_dir": str(DATA / "corpora"), "questions": str(DATA / "questions_df.csv"),
-        "corpus": args.corpus, "chunker": args.chunker, "chunk_sizes": args.chunk_size, "overlaps": "0",
-        "retriever": args.retriever, "k": args.k,
-    })
+    base = Experiment.from_dict(
+        {
+            "name": "duplicates",
+            "corpus_dir": str(DATA / "corpora"),
+            "questions": str(DATA / "questions_df.csv"),
+            "corpus": args.corpus,
+            "chunker": args.chunker,
+            "chunk_sizes": args.chunk_size,
+            "overlaps": "0",
+            "retriever": args.retriever,
+            "k": args.k,
+        }
+    )
     inputs = load_inputs(base)
     ambiguous = check_gold(inputs.gold, inputs.corpora).ambiguous_references
     by_corpus = {}
     for item in ambiguous:
         by_corpus[item["corpus_id"]] = by_corpus.get(item["corpus_id"], 0) + 1
-    print(f"{len(ambiguous)} of {len(inputs.gold.ref_start)} references occur more than once in their corpus: "
-          + ", ".join(f"{c} {n}" for c, n in sorted(by_corpus.items())))
+    print(
+        f"{len(ambiguous)} of {len(inputs.gold.ref_start)} references occur more than once in their corpus: "
+        + ", ".join(f"{c} {n}" for c, n in sorted(by_corpus.items()))
+    )
     embedders = Embedders(cache_dir())
     results = {}
     for mode in ("positional", "credit"):
         started = time.perf_counter()
         results[mode] = run_sweep(base.with_overrides(duplicates=mode), embedders)
-        print(f"{mode}: {time.perf_counter() - started:.1f} s, {results[mode].texts_embedded} text(s) embedded in total so far")
+        print(
+            f"{mode}: {time.perf_counter() - started:.1f} s, {results[mode].texts_embedded} text(s) embedded in total so far"
+        )
     keys = CONFIG_KEYS + ["corpus_id"]
     rows = {mode: {tuple(r[c] for c in keys): r for r in results[mode].by_corpus.to_pylist()} for mode in results}
     print()
@@ -71,13 +84,19 @@ def main() -> int:
         cred = rows["credit"][key]
         r = dict(zip(keys, key))
         cells = [f"{pos[f'{m}_mean']:.4f} → {cred[f'{m}_mean']:.4f}" for m in METRICS]
-        print(f"| {r['corpus_id']} | {r['chunker']} {r['chunk_size']} | {r['retriever']} k={r['k']} | " + " | ".join(cells) + " |")
+        print(
+            f"| {r['corpus_id']} | {r['chunker']} {r['chunk_size']} | {r['retriever']} k={r['k']} | "
+            + " | ".join(cells)
+            + " |"
+        )
     a, b = results["positional"].per_query, results["credit"].per_query
     changed = pc.not_equal(a["span_recall"], b["span_recall"]).to_numpy(zero_copy_only=False)
     moved = np.asarray(a["corpus_id"].to_pylist(), dtype=object)[changed]
     print()
-    print(f"per-query rows whose span recall changed: {int(changed.sum())} of {len(changed)} "
-          f"({', '.join(f'{c} {n}' for c, n in zip(*np.unique(moved, return_counts=True)))})")
+    print(
+        f"per-query rows whose span recall changed: {int(changed.sum())} of {len(changed)} "
+        f"({', '.join(f'{c} {n}' for c, n in zip(*np.unique(moved, return_counts=True)))})"
+    )
     return 0
 
 

@@ -27,8 +27,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = [("fixed_token", 800, 400), ("fixed_token", 400, 200), ("fixed_token", 400, 0), ("fixed_token", 200, 0),
-           ("recursive_token", 800, 400), ("recursive_token", 400, 200), ("recursive_token", 400, 0), ("recursive_token", 200, 0)]
+CONFIGS = [
+    ("fixed_token", 800, 400),
+    ("fixed_token", 400, 200),
+    ("fixed_token", 400, 0),
+    ("fixed_token", 200, 0),
+    ("recursive_token", 800, 400),
+    ("recursive_token", 400, 200),
+    ("recursive_token", 400, 0),
+    ("recursive_token", 200, 0),
+]
 METRICS = ("span_recall", "span_precision", "recall_at_k")
 
 
@@ -41,18 +49,22 @@ def sample_texts(data: str, model: str, count: int) -> list[str]:
     """Distinct texts of 220 tokens: fixed_token chunks of the shared corpora where they are at hand,
     else (on a machine without them) random whole words of the model's vocabulary, 218 word pieces each."""
     if Path(data).is_dir():
-        from chunkeval.chunking import ChunkerSpec
-        from chunkeval.experiment import Experiment
-        from chunkeval.sweep import chunk_corpora, load_inputs
+        from chunkeval.engine.chunking import ChunkerSpec
+        from chunkeval.engine.experiment import Experiment
+        from chunkeval.engine.sweep import chunk_corpora, load_inputs
 
-        exp = Experiment.from_dict({"name": "bench", "corpus_dir": f"{data}/corpora", "questions": f"{data}/questions_df.csv"})
+        exp = Experiment.from_dict(
+            {"name": "bench", "corpus_dir": f"{data}/corpora", "questions": f"{data}/questions_df.csv"}
+        )
         inputs = load_inputs(exp)
-        return list(dict.fromkeys(chunk_corpora(inputs.corpora, ChunkerSpec("fixed_token", 220, 0)).texts(inputs.corpora)))
+        return list(
+            dict.fromkeys(chunk_corpora(inputs.corpora, ChunkerSpec("fixed_token", 220, 0)).texts(inputs.corpora))
+        )
     import random
 
     from tokenizers import Tokenizer
 
-    from chunkeval.embedding import resolve_model
+    from chunkeval.engine.embedding import resolve_model
 
     folder = resolve_model(model)
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -65,9 +77,16 @@ def sample_texts(data: str, model: str, count: int) -> list[str]:
     return texts
 
 
-def speed(name: str, data: str, n: int, repeats: int, device: str = "cpu", model: str = "all-MiniLM-L6-v2",
-          batch_size: int | None = None) -> dict:
-    from chunkeval.embedding import Embedder
+def speed(
+    name: str,
+    data: str,
+    n: int,
+    repeats: int,
+    device: str = "cpu",
+    model: str = "all-MiniLM-L6-v2",
+    batch_size: int | None = None,
+) -> dict:
+    from chunkeval.engine.embedding import Embedder
 
     backend, quantize = split(name)
     need = 32 + repeats * n  # a warm-up batch, then the samples
@@ -78,29 +97,46 @@ def speed(name: str, data: str, n: int, repeats: int, device: str = "cpu", model
     embedder.embed(texts[:32])  # load and warm up
     best = None
     for r in range(repeats):
-        sample = texts[32 + r * n: 32 + (r + 1) * n]
+        sample = texts[32 + r * n : 32 + (r + 1) * n]
         start = time.perf_counter()
         embedder.embed(sample)
         rate = len(sample) / (time.perf_counter() - start)
         best = rate if best is None else max(best, rate)
-    return {"phase": "speed", "backend": name, "device": device, "batch_size": embedder.batch_size, "texts": n,
-            "texts_per_second": best}
+    return {
+        "phase": "speed",
+        "backend": name,
+        "device": device,
+        "batch_size": embedder.batch_size,
+        "texts": n,
+        "texts_per_second": best,
+    }
 
 
 def quality(name: str, data: str, batch_size: int | None = None) -> dict:
     import numpy as np
 
-    from chunkeval.experiment import Experiment, cache_dir
-    from chunkeval.sweep import Embedders, run_sweep
+    from chunkeval.engine.experiment import Experiment
+    from chunkeval.engine.sweep import Embedders, run_sweep
+    from chunkeval.paths import cache_dir
 
     backend, quantize = split(name)
     rows = {}
     embedders = Embedders(cache_dir(), batch_size, device="cpu", backend=backend, quantize=quantize)
     start = time.perf_counter()
     for chunker, size, overlap in CONFIGS:
-        exp = Experiment.from_dict({"name": "bench", "corpus_dir": f"{data}/corpora", "questions": f"{data}/questions_df.csv",
-                                    "chunker": chunker, "chunk_sizes": size, "overlaps": overlap, "k": 5,
-                                    "backend": backend, "quantize": quantize})
+        exp = Experiment.from_dict(
+            {
+                "name": "bench",
+                "corpus_dir": f"{data}/corpora",
+                "questions": f"{data}/questions_df.csv",
+                "chunker": chunker,
+                "chunk_sizes": size,
+                "overlaps": overlap,
+                "k": 5,
+                "backend": backend,
+                "quantize": quantize,
+            }
+        )
         summary = run_sweep(exp, embedders).summary.to_pylist()[0]
         rows[f"{chunker} {size}/{overlap}"] = {m: summary[f"{m}_mean"] for m in METRICS}
     seconds = time.perf_counter() - start
@@ -111,8 +147,13 @@ def quality(name: str, data: str, batch_size: int | None = None) -> dict:
     vectors = cache.get(cache.rows(hashes))[0]
     np.save(Path(os.environ["CHUNKEVAL_HOME"]) / f"vectors-{name}.npy", vectors)
     (Path(os.environ["CHUNKEVAL_HOME"]) / f"hashes-{name}.json").write_text(json.dumps(hashes))
-    return {"phase": "quality", "backend": name, "seconds": seconds, "texts_embedded": embedders.texts_embedded,
-            "configs": rows}
+    return {
+        "phase": "quality",
+        "backend": name,
+        "seconds": seconds,
+        "texts_embedded": embedders.texts_embedded,
+        "configs": rows,
+    }
 
 
 def worst_cosine(home: Path, name: str) -> float | None:
@@ -135,13 +176,22 @@ def main() -> None:
     ap.add_argument("--texts", type=int, default=384)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="cpu", help="speed phase: cpu, cuda or auto")
-    ap.add_argument("--batch-size", type=int, default=0, help="texts per batch (0, the default: chunkeval's own choice for the device, 16 on a CPU)")
+    ap.add_argument(
+        "--batch-size",
+        type=int,
+        default=0,
+        help="texts per batch (0, the default: chunkeval's own choice for the device, 16 on a CPU)",
+    )
     ap.add_argument("--model", default="all-MiniLM-L6-v2")
     ap.add_argument("--run", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
         phase, name = args.run
-        out = speed(name, args.data, args.texts, args.repeats, args.device, args.model, args.batch_size or None) if phase == "speed" else quality(name, args.data, args.batch_size or None)
+        out = (
+            speed(name, args.data, args.texts, args.repeats, args.device, args.model, args.batch_size or None)
+            if phase == "speed"
+            else quality(name, args.data, args.batch_size or None)
+        )
         print(json.dumps(out))
         return
     if not Path(args.data).is_dir():
@@ -152,12 +202,30 @@ def main() -> None:
         env = dict(os.environ, CHUNKEVAL_HOME=home, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
         for phase in args.phases.split(","):
             for name in names:
-                cmd = [sys.executable, __file__, "--run", phase, name, "--data", args.data, "--texts", str(args.texts),
-                       "--repeats", str(args.repeats), "--device", args.device, "--model", args.model,
-                       "--batch-size", str(args.batch_size)]
-                done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--run",
+                    phase,
+                    name,
+                    "--data",
+                    args.data,
+                    "--texts",
+                    str(args.texts),
+                    "--repeats",
+                    str(args.repeats),
+                    "--device",
+                    args.device,
+                    "--model",
+                    args.model,
+                    "--batch-size",
+                    str(args.batch_size),
+                ]
+                done = subprocess.run(cmd, env=env, capture_output=True, text=True)
                 if done.returncode:
-                    sys.exit(f"{phase} {name} failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}")
+                    sys.exit(
+                        f"{phase} {name} failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"
+                    )
                 out = done.stdout
                 results[phase, name] = json.loads(out.strip().splitlines()[-1])
                 print(json.dumps(results[phase, name]), file=sys.stderr, flush=True)
@@ -167,19 +235,28 @@ def main() -> None:
         print("| backend | texts/s | × torch |\n|---|---:|---:|")
         for name in names:
             r = results["speed", name]
-            print(f"| {name} | {r['texts_per_second']:.1f} | {r['texts_per_second'] / torch_speed:.2f} |" if torch_speed else
-                  f"| {name} | {r['texts_per_second']:.1f} | |")
+            print(
+                f"| {name} | {r['texts_per_second']:.1f} | {r['texts_per_second'] / torch_speed:.2f} |"
+                if torch_speed
+                else f"| {name} | {r['texts_per_second']:.1f} | |"
+            )
     if any(p == "quality" for p, _ in results) and ("quality", "torch") in results:
         ref = results["quality", "torch"]["configs"]
-        print("\n| backend | largest |Δ| span recall | span precision | recall_at_k (k = 5) | worst cosine vs torch | "
-              "texts embedded | seconds |\n|---|---:|---:|---:|---:|---:|---:|")
+        print(
+            "\n| backend | largest |Δ| span recall | span precision | recall_at_k (k = 5) | worst cosine vs torch | "
+            "texts embedded | seconds |\n|---|---:|---:|---:|---:|---:|---:|"
+        )
         for name in names:
             r = results["quality", name]
             deltas = [max(abs(r["configs"][c][m] - ref[c][m]) for c in ref) for m in METRICS]
             cos = cosines.get(name)
-            print(f"| {name} | {deltas[0]:.2e} | {deltas[1]:.2e} | {deltas[2]:.2e} | {'' if cos is None else f'{cos:.5f}'} | "
-                  f"{r['texts_embedded']} | {r['seconds']:.0f} |")
-        print("\n| configuration | " + " | ".join(f"{m} (torch)" for m in METRICS) + " |\n|---|" + "---:|" * len(METRICS))
+            print(
+                f"| {name} | {deltas[0]:.2e} | {deltas[1]:.2e} | {deltas[2]:.2e} | {'' if cos is None else f'{cos:.5f}'} | "
+                f"{r['texts_embedded']} | {r['seconds']:.0f} |"
+            )
+        print(
+            "\n| configuration | " + " | ".join(f"{m} (torch)" for m in METRICS) + " |\n|---|" + "---:|" * len(METRICS)
+        )
         for c, values in ref.items():
             print(f"| {c} | " + " | ".join(f"{values[m]:.4f}" for m in METRICS) + " |")
 

@@ -14,8 +14,8 @@ Phases, each in its own process (its peak memory is that process's maximum resid
 imports included; "data" is the resident set once the phase's inputs are made, before the timed work):
 - faiss:    `faiss.IndexFlatIP` over the chunk vectors, exact `search` at k (the `add` is timed apart),
             OpenMP threads = the cores this process may use
-- top_k:    `chunkeval.retrieval.top_k` at k (numpy's BLAS uses every core)
-- metrics:  `chunkeval.sweep.score_chunking` (span, set and rank metrics per question) on top_k's result
+- top_k:    `chunkeval.engine.retrievers.dense.top_k` at k (numpy's BLAS uses every core)
+- metrics:  `chunkeval.engine.sweep.score_chunking` (span, set and rank metrics per question) on top_k's result
             at every depth of 1, 5 and k (those at most k); then, apart, the time of each step it chains
 Seconds are wall-clock seconds of the timed call only (data generation and imports excluded); "cpu" is
 the user + system time of the process over the same call. The check: chunkeval's indices against
@@ -69,11 +69,13 @@ def cpu_seconds() -> float:
 
 
 def make_chunks(n_chunks: int, n_corpora: int, seed: int):
-    from chunkeval.chunking import Chunks
+    from chunkeval.engine.chunking import Chunks
 
     rng = np.random.default_rng([seed, 0])
     lengths = rng.integers(400, 1600, n_chunks).astype(np.int64)
-    corpus = np.repeat(np.arange(n_corpora, dtype=np.int32), [len(a) for a in np.array_split(np.arange(n_chunks), n_corpora)])
+    corpus = np.repeat(
+        np.arange(n_corpora, dtype=np.int32), [len(a) for a in np.array_split(np.arange(n_chunks), n_corpora)]
+    )
     end = np.cumsum(lengths)
     first = np.r_[0, np.flatnonzero(np.diff(corpus)) + 1]  # each corpus's first chunk
     end -= np.repeat(np.r_[0, end[first[1:] - 1]], np.diff(np.r_[first, n_chunks]))  # offsets restart per corpus
@@ -81,7 +83,7 @@ def make_chunks(n_chunks: int, n_corpora: int, seed: int):
 
 
 def make_gold(chunks, n_queries: int, seed: int):
-    from chunkeval.ingest import SpanGold
+    from chunkeval.engine.inputs import SpanGold
 
     rng = np.random.default_rng([seed, 1])
     n_corpora = len(chunks.corpus_names)
@@ -92,9 +94,13 @@ def make_gold(chunks, n_queries: int, seed: int):
     ref_len = rng.integers(50, 500, len(ref_query))
     ref_start = (rng.random(len(ref_query)) * (corpus_len[q_corpus[ref_query]] - ref_len)).astype(np.int64)
     return SpanGold(
-        query_ids=[f"q{i}" for i in range(n_queries)], questions=[""] * n_queries,
+        query_ids=[f"q{i}" for i in range(n_queries)],
+        questions=[""] * n_queries,
         corpus_ids=[chunks.corpus_names[c] for c in q_corpus.tolist()],
-        ref_query=ref_query, ref_start=ref_start, ref_end=ref_start + ref_len, source="synthetic",
+        ref_query=ref_query,
+        ref_start=ref_start,
+        ref_end=ref_start + ref_len,
+        source="synthetic",
     ), q_corpus
 
 
@@ -103,7 +109,7 @@ def make_chunk_vectors(n_chunks: int, dim: int, seed: int) -> np.ndarray:
     for step, lo in enumerate(range(0, n_chunks, ROWS)):
         v = np.random.default_rng([seed, 3, step]).standard_normal((min(ROWS, n_chunks - lo), dim), dtype=np.float32)
         v /= np.linalg.norm(v, axis=1, keepdims=True)
-        out[lo:lo + len(v)] = v
+        out[lo : lo + len(v)] = v
     return out
 
 
@@ -150,11 +156,16 @@ def phase_faiss(args, out: Path) -> dict:
     seconds, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     np.save(out / "faiss_index.npy", found)
     np.save(out / "faiss_score.npy", score)
-    return {"seconds": seconds, "cpu": cpu, "data_mib": data, "extra": f"add {add:.1f} s; faiss {faiss.__version__}, {threads} OpenMP threads"}
+    return {
+        "seconds": seconds,
+        "cpu": cpu,
+        "data_mib": data,
+        "extra": f"add {add:.1f} s; faiss {faiss.__version__}, {threads} OpenMP threads",
+    }
 
 
 def phase_top_k(args, out: Path) -> dict:
-    from chunkeval.retrieval import top_k
+    from chunkeval.engine.retrievers.dense import top_k
 
     vectors, queries = make_vectors(args)
     data = rss_mib()
@@ -163,14 +174,19 @@ def phase_top_k(args, out: Path) -> dict:
     seconds, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     np.save(out / "chunkeval_index.npy", index)
     np.save(out / "chunkeval_score.npy", score)
-    return {"seconds": seconds, "cpu": cpu, "data_mib": data, "extra": f"numpy {np.__version__}, BLAS over {cores()} cores"}
+    return {
+        "seconds": seconds,
+        "cpu": cpu,
+        "data_mib": data,
+        "extra": f"numpy {np.__version__}, BLAS over {cores()} cores",
+    }
 
 
 def phase_metrics(args, out: Path) -> dict:
-    from chunkeval import metrics as M
-    from chunkeval.chunking import ChunkerSpec
-    from chunkeval.duplicates import span_scoring
-    from chunkeval.sweep import score_chunking
+    from chunkeval.engine import metrics as M
+    from chunkeval.engine.chunking import ChunkerSpec
+    from chunkeval.engine.duplicates import span_scoring
+    from chunkeval.engine.sweep import score_chunking
 
     chunks = make_chunks(args.chunks, args.corpora, args.seed)
     gold, _ = make_gold(chunks, args.queries, args.seed)
@@ -182,8 +198,10 @@ def phase_metrics(args, out: Path) -> dict:
     table = score_chunking(gold, spec, chunks, topk, ks, "synthetic", "dense")
     seconds, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     peak = peak_rss_mib()
-    means = {m: round(float(np.mean(table.filter(table["k"].to_numpy() == args.k)[m].to_numpy())), 4)
-             for m in ("span_recall", "recall_at_k", "mrr")}
+    means = {
+        m: round(float(np.mean(table.filter(table["k"].to_numpy() == args.k)[m].to_numpy())), 4)
+        for m in ("span_recall", "recall_at_k", "mrr")
+    }
     # The same chain, one step at a time: where the time goes.
     steps = {}
 
@@ -198,14 +216,26 @@ def phase_metrics(args, out: Path) -> dict:
     relevance = timed("chunk_relevance", M.chunk_relevance, gold, ref, chunks)
     for k in ks:
         timed("span_metrics (every k)", M.span_metrics, ref, first, topk, chunks, k)
-        judged = timed("judge_topk (every k)", M.judge_topk, topk[:, :k], relevance.keys, relevance.n_relevant, len(chunks))
+        judged = timed(
+            "judge_topk (every k)", M.judge_topk, topk[:, :k], relevance.keys, relevance.n_relevant, len(chunks)
+        )
         timed("rank_metrics (every k)", M.rank_metrics, judged, k)
     t = time.perf_counter()
     span_scoring(gold, topk, chunks)
     steps["(span_scoring, for reference)"] = time.perf_counter() - t
-    return {"seconds": seconds, "cpu": cpu, "data_mib": data, "peak_rss_mib": peak, "rows": table.num_rows,
-            "references": int(len(gold.ref_start)), "reference_chars": int(len(ref.pos)), "ks": list(ks),
-            "means_at_k": means, "steps": steps, "extra": f"{table.num_rows} rows, k in {ks}"}
+    return {
+        "seconds": seconds,
+        "cpu": cpu,
+        "data_mib": data,
+        "peak_rss_mib": peak,
+        "rows": table.num_rows,
+        "references": int(len(gold.ref_start)),
+        "reference_chars": int(len(ref.pos)),
+        "ks": list(ks),
+        "means_at_k": means,
+        "steps": steps,
+        "extra": f"{table.num_rows} rows, k in {ks}",
+    }
 
 
 PHASES = {"faiss": phase_faiss, "top_k": phase_top_k, "metrics": phase_metrics}
@@ -223,8 +253,13 @@ def check(out: Path) -> dict:
     # same scores, rank by rank, the difference is one of ties (faiss's BLAS may round the last digit apart).
     close = np.isclose(my_score, their_score, rtol=0, atol=TIE_TOLERANCE).all(axis=1)
     tied = int((~same & close).sum())
-    return {"rows": int(len(same)), "identical": int(same.sum()), "tied": tied, "mismatched": int((~same).sum()) - tied,
-            "max_score_difference": float(np.max(np.abs(my_score - their_score), initial=0.0))}
+    return {
+        "rows": int(len(same)),
+        "identical": int(same.sum()),
+        "tied": tied,
+        "mismatched": int((~same).sum()) - tied,
+        "max_score_difference": float(np.max(np.abs(my_score - their_score), initial=0.0)),
+    }
 
 
 def main() -> None:
@@ -252,25 +287,36 @@ def main() -> None:
     names = args.phases.split(",")
     results = {}
     common = [f"--{name}={getattr(args, name)}" for name in ("queries", "chunks", "k", "dim", "corpora", "seed")]
-    print(f"{args.queries:,} questions x {args.chunks:,} chunks of {args.dim} dimensions, k = {args.k}, "
-          f"{args.corpora} corpora, seed {args.seed}; {cores()} cores", file=sys.stderr, flush=True)
+    print(
+        f"{args.queries:,} questions x {args.chunks:,} chunks of {args.dim} dimensions, k = {args.k}, "
+        f"{args.corpora} corpora, seed {args.seed}; {cores()} cores",
+        file=sys.stderr,
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as out:
         for name in names:
-            proc = subprocess.run([sys.executable, __file__, "--phase", name, "--out", out, *common],
-                                  capture_output=True, text=True)
+            proc = subprocess.run(
+                [sys.executable, __file__, "--phase", name, "--out", out, *common], capture_output=True, text=True
+            )
             if proc.returncode:
                 sys.exit(f"phase {name} failed:\n{proc.stderr}")
             results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
             print(json.dumps(results[name]), file=sys.stderr, flush=True)
         matched = check(Path(out)) if {"faiss", "top_k"} <= set(names) else None
-    print(f"\n{args.queries:,} questions x {args.chunks:,} chunks, {args.dim} dimensions, k = {args.k}, {cores()} cores\n")
+    print(
+        f"\n{args.queries:,} questions x {args.chunks:,} chunks, {args.dim} dimensions, k = {args.k}, {cores()} cores\n"
+    )
     print("| phase | seconds | cpu seconds | data (MiB) | peak RSS (MiB) | notes |\n|---|---:|---:|---:|---:|---|")
     for name, r in results.items():
-        print(f"| {name} | {r['seconds']:.2f} | {r['cpu']:.2f} | {r['data_mib']:.0f} | {r['peak_rss_mib']:.0f} | {r['extra']} |")
+        print(
+            f"| {name} | {r['seconds']:.2f} | {r['cpu']:.2f} | {r['data_mib']:.0f} | {r['peak_rss_mib']:.0f} | {r['extra']} |"
+        )
     if "metrics" in results:
         steps = results["metrics"]["steps"]
-        print(f"\nmetrics, step by step ({results['metrics']['references']:,} references, "
-              f"{results['metrics']['reference_chars']:,} reference characters):")
+        print(
+            f"\nmetrics, step by step ({results['metrics']['references']:,} references, "
+            f"{results['metrics']['reference_chars']:,} reference characters):"
+        )
         print("| step | seconds |\n|---|---:|")
         for step, seconds in steps.items():
             print(f"| {step} | {seconds:.2f} |")
@@ -287,8 +333,10 @@ def main() -> None:
     peak = max(r["peak_rss_mib"] for r in results.values())
     print(f"largest peak RSS = {peak / 1024:.2f} GiB (goal < 8)")
     if matched is not None:
-        print(f"indices: {matched['identical']:,} of {matched['rows']:,} rows identical to faiss's, {matched['tied']} differ only "
-              f"among tied scores, {matched['mismatched']} mismatched; largest score difference {matched['max_score_difference']:.2e}")
+        print(
+            f"indices: {matched['identical']:,} of {matched['rows']:,} rows identical to faiss's, {matched['tied']} differ only "
+            f"among tied scores, {matched['mismatched']} mismatched; largest score difference {matched['max_score_difference']:.2e}"
+        )
         if matched["mismatched"]:
             sys.exit(1)
 

@@ -6,7 +6,7 @@
    k = 5, all-MiniLM-L6-v2 (4 configurations × the 6 watched metrics = 24 checks a night).
 2. Unchanged system, simulated: each night draws, for every query, a `before` and an `after` row
    independently from that configuration's per-query rows (one distribution: every alarm is false),
-   and applies the alert rule (`chunkeval.comparisons.regressions`: a paired fall beyond 0.02 that is
+   and applies the alert rule (`chunkeval.analysis.comparisons.regressions`: a paired fall beyond 0.02 that is
    significant at alpha = 0.05 after Holm over the night's checks). The false-alarm rate over the
    nights is printed with its Clopper-Pearson 95 % interval, beside the old rule's (any mean fall
    beyond 0.02) on the same nights.
@@ -42,23 +42,35 @@ def main() -> int:
     import pyarrow as pa
     from scipy.stats import binomtest
 
-    from chunkeval.comparisons import configurations, regressions
-    from chunkeval.embedding import resolve_model
-    from chunkeval.experiment import Experiment, cache_dir
-    from chunkeval.sweep import Embedders, run_sweep
+    from chunkeval.analysis.comparisons import configurations, regressions
+    from chunkeval.engine.embedding import resolve_model
+    from chunkeval.engine.experiment import Experiment
+    from chunkeval.engine.sweep import Embedders, run_sweep
+    from chunkeval.paths import cache_dir
     from chunkeval.warehouse import DEFAULT_THRESHOLD, REGRESSION_METRICS
 
     def run(model: str):
-        exp = Experiment(name="alarms", corpus_dir=str(DATA / "corpora"), questions=str(DATA / "questions_df.csv"),
-                         corpus=tuple(args.corpus), chunker=("fixed_token", "recursive_token"), chunk_sizes=(200,),
-                         overlaps=("0",), k=(5,), model=(model,), retriever=("dense", "bm25"))
+        exp = Experiment(
+            name="alarms",
+            corpus_dir=str(DATA / "corpora"),
+            questions=str(DATA / "questions_df.csv"),
+            corpus=tuple(args.corpus),
+            chunker=("fixed_token", "recursive_token"),
+            chunk_sizes=(200,),
+            overlaps=("0",),
+            k=(5,),
+            model=(model,),
+            retriever=("dense", "bm25"),
+        )
         return run_sweep(exp, Embedders(cache_dir())).per_query
 
     metrics = list(REGRESSION_METRICS)
     real = run("all-MiniLM-L6-v2")
     configs = configurations(real)
-    rows_of = [np.flatnonzero(np.all([np.asarray(real[k].to_pylist(), dtype=object) == v for k, v in c.items()], axis=0))
-               for c in configs]
+    rows_of = [
+        np.flatnonzero(np.all([np.asarray(real[k].to_pylist(), dtype=object) == v for k, v in c.items()], axis=0))
+        for c in configs
+    ]
     n_q = len(rows_of[0])
     rng = np.random.default_rng(2026)
     new_alarms = old_alarms = 0
@@ -69,19 +81,29 @@ def main() -> int:
 
         def night(idx):
             table = real.take(pa.array(idx)).select([k for k in configs[0]] + metrics)
-            return table.append_column("query_id", qids)
+            return table.append_column("query_id", qids)  # noqa: B023 (called in this iteration)
 
         before, after = night(before_idx), night(after_idx)
         new_alarms += bool(regressions(after, before, metrics, DEFAULT_THRESHOLD, 0.05))
-        means = lambda t: np.asarray([[np.mean(t[m].to_numpy()[i * n_q:(i + 1) * n_q]) for m in metrics]  # noqa: E731
-                                      for i in range(len(configs))])
+        means = lambda t: np.asarray(
+            [
+                [np.mean(t[m].to_numpy()[i * n_q : (i + 1) * n_q]) for m in metrics]  # noqa: E731
+                for i in range(len(configs))
+            ]
+        )
         old_alarms += bool(np.any(means(after) < means(before) - DEFAULT_THRESHOLD))
-    print(f"{', '.join(args.corpus)}: {n_q} queries, {len(configs)} configurations × {len(metrics)} metrics a night, "
-          f"{args.nights} simulated nights of an unchanged system")
-    for name, count in (("paired rule (fall > 0.02 and Holm-adjusted p < 0.05)", new_alarms),
-                        ("mean rule of chunkeval 0.1 (any mean fall > 0.02)", old_alarms)):
+    print(
+        f"{', '.join(args.corpus)}: {n_q} queries, {len(configs)} configurations × {len(metrics)} metrics a night, "
+        f"{args.nights} simulated nights of an unchanged system"
+    )
+    for name, count in (
+        ("paired rule (fall > 0.02 and Holm-adjusted p < 0.05)", new_alarms),
+        ("mean rule of chunkeval 0.1 (any mean fall > 0.02)", old_alarms),
+    ):
         ci = binomtest(count, args.nights).proportion_ci(confidence_level=0.95, method="exact")
-        print(f"  {name}: {count} false alarm night(s), rate {count / args.nights:.3f} [95 % CI {ci.low:.3f}, {ci.high:.3f}]")
+        print(
+            f"  {name}: {count} false alarm night(s), rate {count / args.nights:.3f} [95 % CI {ci.low:.3f}, {ci.high:.3f}]"
+        )
 
     short = Path(tempfile.mkdtemp(prefix="chunkeval-short-")) / "minilm-16"
     shutil.copytree(resolve_model("all-MiniLM-L6-v2"), short)
@@ -89,12 +111,18 @@ def main() -> int:
     worse = run(str(short))
     import pyarrow.compute as pc
 
-    renamed = pc.if_else(pc.equal(worse["model"], "none"), "none", "all-MiniLM-L6-v2")  # the same model path, new content
+    renamed = pc.if_else(
+        pc.equal(worse["model"], "none"), "none", "all-MiniLM-L6-v2"
+    )  # the same model path, new content
     worse = worse.set_column(worse.column_names.index("model"), "model", renamed)
     falls = regressions(worse, real, metrics, DEFAULT_THRESHOLD, 0.05)
-    print(f"a real regression (the model reads 16 word pieces): {len(falls)} of {len(configs) * len(metrics)} checks alert")
+    print(
+        f"a real regression (the model reads 16 word pieces): {len(falls)} of {len(configs) * len(metrics)} checks alert"
+    )
     for f in falls[:5]:
-        print(f"  {f['retriever']} {f['chunker']} {f['metric']}: {f['before']:.3f} → {f['after']:.3f}, p_adj = {f['p_adjusted']:.1e}")
+        print(
+            f"  {f['retriever']} {f['chunker']} {f['metric']}: {f['before']:.3f} → {f['after']:.3f}, p_adj = {f['p_adjusted']:.1e}"
+        )
     return 0
 
 

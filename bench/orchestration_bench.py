@@ -44,8 +44,13 @@ def start_server(env: dict, home: Path) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=open(home / "server.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=open(home / "server.log", "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}/api"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -64,8 +69,14 @@ def main() -> int:
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="chunkeval-orchestration-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(CHUNKEVAL_HOME=str(home / "chunkeval"), PREFECT_HOME=str(home / "prefect"), HF_HUB_OFFLINE="1",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_UI_ENABLED="false", PREFECT_SERVER_API_HOST="127.0.0.1")
+    env.update(
+        CHUNKEVAL_HOME=str(home / "chunkeval"),
+        PREFECT_HOME=str(home / "prefect"),
+        HF_HUB_OFFLINE="1",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_UI_ENABLED="false",
+        PREFECT_SERVER_API_HOST="127.0.0.1",
+    )
     chunkeval = str(BIN / "chunkeval")
     sweep = [chunkeval, "sweep", str(DEMO), "--out", str(home / "out.csv")]
     subprocess.run(sweep, env=env, check=True, capture_output=True)  # fills the cache
@@ -73,7 +84,9 @@ def main() -> int:
     results = {"sweep": timed(sweep, env, args.repeat)}
     proc, url = start_server(env, home)
     try:
-        results["run against a server"] = timed([chunkeval, "run", str(DEMO)], {**env, "PREFECT_API_URL": url}, args.repeat)
+        results["run against a server"] = timed(
+            [chunkeval, "run", str(DEMO)], {**env, "PREFECT_API_URL": url}, args.repeat
+        )
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
@@ -82,8 +95,10 @@ def main() -> int:
     for name, seconds in results.items():
         print(f"| {name} | {seconds:.1f} |")
     goal = 2 * results["sweep"] + 3
-    print(f"\ngoal for the run against a server: 2 x sweep + 3 s = {goal:.1f} s: "
-          f"{'met' if results['run against a server'] <= goal else 'not met'}")
+    print(
+        f"\ngoal for the run against a server: 2 x sweep + 3 s = {goal:.1f} s: "
+        f"{'met' if results['run against a server'] <= goal else 'not met'}"
+    )
     return 0
 
 

@@ -23,21 +23,34 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-GRID = dict(chunker=["fixed_token"], chunk_sizes=[100, 200, 300, 400, 500], overlaps=["10%", "20%", "30%", "40%", "50%"], k=[1, 3, 5, 7, 9])
+GRID = dict(
+    chunker=["fixed_token"],
+    chunk_sizes=[100, 200, 300, 400, 500],
+    overlaps=["10%", "20%", "30%", "40%", "50%"],
+    k=[1, 3, 5, 7, 9],
+)
 
 
 def phase(name: str, data: str, corpus: str) -> dict:
     start = time.perf_counter()
     import resource
 
-    from chunkeval import metrics as M
-    from chunkeval.embedding import Embedder
-    from chunkeval.experiment import Experiment, cache_dir
-    from chunkeval.retrieval import top_k
-    from chunkeval.sweep import CONFIG_KEYS, chunk_corpora, load_inputs, run_sweep, score_chunking
+    from chunkeval.engine import metrics as M
+    from chunkeval.engine.embedding import Embedder
+    from chunkeval.engine.experiment import Experiment
+    from chunkeval.engine.retrievers.dense import top_k
+    from chunkeval.engine.sweep import CONFIG_KEYS, chunk_corpora, load_inputs, run_sweep, score_chunking
+    from chunkeval.paths import cache_dir
 
-    exp = Experiment.from_dict({"name": "bench", "corpus_dir": f"{data}/corpora", "questions": f"{data}/questions_df.csv",
-                                "corpus": [corpus], **GRID})
+    exp = Experiment.from_dict(
+        {
+            "name": "bench",
+            "corpus_dir": f"{data}/corpora",
+            "questions": f"{data}/questions_df.csv",
+            "corpus": [corpus],
+            **GRID,
+        }
+    )
     if name in ("cold", "warm"):
         embedder = Embedder(cache_dir=cache_dir())
         result = run_sweep(exp, embedder)
@@ -62,8 +75,15 @@ def phase(name: str, data: str, corpus: str) -> dict:
                 score_chunking(inputs.gold, spec, chunks, top_k(queries, vectors, k)[0], (k,), embedder.model, "dense")
                 rows += 1
         embedded = embedder.texts_embedded
-    return {**(extra if name == "warm" else {}), "phase": name, "seconds": time.perf_counter() - start, "configurations": rows,
-            "texts_embedded": embedded, "texts_shared": embedder.texts_shared, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        **(extra if name == "warm" else {}),
+        "phase": name,
+        "seconds": time.perf_counter() - start,
+        "configurations": rows,
+        "texts_embedded": embedded,
+        "texts_shared": embedder.texts_shared,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def main() -> None:
@@ -80,22 +100,35 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as home:
         env = dict(os.environ, CHUNKEVAL_HOME=home, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
         for name in args.phases.split(","):
-            out = subprocess.run([sys.executable, __file__, "--phase", name, "--data", args.data, "--corpus", args.corpus],
-                                 env=env, check=True, capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--phase", name, "--data", args.data, "--corpus", args.corpus],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             results.append(json.loads(out.strip().splitlines()[-1]))
             print(json.dumps(results[-1]), file=sys.stderr)
-    print("| phase | configurations | texts embedded | of which shared (the model read them alike) | seconds | peak RSS (MiB) |\n"
-          "|---|---:|---:|---:|---:|---:|")
+    print(
+        "| phase | configurations | texts embedded | of which shared (the model read them alike) | seconds | peak RSS (MiB) |\n"
+        "|---|---:|---:|---:|---:|---:|"
+    )
     for r in results:
-        print(f"| {r['phase']} | {r['configurations']} | {r['texts_embedded']} | {r['texts_shared']} | {r['seconds']:.1f} | "
-              f"{r['peak_rss_mib']:.0f} |")
+        print(
+            f"| {r['phase']} | {r['configurations']} | {r['texts_embedded']} | {r['texts_shared']} | {r['seconds']:.1f} | "
+            f"{r['peak_rss_mib']:.0f} |"
+        )
     for r in results:
         if "summary_with_intervals_seconds" in r:
-            print(f"\nsummary of the {r['configurations']} configurations: {r['summary_seconds']:.3f} s without intervals, "
-                  f"{r['summary_with_intervals_seconds']:.3f} s with the 95 % bootstrap interval of every macro mean (10,000 resamples)")
+            print(
+                f"\nsummary of the {r['configurations']} configurations: {r['summary_seconds']:.3f} s without intervals, "
+                f"{r['summary_with_intervals_seconds']:.3f} s with the 95 % bootstrap interval of every macro mean (10,000 resamples)"
+            )
     by = {r["phase"]: r["seconds"] for r in results}
     if {"cold", "warm", "naive"} <= by.keys():
-        print(f"\ncold / naive = {by['cold'] / by['naive']:.2f} (target <= 1); warm / cold = {by['warm'] / by['cold']:.3f} (target <= 0.1)")
+        print(
+            f"\ncold / naive = {by['cold'] / by['naive']:.2f} (target <= 1); warm / cold = {by['warm'] / by['cold']:.3f} (target <= 0.1)"
+        )
 
 
 if __name__ == "__main__":

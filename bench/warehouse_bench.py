@@ -23,14 +23,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 
 def fill(n_runs: int) -> tuple[int, float]:
-    from chunkeval.experiment import Experiment, cache_dir, input_fingerprints
-    from chunkeval.gold_check import check_gold
-    from chunkeval.sweep import Embedders, load_inputs, run_sweep
+    from chunkeval.engine.experiment import Experiment, input_fingerprints
+    from chunkeval.engine.gold_check import check_gold
+    from chunkeval.engine.sweep import Embedders, load_inputs, run_sweep
+    from chunkeval.paths import cache_dir
     from chunkeval.warehouse import Warehouse
 
     exp = Experiment.demo().with_overrides(name="bench")
@@ -40,13 +41,15 @@ def fill(n_runs: int) -> tuple[int, float]:
     fps, settings = input_fingerprints(exp), exp.to_dict()
     wh = Warehouse.at_home()
     have = len(wh.runs("bench")) if wh.exists() else 0
-    today = datetime.now(timezone.utc).replace(tzinfo=None, hour=2, minute=0, second=0, microsecond=0)
+    today = datetime.now(UTC).replace(tzinfo=None, hour=2, minute=0, second=0, microsecond=0)
     started = time.perf_counter()
     with wh.session():  # one connection for the whole import (each close of a connection checkpoints the file)
         for night in range(have, n_runs):
             when = today - timedelta(days=n_runs - 1 - night)
             run_id = wh.begin_run("bench", fps, "schedule", settings, started_at=when)
-            wh.complete_run(run_id, result.per_query, result.summary, 0, result.references, result.models, check, result.by_corpus)
+            wh.complete_run(
+                run_id, result.per_query, result.summary, 0, result.references, result.models, check, result.by_corpus
+            )
             if (night + 1) % 500 == 0:
                 print(f"  {night + 1} runs recorded ({time.perf_counter() - started:.0f} s)", flush=True)
     return result.summary.num_rows, time.perf_counter() - started
@@ -72,8 +75,10 @@ def main() -> int:
     os.environ["CHUNKEVAL_HOME"] = args.home or tempfile.mkdtemp(prefix="chunkeval-history-")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     configs, seconds = fill(args.runs)
-    print(f"{args.runs} completed runs of {configs} configurations in {os.environ['CHUNKEVAL_HOME']} "
-          f"(filled in {seconds:.0f} s)")
+    print(
+        f"{args.runs} completed runs of {configs} configurations in {os.environ['CHUNKEVAL_HOME']} "
+        f"(filled in {seconds:.0f} s)"
+    )
     from chunkeval.warehouse import Warehouse
 
     one = Warehouse.at_home().summary(Warehouse.at_home().last_completed("bench")["run_id"]).to_pylist()[0]
@@ -82,8 +87,16 @@ def main() -> int:
     commands = {
         "runs": ["runs", "--experiment", "bench"],
         "trend --config": ["trend", "--experiment", "bench", "--metric", "span_recall", "--config", config],
-        "trend --fail-on-regression": ["trend", "--experiment", "bench", "--metric", "span_recall", "--config", config,
-                                       "--fail-on-regression"],
+        "trend --fail-on-regression": [
+            "trend",
+            "--experiment",
+            "bench",
+            "--metric",
+            "span_recall",
+            "--config",
+            config,
+            "--fail-on-regression",
+        ],
         "report --html": ["report", "--experiment", "bench", "--html", str(out)],
         "report --since 7d": ["report", "--experiment", "bench", "--since", "7d"],
     }

@@ -1,1 +1,1 @@
-"""Prefect flows of chunkeval: thin wrappers, each task one library function."""
+"""Shims for old `flows/<name>.py` entrypoints; the flows live in `chunkeval.flows`."""

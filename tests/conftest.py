@@ -36,7 +36,7 @@ def _home(monkeypatch, shared_home):
 
 @pytest.fixture(scope="session")
 def embedder_factory(shared_home):
-    from chunkeval.embedding import Embedder
+    from chunkeval.engine.embedding import Embedder
 
     def make(**kw):
         return Embedder(cache_dir=shared_home / "cache" / "embeddings", **kw)

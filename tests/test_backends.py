@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from chunkeval import backends
-from chunkeval.embedding import Embedder, embedder_fingerprint, model_fingerprint, resolve_model
+from chunkeval.engine.embedding import Embedder, backends, embedder_fingerprint, model_fingerprint, resolve_model
+from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.sweep import Embedders, run_sweep
 from chunkeval.errors import InputError
-from chunkeval.experiment import DEMO_DIR, Experiment
-from chunkeval.sweep import Embedders, run_sweep
+from chunkeval.paths import DEMO_DIR
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def texts() -> list[str]:
     out = []
     for path in sorted((DEMO_DIR / "corpora").glob("*.md")):
         text = path.read_text(encoding="utf-8")
-        out += [text[i:i + 600] for i in range(0, len(text), 600)]
+        out += [text[i : i + 600] for i in range(0, len(text), 600)]
     return out + [" ".join(out)[:4000], "x", "naïve café — ünïcödé ∑ 42", "word " * 300]
 
 
@@ -58,12 +58,14 @@ def test_the_onnx_export_is_fused_and_openvino_reads_the_plain_graph():
 def test_graph_tokenizer_reads_what_sentence_transformers_reads(texts):
     """The `tokenizers` pipeline of the exported backends gives the word pieces of the model's own tokenizer."""
     folder = resolve_model("all-MiniLM-L6-v2")
-    runner = backends.load_runner("all-MiniLM-L6-v2", folder, model_fingerprint("all-MiniLM-L6-v2"), "onnx", "none", "cpu")
+    runner = backends.load_runner(
+        "all-MiniLM-L6-v2", folder, model_fingerprint("all-MiniLM-L6-v2"), "onnx", "none", "cpu"
+    )
     torch_runner = backends.TorchRunner(folder, "cpu")
     ours, cut = runner.reads(texts)
     theirs = torch_runner.st.tokenize(texts)["input_ids"].numpy()
     for row, ids in zip(theirs, ours):
-        assert list(row[:len(ids)]) == list(ids) and not row[len(ids):].any()
+        assert list(row[: len(ids)]) == list(ids) and not row[len(ids) :].any()
     assert np.array_equal(cut, torch_runner.reads(texts)[1])
 
 
@@ -75,8 +77,12 @@ def test_int8_drifts_within_bounds_and_is_cached_apart(texts, torch_vectors, tmp
         cosines = (vectors * reference).sum(axis=1)
         assert cosines.min() > worst and not np.array_equal(vectors, reference)
         assert (tmp_path / emb.fingerprint).is_dir()
-    prints = {(b, q): embedder_fingerprint("all-MiniLM-L6-v2", b, q)
-              for b in backends.BACKENDS for q in backends.QUANTIZE if not (b == "torch" and q == "int8")}
+    prints = {
+        (b, q): embedder_fingerprint("all-MiniLM-L6-v2", b, q)
+        for b in backends.BACKENDS
+        for q in backends.QUANTIZE
+        if not (b == "torch" and q == "int8")
+    }
     assert len(set(prints.values())) == 5  # vectors of different backends never mix
     assert prints["torch", "none"] == model_fingerprint("all-MiniLM-L6-v2")  # old caches stay valid
 
@@ -108,10 +114,14 @@ def test_a_sweep_on_onnx_scores_as_torch_does(tmp_path):
     torch_run = run_sweep(exp, Embedders(tmp_path))
     onnx_run = run_sweep(exp.with_overrides(backend="onnx"), Embedders(tmp_path))
     for column in ("span_recall", "span_precision", "recall_at_k", "mrr", "ndcg_at_k"):
-        a, b = (np.asarray(r.per_query[column].to_numpy(zero_copy_only=False), dtype=float) for r in (torch_run, onnx_run))
+        a, b = (
+            np.asarray(r.per_query[column].to_numpy(zero_copy_only=False), dtype=float) for r in (torch_run, onnx_run)
+        )
         assert np.allclose(a, b, atol=1e-9, equal_nan=True), column
     models = onnx_run.models.to_pylist()
-    assert models[0]["backend"] == "onnx" and models[0]["model_fingerprint"] == embedder_fingerprint("all-MiniLM-L6-v2", "onnx")
+    assert models[0]["backend"] == "onnx" and models[0]["model_fingerprint"] == embedder_fingerprint(
+        "all-MiniLM-L6-v2", "onnx"
+    )
 
 
 def test_bad_backend_settings_fail_early(monkeypatch):

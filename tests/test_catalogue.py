@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 
 from chunkeval.cli import main
-from chunkeval.experiment import DEMO_DIR, Experiment
-from chunkeval.sweep import run_sweep
+from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.sweep import run_sweep
 from chunkeval.warehouse import Warehouse
 
 GOOD_REFS = '[{""content"": ""Delta epsilon"", ""start_index"": 18, ""end_index"": 31}]'
@@ -30,8 +30,11 @@ def recorded(tmp_path_factory, embedder_factory):
     result = run_sweep(exp, embedder_factory())
     wh = Warehouse(home / "warehouse")
     per_query = result.per_query  # a run whose questions are all others: nothing to pair with
-    renamed = per_query.set_column(per_query.column_names.index("query_id"), "query_id",
-                                   pa.array(["other-" + q for q in per_query["query_id"].to_pylist()]))
+    renamed = per_query.set_column(
+        per_query.column_names.index("query_id"),
+        "query_id",
+        pa.array(["other-" + q for q in per_query["query_id"].to_pylist()]),
+    )
     disjoint = wh.begin_run("cat", {}, "manual", exp.to_dict())
     wh.complete_run(disjoint, renamed, result.summary, 0, result.references)
     credit = wh.begin_run("cat", {}, "manual", exp.with_overrides(duplicates="credit").to_dict())  # scored otherwise
@@ -54,7 +57,13 @@ def ws(tmp_path, recorded, monkeypatch):
     (tmp_path / "plain").write_text("a regular file\n")
     (tmp_path / "gold.csv").write_text('query_id,query,relevant_chunk_ids\n1,q one,"[""A""]"\n')
     (tmp_path / "run.jsonl").write_text('{"query_id": "1", "retrieved_chunk_ids": ["A"]}\n')
-    return {"t": tmp_path, "home": home, "run_id": run_id, "credit_run_id": credit_run_id, "disjoint_run_id": disjoint_run_id}
+    return {
+        "t": tmp_path,
+        "home": home,
+        "run_id": run_id,
+        "credit_run_id": credit_run_id,
+        "disjoint_run_id": disjoint_run_id,
+    }
 
 
 def free_port() -> int:
@@ -70,9 +79,14 @@ def max_pooling_model(t: Path) -> Path:
     """A sentence-transformers folder whose Pooling module takes the maximum (which onnx does not run)."""
     folder = t / "max-pooled"
     (folder / "1_Pooling").mkdir(parents=True, exist_ok=True)
-    (folder / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (folder / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            ]
+        )
+    )
     (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True}))
     return folder
 
@@ -83,8 +97,18 @@ def write(path: Path, content: str | bytes) -> Path:
 
 
 def sweep(t: Path, *extra, questions=None, corpus=None, out=None):
-    return ["sweep", "--corpus-dir", corpus or t / "corpora", "--questions", questions or t / "q.csv", "--chunk-sizes", "50",
-            "--out", out or t / "out.csv", *extra]
+    return [
+        "sweep",
+        "--corpus-dir",
+        corpus or t / "corpora",
+        "--questions",
+        questions or t / "q.csv",
+        "--chunk-sizes",
+        "50",
+        "--out",
+        out or t / "out.csv",
+        *extra,
+    ]
 
 
 def bad_refs(t: Path, refs: str) -> Path:
@@ -109,139 +133,516 @@ CASES = {
     "sweep: questions is a folder": (lambda w: sweep(w["t"], questions=w["t"] / "corpora"), "cannot read file"),
     "sweep: questions under a regular file": (lambda w: sweep(w["t"], questions=w["t"] / "plain" / "q.csv"), "q.csv"),
     "sweep: questions empty": (lambda w: sweep(w["t"], questions=write(w["t"] / "e.csv", "")), "file is empty"),
-    "sweep: questions not UTF-8": (lambda w: sweep(w["t"], questions=write(w["t"] / "l1.csv", b"question,references,corpus_id\ncaf\xe9,[],doc\n")), "not UTF-8"),
-    "sweep: corpus not UTF-8": (lambda w: [write(w["t"] / "corpora" / "doc.md", b"caf\xe9 au lait"), *sweep(w["t"])][1:], "doc.md: not UTF-8"),
-    "sweep: corpus empty": (lambda w: [write(w["t"] / "corpora" / "doc.md", "  \n"), *sweep(w["t"])][1:], "file is empty"),
-    "sweep: broken CSV quoting": (lambda w: sweep(w["t"], questions=write(w["t"] / "b.csv", 'question,references,corpus_id\n"What?,[],doc\n')), "b.csv"),
-    "sweep: missing column": (lambda w: sweep(w["t"], questions=write(w["t"] / "m.csv", "question,corpus_id\nWhat?,doc\n")), "missing column"),
-    "sweep: broken JSON in references": (lambda w: sweep(w["t"], questions=bad_refs(w["t"], "[{oops")), "row 1: column references: broken JSON"),
-    "sweep: references not a list": (lambda w: sweep(w["t"], questions=bad_refs(w["t"], '{""a"": 1}')), "bad.csv: row 1"),
-    "sweep: offsets out of range": (lambda w: sweep(w["t"], questions=bad_refs(w["t"], '[{""content"": ""x"", ""start_index"": 5, ""end_index"": 99999}]')), "out of range"),
-    "sweep: reversed offsets": (lambda w: sweep(w["t"], questions=bad_refs(w["t"], '[{""content"": ""x"", ""start_index"": 9, ""end_index"": 3}]')), "reversed"),
-    "sweep: offsets not numbers": (lambda w: sweep(w["t"], questions=bad_refs(w["t"], '[{""content"": ""x"", ""start_index"": ""a"", ""end_index"": 3}]')), "bad.csv: row 1"),
-    "sweep: reference not found": (lambda w: sweep(w["t"], questions=bad_refs(w["t"], '[{""content"": ""omega"", ""start_index"": 0, ""end_index"": 5}]')), "not found"),
-    "sweep: question names an unknown corpus": (lambda w: sweep(w["t"], questions=write(w["t"] / "u.csv", f'question,references,corpus_id\nWhat?,"{GOOD_REFS}",nope\n')), "u.csv: row 1: corpus_id 'nope' names no corpus file"),
+    "sweep: questions not UTF-8": (
+        lambda w: sweep(w["t"], questions=write(w["t"] / "l1.csv", b"question,references,corpus_id\ncaf\xe9,[],doc\n")),
+        "not UTF-8",
+    ),
+    "sweep: corpus not UTF-8": (
+        lambda w: [write(w["t"] / "corpora" / "doc.md", b"caf\xe9 au lait"), *sweep(w["t"])][1:],
+        "doc.md: not UTF-8",
+    ),
+    "sweep: corpus empty": (
+        lambda w: [write(w["t"] / "corpora" / "doc.md", "  \n"), *sweep(w["t"])][1:],
+        "file is empty",
+    ),
+    "sweep: broken CSV quoting": (
+        lambda w: sweep(w["t"], questions=write(w["t"] / "b.csv", 'question,references,corpus_id\n"What?,[],doc\n')),
+        "b.csv",
+    ),
+    "sweep: missing column": (
+        lambda w: sweep(w["t"], questions=write(w["t"] / "m.csv", "question,corpus_id\nWhat?,doc\n")),
+        "missing column",
+    ),
+    "sweep: broken JSON in references": (
+        lambda w: sweep(w["t"], questions=bad_refs(w["t"], "[{oops")),
+        "row 1: column references: broken JSON",
+    ),
+    "sweep: references not a list": (
+        lambda w: sweep(w["t"], questions=bad_refs(w["t"], '{""a"": 1}')),
+        "bad.csv: row 1",
+    ),
+    "sweep: offsets out of range": (
+        lambda w: sweep(
+            w["t"], questions=bad_refs(w["t"], '[{""content"": ""x"", ""start_index"": 5, ""end_index"": 99999}]')
+        ),
+        "out of range",
+    ),
+    "sweep: reversed offsets": (
+        lambda w: sweep(
+            w["t"], questions=bad_refs(w["t"], '[{""content"": ""x"", ""start_index"": 9, ""end_index"": 3}]')
+        ),
+        "reversed",
+    ),
+    "sweep: offsets not numbers": (
+        lambda w: sweep(
+            w["t"], questions=bad_refs(w["t"], '[{""content"": ""x"", ""start_index"": ""a"", ""end_index"": 3}]')
+        ),
+        "bad.csv: row 1",
+    ),
+    "sweep: reference not found": (
+        lambda w: sweep(
+            w["t"], questions=bad_refs(w["t"], '[{""content"": ""omega"", ""start_index"": 0, ""end_index"": 5}]')
+        ),
+        "not found",
+    ),
+    "sweep: question names an unknown corpus": (
+        lambda w: sweep(
+            w["t"], questions=write(w["t"] / "u.csv", f'question,references,corpus_id\nWhat?,"{GOOD_REFS}",nope\n')
+        ),
+        "u.csv: row 1: corpus_id 'nope' names no corpus file",
+    ),
     # ---------------------------------------------------------------- sweep: settings
     "sweep: unknown corpus": (lambda w: sweep(w["t"], "--corpus", "nope"), "no corpus named nope"),
     "sweep: unknown chunker": (lambda w: sweep(w["t"], "--chunker", "magic"), "unknown chunker 'magic'"),
-    "sweep: chunker module not importable": (lambda w: sweep(w["t"], "--chunker", "nosuchpkg.mod:fn"), "cannot import chunker"),
+    "sweep: chunker module not importable": (
+        lambda w: sweep(w["t"], "--chunker", "nosuchpkg.mod:fn"),
+        "cannot import chunker",
+    ),
     "sweep: unknown model": (lambda w: sweep(w["t"], "--model", "no-such-model"), "model 'no-such-model'"),
-    "sweep: chunk size not a number": (lambda w: sweep(w["t"], "--chunk-sizes", "abc"), "--chunk-sizes must be whole numbers"),
+    "sweep: chunk size not a number": (
+        lambda w: sweep(w["t"], "--chunk-sizes", "abc"),
+        "--chunk-sizes must be whole numbers",
+    ),
     "sweep: chunk size 0": (lambda w: sweep(w["t"], "--chunk-sizes", "0"), "chunk_size must be at least 1"),
     "sweep: overlap not a number": (lambda w: sweep(w["t"], "--overlaps", "ten%"), "overlap must be a whole number"),
     "sweep: overlap not below size": (lambda w: sweep(w["t"], "--overlaps", "50"), "chunk_overlap"),
     "sweep: k below 1": (lambda w: sweep(w["t"], "--k", "0"), "k must be at least 1"),
-    "sweep: unknown device": (lambda w: sweep(w["t"], "--device", "tpu"), "--device must be auto, cpu, cuda or cuda:N, got 'tpu'"),
+    "sweep: unknown device": (
+        lambda w: sweep(w["t"], "--device", "tpu"),
+        "--device must be auto, cpu, cuda or cuda:N, got 'tpu'",
+    ),
     "sweep: batch size 0": (lambda w: sweep(w["t"], "--batch-size", "0"), "--batch-size must be at least 1"),
     "sweep: output suffix": (lambda w: sweep(w["t"], out=w["t"] / "out.txt"), ".csv or .parquet"),
-    "sweep: output folder missing": (lambda w: sweep(w["t"], out=w["t"] / "none" / "out.csv"), "output folder does not exist"),
-    "sweep: output under a regular file": (lambda w: sweep(w["t"], out=w["t"] / "plain" / "out.csv"), "output folder does not exist"),
+    "sweep: output folder missing": (
+        lambda w: sweep(w["t"], out=w["t"] / "none" / "out.csv"),
+        "output folder does not exist",
+    ),
+    "sweep: output under a regular file": (
+        lambda w: sweep(w["t"], out=w["t"] / "plain" / "out.csv"),
+        "output folder does not exist",
+    ),
     "sweep: unknown retriever": (lambda w: sweep(w["t"], "--retriever", "dense,magic"), "unknown retriever 'magic'"),
-    "sweep: retriever module not importable": (lambda w: sweep(w["t"], "--retriever", "nosuchpkg:fn"), "cannot import 'nosuchpkg'"),
-    "sweep: model listed twice": (lambda w: sweep(w["t"], "--model", "all-MiniLM-L6-v2,all-MiniLM-L6-v2"), "model 'all-MiniLM-L6-v2' listed twice"),
-    "sweep: model folder without a model": (lambda w: sweep(w["t"], "--model", w["t"] / "corpora"), "nor a local sentence-transformers folder"),
-    "sweep: model folder that does not load": (lambda w: [write(w["t"] / "corpora" / "config.json", "{}"), *sweep(w["t"], "--model", w["t"] / "corpora")][1:], "cannot be loaded as a sentence-transformers model"),
-    "sweep: semantic chunker below 50 tokens": (lambda w: sweep(w["t"], "--chunker", "cluster_semantic", "--chunk-sizes", "30"), "chunker 'cluster_semantic' needs chunk_size ≥ 50, got 30"),
-    "sweep: unknown duplicates setting": (lambda w: sweep(w["t"], "--duplicates", "exact"), "--duplicates: invalid choice: 'exact'"),
-    "sweep: unknown backend": (lambda w: sweep(w["t"], "--backend", "tensorrt"), "--backend: invalid choice: 'tensorrt'"),
-    "sweep: unknown quantisation": (lambda w: sweep(w["t"], "--backend", "onnx", "--quantize", "int4"), "--quantize: invalid choice: 'int4'"),
-    "sweep: int8 on the torch backend": (lambda w: sweep(w["t"], "--quantize", "int8"), "quantize: int8 needs backend onnx or openvino"),
-    "sweep: onnx with a max-pooling model": (lambda w: sweep(w["t"], "--backend", "onnx", "--model", str(max_pooling_model(w["t"]))),
-                                             "pool by mean or cls token; "),
-    "sweep: rrf-k negative": (lambda w: sweep(w["t"], "--retriever", "hybrid", "--rrf-k", "-1"), "rrf_k must be 0 or more"),
-    "sweep: splitter chunk not in the corpus": (lambda w: sweep(w["t"], "--chunker", "plugins_for_tests:invents_text", "--retriever", "bm25"), "that is not in corpus 'doc'"),
-    "sweep: plug-in retriever out of range": (lambda w: sweep(w["t"], "--retriever", "plugins_for_tests:out_of_range"), "returned indices out of range"),
-    "sweep: plug-in retriever wrong shape": (lambda w: sweep(w["t"], "--retriever", "plugins_for_tests:wrong_shape"), "plugins_for_tests:wrong_shape"),
-    "sweep: CHUNKEVAL_HOME under a regular file": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "plain" / "home")), *sweep(w["t"])][1:], "is a file, not a folder"),
+    "sweep: retriever module not importable": (
+        lambda w: sweep(w["t"], "--retriever", "nosuchpkg:fn"),
+        "cannot import 'nosuchpkg'",
+    ),
+    "sweep: model listed twice": (
+        lambda w: sweep(w["t"], "--model", "all-MiniLM-L6-v2,all-MiniLM-L6-v2"),
+        "model 'all-MiniLM-L6-v2' listed twice",
+    ),
+    "sweep: model folder without a model": (
+        lambda w: sweep(w["t"], "--model", w["t"] / "corpora"),
+        "nor a local sentence-transformers folder",
+    ),
+    "sweep: model folder that does not load": (
+        lambda w: [write(w["t"] / "corpora" / "config.json", "{}"), *sweep(w["t"], "--model", w["t"] / "corpora")][1:],
+        "cannot be loaded as a sentence-transformers model",
+    ),
+    "sweep: semantic chunker below 50 tokens": (
+        lambda w: sweep(w["t"], "--chunker", "cluster_semantic", "--chunk-sizes", "30"),
+        "chunker 'cluster_semantic' needs chunk_size ≥ 50, got 30",
+    ),
+    "sweep: unknown duplicates setting": (
+        lambda w: sweep(w["t"], "--duplicates", "exact"),
+        "--duplicates: invalid choice: 'exact'",
+    ),
+    "sweep: unknown backend": (
+        lambda w: sweep(w["t"], "--backend", "tensorrt"),
+        "--backend: invalid choice: 'tensorrt'",
+    ),
+    "sweep: unknown quantisation": (
+        lambda w: sweep(w["t"], "--backend", "onnx", "--quantize", "int4"),
+        "--quantize: invalid choice: 'int4'",
+    ),
+    "sweep: int8 on the torch backend": (
+        lambda w: sweep(w["t"], "--quantize", "int8"),
+        "quantize: int8 needs backend onnx or openvino",
+    ),
+    "sweep: onnx with a max-pooling model": (
+        lambda w: sweep(w["t"], "--backend", "onnx", "--model", str(max_pooling_model(w["t"]))),
+        "pool by mean or cls token; ",
+    ),
+    "sweep: rrf-k negative": (
+        lambda w: sweep(w["t"], "--retriever", "hybrid", "--rrf-k", "-1"),
+        "rrf_k must be 0 or more",
+    ),
+    "sweep: splitter chunk not in the corpus": (
+        lambda w: sweep(w["t"], "--chunker", "plugins_for_tests:invents_text", "--retriever", "bm25"),
+        "that is not in corpus 'doc'",
+    ),
+    "sweep: plug-in retriever out of range": (
+        lambda w: sweep(w["t"], "--retriever", "plugins_for_tests:out_of_range"),
+        "returned indices out of range",
+    ),
+    "sweep: plug-in retriever wrong shape": (
+        lambda w: sweep(w["t"], "--retriever", "plugins_for_tests:wrong_shape"),
+        "plugins_for_tests:wrong_shape",
+    ),
+    "sweep: CHUNKEVAL_HOME under a regular file": (
+        lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "plain" / "home")), *sweep(w["t"])][1:],
+        "is a file, not a folder",
+    ),
     # ---------------------------------------------------------------- run
     "run: experiment file missing": (lambda w: ["run", w["t"] / "nope.yaml"], "nope.yaml: file not found"),
-    "run: unknown task runner": (lambda w: ["run", "--task-runner", "ray"], "--task-runner must be local, dask, dask:N or dask=tcp://HOST:PORT"),
-    "run: dask without workers": (lambda w: ["run", "--task-runner", "dask:0"], "takes a number of workers of at least 1"),
-    "run: dask address without tcp://": (lambda w: ["run", "--task-runner", "dask=scheduler:8786"], "takes a scheduler address like tcp://scheduler:8786"),
-    "run: dask scheduler that does not answer": (lambda w: ["run", "--task-runner", f"dask=tcp://127.0.0.1:{free_port()}"], "no Dask scheduler answers there"),
-    "run: experiment file broken YAML": (lambda w: ["run", experiment(w["t"], "k: [1, 2\nchunker: x")], "exp.yaml: broken YAML"),
+    "run: unknown task runner": (
+        lambda w: ["run", "--task-runner", "ray"],
+        "--task-runner must be local, dask, dask:N or dask=tcp://HOST:PORT",
+    ),
+    "run: dask without workers": (
+        lambda w: ["run", "--task-runner", "dask:0"],
+        "takes a number of workers of at least 1",
+    ),
+    "run: dask address without tcp://": (
+        lambda w: ["run", "--task-runner", "dask=scheduler:8786"],
+        "takes a scheduler address like tcp://scheduler:8786",
+    ),
+    "run: dask scheduler that does not answer": (
+        lambda w: ["run", "--task-runner", f"dask=tcp://127.0.0.1:{free_port()}"],
+        "no Dask scheduler answers there",
+    ),
+    "run: experiment file broken YAML": (
+        lambda w: ["run", experiment(w["t"], "k: [1, 2\nchunker: x")],
+        "exp.yaml: broken YAML",
+    ),
     "run: experiment file not a mapping": (lambda w: ["run", experiment(w["t"], "- a\n- b\n")], "a YAML mapping"),
     "run: experiment file not UTF-8": (lambda w: ["run", experiment(w["t"], b"name: caf\xe9\n")], "not UTF-8"),
-    "run: experiment file unknown key": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "chunk_size: 3\n")], "unknown experiment key(s) chunk_size"),
-    "run: experiment file wrong type": (lambda w: ["run", experiment(w["t"], "corpus_dir: corpora\nquestions: q.csv\nchunk_sizes: [fifty]\n")], "chunk_sizes must be whole numbers"),
-    "run: experiment file bad name": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "name: two words\n")], "must be one word"),
-    "run: experiment file broken questions": (lambda w: ["run", experiment(w["t"], GOOD_YAML.replace("q.csv", "bad.csv")), bad_refs(w["t"], "[{oops")][:2], "bad.csv: row 1: column references: broken JSON"),
-    "run: unknown experiment without settings": (lambda w: ["run", "--experiment", "nosuch"], "no experiment named 'nosuch'"),
+    "run: experiment file unknown key": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + "chunk_size: 3\n")],
+        "unknown experiment key(s) chunk_size",
+    ),
+    "run: experiment file wrong type": (
+        lambda w: ["run", experiment(w["t"], "corpus_dir: corpora\nquestions: q.csv\nchunk_sizes: [fifty]\n")],
+        "chunk_sizes must be whole numbers",
+    ),
+    "run: experiment file bad name": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + "name: two words\n")],
+        "must be one word",
+    ),
+    "run: experiment file broken questions": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML.replace("q.csv", "bad.csv")), bad_refs(w["t"], "[{oops")][:2],
+        "bad.csv: row 1: column references: broken JSON",
+    ),
+    "run: unknown experiment without settings": (
+        lambda w: ["run", "--experiment", "nosuch"],
+        "no experiment named 'nosuch'",
+    ),
     "run: k below 1": (lambda w: ["run", "--experiment", "cat", "--k", "0"], "k must be at least 1"),
     "run: unknown chunker": (lambda w: ["run", "--experiment", "cat", "--chunker", "magic"], "unknown chunker 'magic'"),
-    "run: unknown model": (lambda w: ["run", "--experiment", "cat", "--model", "no-such-model"], "model 'no-such-model'"),
-    "run: unknown retriever": (lambda w: ["run", "--experiment", "cat", "--retriever", "magic"], "unknown retriever 'magic'"),
-    "run: experiment file model of wrong type": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "model: {a: 1}\n")], "model must be a name or a list"),
-    "run: experiment file flag of wrong type": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "own_corpus: maybe\n")], "own_corpus must be true or false"),
-    "run: experiment file unknown duplicates setting": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "duplicates: exact\n")], "duplicates must be positional or credit, got 'exact'"),
-    "run: experiment file unknown backend": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "backend: tensorrt\n")], "backend must be torch, onnx, openvino, got 'tensorrt'"),
-    "run: experiment file int8 on torch": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "quantize: int8\n")], "quantize: int8 needs backend onnx or openvino"),
-    "run: CHUNKEVAL_HOME under a regular file": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "plain" / "home")), "run", experiment(w["t"], GOOD_YAML)][1:], "is a file, not a folder"),
+    "run: unknown model": (
+        lambda w: ["run", "--experiment", "cat", "--model", "no-such-model"],
+        "model 'no-such-model'",
+    ),
+    "run: unknown retriever": (
+        lambda w: ["run", "--experiment", "cat", "--retriever", "magic"],
+        "unknown retriever 'magic'",
+    ),
+    "run: experiment file model of wrong type": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + "model: {a: 1}\n")],
+        "model must be a name or a list",
+    ),
+    "run: experiment file flag of wrong type": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + "own_corpus: maybe\n")],
+        "own_corpus must be true or false",
+    ),
+    "run: experiment file unknown duplicates setting": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + "duplicates: exact\n")],
+        "duplicates must be positional or credit, got 'exact'",
+    ),
+    "run: experiment file unknown backend": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + "backend: tensorrt\n")],
+        "backend must be torch, onnx, openvino, got 'tensorrt'",
+    ),
+    "run: experiment file int8 on torch": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + "quantize: int8\n")],
+        "quantize: int8 needs backend onnx or openvino",
+    ),
+    "run: CHUNKEVAL_HOME under a regular file": (
+        lambda w: [
+            os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "plain" / "home")),
+            "run",
+            experiment(w["t"], GOOD_YAML),
+        ][1:],
+        "is a file, not a folder",
+    ),
     # ---------------------------------------------------------------- evaluate-run
     "evaluate-run: gold missing": (lambda w: evaluate_run(w["t"], w["t"] / "nope.csv"), "nope.csv: file not found"),
     "evaluate-run: gold empty": (lambda w: evaluate_run(w["t"], write(w["t"] / "g.csv", "")), "file is empty"),
-    "evaluate-run: gold grade not a number": (lambda w: evaluate_run(w["t"], write(w["t"] / "g.csv", 'query_id,query,relevant_chunk_ids\n1,q,"{""A"": ""x""}"\n')), "g.csv: row 1"),
-    "evaluate-run: run broken JSON": (lambda w: evaluate_run(w["t"], None, write(w["t"] / "r.jsonl", '{"query_id": "1", "retrieved_chunk_ids": ["A"\n')), "r.jsonl: row 1: broken JSON"),
-    "evaluate-run: run names an unknown query": (lambda w: evaluate_run(w["t"], None, write(w["t"] / "r.jsonl", '{"query_id": "9", "retrieved_chunk_ids": ["A"]}\n')), "query_id '9' is not in the gold set"),
-    "evaluate-run: run list of wrong type": (lambda w: evaluate_run(w["t"], None, write(w["t"] / "r.jsonl", '{"query_id": "1", "retrieved_chunk_ids": "A"}\n')), "r.jsonl: row 1"),
-    "evaluate-run: TREC qrels line short": (lambda w: evaluate_run(w["t"], write(w["t"] / "q.trec", "1 0 A\n"), write(w["t"] / "r.trec", "1 Q0 A 1 1.0 t\n"), "--format", "trec"), "q.trec: row 1: a qrels line has 4 fields"),
-    "evaluate-run: TREC run score not a number": (lambda w: evaluate_run(w["t"], write(w["t"] / "q.trec", "1 0 A 1\n"), write(w["t"] / "r.trec", "1 Q0 A 1 high t\n"), "--format", "trec"), "r.trec: row 1: score 'high'"),
+    "evaluate-run: gold grade not a number": (
+        lambda w: evaluate_run(
+            w["t"], write(w["t"] / "g.csv", 'query_id,query,relevant_chunk_ids\n1,q,"{""A"": ""x""}"\n')
+        ),
+        "g.csv: row 1",
+    ),
+    "evaluate-run: run broken JSON": (
+        lambda w: evaluate_run(
+            w["t"], None, write(w["t"] / "r.jsonl", '{"query_id": "1", "retrieved_chunk_ids": ["A"\n')
+        ),
+        "r.jsonl: row 1: broken JSON",
+    ),
+    "evaluate-run: run names an unknown query": (
+        lambda w: evaluate_run(
+            w["t"], None, write(w["t"] / "r.jsonl", '{"query_id": "9", "retrieved_chunk_ids": ["A"]}\n')
+        ),
+        "query_id '9' is not in the gold set",
+    ),
+    "evaluate-run: run list of wrong type": (
+        lambda w: evaluate_run(
+            w["t"], None, write(w["t"] / "r.jsonl", '{"query_id": "1", "retrieved_chunk_ids": "A"}\n')
+        ),
+        "r.jsonl: row 1",
+    ),
+    "evaluate-run: TREC qrels line short": (
+        lambda w: evaluate_run(
+            w["t"],
+            write(w["t"] / "q.trec", "1 0 A\n"),
+            write(w["t"] / "r.trec", "1 Q0 A 1 1.0 t\n"),
+            "--format",
+            "trec",
+        ),
+        "q.trec: row 1: a qrels line has 4 fields",
+    ),
+    "evaluate-run: TREC run score not a number": (
+        lambda w: evaluate_run(
+            w["t"],
+            write(w["t"] / "q.trec", "1 0 A 1\n"),
+            write(w["t"] / "r.trec", "1 Q0 A 1 high t\n"),
+            "--format",
+            "trec",
+        ),
+        "r.trec: row 1: score 'high'",
+    ),
     "evaluate-run: k below 1": (lambda w: evaluate_run(w["t"], None, None, "--k", "0"), "--k must be at least 1"),
-    "evaluate-run: k not a number": (lambda w: evaluate_run(w["t"], None, None, "--k", "ten"), "--k: invalid int value"),
-    "evaluate-run: unknown format": (lambda w: evaluate_run(w["t"], None, None, "--format", "xml"), "--format: invalid choice"),
+    "evaluate-run: k not a number": (
+        lambda w: evaluate_run(w["t"], None, None, "--k", "ten"),
+        "--k: invalid int value",
+    ),
+    "evaluate-run: unknown format": (
+        lambda w: evaluate_run(w["t"], None, None, "--format", "xml"),
+        "--format: invalid choice",
+    ),
     # ---------------------------------------------------------------- runs, trend, report, baseline
     "runs: unknown experiment": (lambda w: ["runs", "--experiment", "nosuch"], "no experiment named 'nosuch'"),
-    "trend: unknown experiment": (lambda w: ["trend", "--experiment", "nosuch", "--metric", "span_recall"], "no experiment named 'nosuch'"),
-    "trend: unknown metric": (lambda w: ["trend", "--experiment", "cat", "--metric", "accuracy"], "unknown metric 'accuracy'"),
-    "trend: unknown configuration key": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "size=100"], "--config keys are"),
-    "trend: configuration value not a number": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size=big"], "--config chunk_size must be whole numbers"),
-    "trend: configuration not in the experiment": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size=999"], "no configuration of experiment 'cat' matches"),
-    "trend: retriever not in the experiment": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "retriever=bm25"], "no configuration of experiment 'cat' matches"),
-    "trend: configuration without =": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size"], "--config takes key=value"),
-    "trend: last 0": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--last", "0"], "--last must be at least 1"),
-    "trend: negative threshold": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--threshold", "-1"], "--threshold must be 0 or more"),
-    "trend: alpha outside (0, 1)": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--fail-on-regression", "--alpha", "0"], "--alpha must be strictly between 0 and 1"),
-    "trend: unknown baseline run": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--baseline", "nosuch"], "no run 'nosuch'"),
-    "trend: no warehouse yet": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "trend", "--experiment", "cat", "--metric", "mrr"][1:], "no warehouse here yet"),
+    "trend: unknown experiment": (
+        lambda w: ["trend", "--experiment", "nosuch", "--metric", "span_recall"],
+        "no experiment named 'nosuch'",
+    ),
+    "trend: unknown metric": (
+        lambda w: ["trend", "--experiment", "cat", "--metric", "accuracy"],
+        "unknown metric 'accuracy'",
+    ),
+    "trend: unknown configuration key": (
+        lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "size=100"],
+        "--config keys are",
+    ),
+    "trend: configuration value not a number": (
+        lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size=big"],
+        "--config chunk_size must be whole numbers",
+    ),
+    "trend: configuration not in the experiment": (
+        lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size=999"],
+        "no configuration of experiment 'cat' matches",
+    ),
+    "trend: retriever not in the experiment": (
+        lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "retriever=bm25"],
+        "no configuration of experiment 'cat' matches",
+    ),
+    "trend: configuration without =": (
+        lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size"],
+        "--config takes key=value",
+    ),
+    "trend: last 0": (
+        lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--last", "0"],
+        "--last must be at least 1",
+    ),
+    "trend: negative threshold": (
+        lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--threshold", "-1"],
+        "--threshold must be 0 or more",
+    ),
+    "trend: alpha outside (0, 1)": (
+        lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--fail-on-regression", "--alpha", "0"],
+        "--alpha must be strictly between 0 and 1",
+    ),
+    "trend: unknown baseline run": (
+        lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--baseline", "nosuch"],
+        "no run 'nosuch'",
+    ),
+    "trend: no warehouse yet": (
+        lambda w: [
+            os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")),
+            "trend",
+            "--experiment",
+            "cat",
+            "--metric",
+            "mrr",
+        ][1:],
+        "no warehouse here yet",
+    ),
     "report: unknown run": (lambda w: ["report", "--run", "nosuch"], "no run 'nosuch'"),
     "report: unknown experiment": (lambda w: ["report", "--experiment", "nosuch"], "no experiment named 'nosuch'"),
     "report: neither run nor experiment": (lambda w: ["report"], "give --run ID or --experiment NAME"),
-    "report: run of another experiment": (lambda w: ["report", "--experiment", "other", "--run", w["run_id"]], "no experiment named 'other'"),
-    "report: html folder missing": (lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "none" / "r.html"], "output folder does not exist"),
-    "report: html under a regular file": (lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "plain" / "r.html"], "output folder does not exist"),
-    "report: html is a folder": (lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "corpora"], "output is a folder"),
-    "report: configuration not in the run": (lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "r.html", "--config", "chunk_size=999"], "no configuration of the run matches"),
-    "report: --since not an age": (lambda w: ["report", "--experiment", "cat", "--since", "a week"], "--since takes an age such as 36h, 7d or 2w"),
-    "report: --since with --run": (lambda w: ["report", "--experiment", "cat", "--run", w["run_id"], "--since", "7d"], "--since prints the rollup"),
+    "report: run of another experiment": (
+        lambda w: ["report", "--experiment", "other", "--run", w["run_id"]],
+        "no experiment named 'other'",
+    ),
+    "report: html folder missing": (
+        lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "none" / "r.html"],
+        "output folder does not exist",
+    ),
+    "report: html under a regular file": (
+        lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "plain" / "r.html"],
+        "output folder does not exist",
+    ),
+    "report: html is a folder": (
+        lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "corpora"],
+        "output is a folder",
+    ),
+    "report: configuration not in the run": (
+        lambda w: ["report", "--experiment", "cat", "--html", w["t"] / "r.html", "--config", "chunk_size=999"],
+        "no configuration of the run matches",
+    ),
+    "report: --since not an age": (
+        lambda w: ["report", "--experiment", "cat", "--since", "a week"],
+        "--since takes an age such as 36h, 7d or 2w",
+    ),
+    "report: --since with --run": (
+        lambda w: ["report", "--experiment", "cat", "--run", w["run_id"], "--since", "7d"],
+        "--since prints the rollup",
+    ),
     "runs delete: unknown run": (lambda w: ["runs", "delete", w["run_id"], "nosuch"], "no run 'nosuch'"),
-    "runs prune: no rule": (lambda w: ["runs", "prune", "--experiment", "cat"], "takes one of --keep-last K or --older-than AGE"),
-    "runs prune: both rules": (lambda w: ["runs", "prune", "--experiment", "cat", "--keep-last", "2", "--older-than", "9d"], "takes one of --keep-last K"),
-    "runs prune: age not an age": (lambda w: ["runs", "prune", "--experiment", "cat", "--older-than", "ninety"], "--older-than takes an age"),
-    "runs prune: keep-last 0": (lambda w: ["runs", "prune", "--experiment", "cat", "--keep-last", "0"], "--keep-last must be at least 1"),
-    "runs prune: unknown experiment": (lambda w: ["runs", "prune", "--experiment", "nosuch", "--keep-last", "1"], "no experiment named 'nosuch'"),
+    "runs prune: no rule": (
+        lambda w: ["runs", "prune", "--experiment", "cat"],
+        "takes one of --keep-last K or --older-than AGE",
+    ),
+    "runs prune: both rules": (
+        lambda w: ["runs", "prune", "--experiment", "cat", "--keep-last", "2", "--older-than", "9d"],
+        "takes one of --keep-last K",
+    ),
+    "runs prune: age not an age": (
+        lambda w: ["runs", "prune", "--experiment", "cat", "--older-than", "ninety"],
+        "--older-than takes an age",
+    ),
+    "runs prune: keep-last 0": (
+        lambda w: ["runs", "prune", "--experiment", "cat", "--keep-last", "0"],
+        "--keep-last must be at least 1",
+    ),
+    "runs prune: unknown experiment": (
+        lambda w: ["runs", "prune", "--experiment", "nosuch", "--keep-last", "1"],
+        "no experiment named 'nosuch'",
+    ),
     "baseline: unknown run": (lambda w: ["baseline", "--experiment", "cat", "--run", "nosuch"], "no run 'nosuch'"),
-    "baseline: unknown experiment": (lambda w: ["baseline", "--experiment", "nosuch", "--run", w["run_id"]], "no experiment named 'nosuch'"),
+    "baseline: unknown experiment": (
+        lambda w: ["baseline", "--experiment", "nosuch", "--run", w["run_id"]],
+        "no experiment named 'nosuch'",
+    ),
     "compare: unknown run": (lambda w: ["compare", "--run", "nosuch", "--metric", "mrr"], "no run 'nosuch'"),
-    "compare: unknown metric": (lambda w: ["compare", "--run", w["run_id"], "--metric", "accuracy"], "unknown metric 'accuracy'"),
-    "compare: unknown experiment": (lambda w: ["compare", "--experiment", "nosuch", "--metric", "mrr"], "no experiment named 'nosuch'"),
-    "compare: configuration not in the run": (lambda w: ["compare", "--run", w["run_id"], "--metric", "mrr", "--config", "chunk_size=999"], "no configuration of run"),
-    "compare: one configuration only": (lambda w: ["compare", "--run", w["run_id"], "--metric", "mrr"], "a comparison needs two"),
-    "compare: alpha outside (0, 1)": (lambda w: ["compare", "--run", w["run_id"], "--metric", "mrr", "--alpha", "1.5"], "--alpha must be strictly between 0 and 1"),
-    "compare: three runs": (lambda w: ["compare", "--run", w["run_id"], "--run", w["run_id"], "--run", w["run_id"], "--metric", "mrr"], "at most two --run"),
-    "compare: runs scored with different duplicates settings": (lambda w: ["compare", "--run", w["run_id"], "--run", w["credit_run_id"], "--metric", "mrr"], "are never compared"),
-    "trend: baseline scored with another duplicates setting": (lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--fail-on-regression", "--baseline", w["credit_run_id"]], "are never compared"),
-    "compare: no query in common": (lambda w: ["compare", "--run", w["run_id"], "--run", w["disjoint_run_id"], "--metric", "mrr"], "no query in common"),
-    "compare: one run file": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--metric", "mrr"], "--run-file A --run-file B"),
-    "compare: span metric of run files": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--run-file", w["t"] / "run.jsonl", "--metric", "span_recall"], "set and rank metrics only"),
-    "compare: run file broken": (lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--run-file", write(w["t"] / "r.jsonl", "{oops\n"), "--metric", "mrr"], "r.jsonl: row 1: broken JSON"),
-    "gold check: questions missing": (lambda w: ["gold", "check", "--corpus-dir", w["t"] / "corpora", "--questions", w["t"] / "nope.csv"], "nope.csv: file not found"),
-    "gold check: corpus folder missing": (lambda w: ["gold", "check", "--corpus-dir", w["t"] / "nope", "--questions", w["t"] / "q.csv"], "nope"),
-    "gold check: broken references": (lambda w: ["gold", "check", "--corpus-dir", w["t"] / "corpora", "--questions", bad_refs(w["t"], "[{oops")], "bad.csv: row 1"),
-    "gold check: chunk size 0": (lambda w: ["gold", "check", "--corpus-dir", w["t"] / "corpora", "--questions", w["t"] / "q.csv", "--chunk-size", "0"], "--chunk-size must be at least 1"),
-    "warehouse repair: no warehouse": (lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "warehouse", "repair"][1:], "nothing to repair"),
+    "compare: unknown metric": (
+        lambda w: ["compare", "--run", w["run_id"], "--metric", "accuracy"],
+        "unknown metric 'accuracy'",
+    ),
+    "compare: unknown experiment": (
+        lambda w: ["compare", "--experiment", "nosuch", "--metric", "mrr"],
+        "no experiment named 'nosuch'",
+    ),
+    "compare: configuration not in the run": (
+        lambda w: ["compare", "--run", w["run_id"], "--metric", "mrr", "--config", "chunk_size=999"],
+        "no configuration of run",
+    ),
+    "compare: one configuration only": (
+        lambda w: ["compare", "--run", w["run_id"], "--metric", "mrr"],
+        "a comparison needs two",
+    ),
+    "compare: alpha outside (0, 1)": (
+        lambda w: ["compare", "--run", w["run_id"], "--metric", "mrr", "--alpha", "1.5"],
+        "--alpha must be strictly between 0 and 1",
+    ),
+    "compare: three runs": (
+        lambda w: ["compare", "--run", w["run_id"], "--run", w["run_id"], "--run", w["run_id"], "--metric", "mrr"],
+        "at most two --run",
+    ),
+    "compare: runs scored with different duplicates settings": (
+        lambda w: ["compare", "--run", w["run_id"], "--run", w["credit_run_id"], "--metric", "mrr"],
+        "are never compared",
+    ),
+    "trend: baseline scored with another duplicates setting": (
+        lambda w: [
+            "trend",
+            "--experiment",
+            "cat",
+            "--metric",
+            "mrr",
+            "--fail-on-regression",
+            "--baseline",
+            w["credit_run_id"],
+        ],
+        "are never compared",
+    ),
+    "compare: no query in common": (
+        lambda w: ["compare", "--run", w["run_id"], "--run", w["disjoint_run_id"], "--metric", "mrr"],
+        "no query in common",
+    ),
+    "compare: one run file": (
+        lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--metric", "mrr"],
+        "--run-file A --run-file B",
+    ),
+    "compare: span metric of run files": (
+        lambda w: [
+            "compare",
+            "--gold",
+            w["t"] / "gold.csv",
+            "--run-file",
+            w["t"] / "run.jsonl",
+            "--run-file",
+            w["t"] / "run.jsonl",
+            "--metric",
+            "span_recall",
+        ],
+        "set and rank metrics only",
+    ),
+    "compare: run file broken": (
+        lambda w: [
+            "compare",
+            "--gold",
+            w["t"] / "gold.csv",
+            "--run-file",
+            w["t"] / "run.jsonl",
+            "--run-file",
+            write(w["t"] / "r.jsonl", "{oops\n"),
+            "--metric",
+            "mrr",
+        ],
+        "r.jsonl: row 1: broken JSON",
+    ),
+    "gold check: questions missing": (
+        lambda w: ["gold", "check", "--corpus-dir", w["t"] / "corpora", "--questions", w["t"] / "nope.csv"],
+        "nope.csv: file not found",
+    ),
+    "gold check: corpus folder missing": (
+        lambda w: ["gold", "check", "--corpus-dir", w["t"] / "nope", "--questions", w["t"] / "q.csv"],
+        "nope",
+    ),
+    "gold check: broken references": (
+        lambda w: ["gold", "check", "--corpus-dir", w["t"] / "corpora", "--questions", bad_refs(w["t"], "[{oops")],
+        "bad.csv: row 1",
+    ),
+    "gold check: chunk size 0": (
+        lambda w: [
+            "gold",
+            "check",
+            "--corpus-dir",
+            w["t"] / "corpora",
+            "--questions",
+            w["t"] / "q.csv",
+            "--chunk-size",
+            "0",
+        ],
+        "--chunk-size must be at least 1",
+    ),
+    "warehouse repair: no warehouse": (
+        lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "warehouse", "repair"][1:],
+        "nothing to repair",
+    ),
     "unknown command": (lambda w: ["frobnicate"], "invalid choice: 'frobnicate'"),
 }
-
 
 
 def _gpu() -> bool:
@@ -251,15 +652,26 @@ def _gpu() -> bool:
 
 
 if not _gpu():  # CI and this project's machines have none; on a GPU machine `--device cuda` is good input
-    CASES["sweep: cuda on a machine without a GPU"] = (lambda w: sweep(w["t"], "--device", "cuda"), "torch sees no CUDA GPU")
+    CASES["sweep: cuda on a machine without a GPU"] = (
+        lambda w: sweep(w["t"], "--device", "cuda"),
+        "torch sees no CUDA GPU",
+    )
 else:  # on a GPU machine: the exported backends run on the CPU
-    CASES["sweep: onnx on the GPU"] = (lambda w: sweep(w["t"], "--backend", "onnx", "--device", "cuda"), "backend onnx runs on the CPU")
+    CASES["sweep: onnx on the GPU"] = (
+        lambda w: sweep(w["t"], "--backend", "onnx", "--device", "cuda"),
+        "backend onnx runs on the CPU",
+    )
 
 
 def snapshot(*roots: Path) -> dict:
     """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes)."""
-    files = sorted(str(p.relative_to(root)) for root in roots if root.exists() for p in root.rglob("*")
-                   if p.is_file() and not p.name.startswith("chunkeval.duckdb"))
+    files = sorted(
+        str(p.relative_to(root))
+        for root in roots
+        if root.exists()
+        for p in root.rglob("*")
+        if p.is_file() and not p.name.startswith("chunkeval.duckdb")
+    )
     return {"files": files}
 
 
@@ -268,14 +680,28 @@ def catalogue_rows(home: Path) -> list:
     if not wh.exists():
         return []
     with wh.connect() as con:
-        return con.execute("SELECT run_id, status FROM runs UNION ALL SELECT run_id, experiment FROM baselines ORDER BY 1").fetchall()
+        return con.execute(
+            "SELECT run_id, status FROM runs UNION ALL SELECT run_id, experiment FROM baselines ORDER BY 1"
+        ).fetchall()
 
 
 def test_the_catalogue_is_large_enough():
     commands = {name.split(":")[0] for name in CASES}
     assert len(CASES) >= 40
-    assert {"sweep", "run", "evaluate-run", "runs", "runs delete", "runs prune", "trend", "report", "baseline", "warehouse repair",
-            "compare", "gold check"} <= commands
+    assert {
+        "sweep",
+        "run",
+        "evaluate-run",
+        "runs",
+        "runs delete",
+        "runs prune",
+        "trend",
+        "report",
+        "baseline",
+        "warehouse repair",
+        "compare",
+        "gold check",
+    } <= commands
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -310,7 +736,9 @@ def test_run_of_an_unknown_experiment_with_settings_defines_it(ws, capsys):
     """`run --experiment NAME` with settings is how a new experiment is named: checked here up to the
     point where the flow would start, by an input error that only a defined experiment reaches."""
     t = ws["t"]
-    code = main(["run", "--experiment", "fresh", "--corpus-dir", str(t / "corpora"), "--questions", str(bad_refs(t, "[{oops"))])
+    code = main(
+        ["run", "--experiment", "fresh", "--corpus-dir", str(t / "corpora"), "--questions", str(bad_refs(t, "[{oops"))]
+    )
     _, err = capsys.readouterr()
     assert code == 2 and "bad.csv: row 1: column references: broken JSON" in err
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from matplotlib.cbook import boxplot_stats
 
-from chunkeval import charts
+from chunkeval.report import charts
 
 NS = "{http://www.w3.org/2000/svg}"
-EVIL = "<b>fixed & \"quoted\"</b>"
+EVIL = '<b>fixed & "quoted"</b>'
 
 
 def parse(svg: str) -> ET.Element:
@@ -43,7 +43,11 @@ def test_nice_ticks_are_round_and_inside():
 def test_box_statistics_equal_matplotlibs(seed):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 60))
-    values = rng.choice([0.0, 1.0, *rng.random(5)], n) if seed % 3 == 0 else np.concatenate([rng.random(n), rng.random(2) * 8 - 4])
+    values = (
+        rng.choice([0.0, 1.0, *rng.random(5)], n)
+        if seed % 3 == 0
+        else np.concatenate([rng.random(n), rng.random(2) * 8 - 4])
+    )
     ours, theirs = charts.box_stats(values), boxplot_stats(values)[0]
     for key in ("q1", "med", "q3", "whislo", "whishi", "mean"):
         assert ours[key] == pytest.approx(theirs[key], abs=1e-12), key
@@ -79,7 +83,9 @@ def test_tradeoff_points_sit_at_their_values_and_labels_are_text():
 
 def test_tradeoff_error_bars_span_the_intervals():
     recall, precision, tokens = np.array([0.5, 0.8, 0.9]), np.array([0.4, 0.3, 0.1]), np.array([100.0, 200.0, 400.0])
-    svg = charts.tradeoff(["a", "b", "c"], recall, precision, tokens, (recall - 0.05, recall + 0.04), (precision - 0.02, precision + 0.03))
+    svg = charts.tradeoff(
+        ["a", "b", "c"], recall, precision, tokens, (recall - 0.05, recall + 0.04), (precision - 0.02, precision + 0.03)
+    )
     root = parse(svg)
     bars = [e.get("d") for e in root.iter(f"{NS}path") if e.get("class") == "errorbar"]
     assert len(bars) == 3
@@ -91,7 +97,11 @@ def test_tradeoff_error_bars_span_the_intervals():
 
 def test_box_plots_draw_the_quartiles():
     rng = np.random.default_rng(7)
-    groups = {f"best precision\n{EVIL}": {"m": rng.random(40)}, "best recall\nx": {"m": np.r_[rng.random(30), 5.0]}, "empty": {"m": np.array([])}}
+    groups = {
+        f"best precision\n{EVIL}": {"m": rng.random(40)},
+        "best recall\nx": {"m": np.r_[rng.random(30), 5.0]},
+        "empty": {"m": np.array([])},
+    }
     root = parse(charts.boxplots(groups, ["m"]))
     boxes = titles(root, "rect")
     assert len(boxes) == 2  # the empty group draws no box
@@ -105,7 +115,11 @@ def test_box_plots_draw_the_quartiles():
 
 def test_histogram_bars_count_what_numpy_counts():
     per_question = {"a": np.array([1, 1, 2, 3]), EVIL: np.array([1, 2]), "none": np.array([], dtype=int)}
-    tokens = {"a": np.array([10, 20, 30, 35, 40, 200, 7]), EVIL: np.array([15, 16, 400]), "none": np.array([], dtype=int)}
+    tokens = {
+        "a": np.array([10, 20, 30, 35, 40, 200, 7]),
+        EVIL: np.array([15, 16, 400]),
+        "none": np.array([], dtype=int),
+    }
     root = parse(charts.gold_histograms(per_question, tokens))
     bars = titles(root, "rect")
     counted = {}
@@ -125,7 +139,10 @@ def test_histogram_bars_count_what_numpy_counts():
 def test_budget_lines_pass_through_their_values_with_gaps_for_missing_bands():
     budgets = [256, 512, 1024, 2048]
     curves = {"fixed 200/0": np.array([0.1, 0.3, 0.6, 0.8]), EVIL: np.array([0.2, 0.25, 0.5, 0.9])}
-    intervals = {"fixed 200/0": ([0.05, None, 0.5, 0.7], [0.15, None, 0.7, 0.9]), EVIL: ([0.1, 0.2, 0.4, 0.8], [0.3, 0.3, 0.6, 1.0])}
+    intervals = {
+        "fixed 200/0": ([0.05, None, 0.5, 0.7], [0.15, None, 0.7, 0.9]),
+        EVIL: ([0.1, 0.2, 0.4, 0.8], [0.3, 0.3, 0.6, 1.0]),
+    }
     root = parse(charts.budget_curves(budgets, curves, intervals))
     dots = titles(root, "circle")
     assert len(dots) == 8
@@ -141,8 +158,13 @@ def test_budget_lines_pass_through_their_values_with_gaps_for_missing_bands():
 def test_trend_marks_regressions_and_draws_long_histories_as_lines():
     x = list(range(1, 101))
     y = list(np.linspace(0.9, 0.8, 100))
-    series = {m: {"cfg": (x, y, [False] * 99 + [m == "span_recall"], [v - 0.01 for v in y], [v + 0.01 for v in y]),
-                  EVIL: (x[:5], y[:5], [False] * 5, [None] * 5, [None] * 5)} for m in ("span_recall", "span_precision", "mrr", "ndcg")}
+    series = {
+        m: {
+            "cfg": (x, y, [False] * 99 + [m == "span_recall"], [v - 0.01 for v in y], [v + 0.01 for v in y]),
+            EVIL: (x[:5], y[:5], [False] * 5, [None] * 5, [None] * 5),
+        }
+        for m in ("span_recall", "span_precision", "mrr", "ndcg")
+    }
     svg = charts.trend_lines(series)
     root = parse(svg)
     crosses = [e for e in root.iter(f"{NS}path") if e.get("class") == "regression"]

@@ -7,9 +7,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkeval.chunking import (
-    CHUNKERS, ChunkerSpec, chunk_corpora, count_tokens, fixed_token, get_encoding, recursive_token, register_chunker,
-    resolve_chunker, token_offsets, window_bounds,
+from chunkeval.engine.chunking import (
+    CHUNKERS,
+    ChunkerSpec,
+    chunk_corpora,
+    count_tokens,
+    fixed_token,
+    get_encoding,
+    recursive_token,
+    register_chunker,
+    resolve_chunker,
+    token_offsets,
+    window_bounds,
 )
 from chunkeval.errors import InputError
 
@@ -61,7 +70,12 @@ def test_fixed_token_windows_are_chromas_windows(text, size, data):
 def test_multibyte_character_split_at_a_window_edge():
     text = "ab😀cd"  # tokens: b"ab", b"\xf0\x9f\x98", b"\x80", b"cd": the emoji is split over two tokens
     enc = get_encoding()
-    assert [enc.decode_single_token_bytes(t) for t in enc.encode_ordinary(text)] == [b"ab", b"\xf0\x9f\x98", b"\x80", b"cd"]
+    assert [enc.decode_single_token_bytes(t) for t in enc.encode_ordinary(text)] == [
+        b"ab",
+        b"\xf0\x9f\x98",
+        b"\x80",
+        b"cd",
+    ]
     # windows of 2 tokens: [ab, emoji-part] [emoji-part, cd]: each takes the whole emoji
     starts, ends = fixed_token(text, 2, 0)
     assert [text[s:e] for s, e in zip(starts, ends)] == ["ab😀", "😀cd"]
@@ -79,12 +93,15 @@ def test_repeated_passages_get_their_own_offsets():
         assert list(starts) == sorted(starts)
 
 
-@pytest.mark.parametrize("n,size,overlap,expected", [
-    (10, 4, 0, [(0, 4), (4, 8), (8, 10)]),
-    (10, 4, 2, [(0, 4), (2, 6), (4, 8), (6, 10)]),
-    (3, 5, 1, [(0, 3)]),
-    (0, 5, 1, []),
-])
+@pytest.mark.parametrize(
+    "n,size,overlap,expected",
+    [
+        (10, 4, 0, [(0, 4), (4, 8), (8, 10)]),
+        (10, 4, 2, [(0, 4), (2, 6), (4, 8), (6, 10)]),
+        (3, 5, 1, [(0, 3)]),
+        (0, 5, 1, []),
+    ],
+)
 def test_window_bounds(n, size, overlap, expected):
     s, e = window_bounds(n, size, overlap)
     assert list(zip(s.tolist(), e.tolist())) == expected
@@ -124,17 +141,21 @@ def test_recursive_overlap_carries_trailing_pieces():
 
 
 def test_chunk_corpora_on_the_shared_data(chroma):
-    from chunkeval.ingest import load_corpora
+    from chunkeval.engine.inputs import load_corpora
 
     corpora = load_corpora(chroma / "corpora")
-    for spec in (ChunkerSpec("fixed_token", 200, 50), ChunkerSpec("fixed_char", 800, 400), ChunkerSpec("recursive_token", 200, 0)):
+    for spec in (
+        ChunkerSpec("fixed_token", 200, 50),
+        ChunkerSpec("fixed_char", 800, 400),
+        ChunkerSpec("recursive_token", 200, 0),
+    ):
         chunks = chunk_corpora(corpora, spec)
         assert len(chunks) > 100 and len(set(chunks.ids())) == len(chunks)
         texts = chunks.texts(corpora)
         sample = np.random.default_rng(0).choice(len(chunks), 50, replace=False)
         for i in sample:
             name = chunks.corpus_names[chunks.corpus[i]]
-            assert texts[i] == corpora[name][chunks.start[i]:chunks.end[i]]
+            assert texts[i] == corpora[name][chunks.start[i] : chunks.end[i]]
         if spec.chunker == "fixed_token":
             assert chunks.n_tokens.max() <= 201
         if spec.chunker == "recursive_token":
@@ -155,6 +176,6 @@ def test_chunker_validation_and_plugins():
 
     chunks = chunk_corpora({"x": "One. Two. Three."}, ChunkerSpec("sentences_test", 1, 0))
     assert chunks.texts({"x": "One. Two. Three."}) == ["One.", " Two.", " Three."]
-    assert resolve_chunker("chunkeval.chunking:fixed_char") is CHUNKERS["fixed_char"]
+    assert resolve_chunker("chunkeval.engine.chunking:fixed_char") is CHUNKERS["fixed_char"]
     with pytest.raises(InputError, match="cannot import"):
         resolve_chunker("no_such_module:f")

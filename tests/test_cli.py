@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from chunkeval.cli import main
-from chunkeval.experiment import parse_overlap
-from chunkeval.ingest import load_corpora, load_span_gold
+from chunkeval.engine.experiment import parse_overlap
+from chunkeval.engine.inputs import load_corpora, load_span_gold
 
 
 def run_cli(capsys, *argv):
@@ -28,18 +27,54 @@ def run_cli(capsys, *argv):
 def test_sweep_on_the_shared_data(chroma, tmp_path, capsys):
     out = tmp_path / "results.parquet"
     code, stdout, err = run_cli(
-        capsys, "sweep", "--corpus-dir", chroma / "corpora", "--questions", chroma / "questions_df.csv",
-        "--corpus", "state_of_the_union", "--chunker", "fixed_token", "--chunk-sizes", "100,250",
-        "--overlaps", "0,10%", "--k", "1,5", "--out", out,
+        capsys,
+        "sweep",
+        "--corpus-dir",
+        chroma / "corpora",
+        "--questions",
+        chroma / "questions_df.csv",
+        "--corpus",
+        "state_of_the_union",
+        "--chunker",
+        "fixed_token",
+        "--chunk-sizes",
+        "100,250",
+        "--overlaps",
+        "0,10%",
+        "--k",
+        "1,5",
+        "--out",
+        out,
     )
     assert code == 0, err
     summary = pq.read_table(out)
     assert summary.column_names[:6] == ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
-    assert set(summary["model"].to_pylist()) == {"all-MiniLM-L6-v2"} and set(summary["retriever"].to_pylist()) == {"dense"}
-    assert sorted(set(zip(summary["chunk_size"].to_pylist(), summary["chunk_overlap"].to_pylist()))) == [(100, 0), (100, 10), (250, 0), (250, 25)]
+    assert set(summary["model"].to_pylist()) == {"all-MiniLM-L6-v2"} and set(summary["retriever"].to_pylist()) == {
+        "dense"
+    }
+    assert sorted(set(zip(summary["chunk_size"].to_pylist(), summary["chunk_overlap"].to_pylist()))) == [
+        (100, 0),
+        (100, 10),
+        (250, 0),
+        (250, 25),
+    ]
     assert summary.num_rows == 8
-    for metric in ("span_precision", "span_recall", "span_f1", "span_iou", "precision_omega", "precision", "recall",
-                   "f1", "precision_at_k", "recall_at_k", "hit_rate", "mrr", "map", "ndcg_at_k"):
+    for metric in (
+        "span_precision",
+        "span_recall",
+        "span_f1",
+        "span_iou",
+        "precision_omega",
+        "precision",
+        "recall",
+        "f1",
+        "precision_at_k",
+        "recall_at_k",
+        "hit_rate",
+        "mrr",
+        "map",
+        "ndcg_at_k",
+    ):
         for suffix in ("_mean", "_std"):
             values = np.asarray(summary[metric + suffix].to_pylist(), dtype=float)
             assert np.all((values >= 0) & (values <= 1)), metric + suffix
@@ -51,7 +86,9 @@ def test_sweep_on_the_shared_data(chroma, tmp_path, capsys):
     recall = [r["span_recall"] for r in rows]
     assert s["span_recall_mean"] == pytest.approx(np.mean(recall))
     assert s["span_recall_std"] == pytest.approx(np.std(recall, ddof=1))
-    assert s["span_precision_micro"] == pytest.approx(sum(r["covered"] for r in rows) / sum(r["retrieved_chars"] for r in rows))
+    assert s["span_precision_micro"] == pytest.approx(
+        sum(r["covered"] for r in rows) / sum(r["retrieved_chars"] for r in rows)
+    )
     # real model, real data: 5 chunks of 250 tokens find most of each answer
     assert s["span_recall_mean"] > 0.8
     assert s["truncated_chunks"] > 0  # 250 cl100k tokens exceed 256 word pieces for most chunks
@@ -61,8 +98,21 @@ def test_sweep_on_the_shared_data(chroma, tmp_path, capsys):
 
 
 def test_second_sweep_embeds_nothing(chroma, tmp_path, capsys):
-    args = ["sweep", "--corpus-dir", chroma / "corpora", "--questions", chroma / "questions_df.csv",
-            "--corpus", "chatlogs", "--chunk-sizes", "200", "--overlaps", "0", "--k", "3"]
+    args = [
+        "sweep",
+        "--corpus-dir",
+        chroma / "corpora",
+        "--questions",
+        chroma / "questions_df.csv",
+        "--corpus",
+        "chatlogs",
+        "--chunk-sizes",
+        "200",
+        "--overlaps",
+        "0",
+        "--k",
+        "3",
+    ]
     assert run_cli(capsys, *args, "--out", tmp_path / "a.csv")[0] == 0
     code, stdout, _ = run_cli(capsys, *args, "--out", tmp_path / "b.csv")
     assert code == 0 and "\n0 text(s) embedded" in stdout
@@ -78,7 +128,9 @@ def test_reference_with_stale_offsets_is_reanchored(tmp_path, caplog):
     corpus.mkdir()
     (corpus / "doc.md").write_text("Intro. The answer is forty-two. Outro.", encoding="utf-8")
     q = tmp_path / "q.csv"
-    q.write_text('question,references,corpus_id\nWhat?,"[{""content"": ""The answer is forty-two."", ""start_index"": 0, ""end_index"": 24}]",doc\n')
+    q.write_text(
+        'question,references,corpus_id\nWhat?,"[{""content"": ""The answer is forty-two."", ""start_index"": 0, ""end_index"": 24}]",doc\n'
+    )
     gold = load_span_gold(q, load_corpora(corpus))
     assert (gold.ref_start[0], gold.ref_end[0]) == (7, 31) and gold.reanchored == 1
     assert "re-anchored" in caplog.text
@@ -89,16 +141,31 @@ def test_reference_with_stale_offsets_is_reanchored(tmp_path, caplog):
 
 def test_evaluate_run_chunk_ids_json(tmp_path, capsys):
     gold = tmp_path / "gold.csv"
-    gold.write_text('query_id,query,relevant_chunk_ids\n1,q one,"[""A"", ""B""]"\n2,q two,"{""D"": 2, ""X"": 0}"\n3,q three,"[""E"", ""F"", ""G""]"\n')
+    gold.write_text(
+        'query_id,query,relevant_chunk_ids\n1,q one,"[""A"", ""B""]"\n2,q two,"{""D"": 2, ""X"": 0}"\n3,q three,"[""E"", ""F"", ""G""]"\n'
+    )
     run = tmp_path / "run.jsonl"
-    run.write_text('{"query_id": 1, "retrieved_chunk_ids": ["A", "C"]}\n{"query_id": "2", "retrieved_chunk_ids": ["D"]}\n'
-                   '{"query_id": "3", "retrieved_chunk_ids": ["F", "H", "I"]}\n')
-    code, stdout, err = run_cli(capsys, "evaluate-run", "--gold", gold, "--run", run, "--k", "3", "--json", "--per-query")
+    run.write_text(
+        '{"query_id": 1, "retrieved_chunk_ids": ["A", "C"]}\n{"query_id": "2", "retrieved_chunk_ids": ["D"]}\n'
+        '{"query_id": "3", "retrieved_chunk_ids": ["F", "H", "I"]}\n'
+    )
+    code, stdout, err = run_cli(
+        capsys, "evaluate-run", "--gold", gold, "--run", run, "--k", "3", "--json", "--per-query"
+    )
     assert code == 0, err
     doc = json.loads(stdout)
     assert round(doc["macro"]["precision"], 3) == 0.611 and doc["micro"]["recall"] == pytest.approx(0.5)
     assert [r["query_id"] for r in doc["per_query"]] == ["1", "2", "3"]
-    assert set(doc["per_query"][0]) >= {"query_id", "precision", "recall", "f1", "mrr", "map", "ndcg_at_k", "precision_at_k"}
+    assert set(doc["per_query"][0]) >= {
+        "query_id",
+        "precision",
+        "recall",
+        "f1",
+        "mrr",
+        "map",
+        "ndcg_at_k",
+        "precision_at_k",
+    }
 
 
 def test_evaluate_run_string_lists(tmp_path, capsys):
@@ -122,15 +189,19 @@ def good(tmp_path):
     corpus.mkdir()
     (corpus / "doc.md").write_text("Alpha beta gamma. Delta epsilon zeta. " * 20, encoding="utf-8")
     q = tmp_path / "q.csv"
-    q.write_text('question,references,corpus_id\nWhat?,"[{""content"": ""Delta epsilon"", ""start_index"": 18, ""end_index"": 31}]",doc\n')
+    q.write_text(
+        'question,references,corpus_id\nWhat?,"[{""content"": ""Delta epsilon"", ""start_index"": 18, ""end_index"": 31}]",doc\n'
+    )
     return corpus, q
 
 
 def test_error_names_file_and_row(good, tmp_path, capsys):
     corpus, _ = good
     q = tmp_path / "rows.csv"
-    q.write_text('question,references,corpus_id\nOk?,"[{""content"": ""Delta epsilon"", ""start_index"": 18, ""end_index"": 31}]",doc\n'
-                 'Bad?,"[{""content"": ""missing text"", ""start_index"": 0, ""end_index"": 12}]",doc\n')
+    q.write_text(
+        'question,references,corpus_id\nOk?,"[{""content"": ""Delta epsilon"", ""start_index"": 18, ""end_index"": 31}]",doc\n'
+        'Bad?,"[{""content"": ""missing text"", ""start_index"": 0, ""end_index"": 12}]",doc\n'
+    )
     code, _, err = run_cli(capsys, "sweep", "--corpus-dir", corpus, "--questions", q, "--out", tmp_path / "o.csv")
     assert code == 2 and f"{q}: row 2:" in err and "Bad?" in err
 
@@ -139,7 +210,9 @@ def test_run_file_naming_an_unknown_query(tmp_path, capsys):
     gold = tmp_path / "g.jsonl"
     gold.write_text('{"query_id": "a", "query": "x", "relevant_chunk_ids": ["c1"]}\n')
     run = tmp_path / "r.jsonl"
-    run.write_text('{"query_id": "a", "retrieved_chunk_ids": ["c1"]}\n{"query_id": "zz", "retrieved_chunk_ids": ["c1"]}\n')
+    run.write_text(
+        '{"query_id": "a", "retrieved_chunk_ids": ["c1"]}\n{"query_id": "zz", "retrieved_chunk_ids": ["c1"]}\n'
+    )
     code, _, err = run_cli(capsys, "evaluate-run", "--gold", gold, "--run", run)
     assert code == 2 and "r.jsonl: row 2: query_id 'zz' is not in the gold set" in err
     run.write_text('{"query_id": "a", "retrieved_chunk_ids": ["c1"\n')
@@ -154,9 +227,32 @@ def test_bad_output_suffix_fails_before_any_work(good, tmp_path, capsys):
 
 
 def test_the_installed_command_prints_no_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "chunkeval.cli", "evaluate-run", "--gold", tmp_path / "none.csv", "--run", tmp_path / "r.csv"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chunkeval.cli",
+            "evaluate-run",
+            "--gold",
+            tmp_path / "none.csv",
+            "--run",
+            tmp_path / "r.csv",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "file not found" in proc.stderr and "Traceback" not in proc.stderr
-    help_text = subprocess.run([sys.executable, "-m", "chunkeval.cli", "sweep", "--help"], capture_output=True, text=True).stdout
-    for flag in ("--corpus-dir", "--questions", "--chunker", "--chunk-sizes", "--overlaps", "--k", "--out", "--own-corpus"):
+    help_text = subprocess.run(
+        [sys.executable, "-m", "chunkeval.cli", "sweep", "--help"], capture_output=True, text=True
+    ).stdout
+    for flag in (
+        "--corpus-dir",
+        "--questions",
+        "--chunker",
+        "--chunk-sizes",
+        "--overlaps",
+        "--k",
+        "--out",
+        "--own-corpus",
+    ):
         assert flag in help_text

@@ -8,20 +8,26 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from chunkeval import comparisons as C
 from chunkeval import stats
+from chunkeval.analysis import comparisons as C
 from chunkeval.cli import main
+from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.metrics import METRICS
+from chunkeval.engine.sweep import Embedders, run_sweep
 from chunkeval.errors import InputError
-from chunkeval.experiment import Experiment
-from chunkeval.metrics import METRICS
-from chunkeval.sweep import Embedders, run_sweep
 from chunkeval.warehouse import Warehouse
 
 
 @pytest.fixture(scope="module")
 def swept(shared_home):
-    exp = Experiment(name="cmp", chunker=("fixed_token", "recursive_token"), chunk_sizes=(50, 150), overlaps=("0",), k=(3,),
-                     retriever=("dense", "bm25"))
+    exp = Experiment(
+        name="cmp",
+        chunker=("fixed_token", "recursive_token"),
+        chunk_sizes=(50, 150),
+        overlaps=("0",),
+        k=(3,),
+        retriever=("dense", "bm25"),
+    )
     return exp, run_sweep(exp, Embedders(shared_home / "cache" / "embeddings"))
 
 
@@ -42,11 +48,17 @@ def test_every_macro_mean_has_its_bootstrap_interval(swept):
     _, result = swept
     pq = result.per_query.to_pylist()
     for row in result.summary.to_pylist():
-        mine = [r for r in pq if all(r[k] == row[k] for k in ("model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"))]
+        mine = [
+            r
+            for r in pq
+            if all(r[k] == row[k] for k in ("model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"))
+        ]
         for m in METRICS:
             assert row[f"{m}_ci_low"] <= row[f"{m}_mean"] + 1e-12 and row[f"{m}_mean"] <= row[f"{m}_ci_high"] + 1e-12
         values = np.array([r["span_recall"] for r in mine])
-        assert (row["span_recall_ci_low"], row["span_recall_ci_high"]) == pytest.approx(stats.bootstrap_ci(values), abs=1e-12)
+        assert (row["span_recall_ci_low"], row["span_recall_ci_high"]) == pytest.approx(
+            stats.bootstrap_ci(values), abs=1e-12
+        )
     by_corpus = result.by_corpus.column_names
     assert "mrr_ci_low" in by_corpus and "mrr_ci_high" in by_corpus
 
@@ -65,12 +77,30 @@ def test_compare_within_a_run_agrees_with_scipy(recorded, capsys):
         assert r["mean_diff"] == pytest.approx(np.mean(x - y))
         if np.ptp(x - y) > 0:
             assert r["p_ttest"] == pytest.approx(sps.ttest_rel(x, y).pvalue, abs=1e-12)
-            oracle = sps.permutation_test((x, y), lambda u, v: np.mean(u - v), permutation_type="samples",
-                                          n_resamples=10_000, alternative="two-sided", random_state=1)
+            oracle = sps.permutation_test(
+                (x, y),
+                lambda u, v: np.mean(u - v),
+                permutation_type="samples",
+                n_resamples=10_000,
+                alternative="two-sided",
+                random_state=1,
+            )
             assert abs(r["p_permutation"] - oracle.pvalue) < 0.03
         assert r["ci_low"] <= r["mean_diff"] <= r["ci_high"]
-        assert set(r) >= {"a", "b", "metric", "n_queries", "mean_a", "mean_b", "mean_diff", "ci_low", "ci_high", "p_ttest",
-                          "p_permutation", "p_adjusted"}
+        assert set(r) >= {
+            "a",
+            "b",
+            "metric",
+            "n_queries",
+            "mean_a",
+            "mean_b",
+            "mean_diff",
+            "ci_low",
+            "ci_high",
+            "p_ttest",
+            "p_permutation",
+            "p_adjusted",
+        }
     np.testing.assert_allclose([r["p_adjusted"] for r in results], stats.holm([r["p_permutation"] for r in results]))
     assert main(["compare", "--run", run_id, "--metric", "span_recall", "--all-pairs", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 8 * 7 // 2
@@ -99,18 +129,42 @@ def test_compare_two_run_files(tmp_path, capsys):
             scores = {f"d{d}": rng.normal() * noise + (1.0 if f"d{d}" in relevant else 0.0) for d in range(50)}
             lines += [f"q{q} Q0 {d} 0 {s:.6f} t\n" for d, s in scores.items()]
         (tmp_path / name).write_text("".join(lines))
-    assert main(["compare", "--gold", str(qrels), "--run-file", str(tmp_path / "a.run"), "--run-file", str(tmp_path / "b.run"),
-                 "--format", "trec", "--metric", "ndcg_at_k", "--k", "10", "--json"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--gold",
+                str(qrels),
+                "--run-file",
+                str(tmp_path / "a.run"),
+                "--run-file",
+                str(tmp_path / "b.run"),
+                "--format",
+                "trec",
+                "--metric",
+                "ndcg_at_k",
+                "--k",
+                "10",
+                "--json",
+            ]
+        )
+        == 0
+    )
     (r,) = json.loads(capsys.readouterr().out)
-    assert r["n_queries"] == 30 and r["mean_a"] > r["mean_b"] and r["p_permutation"] < 0.05 and r["p_adjusted"] == r["p_permutation"]
+    assert (
+        r["n_queries"] == 30
+        and r["mean_a"] > r["mean_b"]
+        and r["p_permutation"] < 0.05
+        and r["p_adjusted"] == r["p_permutation"]
+    )
 
 
 def test_compare_agrees_with_ranx(tmp_path):
     """ranx's `compare` on the same TREC files: equal means and t-test p-values, and its Fisher
     randomisation test (sign flips per query, two-sided) within Monte-Carlo error."""
     ranx = pytest.importorskip("ranx")
-    from chunkeval.ingest import load_gold_and_run
-    from chunkeval.metrics import score_run
+    from chunkeval.engine.inputs import load_gold_and_run
+    from chunkeval.engine.metrics import score_run
 
     rng = np.random.default_rng(11)
     relevant = {q: set(rng.choice(40, int(rng.integers(1, 5)), replace=False).tolist()) for q in range(40)}
@@ -131,14 +185,23 @@ def test_compare_agrees_with_ranx(tmp_path):
     for run, name in zip(oracle_runs, ("a", "b")):
         run.name = name
     oracle_qrels = ranx.Qrels.from_file(str(qrels), kind="trec")
-    pairs = {"ndcg_at_k": "ndcg@10", "map": "map", "mrr": "mrr", "precision_at_k": "precision@10", "recall_at_k": "recall@10"}
+    pairs = {
+        "ndcg_at_k": "ndcg@10",
+        "map": "map",
+        "mrr": "mrr",
+        "precision_at_k": "precision@10",
+        "recall_at_k": "recall@10",
+    }
     for test in ("student", "fisher"):
-        report = ranx.compare(oracle_qrels, oracle_runs, list(pairs.values()), stat_test=test, n_permutations=10_000,
-                              max_p=0.05).to_dict()
+        report = ranx.compare(
+            oracle_qrels, oracle_runs, list(pairs.values()), stat_test=test, n_permutations=10_000, max_p=0.05
+        ).to_dict()
         for metric, theirs in pairs.items():
             values = [dict(zip(t["query_id"].to_pylist(), t[metric].to_pylist())) for t in ours.values()]
             r = C.compare(values[0], values[1], {"run": "a"}, {"run": "b"}, metric)
-            assert (r["mean_a"], r["mean_b"]) == pytest.approx((report["a"]["scores"][theirs], report["b"]["scores"][theirs]), abs=1e-12)
+            assert (r["mean_a"], r["mean_b"]) == pytest.approx(
+                (report["a"]["scores"][theirs], report["b"]["scores"][theirs]), abs=1e-12
+            )
             p = report["a"]["comparisons"]["b"][theirs]
             if test == "student":
                 assert r["p_ttest"] == pytest.approx(p, abs=1e-9), metric
@@ -156,6 +219,7 @@ def test_compare_and_the_alert_rule_from_the_python_api(swept, recorded, capsys)
     within = chunkeval.compare(res, metric="span_recall")
     assert main(["compare", "--run", first, "--metric", "span_recall", "--json"]) == 0
     cli = json.loads(capsys.readouterr().out)
+
     def strip(results):  # per pair of configurations (the run ids aside), its numbers
         side = lambda s: tuple(sorted((k, v) for k, v in s.items() if k != "run_id"))  # noqa: E731
         return {(side(r["a"]), side(r["b"])): {k: v for k, v in r.items() if k not in ("a", "b")} for r in results}
@@ -207,10 +271,11 @@ def test_the_worked_example_of_the_docs():
 
 
 def test_the_trade_off_chart_carries_the_intervals_as_error_bars():
-    from chunkeval import charts
+    from chunkeval.report import charts
 
     recall, precision, tokens = np.array([0.5, 0.8, 0.9]), np.array([0.4, 0.3, 0.1]), np.array([100.0, 200.0, 400.0])
     plain = charts.tradeoff(["a", "b", "c"], recall, precision, tokens)
-    with_bars = charts.tradeoff(["a", "b", "c"], recall, precision, tokens, (recall - 0.05, recall + 0.04),
-                                (precision - 0.02, precision + 0.03))
+    with_bars = charts.tradeoff(
+        ["a", "b", "c"], recall, precision, tokens, (recall - 0.05, recall + 0.04), (precision - 0.02, precision + 0.03)
+    )
     assert plain.count('class="errorbar"') == 0 and with_bars.count('class="errorbar"') == 3  # a bar per configuration

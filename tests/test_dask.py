@@ -8,13 +8,12 @@ import pyarrow.parquet as pq
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
-from chunkeval.cluster import TaskRunner, check_task_runner, parse_task_runner
+from chunkeval.engine.metrics import METRICS
+from chunkeval.engine.runners import TaskRunner, check_task_runner, parse_task_runner
 from chunkeval.errors import InputError
-from chunkeval.keys import CONFIG_KEYS
-from chunkeval.metrics import METRICS
+from chunkeval.flows.evaluate import with_task_runner
+from chunkeval.vocabulary import CONFIG_KEYS
 from chunkeval.warehouse import Warehouse
-from flows.evaluate import with_task_runner
-
 from test_flows import small_experiment
 
 
@@ -37,8 +36,13 @@ def per_query(wh: Warehouse, run_id: str) -> dict[str, np.ndarray]:
 
 def test_a_two_worker_cluster_gives_the_numbers_of_the_in_process_run(tmp_path, monkeypatch):
     # a semantic chunker embeds inside its chunking task (on a worker); fixed chunks are embedded in shards
-    exp_file = small_experiment(tmp_path, "dask", chunker=["fixed_token", "cluster_semantic"], chunk_sizes=[60, 120],
-                                retriever=["dense", "bm25"])
+    exp_file = small_experiment(
+        tmp_path,
+        "dask",
+        chunker=["fixed_token", "cluster_semantic"],
+        chunk_sizes=[60, 120],
+        retriever=["dense", "bm25"],
+    )
     local, wh_local = run_in(tmp_path / "local", monkeypatch, exp_file, TaskRunner(), 0)
     runner = parse_task_runner("dask:2")
     assert runner == TaskRunner("dask", workers=2) and check_task_runner(runner) is runner
@@ -56,18 +60,25 @@ def test_a_two_worker_cluster_gives_the_numbers_of_the_in_process_run(tmp_path, 
     (model,) = wh_dask.models(dask["run_id"]).to_pylist()
     assert model["texts_embedded"] == dask["texts_embedded"]
     # the workers wrote the cache, each shard its own part files: the same texts as the in-process run's
-    parts = {name: list((tmp_path / name / "cache" / "embeddings").glob("*/part-*.parquet")) for name in ("local", "dask")}
-    hashes = {name: {h for p in found for h in pq.read_table(p, columns=["text_hash"])["text_hash"].to_pylist()}
-              for name, found in parts.items()}
+    parts = {
+        name: list((tmp_path / name / "cache" / "embeddings").glob("*/part-*.parquet")) for name in ("local", "dask")
+    }
+    hashes = {
+        name: {h for p in found for h in pq.read_table(p, columns=["text_hash"])["text_hash"].to_pylist()}
+        for name, found in parts.items()
+    }
     assert len(parts["dask"]) >= 4 and hashes["dask"] == hashes["local"]
 
 
-@pytest.mark.parametrize("value, message", [
-    ("ray", "--task-runner must be local, dask, dask:N or dask=tcp://HOST:PORT, got 'ray'"),
-    ("dask:0", "takes a number of workers of at least 1, got '0'"),
-    ("dask=scheduler:8786", "takes a scheduler address like tcp://scheduler:8786, got 'scheduler:8786'"),
-    ("dask=tcp://127.0.0.1:99999", "takes a scheduler address like tcp://scheduler:8786"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("ray", "--task-runner must be local, dask, dask:N or dask=tcp://HOST:PORT, got 'ray'"),
+        ("dask:0", "takes a number of workers of at least 1, got '0'"),
+        ("dask=scheduler:8786", "takes a scheduler address like tcp://scheduler:8786, got 'scheduler:8786'"),
+        ("dask=tcp://127.0.0.1:99999", "takes a scheduler address like tcp://scheduler:8786"),
+    ],
+)
 def test_bad_task_runners_are_refused(value, message):
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace("*", r"\*")):
         parse_task_runner(value)

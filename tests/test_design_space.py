@@ -13,10 +13,11 @@ import pytest
 
 import chunkeval
 from chunkeval.cli import main
-from chunkeval.embedding import Embedder, model_fingerprint, resolve_model
+from chunkeval.engine.embedding import Embedder, model_fingerprint, resolve_model
+from chunkeval.engine.experiment import Experiment, input_fingerprints
+from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
 from chunkeval.errors import InputError
-from chunkeval.experiment import DEMO_DIR, Experiment, input_fingerprints
-from chunkeval.sweep import CONFIG_KEYS, Embedders, run_sweep
+from chunkeval.paths import DEMO_DIR
 from chunkeval.warehouse import Warehouse
 
 
@@ -31,8 +32,13 @@ def test_models_and_retrievers_are_axes_of_one_grid(shared_home):
     assert result.summary.column_names[:6] == CONFIG_KEYS
     configs = {(r["model"], r["retriever"]) for r in result.summary.to_pylist()}
     # vectors are read by dense and hybrid, once per model; bm25 over fixed chunks depends on no model
-    assert configs == {("all-MiniLM-L6-v2", "dense"), ("all-MiniLM-L6-v2", "hybrid"), ("minilm-static", "dense"),
-                       ("minilm-static", "hybrid"), ("none", "bm25")}
+    assert configs == {
+        ("all-MiniLM-L6-v2", "dense"),
+        ("all-MiniLM-L6-v2", "hybrid"),
+        ("minilm-static", "dense"),
+        ("minilm-static", "hybrid"),
+        ("none", "bm25"),
+    }
     assert result.summary.num_rows == 5 * 2 and result.per_query.num_rows == 5 * 2 * 28
     models = {r["model"]: r for r in result.models.to_pylist()}
     assert set(models) == {"all-MiniLM-L6-v2", "minilm-static"}
@@ -55,8 +61,19 @@ def test_bm25_over_fixed_chunks_loads_no_model_and_embeds_nothing(tmp_path):
 
 def test_semantic_chunkers_take_no_overlap_and_share_the_cache(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
-    args = ["sweep", "--chunker", "cluster_semantic,semantic_breakpoint", "--chunk-sizes", "100", "--overlaps", "0,25%",
-            "--k", "3", "--retriever", "dense,bm25"]
+    args = [
+        "sweep",
+        "--chunker",
+        "cluster_semantic,semantic_breakpoint",
+        "--chunk-sizes",
+        "100",
+        "--overlaps",
+        "0,25%",
+        "--k",
+        "3",
+        "--retriever",
+        "dense,bm25",
+    ]
     assert main([*args, "--out", str(tmp_path / "a.csv")]) == 0
     out = capsys.readouterr().out
     assert "note: cluster_semantic takes no overlap" in out and "note: semantic_breakpoint takes no overlap" in out
@@ -94,8 +111,24 @@ def test_model_prompts_are_embedded_and_part_of_the_fingerprint(tmp_path):
 def test_a_text_splitter_and_a_plugin_reranker_run_in_the_grid(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
     out = tmp_path / "r.parquet"
-    assert main(["sweep", "--chunker", "plugins_for_tests:paragraphs", "--chunk-sizes", "100", "--k", "1,5",
-                 "--retriever", "dense,plugins_for_tests:reversed_dense", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--chunker",
+                "plugins_for_tests:paragraphs",
+                "--chunk-sizes",
+                "100",
+                "--k",
+                "1,5",
+                "--retriever",
+                "dense,plugins_for_tests:reversed_dense",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = pq.read_table(out).to_pylist()
     by = {(r["retriever"], r["k"]): r for r in rows}
     # the reranker reverses the dense top 20: its first chunk is rarely the best one
@@ -110,7 +143,10 @@ def test_the_warehouse_keys_configurations_on_all_six_settings(tmp_path, monkeyp
     wh = Warehouse.at_home()
     run_id = wh.begin_run("axes", input_fingerprints(exp), "manual", exp.to_dict())
     wh.complete_run(run_id, result.per_query, result.summary, 0, result.references, result.models)
-    assert {(r["model"], r["retriever"]) for r in wh.summary(run_id).to_pylist()} == {("all-MiniLM-L6-v2", "dense"), ("none", "bm25")}
+    assert {(r["model"], r["retriever"]) for r in wh.summary(run_id).to_pylist()} == {
+        ("all-MiniLM-L6-v2", "dense"),
+        ("none", "bm25"),
+    }
     assert main(["trend", "--experiment", "axes", "--metric", "mrr", "--config", "retriever=bm25,k=3", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert (row["model"], row["retriever"], row["k"]) == ("none", "bm25", 3)
@@ -125,41 +161,77 @@ def test_runs_recorded_before_the_axes_read_as_dense_with_their_model(tmp_path, 
     wh = Warehouse.at_home()
     settings = {**exp.to_dict(), "model": "all-MiniLM-L6-v2"}  # 0.1 recorded the model as a string
     run_id = wh.begin_run("old", {}, "schedule", settings)
-    wh.complete_run(run_id, result.per_query.drop_columns(["model", "retriever"]),
-                    result.summary.drop_columns(["model", "retriever"]), 0, result.references.drop_columns(["model"]))
+    wh.complete_run(
+        run_id,
+        result.per_query.drop_columns(["model", "retriever"]),
+        result.summary.drop_columns(["model", "retriever"]),
+        0,
+        result.references.drop_columns(["model"]),
+    )
     rows = wh.summary(run_id).to_pylist()
     assert {(r["model"], r["retriever"]) for r in rows} == {("all-MiniLM-L6-v2", "dense")}
     assert wh.trend("old", "mrr", {"retriever": "dense"})
     with wh.connect() as con:
-        assert con.execute("SELECT DISTINCT model FROM gold_references WHERE run_id = ?", [run_id]).fetchall() == [("none",)]
+        assert con.execute("SELECT DISTINCT model FROM gold_references WHERE run_id = ?", [run_id]).fetchall() == [
+            ("none",)
+        ]
 
 
 # --------------------------------------------------------------------------- the Python API
 
 
 def test_python_api_sweeps_from_values_and_paths(shared_home):
-    corpora = {"story": "The cat sat on the mat. " * 30 + "The treasure is buried under the old oak tree. " + "Birds sing. " * 30}
+    corpora = {
+        "story": "The cat sat on the mat. " * 30
+        + "The treasure is buried under the old oak tree. "
+        + "Birds sing. " * 30
+    }
     start = corpora["story"].index("The treasure")
-    questions = [{"question": "Where is the treasure buried?", "corpus_id": "story",
-                  "references": [{"content": "The treasure is buried under the old oak tree.", "start_index": start,
-                                  "end_index": start + 46}]}]
-    res = chunkeval.evaluate(corpora, questions, chunker="fixed_token", chunk_sizes=[20, 40], k=[1, 3],
-                          retriever=["dense", "bm25"], cache_dir=shared_home / "cache" / "embeddings")
+    questions = [
+        {
+            "question": "Where is the treasure buried?",
+            "corpus_id": "story",
+            "references": [
+                {
+                    "content": "The treasure is buried under the old oak tree.",
+                    "start_index": start,
+                    "end_index": start + 46,
+                }
+            ],
+        }
+    ]
+    res = chunkeval.evaluate(
+        corpora,
+        questions,
+        chunker="fixed_token",
+        chunk_sizes=[20, 40],
+        k=[1, 3],
+        retriever=["dense", "bm25"],
+        cache_dir=shared_home / "cache" / "embeddings",
+    )
     assert res.summary.num_rows == 2 * 2 * 2
     frame = res.to_pandas()
     assert list(frame.columns[:6]) == CONFIG_KEYS
     assert frame["span_recall_mean"].max() == 1.0
     assert res.to_pandas("per_query").shape[0] == 8 and res.by_corpus.num_rows == 8
-    from_paths = chunkeval.evaluate(DEMO_DIR / "corpora", DEMO_DIR / "questions.csv", chunk_sizes=100, k=1,
-                                 cache_dir=shared_home / "cache" / "embeddings")
+    from_paths = chunkeval.evaluate(
+        DEMO_DIR / "corpora",
+        DEMO_DIR / "questions.csv",
+        chunk_sizes=100,
+        k=1,
+        cache_dir=shared_home / "cache" / "embeddings",
+    )
     assert from_paths.summary.num_rows == 1 and from_paths.per_query.num_rows == 28
     with pytest.raises(InputError, match="unknown retriever"):
         chunkeval.evaluate(corpora, questions, retriever="magic")
 
 
 def test_python_api_scores_ranked_lists_in_memory():
-    res = chunkeval.score({"1": ["A", "B"], "2": {"D": 2, "X": 0}, "3": ["E", "F", "G"]},
-                          {"1": ["A", "C"], "2": ["D"], "3": ["F", "H", "I"]}, k=3)
+    res = chunkeval.score(
+        {"1": ["A", "B"], "2": {"D": 2, "X": 0}, "3": ["E", "F", "G"]},
+        {"1": ["A", "C"], "2": ["D"], "3": ["F", "H", "I"]},
+        k=3,
+    )
     summary = res.summary.to_pylist()[0]
     assert round(summary["precision_mean"], 3) == 0.611 and summary["recall_micro"] == pytest.approx(0.5)
     texts = chunkeval.score({"q": ["alpha", "beta", "gamma"]}, {"q": ["alpha", "nope", "beta", "Gamma", "gamma"]}, k=5)

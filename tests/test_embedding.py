@@ -8,12 +8,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from chunkeval.embedding import Embedder, EmbeddingCache, model_fingerprint, resolve_model
+from chunkeval.engine.embedding import Embedder, EmbeddingCache, model_fingerprint, resolve_model
 
 
 def test_vectors_are_normalized_and_meaningful(embedder_factory):
     emb = embedder_factory()
-    vecs, truncated = emb.embed(["A cat sat on the mat.", "A kitten is sitting on a rug.", "Quarterly revenue rose 8%."])
+    vecs, truncated = emb.embed(
+        ["A cat sat on the mat.", "A kitten is sitting on a rug.", "Quarterly revenue rose 8%."]
+    )
     assert vecs.dtype == np.float32 and vecs.shape == (3, 384)
     assert np.allclose(np.linalg.norm(vecs, axis=1), 1, atol=1e-5)
     assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2] + 0.2
@@ -78,7 +80,7 @@ def test_texts_the_model_reads_alike_are_embedded_once(tmp_path):
 def test_device_auto_falls_back_to_the_cpu_and_a_batch_fits_it(tmp_path):
     import torch
 
-    from chunkeval.embedding import check_device, fitting_batch, pick_device
+    from chunkeval.engine.embedding import check_device, fitting_batch, pick_device
 
     assert check_device(None) == "auto" and check_device("cpu") == "cpu"
     expected = "cuda" if torch.cuda.is_available() else "cpu"

@@ -15,8 +15,9 @@ def test_first_run_of_the_demo_reads_well(tmp_path):
     summary, and not one traceback or ERROR line."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(CHUNKEVAL_HOME=str(tmp_path / "home"), PREFECT_HOME=str(tmp_path / "prefect"), HF_HUB_OFFLINE="1")
-    proc = subprocess.run([str(BIN / "chunkeval"), "run"], env=env, capture_output=True, text=True, timeout=900,
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        [str(BIN / "chunkeval"), "run"], env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path
+    )
     printed = proc.stdout + proc.stderr
     assert proc.returncode == 0, printed
     assert "Traceback" not in printed and "ERROR" not in printed, printed

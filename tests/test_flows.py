@@ -10,14 +10,15 @@ import yaml
 from prefect.client.orchestration import get_client
 from prefect.testing.utilities import prefect_test_harness
 
-from chunkeval.chunking import chunk_corpora
-from chunkeval.embedding import text_hash
-from chunkeval.experiment import DEMO_DIR, Experiment, home
-from chunkeval.ingest import load_corpora
+from chunkeval.engine.chunking import chunk_corpora
+from chunkeval.engine.embedding import text_hash
+from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.inputs import load_corpora
+from chunkeval.flows.evaluate import evaluate
+from chunkeval.flows.trend_report import RegressionDetected, trend_report
+from chunkeval.flows.watch import watch
+from chunkeval.paths import DEMO_DIR, home
 from chunkeval.warehouse import Warehouse
-from flows.evaluate import evaluate
-from flows.trend_report import RegressionDetected, trend_report
-from flows.watch import watch
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -38,8 +39,16 @@ def small_experiment(tmp_path, name="small", **overrides) -> str:
     data = tmp_path / name
     shutil.copytree(DEMO_DIR / "corpora", data / "corpora")
     shutil.copy(DEMO_DIR / "questions.csv", data / "questions.csv")
-    settings = {"name": name, "corpus_dir": "corpora", "questions": "questions.csv", "chunker": ["fixed_token"],
-                "chunk_sizes": [60, 120], "overlaps": [0], "k": [1, 3], **overrides}
+    settings = {
+        "name": name,
+        "corpus_dir": "corpora",
+        "questions": "questions.csv",
+        "chunker": ["fixed_token"],
+        "chunk_sizes": [60, 120],
+        "overlaps": [0],
+        "k": [1, 3],
+        **overrides,
+    }
     path = data / "experiment.yaml"
     path.write_text(yaml.safe_dump(settings))
     return str(path)
@@ -47,18 +56,38 @@ def small_experiment(tmp_path, name="small", **overrides) -> str:
 
 def test_the_flow_runs_every_axis(tmp_path, own_home):
     """Semantic chunkers (made per model, in tasks that share an embedder), several retrievers."""
-    exp_file = small_experiment(tmp_path, "axes", chunker=["fixed_token", "cluster_semantic"], chunk_sizes=[100],
-                                overlaps=[0, "20%"], k=[3], retriever=["dense", "bm25"])
+    exp_file = small_experiment(
+        tmp_path,
+        "axes",
+        chunker=["fixed_token", "cluster_semantic"],
+        chunk_sizes=[100],
+        overlaps=[0, "20%"],
+        k=[3],
+        retriever=["dense", "bm25"],
+    )
     result = evaluate(experiment=exp_file)
     wh = Warehouse(own_home / "warehouse")
-    keys = {(r["model"], r["retriever"], r["chunker"], r["chunk_overlap"]) for r in wh.summary(result["run_id"]).to_pylist()}
-    assert keys == {("all-MiniLM-L6-v2", "dense", "fixed_token", 0), ("all-MiniLM-L6-v2", "dense", "fixed_token", 20),
-                    ("none", "bm25", "fixed_token", 0), ("none", "bm25", "fixed_token", 20),
-                    ("all-MiniLM-L6-v2", "dense", "cluster_semantic", 0), ("all-MiniLM-L6-v2", "bm25", "cluster_semantic", 0)}
+    keys = {
+        (r["model"], r["retriever"], r["chunker"], r["chunk_overlap"]) for r in wh.summary(result["run_id"]).to_pylist()
+    }
+    assert keys == {
+        ("all-MiniLM-L6-v2", "dense", "fixed_token", 0),
+        ("all-MiniLM-L6-v2", "dense", "fixed_token", 20),
+        ("none", "bm25", "fixed_token", 0),
+        ("none", "bm25", "fixed_token", 20),
+        ("all-MiniLM-L6-v2", "dense", "cluster_semantic", 0),
+        ("all-MiniLM-L6-v2", "bm25", "cluster_semantic", 0),
+    }
     (model,) = wh.models(result["run_id"]).to_pylist()
     assert model["texts_embedded"] == result["texts_embedded"] > 0 and model["texts_per_second"] > 0
     check = wh.gold_check(result["run_id"])  # the gold-set check is recorded with the run, for its report
-    assert set(check) == {"ambiguous_references", "overlapping_references", "empty_references", "long_references", "repeated_questions"}
+    assert set(check) == {
+        "ambiguous_references",
+        "overlapping_references",
+        "empty_references",
+        "long_references",
+        "repeated_questions",
+    }
 
 
 def test_evaluate_records_a_run_and_publishes_its_table(tmp_path, own_home):
@@ -75,7 +104,9 @@ def test_evaluate_records_a_run_and_publishes_its_table(tmp_path, own_home):
     async def artifact():
         async with get_client() as client:
             return await client.read_latest_artifacts()
+
     import asyncio
+
     artifacts = {a.key: a for a in asyncio.run(artifact())}
     assert "small-summary" in artifacts and "small-report" in artifacts
     page = own_home / "warehouse" / "reports" / "small" / f"{result['run_id']}.html"
@@ -103,7 +134,9 @@ def test_a_change_run_embeds_only_the_edited_corpus(tmp_path, own_home):
     assert new
     result = evaluate(experiment=exp_file, if_changed=True)
     assert result["status"] == "completed" and result["texts_embedded"] == len(new)
-    sourdough_only = {text_hash(t) for spec in exp.grid() for t in chunk_corpora({"sourdough": after["sourdough"]}, spec).texts(after)}
+    sourdough_only = {
+        text_hash(t) for spec in exp.grid() for t in chunk_corpora({"sourdough": after["sourdough"]}, spec).texts(after)
+    }
     assert new <= sourdough_only
 
 
@@ -113,7 +146,8 @@ def test_watch_emits_change_events(tmp_path, own_home):
     evaluate(experiment=exp_file)
     assert watch(experiments=[exp_file]) == {"watched": []}
     model = tmp_path / "model"
-    from chunkeval.embedding import resolve_model
+    from chunkeval.engine.embedding import resolve_model
+
     shutil.copytree(resolve_model("all-MiniLM-L6-v2"), model)
     (model / "sentence_bert_config.json").write_text('{"max_seq_length": 16, "do_lower_case": false}')
     changed = small_experiment(tmp_path / "m", "watched", model=str(model))
@@ -121,7 +155,8 @@ def test_watch_emits_change_events(tmp_path, own_home):
 
 
 def test_trend_report_fails_on_a_real_regression(tmp_path, own_home):
-    from chunkeval.embedding import resolve_model
+    from chunkeval.engine.embedding import resolve_model
+
     model = tmp_path / "model"
     shutil.copytree(resolve_model("all-MiniLM-L6-v2"), model)
     good = small_experiment(tmp_path, "quality", chunk_sizes=[120], k=[3], model=str(model))
@@ -138,9 +173,15 @@ def test_trend_report_fails_on_a_real_regression(tmp_path, own_home):
         trend_report(experiments=[worse])
     # the same verdict from the command line
     from chunkeval.cli import main
+
     assert main(["trend", "--experiment", "quality", "--metric", "recall_at_k"]) == 0
     assert main(["trend", "--experiment", "quality", "--metric", "recall_at_k", "--fail-on-regression"]) == 1
-    assert main(["trend", "--experiment", "quality", "--metric", "recall_at_k", "--fail-on-regression", "--threshold", "1"]) == 0
+    assert (
+        main(
+            ["trend", "--experiment", "quality", "--metric", "recall_at_k", "--fail-on-regression", "--threshold", "1"]
+        )
+        == 0
+    )
 
 
 def test_history_commands(tmp_path, own_home, capsys):
@@ -156,7 +197,10 @@ def test_history_commands(tmp_path, own_home, capsys):
     assert main(["runs", "--experiment", "history", "--json"]) == 0
     runs = json.loads(capsys.readouterr().out)
     assert [r["status"] for r in runs] == ["skipped", "completed"] and runs[0]["skipped"] is True
-    assert main(["trend", "--experiment", "history", "--metric", "span_recall", "--config", "chunk_size=60,k=3", "--json"]) == 0
+    assert (
+        main(["trend", "--experiment", "history", "--metric", "span_recall", "--config", "chunk_size=60,k=3", "--json"])
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 1 and rows[0]["run_id"] == runs[1]["run_id"] and 0 <= rows[0]["value"] <= 1
     assert main(["report", "--experiment", "history"]) == 0
@@ -171,8 +215,26 @@ def test_history_commands(tmp_path, own_home, capsys):
 def test_run_experiment_name_with_settings_defines_then_changes_it(own_home, capsys):
     from chunkeval.cli import main
 
-    assert main(["run", "--experiment", "fresh", "--corpus-dir", str(DEMO_DIR / "corpora"), "--questions",
-                 str(DEMO_DIR / "questions.csv"), "--chunk-sizes", "100", "--k", "1", "--retriever", "bm25"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--experiment",
+                "fresh",
+                "--corpus-dir",
+                str(DEMO_DIR / "corpora"),
+                "--questions",
+                str(DEMO_DIR / "questions.csv"),
+                "--chunk-sizes",
+                "100",
+                "--k",
+                "1",
+                "--retriever",
+                "bm25",
+            ]
+        )
+        == 0
+    )
     assert "experiment fresh: run " in capsys.readouterr().out
     assert main(["run", "--experiment", "fresh", "--k", "3"]) == 0  # its newest settings, k changed
     wh = Warehouse(own_home / "warehouse")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from chunkeval.cli import main
-from chunkeval.gold_check import check_gold, occurrences
-from chunkeval.ingest import load_corpora, load_span_gold
+from chunkeval.engine.gold_check import check_gold, occurrences
+from chunkeval.engine.inputs import load_corpora, load_span_gold
 
 
 def ref(content: str, text: str, nth: int = 0) -> str:
@@ -29,15 +29,32 @@ def test_every_kind_of_finding_on_a_toy_set(tmp_path, capsys):
     corpora = load_corpora(tmp_path / "c")
     report = check_gold(load_span_gold(q, corpora), corpora, chunk_size=5)
     (amb,) = report.ambiguous_references
-    assert amb["query_id"] == "q1" and amb["occurrences"] == [[18, 36], [52, 70]] and (amb["start"], amb["end"]) == (52, 70)
+    assert (
+        amb["query_id"] == "q1"
+        and amb["occurrences"] == [[18, 36], [52, 70]]
+        and (amb["start"], amb["end"]) == (52, 70)
+    )
     (ov,) = report.overlapping_references
     assert ov["query_id"] == "q2" and (ov["start"], ov["end"]) == (6, 16) and ov["overlaps"] == {"start": 0, "end": 10}
     assert [e["query_id"] for e in report.empty_references] == ["q4"]
     assert [r["query_id"] for r in report.long_references] == ["q3"]  # 6 tokens > 5
-    assert report.repeated_questions == [{"query_ids": ["q1", "q3"], "corpus_id": "doc", "question": "which sentence repeats?"}]
-    assert main(["gold", "check", "--corpus-dir", str(tmp_path / "c"), "--questions", str(q), "--chunk-size", "5", "--json"]) == 0
+    assert report.repeated_questions == [
+        {"query_ids": ["q1", "q3"], "corpus_id": "doc", "question": "which sentence repeats?"}
+    ]
+    assert (
+        main(
+            ["gold", "check", "--corpus-dir", str(tmp_path / "c"), "--questions", str(q), "--chunk-size", "5", "--json"]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"ambiguous_references", "overlapping_references", "empty_references", "long_references", "repeated_questions"}
+    assert set(doc) == {
+        "ambiguous_references",
+        "overlapping_references",
+        "empty_references",
+        "long_references",
+        "repeated_questions",
+    }
     assert doc["ambiguous_references"][0]["occurrences"] == [[18, 36], [52, 70]]
     assert main(["gold", "check", "--corpus-dir", str(tmp_path / "c"), "--questions", str(q)]) == 0
     out = capsys.readouterr().out
@@ -45,19 +62,29 @@ def test_every_kind_of_finding_on_a_toy_set(tmp_path, capsys):
 
 
 def test_the_report_shows_the_check_recorded_with_the_run(tmp_path, caplog):
-    from chunkeval.experiment import Experiment
-    from chunkeval.html_report import build_report
-    from chunkeval.sweep import Embedders, load_inputs, run_sweep
+    from chunkeval.engine.experiment import Experiment
+    from chunkeval.engine.sweep import Embedders, load_inputs, run_sweep
+    from chunkeval.report.html import build_report
     from chunkeval.warehouse import Warehouse
 
     text = "Alpha beta gamma. The same sentence. Delta epsilon. The same sentence. Zeta eta theta iota kappa."
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "doc.md").write_text(text, encoding="utf-8")
-    rows = [f'q1,Which sentence repeats?,"[{ref("The same sentence.", text, 1)}]",doc',
-            f'q2,Greek <b>letters</b>?,"[{ref("Alpha beta gamma.", text)}]",doc']
-    (tmp_path / "q.csv").write_text("query_id,question,references,corpus_id\n" + "\n".join(rows) + "\n", encoding="utf-8")
-    exp = Experiment(name="g", corpus_dir=str(tmp_path / "c"), questions=str(tmp_path / "q.csv"), chunk_sizes=(3, 8),
-                     k=(1,), retriever=("bm25",))
+    rows = [
+        f'q1,Which sentence repeats?,"[{ref("The same sentence.", text, 1)}]",doc',
+        f'q2,Greek <b>letters</b>?,"[{ref("Alpha beta gamma.", text)}]",doc',
+    ]
+    (tmp_path / "q.csv").write_text(
+        "query_id,question,references,corpus_id\n" + "\n".join(rows) + "\n", encoding="utf-8"
+    )
+    exp = Experiment(
+        name="g",
+        corpus_dir=str(tmp_path / "c"),
+        questions=str(tmp_path / "q.csv"),
+        chunk_sizes=(3, 8),
+        k=(1,),
+        retriever=("bm25",),
+    )
     result = run_sweep(exp, Embedders(tmp_path / "cache"))
     inputs = load_inputs(exp)
     wh = Warehouse(tmp_path / "warehouse")
@@ -78,8 +105,24 @@ def test_the_report_shows_the_check_recorded_with_the_run(tmp_path, caplog):
 
 
 def test_the_shared_finance_corpus_repeats_passages(chroma, capsys):
-    assert main(["gold", "check", "--corpus-dir", str(chroma / "corpora"), "--questions", str(chroma / "questions_df.csv"),
-                 "--corpus", "finance", "--chunk-size", "200", "--json"]) == 0
+    assert (
+        main(
+            [
+                "gold",
+                "check",
+                "--corpus-dir",
+                str(chroma / "corpora"),
+                "--questions",
+                str(chroma / "questions_df.csv"),
+                "--corpus",
+                "finance",
+                "--chunk-size",
+                "200",
+                "--json",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     ambiguous = doc["ambiguous_references"]
     assert ambiguous and all(r["corpus_id"] == "finance" and len(r["occurrences"]) > 1 for r in ambiguous)
@@ -90,6 +133,14 @@ def test_the_python_api_checks_a_gold_set_held_in_memory():
     import chunkeval
 
     text = "One two three. One two three. Four five."
-    found = chunkeval.check_gold({"doc": text}, [{"question": "Count?", "corpus_id": "doc",
-                                                  "references": [{"content": "One two three.", "start_index": 0, "end_index": 14}]}])
+    found = chunkeval.check_gold(
+        {"doc": text},
+        [
+            {
+                "question": "Count?",
+                "corpus_id": "doc",
+                "references": [{"content": "One two three.", "start_index": 0, "end_index": 14}],
+            }
+        ],
+    )
     assert found["ambiguous_references"][0]["occurrences"] == [[0, 14], [15, 29]]

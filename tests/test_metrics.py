@@ -10,9 +10,9 @@ import pytrec_eval
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkeval import metrics as M
-from chunkeval.chunking import Chunks
-from chunkeval.ingest import Qrels, Run, SpanGold
+from chunkeval.engine import metrics as M
+from chunkeval.engine.chunking import Chunks
+from chunkeval.engine.inputs import Qrels, Run, SpanGold
 
 
 def summary_of(gold: dict, run: dict, k: int):
@@ -93,14 +93,16 @@ def random_trec(seed: int):
 def write_trec(tmp_path, qrels, run):
     qp, rp = tmp_path / "qrels.txt", tmp_path / "run.txt"
     qp.write_text("".join(f"{q} 0 {d} {g}\n" for q, ds in qrels.items() for d, g in ds.items()))
-    rp.write_text("".join(f"{q} Q0 {d} {i + 1} {s} tag\n" for q, ds in run.items() for i, (d, s) in enumerate(ds.items())))
+    rp.write_text(
+        "".join(f"{q} Q0 {d} {i + 1} {s} tag\n" for q, ds in run.items() for i, (d, s) in enumerate(ds.items()))
+    )
     return qp, rp
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("k", [1, 5, 10])
 def test_rank_metrics_agree_with_trec_eval(tmp_path, seed, k):
-    from chunkeval.ingest import load_gold_and_run
+    from chunkeval.engine.inputs import load_gold_and_run
 
     qrels, run = random_trec(seed)
     gold, ours = load_gold_and_run(*write_trec(tmp_path, qrels, run), fmt="trec")
@@ -123,8 +125,11 @@ def span_case(text_len, refs, chunk_spans, topk_rows):
     """refs: list per query of (start, end); one corpus."""
     rq = [q for q, rs in enumerate(refs) for _ in rs]
     gold = SpanGold(
-        [f"q{i}" for i in range(len(refs))], ["?"] * len(refs), ["c"] * len(refs),
-        np.asarray(rq, dtype=np.int64), np.asarray([s for rs in refs for s, _ in rs], dtype=np.int64),
+        [f"q{i}" for i in range(len(refs))],
+        ["?"] * len(refs),
+        ["c"] * len(refs),
+        np.asarray(rq, dtype=np.int64),
+        np.asarray([s for rs in refs for s, _ in rs], dtype=np.int64),
         np.asarray([e for rs in refs for _, e in rs], dtype=np.int64),
     )
     starts = np.asarray([s for s, _ in chunk_spans], dtype=np.int64)
@@ -147,7 +152,9 @@ def brute_force(refs, chunk_spans, ranked, k):
     rel_chunks = [c for c in chunk_spans if any(c[0] < e and c[1] > s for s, e in refs)]
     union = set().union(*(range(s, e) for s, e in rel_chunks)) if rel_chunks else set()
     return {
-        "span_precision": p, "span_recall": r, "span_f1": 2 * p * r / (p + r) if p + r else 0.0,
+        "span_precision": p,
+        "span_recall": r,
+        "span_f1": 2 * p * r / (p + r) if p + r else 0.0,
         "span_iou": covered / (ret_total + unused) if ret_total + unused else 0.0,
         "precision_omega": len(ref_set & union) / len(union) if union else 0.0,
     }
@@ -202,8 +209,14 @@ def test_span_metrics_match_brute_force(problem):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sets(st.integers(0, 15), max_size=6), st.lists(st.integers(0, 15), max_size=10, unique=True)), min_size=1, max_size=8),
-       st.integers(1, 12))
+@given(
+    st.lists(
+        st.tuples(st.sets(st.integers(0, 15), max_size=6), st.lists(st.integers(0, 15), max_size=10, unique=True)),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(1, 12),
+)
 def test_rank_metric_invariants(cases, k):
     gold = Qrels({f"q{i}": {str(d): 1.0 for d in g} for i, (g, _) in enumerate(cases)})
     run = Run({f"q{i}": [str(d) for d in r] for i, (_, r) in enumerate(cases)})

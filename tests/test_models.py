@@ -7,19 +7,22 @@ The build mechanics are tested on `tiny-static`, the same recipe as `minilm-stat
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from chunkeval import models
-from chunkeval.embedding import Embedder, model_fingerprint
+from chunkeval.engine.embedding import model_fingerprint
+from chunkeval.engine.embedding import static as models
 from chunkeval.errors import InputError
 
-TINY = models.ModelSpec("tiny-static", "the static recipe on 1,000 word pieces, for tests", models.build_static,
-                        {"base": "all-MiniLM-L6-v2", "dims": 32, "max_pieces": 1000})
+TINY = models.ModelSpec(
+    "tiny-static",
+    "the static recipe on 1,000 word pieces, for tests",
+    models.build_static,
+    {"base": "all-MiniLM-L6-v2", "dims": 32, "max_pieces": 1000},
+)
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +81,9 @@ def test_damaged_folder_is_rebuilt_with_the_same_content(tiny, capfd):
     capfd.readouterr()
     assert models.ensure_model(TINY.name) == tiny
     err = capfd.readouterr().err
-    assert err.splitlines() == ["chunkeval: building tiny-static (the static recipe on 1,000 word pieces, for tests), once…"]
+    assert err.splitlines() == [
+        "chunkeval: building tiny-static (the static recipe on 1,000 word pieces, for tests), once…"
+    ]
     assert models.is_built(TINY.name)
     assert model_fingerprint(str(tiny)) == before  # the build is deterministic
 
@@ -111,6 +116,11 @@ def test_minilm_static_real_build(shared_home):
     assert folder == shared_home / "models" / "minilm-static" and models.is_built("minilm-static")
     model = SentenceTransformer(str(folder), device="cpu")
     query, related, unrelated = model.encode(
-        ["how do bees make honey", "honeybees turn nectar into honey in the hive", "the lighthouse lens was designed in 1822"])
+        [
+            "how do bees make honey",
+            "honeybees turn nectar into honey in the hive",
+            "the lighthouse lens was designed in 1822",
+        ]
+    )
     assert query.shape == (256,) and np.isfinite(query).all()
     assert query @ related > query @ unrelated

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from chunkeval.experiment import DEMO_DIR
+from chunkeval.paths import DEMO_DIR
 from chunkeval.warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,11 +48,21 @@ def server(tmp_path_factory):
     port = free_port()
     prefect_home = tmp_path_factory.mktemp("prefect_home")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(prefect_home), PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_UI_ENABLED="false",
-               PREFECT_SERVER_API_HOST="127.0.0.1", HF_HUB_OFFLINE="1")
+    env.update(
+        PREFECT_HOME=str(prefect_home),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_UI_ENABLED="false",
+        PREFECT_SERVER_API_HOST="127.0.0.1",
+        HF_HUB_OFFLINE="1",
+    )
     log = open(prefect_home / "server.log", "wb")
-    proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}/api"
 
     def healthy():
@@ -85,12 +95,22 @@ def experiment_file(folder: Path, name: str, corpus_dir: Path, questions: Path, 
 def test_served_deployments_run_nightly_and_on_change(server, tmp_path, shared_home):
     env = client_env(server, shared_home)
     log = open(tmp_path / "serve.log", "wb")
-    serve = subprocess.Popen([str(BIN / "chunkeval"), "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True)
+    serve = subprocess.Popen(
+        [str(BIN / "chunkeval"), "serve"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     prefect = lambda *a: subprocess.run([str(BIN / "prefect"), *a], env=env, capture_output=True, text=True, cwd=ROOT)  # noqa: E731
     try:
-        wait_for(lambda: all(d in prefect("deployment", "ls").stdout for d in ("nightly", "on-change", "poll", "weekly")),
-                 120, "the served deployments", serve)
+        wait_for(
+            lambda: all(d in prefect("deployment", "ls").stdout for d in ("nightly", "on-change", "poll", "weekly")),
+            120,
+            "the served deployments",
+            serve,
+        )
         time.sleep(3)  # the on-change trigger's automation is created with the deployment
         started = prefect("deployment", "run", "evaluate/nightly")
         assert started.returncode == 0, started.stdout + started.stderr
@@ -98,7 +118,9 @@ def test_served_deployments_run_nightly_and_on_change(server, tmp_path, shared_h
         assert emitted.returncode == 0, emitted.stdout + emitted.stderr
         wh = Warehouse(shared_home / "warehouse")
         triggers = lambda: {r["trigger"] for r in wh.runs("demo", "completed")}  # noqa: E731
-        wait_for(lambda: {"schedule", "event"} <= triggers(), 400, "a nightly and an on-change run in the warehouse", serve)
+        wait_for(
+            lambda: {"schedule", "event"} <= triggers(), 400, "a nightly and an on-change run in the warehouse", serve
+        )
         completed = wh.runs("demo", "completed")
         assert all(r["flow_run_id"] for r in completed)
     finally:
@@ -109,10 +131,25 @@ def test_served_deployments_run_nightly_and_on_change(server, tmp_path, shared_h
 
 def test_four_runs_of_two_experiments_at_once_all_complete(server, tmp_path, shared_home):
     env = client_env(server, shared_home)
-    files = [experiment_file(tmp_path, f"twin{i}", DEMO_DIR / "corpora", DEMO_DIR / "questions.csv",
-                             chunker=["fixed_token"], chunk_sizes=[80 + i], overlaps=[0], k=[3]) for i in range(2)]
-    procs = [subprocess.Popen([str(BIN / "chunkeval"), "run", str(f)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for f in files * 2]
+    files = [
+        experiment_file(
+            tmp_path,
+            f"twin{i}",
+            DEMO_DIR / "corpora",
+            DEMO_DIR / "questions.csv",
+            chunker=["fixed_token"],
+            chunk_sizes=[80 + i],
+            overlaps=[0],
+            k=[3],
+        )
+        for i in range(2)
+    ]
+    procs = [
+        subprocess.Popen(
+            [str(BIN / "chunkeval"), "run", str(f)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        for f in files * 2
+    ]
     outputs = [p.communicate(timeout=500)[0].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], outputs
     wh = Warehouse(shared_home / "warehouse")
@@ -132,21 +169,38 @@ def test_a_run_killed_at_five_moments_never_shows_partial_results(server, tmp_pa
     env = client_env(server, home)
     wh = Warehouse(home / "warehouse")
     for n, point in enumerate(KILL_POINTS):
-        exp = experiment_file(tmp_path, f"kill{n}", DEMO_DIR / "corpora", DEMO_DIR / "questions.csv",
-                              chunker=["fixed_token"], chunk_sizes=[40 + n], overlaps=[0], k=[1, 3])
-        killed = subprocess.run([str(BIN / "chunkeval"), "run", str(exp)], env={**env, "CHUNKEVAL_KILL_AT": point},
-                                capture_output=True, text=True, timeout=600)
+        exp = experiment_file(
+            tmp_path,
+            f"kill{n}",
+            DEMO_DIR / "corpora",
+            DEMO_DIR / "questions.csv",
+            chunker=["fixed_token"],
+            chunk_sizes=[40 + n],
+            overlaps=[0],
+            k=[1, 3],
+        )
+        killed = subprocess.run(
+            [str(BIN / "chunkeval"), "run", str(exp)],
+            env={**env, "CHUNKEVAL_KILL_AT": point},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert killed.returncode == -signal.SIGKILL, (point, killed.stdout + killed.stderr)
         (run,) = wh.runs(f"kill{n}")
         with wh.connect() as con:
             shown = con.execute("SELECT count(*) FROM query_results WHERE run_id = ?", [run["run_id"]]).fetchone()[0]
-            summaries = con.execute("SELECT count(*) FROM config_summary WHERE run_id = ?", [run["run_id"]]).fetchone()[0]
+            summaries = con.execute("SELECT count(*) FROM config_summary WHERE run_id = ?", [run["run_id"]]).fetchone()[
+                0
+            ]
         if point == "report":  # recorded whole before its page was written: all of it is shown
             assert run["status"] == "completed" and summaries == 2 and shown == 2 * 28, point
         else:
             assert run["status"] == "running" and shown == 0 and summaries == 0, point
         parts = sum(pq.read_metadata(p).num_rows for p in (home / "cache" / "embeddings").glob("*/part-*.parquet"))
-        done = subprocess.run([str(BIN / "chunkeval"), "run", str(exp)], env=env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [str(BIN / "chunkeval"), "run", str(exp)], env=env, capture_output=True, text=True, timeout=600
+        )
         assert done.returncode == 0, (point, done.stdout + done.stderr)
         runs = {r["run_id"]: r for r in wh.runs(f"kill{n}")}
         (new,) = [r for r in runs.values() if r["run_id"] != run["run_id"]]
@@ -159,17 +213,32 @@ def test_a_run_killed_at_five_moments_never_shows_partial_results(server, tmp_pa
         expected = "completed" if point in ("catalogue", "report") else "failed"
         assert runs[run["run_id"]]["status"] == expected, point
         with wh.connect() as con:
-            assert con.execute("SELECT count(DISTINCT run_id) FROM config_summary WHERE experiment = ?",
-                               [f"kill{n}"]).fetchone()[0] == (2 if expected == "completed" else 1)
+            assert con.execute(
+                "SELECT count(DISTINCT run_id) FROM config_summary WHERE experiment = ?", [f"kill{n}"]
+            ).fetchone()[0] == (2 if expected == "completed" else 1)
 
 
 def test_a_killed_run_leaves_no_rows_and_the_next_reuses_its_cache(server, chroma, tmp_path):
     home = tmp_path / "home"
     env = client_env(server, home)
-    exp = experiment_file(tmp_path, "killed", chroma / "corpora", chroma / "questions_df.csv", corpus=["state_of_the_union"],
-                          chunker=["fixed_token"], chunk_sizes=[50, 100], overlaps=[0, "50%"], k=[3])
-    proc = subprocess.Popen([str(BIN / "chunkeval"), "run", str(exp)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    exp = experiment_file(
+        tmp_path,
+        "killed",
+        chroma / "corpora",
+        chroma / "questions_df.csv",
+        corpus=["state_of_the_union"],
+        chunker=["fixed_token"],
+        chunk_sizes=[50, 100],
+        overlaps=[0, "50%"],
+        k=[3],
+    )
+    proc = subprocess.Popen(
+        [str(BIN / "chunkeval"), "run", str(exp)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     parts = lambda: list((home / "cache" / "embeddings").glob("*/part-*.parquet"))  # noqa: E731
     wait_for(parts, 400, "the first cache part file", proc)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -180,14 +249,32 @@ def test_a_killed_run_leaves_no_rows_and_the_next_reuses_its_cache(server, chrom
     assert killed["status"] == "running"
     with wh.connect() as con:
         assert con.execute("SELECT count(*) FROM query_results WHERE run_id = ?", [killed["run_id"]]).fetchone()[0] == 0
-        assert con.execute("SELECT count(*) FROM config_summary WHERE run_id = ?", [killed["run_id"]]).fetchone()[0] == 0
-    done = subprocess.run([str(BIN / "chunkeval"), "run", str(exp)], env=env, capture_output=True, text=True, timeout=600)
+        assert (
+            con.execute("SELECT count(*) FROM config_summary WHERE run_id = ?", [killed["run_id"]]).fetchone()[0] == 0
+        )
+    done = subprocess.run(
+        [str(BIN / "chunkeval"), "run", str(exp)], env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    runs = {r["run_id"]: r for r in json.loads(subprocess.run([str(BIN / "chunkeval"), "runs", "--json"], env=env,
-                                                               capture_output=True, text=True).stdout)}
+    runs = {
+        r["run_id"]: r
+        for r in json.loads(
+            subprocess.run([str(BIN / "chunkeval"), "runs", "--json"], env=env, capture_output=True, text=True).stdout
+        )
+    }
     assert runs[killed["run_id"]]["status"] == "failed"  # reaped: its process is gone
     (new,) = [r for r in runs.values() if r["run_id"] != killed["run_id"]]
     total = sum(pq.read_metadata(p).num_rows for p in parts())
     assert new["status"] == "completed" and 0 < new["texts_embedded"] == total - cached
-    assert set(new) >= {"run_id", "experiment", "status", "trigger", "started_at", "finished_at", "corpus_fingerprint",
-                        "model_fingerprint", "texts_embedded", "skipped"}
+    assert set(new) >= {
+        "run_id",
+        "experiment",
+        "status",
+        "trigger",
+        "started_at",
+        "finished_at",
+        "corpus_fingerprint",
+        "model_fingerprint",
+        "texts_embedded",
+        "skipped",
+    }

@@ -13,13 +13,30 @@ import pyarrow.parquet as pq
 import pytest
 
 from chunkeval.cli import main
-from chunkeval.embedding import Embedder
-from chunkeval.experiment import Experiment
-from chunkeval.sweep import run_sweep
+from chunkeval.engine.embedding import Embedder
+from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.sweep import run_sweep
 from chunkeval.warehouse import Warehouse
 
-TEXTS = [f"Sentence number {i} about {topic}." for i, topic in enumerate(
-    ["rivers", "taxes", "music", "proteins", "elections", "glaciers", "poetry", "markets", "vaccines", "chess", "bridges", "tea"])]
+TEXTS = [
+    f"Sentence number {i} about {topic}."
+    for i, topic in enumerate(
+        [
+            "rivers",
+            "taxes",
+            "music",
+            "proteins",
+            "elections",
+            "glaciers",
+            "poetry",
+            "markets",
+            "vaccines",
+            "chess",
+            "bridges",
+            "tea",
+        ]
+    )
+]
 
 
 def parts(cache_root):
@@ -36,8 +53,16 @@ def test_damaged_cache_parts_are_set_aside_and_their_texts_embedded_again(tmp_pa
     # four kinds of damage: cut short, not Parquet at all, vectors of the wrong width, wrong columns
     files[0].write_bytes(files[0].read_bytes()[:100])
     files[1].write_text("this is not a parquet file")
-    pq.write_table(pa.table({"text_hash": pa.array(["0" * 32]), "vector": pa.FixedSizeListArray.from_arrays(pa.array([1.0, 0.0, 0.0], pa.float32()), 3),
-                             "truncated": pa.array([False])}), files[2])
+    pq.write_table(
+        pa.table(
+            {
+                "text_hash": pa.array(["0" * 32]),
+                "vector": pa.FixedSizeListArray.from_arrays(pa.array([1.0, 0.0, 0.0], pa.float32()), 3),
+                "truncated": pa.array([False]),
+            }
+        ),
+        files[2],
+    )
     pq.write_table(pa.table({"hash": pa.array(["x"]), "embedding": pa.array([1.0])}), files[3])
 
     caplog.set_level(logging.WARNING, logger="chunkeval")
@@ -165,6 +190,8 @@ def test_a_run_that_died_after_its_manifest_is_settled_from_it(history):
     the next run's reaping completes it instead of calling it failed."""
     wh, done, *_ = history
     with wh.connect() as con:
-        con.execute("UPDATE runs SET status = 'running', finished_at = NULL, pid = 999999999 WHERE run_id = ?", [done[1]])
+        con.execute(
+            "UPDATE runs SET status = 'running', finished_at = NULL, pid = 999999999 WHERE run_id = ?", [done[1]]
+        )
     assert wh.reap() == 1
     assert wh.run(done[1])["status"] == "completed"

@@ -11,18 +11,26 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from chunkeval.charts import pareto_front
 from chunkeval.cli import main
-from chunkeval.embedding import Embedder, resolve_model
-from chunkeval.experiment import DEMO_DIR, Experiment, input_fingerprints
-from chunkeval.html_report import budget_table, budgets_for, build_report
+from chunkeval.engine.embedding import Embedder, resolve_model
+from chunkeval.engine.experiment import Experiment, input_fingerprints
+from chunkeval.engine.sweep import run_sweep
+from chunkeval.paths import DEMO_DIR
+from chunkeval.report.charts import pareto_front
+from chunkeval.report.html import budget_table, budgets_for, build_report
 from chunkeval.stats import bootstrap_ci
-from chunkeval.sweep import run_sweep
 from chunkeval.warehouse import Warehouse
 
 EVIL = "What <script>document.title='pwned'</script> did the first stone tower burn & when?"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +47,16 @@ def warehouse(tmp_path_factory, shared_home):
     model = root / "model"  # one model path whose content changes between the runs: the same configurations
     shutil.copytree(resolve_model("all-MiniLM-L6-v2"), model)
     wh = Warehouse(root / "warehouse")
-    base = {"name": "rep", "corpus_dir": str(root / "corpora"), "questions": str(root / "questions.csv"),
-            "chunker": ["fixed_token", "recursive_token"], "chunk_sizes": [50, 150], "overlaps": [0, "20%"], "k": [1, 3, 5],
-            "model": str(model)}
+    base = {
+        "name": "rep",
+        "corpus_dir": str(root / "corpora"),
+        "questions": str(root / "questions.csv"),
+        "chunker": ["fixed_token", "recursive_token"],
+        "chunk_sizes": [50, 150],
+        "overlaps": [0, "20%"],
+        "k": [1, 3, 5],
+        "model": str(model),
+    }
     for night in range(2):
         if night:  # the model was replaced by one that reads 16 word pieces
             (model / "sentence_bert_config.json").write_text('{"max_seq_length": 16, "do_lower_case": false}')
@@ -96,8 +111,9 @@ def test_the_trend_charts_read_what_trend_reads(warehouse):
     assert len(rows) == 6
     for metric in metrics:
         trend = warehouse.trend("rep", metric, configs=configs, last=365)
-        assert [(r["run_id"], r["value"], r["ci_low"], r["ci_high"]) for r in trend] == \
-               [(r["run_id"], r[f"{metric}_mean"], r[f"{metric}_ci_low"], r[f"{metric}_ci_high"]) for r in rows]
+        assert [(r["run_id"], r["value"], r["ci_low"], r["ci_high"]) for r in trend] == [
+            (r["run_id"], r[f"{metric}_mean"], r[f"{metric}_ci_low"], r[f"{metric}_ci_high"]) for r in rows
+        ]
 
 
 def test_budget_curves_follow_their_definition(warehouse):
@@ -113,7 +129,9 @@ def test_budget_curves_follow_their_definition(warehouse):
         model, retriever, chunker, setting = name.split(" ")
         assert (model, retriever) == ("model", "dense")
         size, overlap = map(int, setting.split("/"))
-        mine = [r for r in rows if r["chunker"] == chunker and r["chunk_size"] == size and r["chunk_overlap"] == overlap]
+        mine = [
+            r for r in rows if r["chunker"] == chunker and r["chunk_size"] == size and r["chunk_overlap"] == overlap
+        ]
         low, high = intervals[name]
         for i, (budget, value) in enumerate(zip(budgets, values)):
             best = {q: 0.0 for q in {r["query_id"] for r in mine}}
@@ -130,8 +148,22 @@ def test_report_command(warehouse, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CHUNKEVAL_HOME", str(warehouse.root.parent))
     out = tmp_path / "out.html"
     first = warehouse.runs("rep", "completed")[-1]["run_id"]
-    assert main(["report", "--experiment", "rep", "--run", first, "--html", str(out),
-                 "--config", "chunker=fixed_token,chunk_size=50,chunk_overlap=0,k=1"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "--experiment",
+                "rep",
+                "--run",
+                first,
+                "--html",
+                str(out),
+                "--config",
+                "chunker=fixed_token,chunk_size=50,chunk_overlap=0,k=1",
+            ]
+        )
+        == 0
+    )
     html = out.read_text(encoding="utf-8")
     assert first in html and "Failure analysis at model dense fixed_token 50/0 k=1" in html
     assert main(["report", "--experiment", "rep", "--html", str(tmp_path / "none" / "x.html")]) == 2
@@ -139,17 +171,26 @@ def test_report_command(warehouse, tmp_path, monkeypatch, capsys):
     assert "no configuration" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)")
+@pytest.mark.skipif(
+    not shutil.which("chromium"),
+    reason="Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)",
+)
 def test_the_page_in_headless_chromium(page, tmp_path):
     shot = tmp_path / "shot.png"
-    run = subprocess.run(["chromium", *CHROMIUM_FLAGS, "--window-size=1280,2400", f"--screenshot={shot}", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        ["chromium", *CHROMIUM_FLAGS, "--window-size=1280,2400", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0 and shot.exists(), run.stderr[-2000:]
     pixels = matplotlib.image.imread(shot)[..., :3]
     assert pixels.shape[:2] == (2400, 1280)
     not_white = (pixels < 0.95).any(axis=2).mean()
     assert not_white > 0.03 and pixels.std() > 0.05, "the screenshot is blank"
-    dom = subprocess.run(["chromium", *CHROMIUM_FLAGS, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    dom = subprocess.run(
+        ["chromium", *CHROMIUM_FLAGS, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert "<title>chunkeval: rep</title>" in dom.stdout  # the question's script never ran
     assert "&lt;script&gt;document.title='pwned'&lt;/script&gt;" in dom.stdout  # it is shown as text

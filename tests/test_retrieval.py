@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from chunkeval.engine.retrievers.dense import top_k
 from chunkeval.errors import InputError
-from chunkeval.retrieval import top_k
 
 
 def test_top_k_orders_by_score_then_chunk_order():
@@ -54,9 +54,9 @@ def full_sort(queries, chunks, k, query_groups=None, chunk_groups=None):
         sims[query_groups[:, None] != chunk_groups[None, :]] = -np.inf
     best = np.argsort(-sims, axis=1, kind="stable")[:, :k]
     score = np.full((len(queries), k), -np.inf, dtype=np.float32)
-    score[:, :best.shape[1]] = np.take_along_axis(sims, best, axis=1)
+    score[:, : best.shape[1]] = np.take_along_axis(sims, best, axis=1)
     index = np.full((len(queries), k), -1, dtype=np.int64)
-    index[:, :best.shape[1]] = best
+    index[:, : best.shape[1]] = best
     index[~np.isfinite(score)] = -1
     return index, score
 
@@ -64,7 +64,7 @@ def full_sort(queries, chunks, k, query_groups=None, chunk_groups=None):
 @pytest.mark.parametrize("tile", [1, 3, 8, 64])
 def test_tiles_give_the_full_sort_with_ties_groups_and_padding(monkeypatch, tile):
     """Small integer vectors: exact scores with many ties, within and across tiles and at the k-th place."""
-    import chunkeval.retrieval as R
+    import chunkeval.engine.retrievers.dense as R
 
     monkeypatch.setattr(R, "_TILE", tile)
     rng = np.random.default_rng(tile)
@@ -80,7 +80,7 @@ def test_tiles_give_the_full_sort_with_ties_groups_and_padding(monkeypatch, tile
 
 
 def test_a_tie_at_the_kth_place_keeps_the_earlier_chunk_across_tiles(monkeypatch):
-    import chunkeval.retrieval as R
+    import chunkeval.engine.retrievers.dense as R
 
     monkeypatch.setattr(R, "_TILE", 4)
     chunks = np.zeros((20, 2), dtype=np.float32)
@@ -94,7 +94,7 @@ def test_a_tie_at_the_kth_place_keeps_the_earlier_chunk_across_tiles(monkeypatch
 def test_threads_and_tiles_change_nothing(monkeypatch):
     """Random vectors: the rows shared among threads, and any tile width, give the same bits as one thread
     choosing from the whole row (the matrix product is the same)."""
-    import chunkeval.retrieval as R
+    import chunkeval.engine.retrievers.dense as R
 
     rng = np.random.default_rng(7)
     queries = rng.standard_normal((1100, 24)).astype(np.float32)  # three blocks of queries, the last short
@@ -104,14 +104,14 @@ def test_threads_and_tiles_change_nothing(monkeypatch):
     monkeypatch.setattr(R, "_TILE", 1 << 20)  # one tile: the whole row at once
     whole = top_k(queries, chunks, 10), top_k(queries, chunks, 10, *groups)
     for threads, tile in [(1, 128), (3, 128), (4, 300), (2, 1000)]:
-        monkeypatch.setattr(R, "_threads", lambda: threads)
+        monkeypatch.setattr(R, "_threads", lambda: threads)  # noqa: B023
         monkeypatch.setattr(R, "_TILE", tile)
         for got, want in zip((top_k(queries, chunks, 10), top_k(queries, chunks, 10, *groups)), whole):
             assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
 
 
 def test_nan_scores_rank_last_as_in_a_full_sort(monkeypatch):
-    import chunkeval.retrieval as R
+    import chunkeval.engine.retrievers.dense as R
 
     monkeypatch.setattr(R, "_TILE", 4)
     chunks = np.arange(1, 41, dtype=np.float32)[:, None]

@@ -8,11 +8,11 @@ import pytest
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
+from chunkeval.engine.retrievers import RetrievalRequest, needs_embeddings, retrieve
+from chunkeval.engine.retrievers.bm25 import bm25_scores, tokenize
+from chunkeval.engine.retrievers.dense import top_k
+from chunkeval.engine.retrievers.hybrid import rrf
 from chunkeval.errors import InputError
-from chunkeval.retrieval import top_k
-from chunkeval.retrievers import RetrievalRequest, needs_embeddings, retrieve
-from chunkeval.retrievers.bm25 import bm25_scores, tokenize
-from chunkeval.retrievers.hybrid import rrf
 
 HERE = __name__  # plug-ins below are named f"{HERE}:function"
 
@@ -126,9 +126,10 @@ HYBRID_CHUNKS = ["apple apple", "plum", "apple pear fig", "apple"]
 
 def hybrid_request(k: int) -> RetrievalRequest:
     cos = np.array([0.2, 0.9, 0.8, 0.1])
-    chunks = np.stack([cos, np.sqrt(1 - cos ** 2)], axis=1).astype(np.float32)
-    return RetrievalRequest(["apple"], HYBRID_CHUNKS, k=k, query_vectors=np.array([[1, 0]], np.float32),
-                            chunk_vectors=chunks)
+    chunks = np.stack([cos, np.sqrt(1 - cos**2)], axis=1).astype(np.float32)
+    return RetrievalRequest(
+        ["apple"], HYBRID_CHUNKS, k=k, query_vectors=np.array([[1, 0]], np.float32), chunk_vectors=chunks
+    )
 
 
 def test_hybrid_fuses_reciprocal_ranks():
@@ -171,7 +172,7 @@ last_first.needs_embeddings = False
 
 def first_candidates(request: RetrievalRequest) -> np.ndarray:
     """A reranker that keeps the candidates' order."""
-    return request.candidates[:, :request.k]
+    return request.candidates[:, : request.k]
 
 
 first_candidates.candidates = 3
@@ -220,22 +221,27 @@ def test_rerankers_get_dense_candidates():
     assert needs_embeddings(f"{HERE}:first_candidates")
     assert np.array_equal(retrieve(f"{HERE}:first_candidates", request), top_k(q, c, 2)[0])
     groups = np.array([1, 0, 1])
-    assert np.array_equal(retrieve(f"{HERE}:first_candidates", request, query_groups=groups, chunk_groups=GROUPS),
-                          top_k(q, c, 2, groups, GROUPS)[0])
+    assert np.array_equal(
+        retrieve(f"{HERE}:first_candidates", request, query_groups=groups, chunk_groups=GROUPS),
+        top_k(q, c, 2, groups, GROUPS)[0],
+    )
     # Given candidates are renumbered within a corpus; those of another corpus are dropped.
     given = RetrievalRequest(["q"] * 2, A + B, k=2, candidates=np.array([[4, 0, 5], [6, 0, 1]]))
     got = retrieve(f"{HERE}:first_candidates", given, query_groups=np.array([1, 0]), chunk_groups=GROUPS)
     assert got.tolist() == [[4, 5], [0, 1]]
 
 
-@pytest.mark.parametrize("name, message", [
-    ("wrong_shape", r"returned shape \(3, 3\), expected \(3, 2\)"),
-    ("floats", "returned float64 values, expected integer chunk indices"),
-    ("ragged", r"returned ragged rows, expected an array of shape \(3, 2\)"),
-    ("out_of_range", r"returned indices out of range \(row 2: 57 ≥ 7 chunks\)"),
-    ("twice", r"returned chunk 1 twice \(row 0\)"),
-    ("gap", r"returned a chunk after -1 padding \(row 0\)"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("wrong_shape", r"returned shape \(3, 3\), expected \(3, 2\)"),
+        ("floats", "returned float64 values, expected integer chunk indices"),
+        ("ragged", r"returned ragged rows, expected an array of shape \(3, 2\)"),
+        ("out_of_range", r"returned indices out of range \(row 2: 57 ≥ 7 chunks\)"),
+        ("twice", r"returned chunk 1 twice \(row 0\)"),
+        ("gap", r"returned a chunk after -1 padding \(row 0\)"),
+    ],
+)
 def test_plugin_answers_are_validated(name, message):
     request = RetrievalRequest(["q1", "q2", "q3"], A + B, k=2)
     with pytest.raises(InputError, match=f"^retriever '{HERE}:{name}' " + message + "$"):

@@ -10,12 +10,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkeval.chunking import CHUNKERS, ChunkerSpec, chunk_corpora, count_tokens, register_chunker
-from chunkeval.errors import InputError
-from chunkeval.semantic_chunkers import (
-    breakpoint_threshold, cluster_semantic, neighbour_windows, optimal_segmentation, segment_similarity,
-    semantic_breakpoint, semantic_pieces, similarity_rewards, vector_rewards,
+from chunkeval.engine.chunking import CHUNKERS, ChunkerSpec, chunk_corpora, count_tokens, register_chunker
+from chunkeval.engine.chunking.semantic import (
+    breakpoint_threshold,
+    cluster_semantic,
+    neighbour_windows,
+    optimal_segmentation,
+    segment_similarity,
+    semantic_breakpoint,
+    semantic_pieces,
+    similarity_rewards,
+    vector_rewards,
 )
+from chunkeval.errors import InputError
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 
@@ -29,11 +36,34 @@ def embed(embedder_factory):
 
 
 # Texts with enough words for several 50-token pieces, mixed separators and some arbitrary characters.
-WORDS = ["bees", "hive", "honey", "queen", "lighthouse", "keeper", "lamp", "storm", "sourdough", "starter",
-         "flour", "oven", "the", "a", "of", "and", "naïve", "café", "日本", "🙂"]
+WORDS = [
+    "bees",
+    "hive",
+    "honey",
+    "queen",
+    "lighthouse",
+    "keeper",
+    "lamp",
+    "storm",
+    "sourdough",
+    "starter",
+    "flour",
+    "oven",
+    "the",
+    "a",
+    "of",
+    "and",
+    "naïve",
+    "café",
+    "日本",
+    "🙂",
+]
 SEPARATORS = [" ", " ", " ", " ", ". ", "? ", "!", "\n", "\n\n", "  ", "\t"]
-tokens = st.one_of(st.sampled_from(WORDS), st.sampled_from(SEPARATORS),
-                   st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=3))
+tokens = st.one_of(
+    st.sampled_from(WORDS),
+    st.sampled_from(SEPARATORS),
+    st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=3),
+)
 texts = st.lists(tokens, max_size=260).map("".join)
 
 
@@ -79,7 +109,9 @@ def test_blank_text_gives_no_chunks_and_embeds_nothing():
 
 def test_chunk_size_below_the_piece_size_is_an_input_error():
     for name, fn in SEMANTIC.items():
-        with pytest.raises(InputError, match=rf"chunker '{name}' needs chunk_size ≥ 50 \(its pieces are 50 tokens\), got 30"):
+        with pytest.raises(
+            InputError, match=rf"chunker '{name}' needs chunk_size ≥ 50 \(its pieces are 50 tokens\), got 30"
+        ):
             fn("Some text.", 30, 0, embed=lambda texts: np.ones((len(texts), 2), dtype=np.float32))
         with pytest.raises(InputError, match="got 49"):
             chunk_corpora({"x": "Some text."}, ChunkerSpec(name, 49, 0), embed=lambda t: np.ones((len(t), 2)))
@@ -99,7 +131,9 @@ def test_chunk_corpora_passes_embed_only_to_chunkers_that_ask():
         return np.array([0]), np.array([len(text)])
 
     try:
-        chunks = chunk_corpora({"x": "One. Two."}, ChunkerSpec("embed_probe_test", 5, 0), embed=lambda t: np.ones((len(t), 3)))
+        chunks = chunk_corpora(
+            {"x": "One. Two."}, ChunkerSpec("embed_probe_test", 5, 0), embed=lambda t: np.ones((len(t), 3))
+        )
     finally:
         del CHUNKERS["embed_probe_test"]
     assert seen == [(1, 3)] and chunks.ids() == ["x:0-9"]
@@ -161,7 +195,7 @@ def chroma_dp(matrix, max_cluster):
     for i in range(n):
         for size in range(1, max_cluster + 1):
             if i - size + 1 >= 0:
-                reward = np.sum(m[i - size + 1:i + 1, i - size + 1:i + 1]) + (dp[i - size] if i - size >= 0 else 0)
+                reward = np.sum(m[i - size + 1 : i + 1, i - size + 1 : i + 1]) + (dp[i - size] if i - size >= 0 else 0)
                 if reward > dp[i]:
                     dp[i], seg[i], chosen[i] = reward, i - size + 1, True
     groups, i = [], n - 1

@@ -12,12 +12,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkeval.chunking import (
-    RECURSIVE_SEPARATORS, ChunkerSpec, chunk_corpora, fixed_char, fixed_token, get_encoding, recursive_token,
+from chunkeval.engine.chunking import (
+    RECURSIVE_SEPARATORS,
+    ChunkerSpec,
+    chunk_corpora,
+    fixed_char,
+    fixed_token,
+    get_encoding,
+    recursive_token,
     resolve_chunker,
 )
+from chunkeval.engine.chunking.splitters import ChunkerOutputError, as_chunker, locate_chunks, to_offsets
 from chunkeval.errors import InputError
-from chunkeval.splitters import ChunkerOutputError, as_chunker, locate_chunks, to_offsets
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "corpora"
 CHROMA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "chroma_general"
@@ -59,7 +65,9 @@ def langchain_split(text: str, chunk_size: int, chunk_overlap: int) -> list[str]
     from langchain_text_splitters import RecursiveCharacterTextSplitter
 
     splitter = RecursiveCharacterTextSplitter(
-        chunk_size=chunk_size, chunk_overlap=chunk_overlap, length_function=cl100k_tokens,
+        chunk_size=chunk_size,
+        chunk_overlap=chunk_overlap,
+        length_function=cl100k_tokens,
         separators=list(RECURSIVE_SEPARATORS),
     )
     return splitter.split_text(text)
@@ -72,7 +80,10 @@ def paragraph_split(text: str, chunk_size: int, chunk_overlap: int) -> list[str]
 def collapsing_split(text: str, chunk_size: int, chunk_overlap: int) -> list[str]:
     """Windows of chunk_size words, stride chunk_size - chunk_overlap, joined with single spaces."""
     words = text.split()
-    return [" ".join(words[i:i + chunk_size]) for i in range(0, max(len(words) - chunk_overlap, 1), chunk_size - chunk_overlap)]
+    return [
+        " ".join(words[i : i + chunk_size])
+        for i in range(0, max(len(words) - chunk_overlap, 1), chunk_size - chunk_overlap)
+    ]
 
 
 def never_split(text: str, chunk_size: int, chunk_overlap: int) -> list[str]:
@@ -134,7 +145,11 @@ def test_a_repeated_paragraph_maps_to_each_of_its_copies():
     corpora = {"hive": text}
     chunks = chunk_corpora(corpora, ChunkerSpec(f"{HERE}:paragraph_split", 100, 0))
     step = len(paragraph) + 2
-    assert spans_of(chunks, "hive") == [(0, len(paragraph)), (step, step + len(paragraph)), (2 * step, 2 * step + len(paragraph))]
+    assert spans_of(chunks, "hive") == [
+        (0, len(paragraph)),
+        (step, step + len(paragraph)),
+        (2 * step, 2 * step + len(paragraph)),
+    ]
     assert [text.find(p) for p in paragraph_split(text, 100, 0)] == [0, 0, 0]  # what a search from the start gives
 
 
@@ -223,7 +238,9 @@ def test_a_chunk_not_in_the_corpus_is_an_input_error_naming_chunker_chunk_and_co
     )
     assert isinstance(caught.value, InputError)
     # a chunk that is only before the previous one (out of order) is not in the corpus after it
-    with pytest.raises(ChunkerOutputError, match=r"returned chunk 1 \('alpha'\) that is not in corpus 'c' after offset 6$"):
+    with pytest.raises(
+        ChunkerOutputError, match=r"returned chunk 1 \('alpha'\) that is not in corpus 'c' after offset 6$"
+    ):
         locate_chunks("alpha beta", ["beta", "alpha"], "s", "c")
 
 
@@ -241,18 +258,24 @@ def test_the_error_names_the_corpus_once_known_and_survives_pickling():
 
 def test_chunk_corpora_reports_an_unlocatable_chunk_as_input_error():
     name = f"{HERE}:never_split"
-    with pytest.raises(InputError, match=rf"^chunker '{re.escape(name)}' returned chunk 1 \('Nowhere in the text'\) that is not in "
-                       r"(corpus 'honeybees'|the corpus) after offset 0$"):
+    with pytest.raises(
+        InputError,
+        match=rf"^chunker '{re.escape(name)}' returned chunk 1 \('Nowhere in the text'\) that is not in "
+        r"(corpus 'honeybees'|the corpus) after offset 0$",
+    ):
         chunk_corpora(demo_corpora(), ChunkerSpec(name, 50, 0))
 
 
-@pytest.mark.parametrize("result,expected", [
-    ("a whole string", r"returned a single string for the corpus; a splitter returns a list of strings"),
-    (42, r"returned int for the corpus; a chunker returns \(starts, ends\), a splitter a list of strings"),
-    (["alpha", 3], r"returned a sequence of int, str for the corpus"),
-    ([[0], [5], [9]], r"returned a sequence of list for the corpus"),
-    (np.zeros((3, 2), dtype=np.int64), r"returned an array of shape \(3, 2\) for the corpus"),
-])
+@pytest.mark.parametrize(
+    "result,expected",
+    [
+        ("a whole string", r"returned a single string for the corpus; a splitter returns a list of strings"),
+        (42, r"returned int for the corpus; a chunker returns \(starts, ends\), a splitter a list of strings"),
+        (["alpha", 3], r"returned a sequence of int, str for the corpus"),
+        ([[0], [5], [9]], r"returned a sequence of list for the corpus"),
+        (np.zeros((3, 2), dtype=np.int64), r"returned an array of shape \(3, 2\) for the corpus"),
+    ],
+)
 def test_output_that_is_neither_offsets_nor_strings_is_an_input_error(result, expected):
     with pytest.raises(ChunkerOutputError, match=r"^chunker 'f' " + expected):
         to_offsets(result, "alpha beta", "f")
@@ -263,14 +286,17 @@ def test_offsets_pass_through_and_strings_are_located():
     pair = (np.array([0, 6]), np.array([5, 10]))
     assert to_offsets(pair, text, "f") is not None and to_offsets(pair, text, "f")[0] is pair[0]
     assert [list(x) for x in to_offsets(np.array([[0, 6], [5, 10]]), text, "f")] == [[0, 6], [5, 10]]
-    assert [x.tolist() for x in to_offsets(["alpha", "beta"], text, "f")] == [[0, 6], [5, 10]]  # two strings, not offsets
+    assert [x.tolist() for x in to_offsets(["alpha", "beta"], text, "f")] == [
+        [0, 6],
+        [5, 10],
+    ]  # two strings, not offsets
     assert [x.tolist() for x in to_offsets(iter(["gamma"]), text, "f")] == [[11], [16]]
     assert [x.tolist() for x in to_offsets(np.array(["beta"]), text, "f")] == [[6], [10]]
 
 
 def test_resolve_chunker_wraps_imported_functions_only():
     assert resolve_chunker("fixed_token") is fixed_token
-    assert resolve_chunker("chunkeval.chunking:fixed_char") is fixed_char  # registered: already offsets
+    assert resolve_chunker("chunkeval.engine.chunking:fixed_char") is fixed_char  # registered: already offsets
     wrapped = resolve_chunker(f"{HERE}:paragraph_split")
     assert wrapped.__name__ == "paragraph_split" and as_chunker(wrapped, "again") is wrapped
     assert [x.tolist() for x in wrapped("one\n\ntwo", 10, 0)] == [[0, 5], [3, 8]]

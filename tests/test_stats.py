@@ -18,8 +18,13 @@ def mean_diff(x, y, axis=-1):
 
 def scipy_permutation_p(a, b, n_resamples, seed):
     return scipy.stats.permutation_test(
-        (a, b), mean_diff, permutation_type="samples", alternative="two-sided",
-        n_resamples=n_resamples, vectorized=True, rng=seed,
+        (a, b),
+        mean_diff,
+        permutation_type="samples",
+        alternative="two-sided",
+        n_resamples=n_resamples,
+        vectorized=True,
+        rng=seed,
     ).pvalue
 
 
@@ -49,7 +54,9 @@ def test_bootstrap_ci_against_scipy_percentile(case):
     n = (20, 40, 76, 76, 150, 300)[case]
     values = rng.random(n) if case % 2 == 0 else (rng.random(n) < 0.4).astype(float)  # continuous or 0/1
     low, high = S.bootstrap_ci(values, seed=case)
-    ref = scipy.stats.bootstrap((values,), np.mean, method="percentile", n_resamples=10_000, rng=1000 + case).confidence_interval
+    ref = scipy.stats.bootstrap(
+        (values,), np.mean, method="percentile", n_resamples=10_000, rng=1000 + case
+    ).confidence_interval
     # 0/1 values give means on the lattice k / n: Monte-Carlo error can move an end by one step
     tol = 0.01 if case % 2 == 0 else max(0.01, 1.01 / n)
     assert abs(low - ref.low) < tol and abs(high - ref.high) < tol
@@ -218,7 +225,9 @@ def test_paired_diff_ci_is_the_bootstrap_of_the_differences():
     rng = np.random.default_rng(4)
     a, b = rng.random(76), rng.random(76)
     assert S.paired_diff_ci(a, b, seed=2) == S.bootstrap_ci(a - b, seed=2)
-    ref = scipy.stats.bootstrap((a, b), mean_diff, paired=True, method="percentile", n_resamples=10_000, rng=5).confidence_interval
+    ref = scipy.stats.bootstrap(
+        (a, b), mean_diff, paired=True, method="percentile", n_resamples=10_000, rng=5
+    ).confidence_interval
     low, high = S.paired_diff_ci(a, b)
     assert abs(low - ref.low) < 0.01 and abs(high - ref.high) < 0.01
 
@@ -263,9 +272,21 @@ def test_holm_rejects_out_of_range():
 
 def test_compare_paired_worked_example():
     r = S.compare_paired([0.3, 0.5, 0.7], [0.2, 0.3, 0.4])
-    assert set(r) == {"n_queries", "mean_a", "mean_b", "mean_diff", "ci_low", "ci_high", "p_ttest", "p_permutation", "p_adjusted"}
+    assert set(r) == {
+        "n_queries",
+        "mean_a",
+        "mean_b",
+        "mean_diff",
+        "ci_low",
+        "ci_high",
+        "p_ttest",
+        "p_permutation",
+        "p_adjusted",
+    }
     assert r["n_queries"] == 3
-    assert r["mean_a"] == pytest.approx(0.5) and r["mean_b"] == pytest.approx(0.3) and r["mean_diff"] == pytest.approx(0.2)
+    assert (
+        r["mean_a"] == pytest.approx(0.5) and r["mean_b"] == pytest.approx(0.3) and r["mean_diff"] == pytest.approx(0.2)
+    )
     # resample means of 0.1, 0.2, 0.3 reach 0.1 and 0.3 with probability 1/27 each, more than 2.5 %
     assert (r["ci_low"], r["ci_high"]) == pytest.approx((0.1, 0.3), abs=1e-12)
     assert r["p_ttest"] == pytest.approx(1 - math.sqrt(6 / 7), abs=1e-12)
@@ -281,20 +302,26 @@ def test_compare_paired_drops_nan_pairs():
 # --------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: S.paired_ttest([0.1, 0.2, 0.3], [0.1, 0.2]), "same length, got 3 and 2"),
-    (lambda: S.paired_permutation([0.1], [0.2]), "at least 2 pairs"),
-    (lambda: S.paired_diff_ci([0.1, np.nan], [0.2, 0.3]), "at least 2 pairs of non-NaN values, got 1"),
-    (lambda: S.compare_paired([], []), "at least 2 pairs"),
-    (lambda: S.bootstrap_ci([0.1, 0.2], confidence=0.0), "confidence must be strictly between 0 and 1"),
-    (lambda: S.bootstrap_ci([0.1, 0.2], confidence=1.0), "confidence must be strictly between 0 and 1"),
-    (lambda: S.paired_diff_ci([0.1, 0.2], [0.1, 0.3], confidence=95), "confidence must be strictly between 0 and 1"),
-    (lambda: S.bootstrap_ci([0.1, 0.2], n_resamples=0), "n_resamples must be a positive integer"),
-    (lambda: S.bootstrap_ci_groups([0.1, 0.2], [0]), "groups must be a one-dimensional array as long as values"),
-    (lambda: S.bootstrap_ci_groups([0.1, 0.2], [0.0, 1.0]), "integer group codes"),
-    (lambda: S.bootstrap_ci_groups([0.1, 0.2], [0, -1]), "non-negative"),
-    (lambda: S.bootstrap_ci([[0.1, 0.2]]), "one-dimensional"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: S.paired_ttest([0.1, 0.2, 0.3], [0.1, 0.2]), "same length, got 3 and 2"),
+        (lambda: S.paired_permutation([0.1], [0.2]), "at least 2 pairs"),
+        (lambda: S.paired_diff_ci([0.1, np.nan], [0.2, 0.3]), "at least 2 pairs of non-NaN values, got 1"),
+        (lambda: S.compare_paired([], []), "at least 2 pairs"),
+        (lambda: S.bootstrap_ci([0.1, 0.2], confidence=0.0), "confidence must be strictly between 0 and 1"),
+        (lambda: S.bootstrap_ci([0.1, 0.2], confidence=1.0), "confidence must be strictly between 0 and 1"),
+        (
+            lambda: S.paired_diff_ci([0.1, 0.2], [0.1, 0.3], confidence=95),
+            "confidence must be strictly between 0 and 1",
+        ),
+        (lambda: S.bootstrap_ci([0.1, 0.2], n_resamples=0), "n_resamples must be a positive integer"),
+        (lambda: S.bootstrap_ci_groups([0.1, 0.2], [0]), "groups must be a one-dimensional array as long as values"),
+        (lambda: S.bootstrap_ci_groups([0.1, 0.2], [0.0, 1.0]), "integer group codes"),
+        (lambda: S.bootstrap_ci_groups([0.1, 0.2], [0, -1]), "non-negative"),
+        (lambda: S.bootstrap_ci([[0.1, 0.2]]), "one-dimensional"),
+    ],
+)
 def test_bad_input_is_one_line(call, message):
     with pytest.raises(InputError, match=message) as err:
         call()

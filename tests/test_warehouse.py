@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import duckdb
 import pyarrow as pa
 import pytest
 
-from chunkeval.embedding import Embedder
-from chunkeval.experiment import DEMO_DIR, Experiment
-from chunkeval.sweep import run_sweep
+from chunkeval.engine.embedding import Embedder
+from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.sweep import run_sweep
+from chunkeval.paths import DEMO_DIR
 from chunkeval.warehouse import SCHEMA_VERSION, Warehouse
 
 FPS = {"corpus": "c1", "gold": "g1", "model": "m1"}
@@ -21,7 +21,13 @@ FPS = {"corpus": "c1", "gold": "g1", "model": "m1"}
 @pytest.fixture(scope="module")
 def demo_result(tmp_path_factory):
     exp = Experiment.from_yaml(DEMO_DIR / "experiment.yaml").with_overrides(
-        chunker=("fixed_token",), chunk_sizes=(100,), overlaps=("0",), k=(1, 3, 5), model=("all-MiniLM-L6-v2",), retriever=("dense",))
+        chunker=("fixed_token",),
+        chunk_sizes=(100,),
+        overlaps=("0",),
+        k=(1, 3, 5),
+        model=("all-MiniLM-L6-v2",),
+        retriever=("dense",),
+    )
     return run_sweep(exp, Embedder(cache_dir=tmp_path_factory.mktemp("cache")))
 
 
@@ -35,14 +41,20 @@ def test_run_lifecycle_and_views(tmp_path, demo_result):
     skipped = wh.record_skipped("demo", FPS, "schedule", {})
     runs = {r["run_id"]: r for r in wh.runs("demo")}
     assert {r: runs[r]["status"] for r in (done, running, failed, skipped)} == {
-        done: "completed", running: "running", failed: "failed", skipped: "skipped"}
+        done: "completed",
+        running: "running",
+        failed: "failed",
+        skipped: "skipped",
+    }
     assert runs[done]["texts_embedded"] == 123 and runs[failed]["error"] == "boom"
     assert [r["run_id"] for r in wh.runs("demo")][0] == skipped  # newest first
     with duckdb.connect(str(wh.db_path)) as con:
         per_run = dict(con.execute("SELECT run_id, count(*) FROM query_results GROUP BY run_id").fetchall())
         assert per_run == {done: demo_result.per_query.num_rows}
         assert con.execute("SELECT count(*) FROM config_summary").fetchone()[0] == demo_result.summary.num_rows
-        value = con.execute("SELECT value FROM trend WHERE run_id = ? AND metric = 'span_recall' AND k = 5", [done]).fetchone()[0]
+        value = con.execute(
+            "SELECT value FROM trend WHERE run_id = ? AND metric = 'span_recall' AND k = 5", [done]
+        ).fetchone()[0]
     expected = [r for r in demo_result.summary.to_pylist() if r["k"] == 5][0]["span_recall_mean"]
     assert value == pytest.approx(expected)
     assert wh.last_completed("demo")["run_id"] == done
@@ -52,16 +64,19 @@ def test_run_lifecycle_and_views(tmp_path, demo_result):
 def test_trend_change_and_regressions(tmp_path, demo_result):
     import pyarrow.compute as pc
 
-    from chunkeval.metrics import summarize
+    from chunkeval.engine.metrics import summarize
 
     wh = Warehouse(tmp_path)
     first = wh.begin_run("demo", FPS, "manual", {})
     wh.complete_run(first, demo_result.per_query, demo_result.summary, 1)
     # a real fall: every query loses a fifth of its span recall
     per_query = demo_result.per_query
-    worse_q = per_query.set_column(per_query.column_names.index("span_recall"), "span_recall",
-                                   pc.multiply(per_query["span_recall"], 0.8))
-    worse = summarize(worse_q.drop_columns(["has_gold"]), ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"])
+    worse_q = per_query.set_column(
+        per_query.column_names.index("span_recall"), "span_recall", pc.multiply(per_query["span_recall"], 0.8)
+    )
+    worse = summarize(
+        worse_q.drop_columns(["has_gold"]), ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
+    )
     second = wh.begin_run("demo", FPS, "schedule", {})
     wh.complete_run(second, worse_q, worse, 0)
     rows = wh.trend("demo", "span_recall", {"k": 5})
@@ -69,7 +84,10 @@ def test_trend_change_and_regressions(tmp_path, demo_result):
     fall = rows[1]["change"]
     assert rows[0]["change"] is None and fall == pytest.approx(-0.2 * rows[0]["value"])
     first_summary = [r for r in demo_result.summary.to_pylist() if r["k"] == 5][0]
-    assert (rows[0]["ci_low"], rows[0]["ci_high"]) == (first_summary["span_recall_ci_low"], first_summary["span_recall_ci_high"])
+    assert (rows[0]["ci_low"], rows[0]["ci_high"]) == (
+        first_summary["span_recall_ci_low"],
+        first_summary["span_recall_ci_high"],
+    )
     assert rows[0]["duplicates"] == "positional"
     assert wh.trend("demo", "span_recall", {"k": 5}, last=1)[0]["run_id"] == second
     falls = wh.regressions("demo", ["span_recall", "mrr"], 0.05)
@@ -84,8 +102,10 @@ def test_an_older_warehouse_is_migrated(tmp_path, demo_result):
     old = Warehouse(tmp_path)
     with duckdb.connect(str(old.db_path)) as con:
         old._migrate(con, upto=1)  # a warehouse as schema version 1 left it
-        con.execute("INSERT INTO runs (run_id, experiment, status, trigger, started_at, texts_embedded) "
-                    "VALUES ('old-run', 'demo', 'completed', 'manual', now()::TIMESTAMP, 5)")
+        con.execute(
+            "INSERT INTO runs (run_id, experiment, status, trigger, started_at, texts_embedded) "
+            "VALUES ('old-run', 'demo', 'completed', 'manual', now()::TIMESTAMP, 5)"
+        )
         assert old.schema_version(con) == 1
     wh = Warehouse(tmp_path)
     assert wh.run("old-run")["texts_embedded"] == 5
@@ -147,10 +167,16 @@ def test_the_summary_tables_hold_the_sweeps_numbers_and_are_rebuilt_from_the_fil
     assert wh.repair()["damaged"] is False
     _close(wh.summary(run_id), demo_result.summary, keys)
     rebuilt = wh.table("SELECT * FROM corpus_summary WHERE run_id = ?", [run_id])
-    _close(rebuilt.drop_columns([c for c in rebuilt.column_names if c.endswith(("_ci_low", "_ci_high"))]),
-           demo_result.by_corpus.drop_columns([c for c in demo_result.by_corpus.column_names if c.endswith(("_ci_low", "_ci_high"))]),
-           keys + ["corpus_id"])
-    assert rebuilt["span_recall_ci_low"].null_count == rebuilt.num_rows  # intervals are never recomputed behind one's back
+    _close(
+        rebuilt.drop_columns([c for c in rebuilt.column_names if c.endswith(("_ci_low", "_ci_high"))]),
+        demo_result.by_corpus.drop_columns(
+            [c for c in demo_result.by_corpus.column_names if c.endswith(("_ci_low", "_ci_high"))]
+        ),
+        keys + ["corpus_id"],
+    )
+    assert (
+        rebuilt["span_recall_ci_low"].null_count == rebuilt.num_rows
+    )  # intervals are never recomputed behind one's back
 
 
 def test_a_rollup_averages_every_query_row_of_the_period(tmp_path, demo_result, monkeypatch, capsys):
@@ -161,11 +187,12 @@ def test_a_rollup_averages_every_query_row_of_the_period(tmp_path, demo_result, 
 
     monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path))
     wh = Warehouse.at_home()
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = datetime.now(UTC).replace(tzinfo=None)
     per_query = demo_result.per_query
     for days, scale in ((30, 0.5), (3, 0.9), (1, 1.0)):  # the first night is outside the week
-        scaled = per_query.set_column(per_query.column_names.index("span_recall"), "span_recall",
-                                      pc.multiply(per_query["span_recall"], scale))
+        scaled = per_query.set_column(
+            per_query.column_names.index("span_recall"), "span_recall", pc.multiply(per_query["span_recall"], scale)
+        )
         run_id = wh.begin_run("demo", FPS, "schedule", {}, started_at=now - timedelta(days=days))
         wh.complete_run(run_id, scaled, demo_result.summary, 0)
     rollup, runs = wh.rollup("demo", timedelta(days=7))
@@ -176,7 +203,9 @@ def test_a_rollup_averages_every_query_row_of_the_period(tmp_path, demo_result, 
     assert row["span_recall_mean"] == pytest.approx(np.mean(np.r_[0.9 * recall, recall]), abs=1e-12)
     assert row["span_recall_std"] == pytest.approx(np.std(np.r_[0.9 * recall, recall], ddof=1), abs=1e-12)
     k5 = [r for r in per_query.to_pylist() if r["k"] == 5]
-    assert row["span_precision_micro"] == pytest.approx(sum(r["covered"] for r in k5) / sum(r["retrieved_chars"] for r in k5), abs=1e-12)
+    assert row["span_precision_micro"] == pytest.approx(
+        sum(r["covered"] for r in k5) / sum(r["retrieved_chars"] for r in k5), abs=1e-12
+    )
     assert main(["report", "--experiment", "demo", "--since", "7d"]) == 0
     out = capsys.readouterr().out
     assert "2 completed run(s) started within 7d" in out and "n_runs" in out
@@ -184,12 +213,14 @@ def test_a_rollup_averages_every_query_row_of_the_period(tmp_path, demo_result, 
     assert "no completed run since" in capsys.readouterr().err
 
 
-def test_runs_are_deleted_and_pruned_with_their_files_but_never_the_baseline(tmp_path, demo_result, monkeypatch, capsys):
+def test_runs_are_deleted_and_pruned_with_their_files_but_never_the_baseline(
+    tmp_path, demo_result, monkeypatch, capsys
+):
     from chunkeval.cli import main
 
     monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path))
     wh = Warehouse.at_home()
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = datetime.now(UTC).replace(tzinfo=None)
     ids = []
     for days in (200, 120, 60, 2, 1):
         run_id = wh.begin_run("demo", FPS, "schedule", {}, started_at=now - timedelta(days=days))

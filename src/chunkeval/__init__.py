@@ -6,7 +6,7 @@ lists held in memory (see `chunkeval.api`); both return `Results` whose tables c
 alert rule, and `chunkeval.check_gold(...)` checks a gold set.
 """
 
-__version__ = "0.2.0"
+from chunkeval._version import __version__
 
 __all__ = ["Results", "check_gold", "compare", "evaluate", "regressions", "score", "__version__"]
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import pyarrow as pa
 
@@ -81,15 +81,27 @@ def _questions_file(questions: str | Path | Sequence[Mapping], scratch: Path) ->
         for i, q in enumerate(questions, start=1):
             if not isinstance(q, Mapping) or not {"question", "references", "corpus_id"} <= q.keys():
                 raise InputError(f"question {i} must be a mapping with question, references and corpus_id")
-            writer.writerow({"query_id": q.get("query_id") or f"{q['corpus_id']}:{i}", "question": q["question"],
-                             "references": json.dumps(list(q["references"])), "corpus_id": q["corpus_id"]})
+            writer.writerow(
+                {
+                    "query_id": q.get("query_id") or f"{q['corpus_id']}:{i}",
+                    "question": q["question"],
+                    "references": json.dumps(list(q["references"])),
+                    "corpus_id": q["corpus_id"],
+                }
+            )
     return str(path)
 
 
-def evaluate(corpus_dir: str | Path | Mapping[str, str] | None = None, questions: str | Path | Sequence[Mapping] | None = None,
-          *, experiment: str | Path | Mapping | None = None, cache_dir: str | Path | None = None, batch_size: int | None = None,
-          device: str = "auto",
-          **settings) -> Results:
+def evaluate(
+    corpus_dir: str | Path | Mapping[str, str] | None = None,
+    questions: str | Path | Sequence[Mapping] | None = None,
+    *,
+    experiment: str | Path | Mapping | None = None,
+    cache_dir: str | Path | None = None,
+    batch_size: int | None = None,
+    device: str = "auto",
+    **settings,
+) -> Results:
     """Run a sweep and return its tables.
 
     `corpus_dir` is a folder of .md/.txt files or a mapping corpus_id → text; `questions` a span gold
@@ -99,18 +111,21 @@ def evaluate(corpus_dir: str | Path | Mapping[str, str] | None = None, questions
     own_corpus, skip_empty_gold, duplicates, backend, quantize), given as a value or a list. Embeddings are cached in `cache_dir`
     (default: `$CHUNKEVAL_HOME/cache/embeddings`).
     """
-    from chunkeval.experiment import Experiment
-    from chunkeval.experiment import cache_dir as default_cache
-    from chunkeval.sweep import Embedders, run_sweep
-
-    from chunkeval.embedding import check_device
+    from chunkeval.engine.embedding import check_device
+    from chunkeval.engine.experiment import Experiment
+    from chunkeval.engine.sweep import Embedders, run_sweep
+    from chunkeval.paths import cache_dir as default_cache
 
     if batch_size is not None and batch_size < 1:
         raise InputError(f"batch_size must be at least 1, got {batch_size}")
     check_device(device)
     with tempfile.TemporaryDirectory(prefix="chunkeval-") as scratch:
         scratch = Path(scratch)
-        base = Experiment.resolve(dict(experiment) if isinstance(experiment, Mapping) else str(experiment)) if experiment else Experiment()
+        base = (
+            Experiment.resolve(dict(experiment) if isinstance(experiment, Mapping) else str(experiment))
+            if experiment
+            else Experiment()
+        )
         values = dict(settings)
         if corpus_dir is not None:
             values["corpus_dir"] = _corpus_folder(corpus_dir, scratch)
@@ -121,8 +136,12 @@ def evaluate(corpus_dir: str | Path | Mapping[str, str] | None = None, questions
     return Results(result.summary, result.per_query, result.by_corpus, result.models, result.texts_embedded)
 
 
-def score(gold: Mapping[str, Sequence[str] | Mapping[str, float]], run: Mapping[str, Sequence[str]], k: int = 10,
-          skip_empty_gold: bool = False) -> Results:
+def score(
+    gold: Mapping[str, Sequence[str] | Mapping[str, float]],
+    run: Mapping[str, Sequence[str]],
+    k: int = 10,
+    skip_empty_gold: bool = False,
+) -> Results:
     """Set and rank metrics of ranked lists held in memory, as `chunkeval evaluate-run` computes them.
 
     `gold` maps a query id to its relevant items: a list (grade 1 each) or a mapping item → grade
@@ -130,8 +149,8 @@ def score(gold: Mapping[str, Sequence[str] | Mapping[str, float]], run: Mapping[
     first. Items are chunk ids or texts (a retrieved text is relevant when it equals a gold text).
     A gold query missing from `run` scores as an empty list; a repeated item keeps its first rank.
     """
-    from chunkeval.ingest import Qrels, Run
-    from chunkeval.metrics import score_run
+    from chunkeval.engine.inputs import Qrels, Run
+    from chunkeval.engine.metrics import score_run
 
     if k < 1:
         raise InputError(f"k must be at least 1, got {k}")
@@ -157,18 +176,26 @@ def score(gold: Mapping[str, Sequence[str] | Mapping[str, float]], run: Mapping[
     return Results(summary, per_query)
 
 
-def check_gold(corpus_dir: str | Path | Mapping[str, str], questions: str | Path | Sequence[Mapping], *,
-               corpus: Sequence[str] | None = None, chunk_size: int | None = None) -> dict:
+def check_gold(
+    corpus_dir: str | Path | Mapping[str, str],
+    questions: str | Path | Sequence[Mapping],
+    *,
+    corpus: Sequence[str] | None = None,
+    chunk_size: int | None = None,
+) -> dict:
     """`chunkeval gold check` from Python: the lists ambiguous_references, overlapping_references,
     empty_references, long_references (with `chunk_size`) and repeated_questions."""
-    from chunkeval.experiment import Experiment
-    from chunkeval.gold_check import check_gold as check
-    from chunkeval.sweep import load_inputs
+    from chunkeval.engine.experiment import Experiment
+    from chunkeval.engine.gold_check import check_gold as check
+    from chunkeval.engine.sweep import load_inputs
 
     with tempfile.TemporaryDirectory(prefix="chunkeval-") as scratch:
         scratch = Path(scratch)
-        exp = Experiment(corpus_dir=_corpus_folder(corpus_dir, scratch), questions=_questions_file(questions, scratch),
-                         corpus=tuple(corpus or ()))
+        exp = Experiment(
+            corpus_dir=_corpus_folder(corpus_dir, scratch),
+            questions=_questions_file(questions, scratch),
+            corpus=tuple(corpus or ()),
+        )
         inputs = load_inputs(exp)
     return check(inputs.gold, inputs.corpora, chunk_size).to_dict()
 
@@ -182,8 +209,15 @@ def _per_query(side, metric: str, what: str) -> pa.Table:
     return table
 
 
-def compare(a: "Results | pa.Table | str", b: "Results | pa.Table | str | None" = None, *, metric: str,
-            config: Mapping | None = None, all_pairs: bool = False, alpha: float = 0.05) -> list[dict]:
+def compare(
+    a: Results | pa.Table | str,
+    b: Results | pa.Table | str | None = None,
+    *,
+    metric: str,
+    config: Mapping | None = None,
+    all_pairs: bool = False,
+    alpha: float = 0.05,
+) -> list[dict]:
     """Paired comparisons, as `chunkeval compare --json` prints them (definitions: docs/statistics.md).
 
     `a` and `b` are `Results` (of `evaluate` or `score`), per-query Arrow tables, or ids of runs recorded
@@ -193,8 +227,8 @@ def compare(a: "Results | pa.Table | str", b: "Results | pa.Table | str | None" 
     comparison has `a`, `b`, `metric`, `n_queries`, `n_unmatched`, `mean_a`, `mean_b`, `mean_diff`,
     `ci_low`, `ci_high`, `p_ttest`, `p_permutation`, `p_adjusted` (Holm over the call) and `significant`.
     """
-    from chunkeval import comparisons as C
-    from chunkeval.metrics import METRICS
+    from chunkeval.analysis import comparisons as C
+    from chunkeval.engine.metrics import METRICS
 
     C.check_alpha(alpha)
     if metric not in METRICS:
@@ -205,22 +239,30 @@ def compare(a: "Results | pa.Table | str", b: "Results | pa.Table | str | None" 
             raise InputError("compare two recorded runs by their ids, or two results held in memory")
         from chunkeval.warehouse import Warehouse
 
-        return Warehouse.at_home(must_exist=True).compare(metric, [a] + ([b] if b else []), config=config, all_pairs=all_pairs, alpha=alpha)
+        return Warehouse.at_home(must_exist=True).compare(
+            metric, [a] + ([b] if b else []), config=config, all_pairs=all_pairs, alpha=alpha
+        )
     first = C.matching(_per_query(a, metric, "a"), config, "a")
     if b is None:
         return C.within_run(first, metric, "a", all_pairs, alpha)
     return C.across_runs(first, C.matching(_per_query(b, metric, "b"), config, "b"), metric, "a", "b", alpha)
 
 
-def regressions(experiment: str, metrics: Sequence[str] | None = None, threshold: float = 0.02, alpha: float = 0.05, baseline: str | None = None) -> list[dict]:
+def regressions(
+    experiment: str,
+    metrics: Sequence[str] | None = None,
+    threshold: float = 0.02,
+    alpha: float = 0.05,
+    baseline: str | None = None,
+) -> list[dict]:
     """The alert rule of `chunkeval trend --fail-on-regression` on the newest completed run of a recorded
     experiment: configurations × metrics whose paired mean fell by more than `threshold` against the
     baseline (the pinned or given run, else the previous run scored the same way), significant at
     `alpha` after Holm, over `metrics` (by default the six the `trend-report` flow watches). Each has the configuration, `metric`, `before`, `after`, `change`, `n_queries`,
     `n_unmatched`, `p_ttest`, `p_adjusted`, `worst` (the queries that lost most), `run_id` and
     `reference_run_id`; an empty list when nothing fell."""
-    from chunkeval.comparisons import check_alpha
-    from chunkeval.metrics import METRICS
+    from chunkeval.analysis.comparisons import check_alpha
+    from chunkeval.engine.metrics import METRICS
     from chunkeval.warehouse import REGRESSION_METRICS, Warehouse
 
     metrics = list(REGRESSION_METRICS if metrics is None else metrics)

@@ -12,8 +12,8 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 _sink: Callable[[str, int | None, int | None], None] | None = None
 

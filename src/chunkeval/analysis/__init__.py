@@ -1,0 +1,1 @@
+"""Policy over the engine's results: paired comparisons of configurations and runs, and the regression rule."""

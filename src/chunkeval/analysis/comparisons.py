@@ -1,0 +1,273 @@
+"""Paired comparisons of configurations: which differences are real. Definitions: docs/statistics.md.
+
+A comparison pairs two per-query tables by `query_id` (queries present on one side only stay out and
+are counted), and reports both means, the paired mean difference (a − b) with its 95 % bootstrap
+interval, the two-sided paired t-test and the two-sided paired randomisation test (sign flips). The
+Holm–Bonferroni adjustment runs over every comparison of one call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from chunkeval import stats
+from chunkeval.errors import InputError
+from chunkeval.vocabulary import CONFIG_KEYS as KEYS
+
+
+def configurations(per_query: pa.Table, keys=KEYS) -> list[dict]:
+    """The configurations of a per-query table, in table order."""
+    present = [k for k in keys if k in per_query.column_names]
+    return [dict(zip(present, row)) for row in dict.fromkeys(zip(*(per_query[k].to_pylist() for k in present)))]
+
+
+def select(per_query: pa.Table, config: dict) -> pa.Table:
+    """The rows of a per-query table whose settings equal `config` (all rows for an empty one)."""
+    mask = None
+    for key, value in config.items():
+        eq = pc.equal(per_query[key], pa.scalar(value, per_query.schema.field(key).type))
+        mask = eq if mask is None else pc.and_(mask, eq)
+    return per_query.filter(mask) if mask is not None else per_query
+
+
+def matching(per_query: pa.Table, config: dict, what: str) -> pa.Table:
+    """`select`, with an error naming `what` when a filter given matches nothing."""
+    rows = select(per_query, config)
+    if config and rows.num_rows == 0:
+        raise InputError(
+            f"no configuration of {what} matches --config " + ",".join(f"{k}={v}" for k, v in config.items())
+        )
+    return rows
+
+
+def values_of(per_query: pa.Table, config: dict, metric: str) -> dict[str, float]:
+    """query_id → value of `metric` for one configuration."""
+    rows = select(per_query, config)
+    return dict(zip(rows["query_id"].to_pylist(), rows[metric].to_pylist()))
+
+
+def pair(a: dict[str, float], b: dict[str, float]) -> tuple[np.ndarray, np.ndarray, int]:
+    """The values of the queries both sides have (in query order), and how many queries one side lacks."""
+    common = sorted(set(a) & set(b))
+    if not common:
+        raise InputError("the two sides have no query in common: nothing to pair")
+    unmatched = len(set(a) ^ set(b))
+    return (
+        np.asarray([a[q] for q in common], dtype=np.float64),
+        np.asarray([b[q] for q in common], dtype=np.float64),
+        unmatched,
+    )
+
+
+def compare(a: dict[str, float], b: dict[str, float], side_a: dict, side_b: dict, metric: str, seed: int = 0) -> dict:
+    """One paired comparison (p_adjusted is filled by `adjust`)."""
+    x, y, unmatched = pair(a, b)
+    if len(x) < 2:
+        raise InputError(f"only {len(x)} query in common: a paired comparison needs at least 2")
+    result = stats.compare_paired(x, y, seed=seed)
+    return {
+        "a": side_a,
+        "b": side_b,
+        "metric": metric,
+        "n_queries": int(result["n_queries"]),
+        "n_unmatched": unmatched,
+        **{
+            k: float(result[k])
+            for k in ("mean_a", "mean_b", "mean_diff", "ci_low", "ci_high", "p_ttest", "p_permutation")
+        },
+        "p_adjusted": float("nan"),
+    }
+
+
+def adjust(comparisons: list[dict], alpha: float = 0.05) -> list[dict]:
+    """Holm–Bonferroni over the randomisation-test p-values of every comparison; `significant` at alpha."""
+    adjusted = stats.holm([c["p_permutation"] for c in comparisons]) if comparisons else []
+    for c, p in zip(comparisons, adjusted):
+        c["p_adjusted"] = float(p)
+        c["significant"] = bool(p < alpha)
+    return comparisons
+
+
+def check_alpha(alpha: float) -> float:
+    if not 0 < alpha < 1:
+        raise InputError(f"--alpha must be strictly between 0 and 1, got {alpha}")
+    return alpha
+
+
+def within_run(
+    per_query: pa.Table, metric: str, run_id: str, all_pairs: bool = False, alpha: float = 0.05
+) -> list[dict]:
+    """Each configuration of one run against the best one by the metric's mean (or every pair)."""
+    configs = configurations(per_query)
+    if len(configs) < 2:
+        raise InputError(f"run {run_id} has {len(configs)} configuration(s) here: a comparison needs two")
+    values = [values_of(per_query, c, metric) for c in configs]
+    means = [np.nanmean(list(v.values())) for v in values]
+    side = lambda i: {**configs[i], "run_id": run_id}  # noqa: E731
+    if all_pairs:
+        pairs = [(i, j) for i in range(len(configs)) for j in range(i + 1, len(configs))]
+    else:
+        best = int(np.argmax(means))
+        pairs = [(best, j) for j in range(len(configs)) if j != best]
+    return adjust([compare(values[i], values[j], side(i), side(j), metric) for i, j in pairs], alpha)
+
+
+def across_runs(pq_a: pa.Table, pq_b: pa.Table, metric: str, run_a: str, run_b: str, alpha: float = 0.05) -> list[dict]:
+    """The configurations two runs share, each run against the other, queries matched by query_id."""
+    configs_b = {tuple(sorted(c.items())) for c in configurations(pq_b)}
+    shared = [c for c in configurations(pq_a) if tuple(sorted(c.items())) in configs_b]
+    if not shared:
+        raise InputError(f"runs {run_a} and {run_b} share no configuration")
+    return adjust(
+        [
+            compare(
+                values_of(pq_a, c, metric),
+                values_of(pq_b, c, metric),
+                {**c, "run_id": run_a},
+                {**c, "run_id": run_b},
+                metric,
+            )
+            for c in shared
+        ],
+        alpha,
+    )
+
+
+def tied_with_best(per_query: pa.Table, metric: str, alpha: float = 0.05) -> list[dict]:
+    """The configurations not significantly worse than the best by `metric` (Holm over that metric's
+    comparisons), the best included."""
+    configs = configurations(per_query)
+    if len(configs) < 2:
+        return configs
+    grid = _query_grid(per_query)
+    if grid is not None:  # every configuration answered the same queries: one batch of sign flips
+        column = per_query[metric].to_numpy(zero_copy_only=False).astype(np.float64)
+        matrix = column[grid]
+        if not np.isnan(matrix).any():
+            # the means as `within_run` sums them (in table order), so that the same configuration is best
+            best = int(np.argmax([np.nanmean(column[np.sort(grid[:, j])]) for j in range(grid.shape[1])]))
+            others = [j for j in range(len(configs)) if j != best]
+            p = stats.holm(stats.paired_permutation_columns(matrix[:, [best]] - matrix[:, others]))
+            return [configs[best]] + [configs[j] for j, pj in zip(others, p) if not pj < alpha]
+    comparisons = within_run(per_query, metric, "", alpha=alpha)
+    best = {k: v for k, v in comparisons[0]["a"].items() if k != "run_id"}
+    return [best] + [{k: v for k, v in c["b"].items() if k != "run_id"} for c in comparisons if not c["significant"]]
+
+
+def _query_grid(per_query: pa.Table) -> np.ndarray | None:
+    """Row numbers (queries × configurations, both in order: sorted query ids, `configurations` order)
+    when every configuration has every query once; else None."""
+    present = [k for k in KEYS if k in per_query.column_names]
+    rows = _rows_by_config(per_query, present)
+    queries = sorted(next(iter(rows.values()), {}))
+    if (
+        len(queries) < 2
+        or any(len(r) != len(queries) or r.keys() != set(queries) for r in rows.values())
+        or sum(len(r) for r in rows.values()) != per_query.num_rows
+    ):
+        return None
+    return np.asarray([[r[q] for r in rows.values()] for q in queries], dtype=np.int64)
+
+
+def ties(per_query: pa.Table, metrics, alpha: float = 0.05) -> dict[str, set[tuple]]:
+    """Per metric, the configurations (as tuples of KEYS values) tied with the best one."""
+    present = [k for k in KEYS if k in per_query.column_names]
+    return {
+        m: {tuple(c[k] for k in present) for c in tied_with_best(per_query, m, alpha)}
+        for m in metrics
+        if m in per_query.column_names
+    }
+
+
+TIE_NOTE = (
+    "* tied with the best of its metric: not significantly worse (paired randomisation test, "
+    "Holm over that metric's comparisons, alpha = {alpha})"
+)
+
+
+def _rows_by_config(table, keys: list[str]) -> dict[tuple, dict[str, int]]:
+    """configuration values → {query_id: row}, in one pass over the table (Arrow, or columns of numpy)."""
+    out: dict[tuple, dict[str, int]] = {}
+    for i, (key, qid) in enumerate(
+        zip(zip(*(_column(table, k).tolist() for k in keys)), _column(table, "query_id").tolist())
+    ):
+        out.setdefault(key, {})[qid] = i
+    return out
+
+
+def _column(table, name: str) -> np.ndarray:
+    """A column of an Arrow table or of a mapping of numpy columns (`Warehouse.run_columns`), as numpy."""
+    if isinstance(table, pa.Table):
+        return table[name].to_numpy(zero_copy_only=False)
+    return table[name]
+
+
+def _names(table) -> list[str]:
+    return table.column_names if isinstance(table, pa.Table) else list(table)
+
+
+def regressions(
+    after,
+    before,
+    metrics,
+    threshold: float,
+    alpha: float = 0.05,
+    questions: dict[str, str] | None = None,
+    worst: int = 5,
+) -> list[dict]:
+    """Configurations × metrics that fell for real between two runs' per-query tables.
+
+    A fall is a regression when the paired mean difference (after − before, queries matched by
+    query_id) is below −threshold AND the paired t-test is significant at `alpha` after Holm over
+    every configuration × metric checked. The t-test (closed form) keeps a nightly check over years
+    of history cheap; `chunkeval compare` gives the randomisation test as well. Each regression lists
+    the `worst` queries that lost the most, with their question text where `questions` has it.
+    The tables are per-query tables, as Arrow or as mappings of numpy columns.
+    """
+    present = [k for k in KEYS if k in _names(after) and k in _names(before)]
+    rows_a, rows_b = _rows_by_config(after, present), _rows_by_config(before, present)
+    values_a = {m: _column(after, m).astype(np.float64) for m in metrics}
+    values_b = {m: _column(before, m).astype(np.float64) for m in metrics}
+    found = []
+    for key, mine in rows_a.items():  # one pass over each table, not a filter per configuration
+        theirs = rows_b.get(key)
+        if theirs is None:
+            continue
+        config = dict(zip(present, key))
+        common = sorted(set(mine) & set(theirs))
+        if len(common) < 2:
+            continue
+        at_a = np.fromiter((mine[q] for q in common), dtype=np.int64, count=len(common))
+        at_b = np.fromiter((theirs[q] for q in common), dtype=np.int64, count=len(common))
+        for metric in metrics:
+            x, y = values_a[metric][at_a], values_b[metric][at_b]
+            diff = x - y
+            order = np.argsort(diff, kind="stable")[:worst]
+            found.append(
+                {
+                    **config,
+                    "metric": metric,
+                    "before": float(np.mean(y)),
+                    "after": float(np.mean(x)),
+                    "change": float(np.mean(diff)),
+                    "n_queries": len(common),
+                    "n_unmatched": len(set(mine) ^ set(theirs)),
+                    "p_ttest": stats.paired_ttest(x, y),
+                    "worst": [
+                        {
+                            "query_id": common[i],
+                            "question": (questions or {}).get(common[i], ""),
+                            "before": float(y[i]),
+                            "after": float(x[i]),
+                        }
+                        for i in order
+                        if diff[i] < 0
+                    ],
+                }
+            )
+    adjusted = stats.holm([f["p_ttest"] for f in found]) if found else []
+    for f, p in zip(found, adjusted):
+        f["p_adjusted"] = float(p)
+    return sorted((f for f in found if f["change"] < -threshold and f["p_adjusted"] < alpha), key=lambda f: f["change"])

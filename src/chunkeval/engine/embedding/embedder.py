@@ -1,0 +1,218 @@
+"""Sentence embeddings through a content-addressed Parquet cache.
+
+A vector is stored under (model fingerprint, BLAKE2b-128 of the UTF-8 text). The fingerprint is a
+SHA-256 over the content of the model's files (weights and configuration), not its name, so a
+changed model never reuses old vectors. The cache is a folder per model of immutable Parquet part
+files, each written under a temporary name and renamed: concurrent runs each add their own part and
+a reader never sees half a file. A call whose texts are all cached never loads the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from chunkeval import progress
+from chunkeval.engine.embedding.cache import EmbeddingCache, text_hash
+from chunkeval.engine.embedding.registry import (
+    embedder_fingerprint,
+    model_fingerprint,
+    model_prompts,
+    prompt_for,
+    resolve_model,
+)
+from chunkeval.errors import InputError
+
+log = logging.getLogger("chunkeval")
+
+from chunkeval.vocabulary import DEFAULT_MODEL  # noqa: E402 (re-exported)
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def check_device(device: str | None) -> str:
+    """`auto` (a GPU when torch sees one, else the CPU), `cpu`, `cuda` or `cuda:N`; `cuda` on a machine
+    whose torch sees no GPU is an error before any work."""
+    device = device or "auto"
+    if device not in DEVICES and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise InputError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {device}: torch sees no CUDA GPU on this machine (use auto or cpu)")
+    return device
+
+
+def pick_device(device: str | None) -> str:
+    """The device `auto` means here."""
+    if device not in (None, "auto"):
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def fitting_batch(device: str, batch_size: int | None) -> int:
+    """The batch size: the one given, else 16 on a CPU and, on a GPU, as many ~256-word-piece texts as a
+    quarter of its free memory holds at about 8 MiB each (activations with headroom), 32 to 1,024.
+
+    16 on a CPU because smaller batches keep a layer's activations in cache: on two CPUs (an AMD EPYC
+    and an Intel Xeon, both AVX-512) torch embedded 13-14 % more texts per second at 16 than at 32, and about as many at 8
+    (`bench/embedding_backends.py --phases speed --batch-size B`, README)."""
+    if batch_size is not None:
+        return batch_size
+    if not device.startswith("cuda"):
+        return 16
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return int(min(1024, max(32, free // 4 // (8 * 2**20))))
+
+
+@dataclass
+class Embedder:
+    """Embeds texts with a sentence-transformers model through an `EmbeddingCache`.
+
+    Vectors are L2-normalized float32. Input is truncated where the model's authors set it
+    (`max_seq_length`, 256 word pieces for all-MiniLM-L6-v2); `truncated` says which texts lost their end.
+    """
+
+    model: str = DEFAULT_MODEL
+    cache_dir: Path | None = None
+    batch_size: int | None = None  # None: chosen for the device (`fitting_batch`)
+    device: str | None = None  # auto (None), cpu, cuda or cuda:N
+    backend: str = "torch"  # torch, onnx or openvino (chunkeval.engine.embedding.backends)
+    quantize: str = "none"  # none or int8 (onnx and openvino)
+    flush_every: int = 512  # texts per cache part file
+    texts_embedded: int = 0  # texts this embedder added to the cache
+    texts_shared: int = 0  # of those, texts whose model input equalled an earlier one's: not run through the model
+    _st: object = field(default=None, repr=False)
+
+    embed_seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self):
+        from chunkeval.engine.embedding.backends import check_backend
+
+        check_backend(self.backend, self.quantize)
+        self.fingerprint = embedder_fingerprint(self.model, self.backend, self.quantize)
+        self.prompts = model_prompts(self.model)
+        self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None
+
+    def __getstate__(self) -> dict:
+        """What travels to another process (a Dask worker): the settings and counters, not the loaded
+        model, the lock or the cache's vectors; the copy reads the cache folder again."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_st", "_lock", "cache")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _st=None, _lock=threading.Lock())
+        self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None
+
+    def counters(self) -> tuple[int, int, float]:
+        """(texts embedded, of those shared, seconds): what `Embedders.count` adds up across processes."""
+        return self.texts_embedded, self.texts_shared, self.embed_seconds
+
+    def missing(self, texts: list[str], kind: str = "document") -> list[str]:
+        """The distinct texts among `texts` whose vectors the cache lacks (all of them without a cache)."""
+        prompt = prompt_for(self.prompts, kind)
+        unique = dict(zip((text_hash(prompt + t) for t in texts), texts))  # first occurrences, in order
+        if self.cache is None:
+            return list(unique.values())
+        self.cache.refresh()
+        hashes = list(unique)
+        return [unique[h] for h, r in zip(hashes, self.cache.rows(hashes)) if r < 0]
+
+    @property
+    def texts_per_second(self) -> float | None:
+        """The model's throughput in this run: texts it ran per second (a text given the vector of one
+        the model read alike is not counted; None when the model ran nothing)."""
+        ran = self.texts_embedded - self.texts_shared
+        return ran / self.embed_seconds if ran > 0 and self.embed_seconds > 0 else None
+
+    def _load(self):
+        if self._st is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            from chunkeval.engine.embedding.backends import load_runner
+
+            if not log.isEnabledFor(logging.INFO):  # the model's own loading bars only with -v
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()
+            log.info("loading embedding model %s (backend %s, quantize %s)", self.model, self.backend, self.quantize)
+            try:
+                device = pick_device(self.device) if self.backend == "torch" else "cpu"
+                self._st = load_runner(
+                    self.model,
+                    resolve_model(self.model),
+                    model_fingerprint(self.model),
+                    self.backend,
+                    self.quantize,
+                    device,
+                )
+                self.batch_size = fitting_batch(device, self.batch_size)
+                log.info("embedding on %s, %d texts per batch", device, self.batch_size)
+            except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise InputError(
+                    f"model {self.model!r} cannot be loaded as a sentence-transformers model ({reason})"
+                ) from None
+        return self._st
+
+    @property
+    def model_loaded(self) -> bool:
+        return self._st is not None
+
+    def _encode(self, texts: list[str], prompt: str = "") -> tuple[np.ndarray, np.ndarray]:
+        runner = self._load()
+        started = time.perf_counter()
+        reads, truncated = runner.reads([prompt + t for t in texts])
+        # texts the model reads alike (chunks of 300 and 500 tokens from one start) are embedded once
+        first = {}
+        which = np.fromiter((first.setdefault(r, n) for n, r in enumerate(reads)), dtype=np.int64, count=len(texts))
+        once = np.fromiter(first.values(), dtype=np.int64, count=len(first))
+        vectors = runner.encode(
+            [texts[i] for i in once], prompt, self.batch_size, len(once) >= 256 and log.isEnabledFor(logging.INFO)
+        )
+        slot = np.empty(len(texts), dtype=np.int64)
+        slot[once] = np.arange(len(once))
+        self.texts_embedded += len(texts)
+        self.texts_shared += len(texts) - len(once)
+        self.embed_seconds += time.perf_counter() - started
+        return vectors[slot[which]], truncated
+
+    def embed(self, texts: list[str], kind: str = "document") -> tuple[np.ndarray, np.ndarray]:
+        """(vectors, truncated) for `texts` (chunks, or `kind="query"` for questions); each distinct text
+        is embedded at most once. Where the model has a prompt for the kind, the prompt is part of what
+        is embedded and of the cache key."""
+        with self._lock:  # tasks of one flow share an embedder (semantic chunkers of one model, in threads)
+            return self._embed(texts, prompt_for(self.prompts, kind))
+
+    def _embed(self, texts: list[str], prompt: str) -> tuple[np.ndarray, np.ndarray]:
+        hashes = [text_hash(prompt + t) for t in texts]
+        unique = list(dict.fromkeys(hashes))
+        first_text = dict(zip(hashes, texts))
+        if self.cache is None:
+            vectors, truncated = self._encode([first_text[h] for h in unique], prompt)
+            pos = {h: i for i, h in enumerate(unique)}
+            rows = np.fromiter((pos[h] for h in hashes), dtype=np.int64, count=len(hashes))
+            return vectors[rows], truncated[rows]
+        self.cache.refresh()
+        missing = [h for h, r in zip(unique, self.cache.rows(unique)) if r < 0]
+        if missing:
+            log.info("embedding %d new text(s) of %d", len(missing), len(unique))
+        for lo in range(0, len(missing), self.flush_every):  # a killed run keeps what it has embedded
+            progress.step("embedding", lo, len(missing))
+            part = missing[lo : lo + self.flush_every]
+            vectors, truncated = self._encode([first_text[h] for h in part], prompt)
+            self.cache.add(part, vectors, truncated)
+        if missing:
+            progress.step("embedding", len(missing), len(missing))
+        return self.cache.get(self.cache.rows(hashes))

@@ -1,0 +1,69 @@
+"""Which model a name means (bundled, built locally, or a local folder), its fingerprints and its prompts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chunkeval.engine.embedding import backends, static
+from chunkeval.engine.embedding.folders import existing_folder
+from chunkeval.errors import InputError
+from chunkeval.files import hash_folder
+from chunkeval.vocabulary import DEFAULT_MODEL
+
+_NOT_MODEL_FILES = frozenset({"README.md", ".gitattributes"})
+
+
+def resolve_model(model: str) -> Path:
+    """The folder of a sentence-transformers model: the bundled all-MiniLM-L6-v2, a model chunkeval
+    builds locally on first use (`minilm-static`, see `chunkeval.engine.embedding.static`), or a local path."""
+    if static.is_buildable(model):
+        return static.ensure_model(model)
+    folder = existing_folder(model)
+    if folder is None:
+        raise InputError(
+            f"model {model!r} is neither the bundled {DEFAULT_MODEL}, nor one chunkeval builds "
+            f"({', '.join(static.MODELS)}), nor a local sentence-transformers folder (nothing is downloaded at run time)"
+        )
+    return folder
+
+
+def check_model(model: str) -> None:
+    """The one-line error for a model that cannot be had, checked before any work (nothing is built here)."""
+    if not static.is_buildable(model):
+        resolve_model(model)
+
+
+def check_model_runs_on(model: str, backend: str, source: str | None = None) -> None:
+    """One line, before any work, for a model an exported backend cannot run (its modules, pooling or
+    tokenizer file); models chunkeval builds are static and run on every backend."""
+    if backend != "torch" and not static.is_buildable(model):
+        backends.check_folder_runs_on(resolve_model(model), backend, source)
+
+
+def model_prompts(model: str) -> dict[str, str]:
+    """The model's own prompts (sentence-transformers' `prompts` in config_sentence_transformers.json),
+    e.g. {"query": "query: ", "document": "passage: "} for e5-style models; {} for most models."""
+    import json
+
+    path = resolve_model(model) / "config_sentence_transformers.json"
+    try:
+        prompts = json.loads(path.read_text(encoding="utf-8")).get("prompts") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in prompts.items() if v}
+
+
+def prompt_for(prompts: dict[str, str], kind: str) -> str:
+    """The prompt of a query (`query`) or of a chunk (`document`, else `passage`): '' where the model has none."""
+    names = ("query",) if kind == "query" else ("document", "passage", "corpus")
+    return next((prompts[n] for n in names if n in prompts), "")
+
+
+def model_fingerprint(model: str) -> str:
+    """SHA-256 (hex) over the relative path and content of every file of the model folder."""
+    return hash_folder(resolve_model(model), _NOT_MODEL_FILES)
+
+
+def embedder_fingerprint(model: str, backend: str = "torch", quantize: str = "none") -> str:
+    """The fingerprint that keys a model's vectors when `backend` runs it (`chunkeval.engine.embedding.backends`)."""
+    return backends.backend_fingerprint(model_fingerprint(model), resolve_model(model), backend, quantize, model)

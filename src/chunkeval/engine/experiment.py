@@ -1,0 +1,264 @@
+"""An experiment: a name plus everything a sweep takes. Immutable; given as flags or a YAML file.
+
+YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, corpus, chunker,
+chunk_sizes, overlaps, k, model, retriever, rrf_k, own_corpus, skip_empty_gold, duplicates, backend, quantize (model, retriever and
+the other lists take one value or a list). Relative paths are read from the YAML file's folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+from chunkeval.errors import InputError
+from chunkeval.paths import DEMO_DIR
+from chunkeval.vocabulary import DEFAULT_MODEL
+
+if TYPE_CHECKING:
+    from chunkeval.engine.chunking import ChunkerSpec
+
+
+def split_list(value) -> list[str]:
+    """A list from YAML, or from a comma-separated flag."""
+    if value is None:
+        return []
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+
+
+def parse_ints(values, what: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in split_list(values))
+    except ValueError:
+        raise InputError(f"{what} must be whole numbers, got {values!r}") from None
+
+
+def parse_overlap(value: str, chunk_size: int) -> int:
+    """`25` is 25 tokens; `10%` is that share of the chunk size, rounded down (10% of 250 → 25)."""
+    text = str(value).strip()
+    try:
+        if text.endswith("%"):
+            return int(Fraction(text[:-1]) * chunk_size / 100)
+        return int(text)
+    except (ValueError, ZeroDivisionError):
+        raise InputError(f"overlap must be a whole number or a percentage like 10%, got {value!r}") from None
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str = "adhoc"
+    corpus_dir: str = str(DEMO_DIR / "corpora")
+    questions: str = str(DEMO_DIR / "questions.csv")
+    corpus: tuple[str, ...] = ()
+    chunker: tuple[str, ...] = ("fixed_token",)
+    chunk_sizes: tuple[int, ...] = (200,)
+    overlaps: tuple[str, ...] = ("0",)
+    k: tuple[int, ...] = (5,)
+    model: tuple[str, ...] = (DEFAULT_MODEL,)
+    retriever: tuple[str, ...] = ("dense",)
+    rrf_k: int = 60
+    own_corpus: bool = False
+    skip_empty_gold: bool = False
+    duplicates: str = "positional"
+    backend: str = "torch"  # who runs the embedding model's transformer: torch, onnx or openvino (chunkeval.engine.embedding.backends)
+    quantize: str = "none"  # none or int8 (backends onnx and openvino)
+
+    @classmethod
+    def from_dict(cls, data: dict, base: Path | None = None, source: str | None = None) -> Experiment:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise InputError(
+                f"unknown experiment key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}", source
+            )
+        values = {}
+        for key, value in data.items():
+            if value is None:
+                continue
+            if key in ("corpus_dir", "questions") and base is not None:
+                value = str((base / str(value)).resolve())
+            if key in ("corpus", "chunker", "overlaps", "model", "retriever"):
+                if not isinstance(value, (str, int, float, list, tuple)):
+                    raise InputError(f"{key} must be a name or a list of names, got {value!r}", source)
+                value = tuple(split_list(value))
+            elif key in ("chunk_sizes", "k"):
+                value = parse_ints(value, key)
+            elif key == "rrf_k":
+                value = parse_ints(value, key)[0] if split_list(value) else 60
+            elif key in ("own_corpus", "skip_empty_gold"):
+                if not isinstance(value, bool):
+                    raise InputError(f"{key} must be true or false, got {value!r}", source)
+            else:
+                value = str(value)
+            values[key] = value
+        return cls(**values).validate(source)
+
+    @classmethod
+    def from_yaml(cls, path: Path) -> Experiment:
+        from chunkeval.engine.inputs import read_text
+
+        path = Path(path)
+        try:
+            data = yaml.safe_load(read_text(path))
+        except yaml.YAMLError as exc:
+            raise InputError(f"broken YAML ({exc})".replace("\n", " "), path) from None
+        if not isinstance(data, dict):
+            raise InputError("an experiment file is a YAML mapping of settings", path)
+        data.setdefault("name", path.stem)
+        return cls.from_dict(data, base=path.parent, source=str(path))
+
+    @classmethod
+    def demo(cls) -> Experiment:
+        return cls.from_yaml(DEMO_DIR / "experiment.yaml")
+
+    @classmethod
+    def resolve(cls, ref: str | dict | Experiment) -> Experiment:
+        """An experiment from `demo`, the path of a YAML file, or a mapping of settings."""
+        if isinstance(ref, Experiment):
+            return ref
+        if isinstance(ref, dict):
+            return cls.from_dict(ref)
+        if ref == "demo":
+            return cls.demo()
+        return cls.from_yaml(Path(ref))
+
+    def with_overrides(self, **changes) -> Experiment:
+        changes = {k: v for k, v in changes.items() if v not in (None, (), [])}
+        return replace(self, **changes).validate()
+
+    def validate(self, source: str | None = None) -> Experiment:
+        if not self.name or any(c in self.name for c in "/\\ \t\n"):
+            raise InputError(f"experiment name {self.name!r} must be one word (no spaces or slashes)", source)
+        if not self.chunker or not self.chunk_sizes or not self.overlaps or not self.k:
+            raise InputError("an experiment needs at least one chunker, chunk size, overlap and k", source)
+        for k in self.k:
+            if k < 1:
+                raise InputError(f"k must be at least 1, got {k}", source)
+        from chunkeval.engine.duplicates import MODES
+
+        if self.duplicates not in MODES:
+            raise InputError(f"duplicates must be {' or '.join(MODES)}, got {self.duplicates!r}", source)
+        from chunkeval.engine.embedding.backends import check_backend
+
+        check_backend(self.backend, self.quantize, source)
+        if self.rrf_k < 0:
+            raise InputError(f"rrf_k must be 0 or more, got {self.rrf_k}", source)
+        for key in ("model", "retriever", "chunker"):
+            values = getattr(self, key)
+            if not values:
+                raise InputError(f"an experiment needs at least one {key}", source)
+            twice = sorted({v for v in values if values.count(v) > 1})
+            if twice:
+                raise InputError(f"{key} {', '.join(map(repr, twice))} listed twice", source)
+        from chunkeval.engine.embedding import check_model
+        from chunkeval.engine.retrievers import check_retriever
+
+        for retriever in self.retriever:
+            check_retriever(retriever)
+        if self.needs_model():
+            from chunkeval.engine.embedding.registry import check_model_runs_on
+
+            for model in self.model:
+                check_model(model)
+                check_model_runs_on(model, self.backend, source)
+        self.grid()
+        return self
+
+    def checked_for_device(self, device: str | None) -> Experiment:
+        """This experiment, where its backend can run on `device` (onnx and openvino run on the CPU here)."""
+        if device and device.startswith("cuda") and self.backend != "torch" and self.needs_model():
+            raise InputError(
+                f"--device {device} runs backend torch; backend {self.backend} runs on the CPU (use --device cpu or auto)"
+            )
+        return self
+
+    def needs_model(self) -> bool:
+        """Whether any chunker or retriever of the grid embeds: bm25 over fixed chunks never loads a model."""
+        from chunkeval.engine.chunking import needs_embeddings as chunker_needs
+        from chunkeval.engine.retrievers import needs_embeddings as retriever_needs
+
+        return any(chunker_needs(c) for c in self.chunker) or any(retriever_needs(r) for r in self.retriever)
+
+    def grid(self) -> list[ChunkerSpec]:
+        """Every (chunker, size, overlap) setting, validated, without repeats, in the order given."""
+        from chunkeval.engine.chunking import ChunkerSpec, needs_embeddings
+
+        specs = []
+        for chunker in self.chunker:
+            no_overlap = needs_embeddings(chunker)  # semantic chunkers take none: once per size, at overlap 0
+            for size in self.chunk_sizes:
+                for overlap in self.overlaps:
+                    specs.append(
+                        ChunkerSpec(chunker, size, 0 if no_overlap else parse_overlap(overlap, size)).validate()
+                    )
+        return list(dict.fromkeys(specs))
+
+    def overlap_notes(self) -> list[str]:
+        """What the grid does differently from what it lists (chunkers that take no overlap)."""
+        from chunkeval.engine.chunking import needs_embeddings
+
+        if all(parse_overlap(o, s) == 0 for o in self.overlaps for s in self.chunk_sizes):
+            return []
+        return [
+            f"{c} takes no overlap: it runs once per chunk size, at overlap 0"
+            for c in self.chunker
+            if needs_embeddings(c)
+        ]
+
+    def notes(self) -> list[str]:
+        """What a reader of the results must know about how they were computed."""
+        notes = self.overlap_notes()
+        if self.duplicates == "credit":
+            notes.append(
+                "duplicates: credit (a reference's identical copies in its corpus count as found; docs/metrics.md)"
+            )
+        if self.quantize == "int8" and self.needs_model():
+            notes.append(
+                f"quantize: int8 ({self.backend}): vectors differ from the model's own; docs/backends.md says by how much"
+            )
+        return notes
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+    def fingerprint(self) -> str:
+        """Hash of the settings (not the data): two runs of the same experiment settings share it."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def models_fingerprint(exp: Experiment) -> str:
+    """The model fingerprint of a run: the one model's, a hash over several, or `none` when nothing embeds."""
+    from chunkeval.engine.embedding import embedder_fingerprint
+
+    if not exp.needs_model():
+        return "none"
+    prints = [embedder_fingerprint(m, exp.backend, exp.quantize) for m in exp.model]
+    return prints[0] if len(prints) == 1 else hashlib.sha256(json.dumps(prints).encode()).hexdigest()
+
+
+def input_fingerprints(exp: Experiment) -> dict[str, str]:
+    """SHA-256 of the experiment's corpora (each file's bytes, by corpus id), its gold file and its models."""
+    from chunkeval.engine.inputs import CORPUS_SUFFIXES
+    from chunkeval.files import hash_file
+
+    folder = Path(exp.corpus_dir)
+    if not folder.is_dir():
+        raise InputError("corpus folder not found", folder)
+    files = {p.stem: p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES}
+    wanted = list(exp.corpus) or sorted(files)
+    missing = [c for c in wanted if c not in files]
+    if missing:
+        raise InputError(f"no corpus named {', '.join(missing)}", folder)
+    corpus = hashlib.sha256(
+        json.dumps({c: hash_file(files[c]).hexdigest() for c in wanted}, sort_keys=True).encode()
+    ).hexdigest()
+    if not Path(exp.questions).is_file():
+        raise InputError("file not found", exp.questions)
+    return {"corpus": corpus, "gold": hash_file(Path(exp.questions)).hexdigest(), "model": models_fingerprint(exp)}

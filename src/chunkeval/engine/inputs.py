@@ -1,0 +1,460 @@
+"""Reading inputs: corpora, the four kinds of gold set, and run files.
+
+Every reader validates as it reads and raises `InputError` naming the file, the row and what is
+wrong, before anything is computed. Rows are data rows counted from 1 (a CSV header is not a row,
+a JSONL file's first line is row 1).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from chunkeval.errors import InputError
+
+log = logging.getLogger("chunkeval")
+
+CORPUS_SUFFIXES = (".md", ".txt")
+
+
+# --------------------------------------------------------------------------- plain files
+
+
+def read_text(path: Path) -> str:
+    """A UTF-8 text file, newlines normalized as Python's `open()` does (offsets are `str` positions)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError("file not found", path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read file ({exc.strerror})", path) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (invalid byte at offset {exc.start})", path) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _nonempty(text: str, path: Path) -> str:
+    if not text.strip():
+        raise InputError("file is empty", path)
+    return text
+
+
+def read_csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(row number, row) pairs of a CSV file that must have the `required` columns."""
+    text = _nonempty(read_text(path), path)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    columns = reader.fieldnames or []
+    missing = [c for c in required if c not in columns]
+    if missing:
+        raise InputError(f"missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}", path)
+    try:
+        rows = list(reader)
+    except csv.Error as exc:
+        raise InputError(f"malformed CSV ({exc})", path, reader.line_num) from None
+    if not rows:
+        raise InputError("no data rows", path)
+    for number, row in enumerate(rows, start=1):
+        if None in row or any(row.get(c) is None for c in required):
+            raise InputError("wrong number of fields", path, number)
+        yield number, row
+
+
+def read_jsonl_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict]]:
+    """(row number, object) pairs of a JSON Lines file whose objects must have the `required` keys."""
+    text = _nonempty(read_text(path), path)
+    number = 0
+    for line in text.split("\n"):
+        if not line.strip():
+            continue
+        number += 1
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"broken JSON ({exc.msg} at column {exc.colno})", path, number) from None
+        if not isinstance(obj, dict):
+            raise InputError("each line must be a JSON object", path, number)
+        missing = [k for k in required if k not in obj]
+        if missing:
+            raise InputError(f"missing key(s) {', '.join(missing)}", path, number)
+        yield number, obj
+
+
+def read_table_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict]]:
+    """CSV or JSONL rows, chosen by the file's extension (.csv, else JSON Lines)."""
+    path = Path(path)
+    if path.suffix.lower() == ".csv":
+        return read_csv_rows(path, required)
+    return read_jsonl_rows(path, required)
+
+
+def _json_value(value, path: Path, row: int, column: str):
+    """A cell that holds JSON: JSONL gives it parsed, CSV gives its text."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"column {column}: broken JSON ({exc.msg})", path, row) from None
+
+
+def _query_id(value, path: Path, row: int) -> str:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise InputError("empty query_id", path, row)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+# --------------------------------------------------------------------------- corpora
+
+
+def load_corpora(corpus_dir: Path, corpus_ids: list[str] | None = None) -> dict[str, str]:
+    """Texts of `<corpus_id>.md|.txt` in `corpus_dir`; all of them, or the ids asked for."""
+    corpus_dir = Path(corpus_dir)
+    if not corpus_dir.is_dir():
+        raise InputError("corpus folder not found", corpus_dir)
+    files: dict[str, Path] = {}
+    for path in sorted(corpus_dir.iterdir()):
+        if path.is_file() and path.suffix.lower() in CORPUS_SUFFIXES:
+            if path.stem in files:
+                raise InputError(
+                    f"corpus {path.stem!r} exists as both {files[path.stem].name} and {path.name}", corpus_dir
+                )
+            files[path.stem] = path
+    if not files:
+        raise InputError("no corpus files (*.md, *.txt) in the folder", corpus_dir)
+    wanted = list(files) if not corpus_ids else list(dict.fromkeys(corpus_ids))
+    unknown = [c for c in wanted if c not in files]
+    if unknown:
+        raise InputError(f"no corpus named {', '.join(unknown)}; available: {', '.join(files)}", corpus_dir)
+    return {cid: _nonempty(read_text(files[cid]), files[cid]) for cid in wanted}
+
+
+# --------------------------------------------------------------------------- span gold
+
+
+@dataclass(frozen=True)
+class SpanGold:
+    """Questions with exact reference spans: `corpus[ref_start[i]:ref_end[i]]` answers query `ref_query[i]`."""
+
+    query_ids: list[str]
+    questions: list[str]
+    corpus_ids: list[str]
+    ref_query: np.ndarray  # int64, index into query_ids
+    ref_start: np.ndarray  # int64, str offsets
+    ref_end: np.ndarray  # int64, exclusive
+    source: str = ""
+    reanchored: int = 0
+
+    @property
+    def n_queries(self) -> int:
+        return len(self.query_ids)
+
+
+def _reanchor(corpus: str, content: str, start: int) -> int:
+    """Offset of the occurrence of `content` nearest to `start`, or -1."""
+    best, pos = -1, corpus.find(content)
+    while pos != -1:
+        if best == -1 or abs(pos - start) < abs(best - start):
+            best = pos
+        if pos > start:
+            break
+        pos = corpus.find(content, pos + 1)
+    return best
+
+
+def corpus_ids_in(corpus_dir: Path) -> set[str]:
+    """Every corpus id a folder offers (its .md and .txt files)."""
+    return {p.stem for p in Path(corpus_dir).iterdir() if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES}
+
+
+def load_span_gold(questions_csv: Path, corpora: dict[str, str], known: set[str] | None = None) -> SpanGold:
+    """Chroma's format: columns question, references (JSON list of content/start_index/end_index), corpus_id.
+
+    Questions of corpora not in `corpora` are left out (that is how `--corpus` narrows a run); a
+    corpus_id that is not among the `known` corpus ids (the folder's, where given) is an error. A reference whose offsets do not match
+    its content is re-anchored to the nearest occurrence of the content, with a warning.
+    """
+    path = Path(questions_csv)
+    query_ids, questions, corpus_of, rq, rs, re_ = [], [], [], [], [], []
+    reanchored = 0
+    for row, rec in read_csv_rows(path, ("question", "references", "corpus_id")):
+        cid = rec["corpus_id"].strip()
+        if cid not in corpora:
+            if known is not None and cid not in known:
+                raise InputError(
+                    f"corpus_id {cid!r} names no corpus file (known: {', '.join(sorted(known))})", path, row
+                )
+            continue
+        question = rec["question"]
+        if not question.strip():
+            raise InputError("empty question", path, row)
+        refs = _json_value(rec["references"], path, row, "references")
+        if not isinstance(refs, list):
+            raise InputError("references must be a JSON list", path, row)
+        qid = rec.get("query_id") or f"{cid}:{row}"
+        qindex = len(query_ids)
+        text = corpora[cid]
+        for j, ref in enumerate(refs, start=1):
+            where = f"reference {j} of question {question[:60]!r}"
+            if not isinstance(ref, dict) or not {"content", "start_index", "end_index"} <= ref.keys():
+                raise InputError(f"{where}: needs content, start_index and end_index", path, row)
+            content = ref["content"]
+            try:
+                start, end = int(ref["start_index"]), int(ref["end_index"])
+            except (TypeError, ValueError):
+                raise InputError(f"{where}: start_index and end_index must be integers", path, row) from None
+            if not isinstance(content, str) or not content:
+                raise InputError(f"{where}: empty content", path, row)
+            if start < 0 or end > len(text):
+                raise InputError(
+                    f"{where}: offsets [{start}, {end}) out of range for corpus {cid!r} of {len(text)} characters",
+                    path,
+                    row,
+                )
+            if end <= start:
+                raise InputError(f"{where}: reversed or empty offsets [{start}, {end})", path, row)
+            if text[start:end] != content:
+                found = _reanchor(text, content, start)
+                if found < 0:
+                    raise InputError(f"{where}: content not found in corpus {cid!r}", path, row)
+                log.warning(
+                    "%s: row %d: %s re-anchored from [%d, %d) to [%d, %d)",
+                    path,
+                    row,
+                    where,
+                    start,
+                    end,
+                    found,
+                    found + len(content),
+                )
+                start, end = found, found + len(content)
+                reanchored += 1
+            rq.append(qindex)
+            rs.append(start)
+            re_.append(end)
+        if not refs:
+            log.warning("%s: row %d: question %r has no references", path, row, question[:60])
+        query_ids.append(qid)
+        questions.append(question)
+        corpus_of.append(cid)
+    if not query_ids:
+        raise InputError(f"no question refers to the corpora {', '.join(corpora)}", path)
+    if len(set(query_ids)) != len(query_ids):
+        raise InputError("query_id values are not unique", path)
+    return SpanGold(
+        query_ids,
+        questions,
+        corpus_of,
+        np.asarray(rq, dtype=np.int64),
+        np.asarray(rs, dtype=np.int64),
+        np.asarray(re_, dtype=np.int64),
+        str(path),
+        reanchored,
+    )
+
+
+# --------------------------------------------------------------------------- id / string / TREC gold
+
+
+@dataclass(frozen=True)
+class Qrels:
+    """Graded judgments per query: query_id → {item id → grade}; grade > 0 is relevant."""
+
+    judgments: dict[str, dict[str, float]]
+    texts: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Run:
+    """Ranked lists per query: query_id → [item id, best first]."""
+
+    ranked: dict[str, list[str]]
+    source: str = ""
+
+
+def _grades(value, path: Path, row: int, column: str) -> dict[str, float]:
+    value = _json_value(value, path, row, column)
+    if isinstance(value, list):
+        return {str(v): 1.0 for v in value}
+    if isinstance(value, dict):
+        out = {}
+        for k, g in value.items():
+            if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g):
+                raise InputError(f"column {column}: grade of {k!r} must be a number", path, row)
+            out[str(k)] = float(g)
+        return out
+    raise InputError(f"column {column}: must be a JSON list of ids or an object id → grade", path, row)
+
+
+def _add_query(table: dict, qid: str, value, path: Path, row: int) -> None:
+    if qid in table:
+        raise InputError(f"query_id {qid!r} appears twice", path, row)
+    table[qid] = value
+
+
+def load_chunk_gold(path: Path) -> Qrels:
+    """CSV or JSONL rows `query_id, query, relevant_chunk_ids` (a JSON list, or an object id → grade)."""
+    path = Path(path)
+    judgments, texts = {}, {}
+    for row, rec in read_table_rows(path, ("query_id", "query", "relevant_chunk_ids")):
+        qid = _query_id(rec["query_id"], path, row)
+        _add_query(judgments, qid, _grades(rec["relevant_chunk_ids"], path, row, "relevant_chunk_ids"), path, row)
+        texts[qid] = str(rec["query"])
+    return Qrels(judgments, texts, str(path))
+
+
+def _ranked_list(value, path: Path, row: int, column: str) -> list[str]:
+    value = _json_value(value, path, row, column)
+    if not isinstance(value, list):
+        raise InputError(f"column {column}: must be a JSON list in rank order", path, row)
+    items = [str(v) for v in value]
+    unique = list(dict.fromkeys(items))
+    if len(unique) != len(items):
+        log.warning("%s: row %d: %d repeated item(s) dropped (first rank kept)", path, row, len(items) - len(unique))
+    return unique
+
+
+def _check_run_queries(order: list[tuple[str, int]], gold: Qrels, path: Path) -> None:
+    for qid, row in order:
+        if qid not in gold.judgments:
+            raise InputError(f"query_id {qid!r} is not in the gold set {gold.source}", path, row)
+
+
+def load_chunk_run(path: Path, gold: Qrels) -> Run:
+    """CSV or JSONL rows `query_id, retrieved_chunk_ids` (a JSON list in rank order)."""
+    path = Path(path)
+    ranked, order = {}, []
+    for row, rec in read_table_rows(path, ("query_id", "retrieved_chunk_ids")):
+        qid = _query_id(rec["query_id"], path, row)
+        _add_query(ranked, qid, _ranked_list(rec["retrieved_chunk_ids"], path, row, "retrieved_chunk_ids"), path, row)
+        order.append((qid, row))
+    _check_run_queries(order, gold, path)
+    return Run(ranked, str(path))
+
+
+def _text_list(value, path: Path, row: int, key: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InputError(f"{key} must be a JSON list of texts", path, row)
+    return value
+
+
+def load_string_gold(path: Path) -> Qrels:
+    """JSONL `{"query_id", "reference": [texts]}`: a retrieved text is relevant when it equals one exactly."""
+    path = Path(path)
+    judgments, texts = {}, {}
+    for row, rec in read_jsonl_rows(path, ("query_id", "reference")):
+        qid = _query_id(rec["query_id"], path, row)
+        refs = _text_list(rec["reference"], path, row, "reference")
+        _add_query(judgments, qid, {t: 1.0 for t in refs}, path, row)
+        if "query" in rec:
+            texts[qid] = str(rec["query"])
+    return Qrels(judgments, texts, str(path))
+
+
+def load_string_run(path: Path, gold: Qrels) -> Run:
+    """JSONL `{"query_id", "hypothesis": [texts]}` in rank order."""
+    path = Path(path)
+    ranked, order = {}, []
+    for row, rec in read_jsonl_rows(path, ("query_id", "hypothesis")):
+        qid = _query_id(rec["query_id"], path, row)
+        hyp = _text_list(rec["hypothesis"], path, row, "hypothesis")
+        _add_query(ranked, qid, _ranked_list(hyp, path, row, "hypothesis"), path, row)
+        order.append((qid, row))
+    _check_run_queries(order, gold, path)
+    return Run(ranked, str(path))
+
+
+def _trec_lines(path: Path, n_fields: int, what: str) -> Iterator[tuple[int, list[str]]]:
+    text = _nonempty(read_text(path), path)
+    for row, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != n_fields:
+            raise InputError(f"a {what} line has {n_fields} fields, found {len(parts)}", path, row)
+        yield row, parts
+
+
+def load_trec_qrels(path: Path) -> Qrels:
+    """TREC qrels: `query_id iteration doc_id grade` per line."""
+    path = Path(path)
+    judgments: dict[str, dict[str, float]] = {}
+    for row, (qid, _, doc, grade) in _trec_lines(path, 4, "qrels"):
+        try:
+            judgments.setdefault(qid, {})[doc] = float(grade)
+        except ValueError:
+            raise InputError(f"grade {grade!r} is not a number", path, row) from None
+    return Qrels(judgments, {}, str(path))
+
+
+def load_trec_run(path: Path, gold: Qrels) -> Run:
+    """TREC run: `query_id Q0 doc_id rank score tag`. Ordered as trec_eval orders it: by score,
+    highest first, ties by doc_id in descending string order (the rank column is ignored)."""
+    path = Path(path)
+    scored: dict[str, dict[str, float]] = {}
+    first_row: dict[str, int] = {}
+    for row, (qid, _, doc, _rank, score, _tag) in _trec_lines(path, 6, "run"):
+        try:
+            value = float(score)
+        except ValueError:
+            raise InputError(f"score {score!r} is not a number", path, row) from None
+        docs = scored.setdefault(qid, {})
+        if doc in docs:
+            raise InputError(f"doc {doc!r} appears twice for query {qid!r}", path, row)
+        docs[doc] = value
+        first_row.setdefault(qid, row)
+    ranked = {
+        qid: [d for d, _ in sorted(docs.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)]
+        for qid, docs in scored.items()
+    }
+    _check_run_queries(list(first_row.items()), gold, path)
+    return Run(ranked, str(path))
+
+
+GOLD_FORMATS = ("auto", "chunk-ids", "strings", "trec")
+
+
+def sniff_format(gold_path: Path) -> str:
+    """`strings` when the gold file's first JSON object has a `reference` key, else `chunk-ids`."""
+    path = Path(gold_path)
+    if path.suffix.lower() != ".csv":
+        text = read_text(path)
+        first = next((line for line in text.split("\n") if line.strip()), "")
+        try:
+            obj = json.loads(first)
+        except json.JSONDecodeError:
+            return "chunk-ids"
+        if isinstance(obj, dict) and "reference" in obj:
+            return "strings"
+    return "chunk-ids"
+
+
+def load_gold_and_run(gold_path: Path, run_path: Path, fmt: str = "auto") -> tuple[Qrels, Run]:
+    """The gold set and the run file of `chunkeval evaluate-run`, in one of the GOLD_FORMATS."""
+    if fmt not in GOLD_FORMATS:
+        raise InputError(f"unknown format {fmt!r}; choose one of {', '.join(GOLD_FORMATS)}")
+    if fmt == "auto":
+        fmt = sniff_format(gold_path)
+    if fmt == "trec":
+        gold = load_trec_qrels(gold_path)
+        return gold, load_trec_run(run_path, gold)
+    if fmt == "strings":
+        gold = load_string_gold(gold_path)
+        return gold, load_string_run(run_path, gold)
+    gold = load_chunk_gold(gold_path)
+    return gold, load_chunk_run(run_path, gold)

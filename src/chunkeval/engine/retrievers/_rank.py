@@ -1,0 +1,20 @@
+"""Top-k of score rows in which a score of 0 or less means "not retrieved"."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from chunkeval.engine.retrievers.dense import _block_top
+
+
+def top_positive(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices (int64, n_rows x k) of the k best positive scores per row, ties to the lower index, -1 padded."""
+    width = min(k, scores.shape[1])
+    index = np.full((len(scores), k), -1, dtype=np.int64)
+    if width == 0 or len(scores) == 0:
+        return index
+    scores = np.where(scores > 0, scores, -np.inf)
+    idx, val = _block_top(scores, width)
+    idx[~np.isfinite(val)] = -1
+    index[:, :width] = idx
+    return index

@@ -1,0 +1,435 @@
+"""A sweep: every configuration of an experiment, scored at every k, from plain functions.
+
+A configuration is (model, retriever, chunker, chunk_size, chunk_overlap, k). The steps are separate
+so that a flow can run each as a task:
+`load_inputs` → `chunk_one` (per chunking job: a setting, and for a semantic chunker a model) →
+`embed_all` (one call per model) → `retrieve` (per configuration, once at the largest k) →
+`score_chunking` and `reference_table` → `summarize_sweep`.
+Each distinct text (chunk, question or semantic piece) is embedded once per model across the grid;
+a grid whose chunkers and retrievers need no vectors loads no model, and its rows carry model `none`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from chunkeval.engine import metrics as M
+from chunkeval.engine import retrievers
+from chunkeval.engine.chunking import ChunkerSpec, Chunks, chunk_corpora, count_tokens, needs_embeddings
+from chunkeval.engine.duplicates import Copies, find_copies, span_scoring
+from chunkeval.engine.embedding import Embedder
+from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.inputs import SpanGold, corpus_ids_in, load_corpora, load_span_gold
+from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL  # noqa: F401 (re-exported)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    corpora: dict[str, str]
+    gold: SpanGold
+    copies: Copies | None = None  # every copy of every reference, with `duplicates: credit`
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """The chunks of one setting; `model` is the model a semantic chunker embedded with (None for the others)."""
+
+    spec: ChunkerSpec
+    model: str | None
+    chunks: Chunks
+
+
+@dataclass(frozen=True)
+class Config:
+    """What one retrieval run covers: a chunking, the model of its rows, a retriever (every k at once)."""
+
+    chunking: int
+    model: str
+    retriever: str
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """Question vectors per model, and chunk vectors and truncated-chunk counts per (chunking, model)."""
+
+    queries: dict[str, np.ndarray]
+    chunks: dict[tuple[int, str], np.ndarray]
+    truncated: dict[tuple[int, str], int]
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    per_query: pa.Table
+    summary: pa.Table
+    by_corpus: pa.Table
+    references: pa.Table
+    models: pa.Table
+    texts_embedded: int
+    model_loaded: bool
+    notes: tuple[str, ...] = ()
+
+
+class Embedders:
+    """One `Embedder` per model, made when first asked for: a grid that needs no vectors makes none.
+    Every model runs on one backend (`for_experiment` picks the experiment's)."""
+
+    def __init__(
+        self,
+        cache_dir: Path | None = None,
+        batch_size: int | None = 32,
+        given: tuple[Embedder, ...] = (),
+        device: str | None = None,
+        backend: str = "torch",
+        quantize: str = "none",
+    ):
+        self.cache_dir = cache_dir
+        self.batch_size = batch_size
+        self.device = device
+        self.backend, self.quantize = backend, quantize
+        self._by_model = {e.model: e for e in given if (e.backend, e.quantize) == (backend, quantize)}
+
+    @classmethod
+    def of(cls, embedders: Embedders | Embedder) -> Embedders:
+        if isinstance(embedders, Embedders):
+            return embedders
+        return cls(
+            embedders.cache_dir,
+            embedders.batch_size,
+            (embedders,),
+            embedders.device,
+            embedders.backend,
+            embedders.quantize,
+        )
+
+    def for_experiment(self, exp: Experiment) -> Embedders:
+        """These embedders where they run the experiment's backend, else new ones that do (same cache and device)."""
+        if (self.backend, self.quantize) == (exp.backend, exp.quantize):
+            return self
+        return Embedders(
+            self.cache_dir, self.batch_size, tuple(self._by_model.values()), self.device, exp.backend, exp.quantize
+        )
+
+    def __getitem__(self, model: str) -> Embedder:
+        if model not in self._by_model:
+            self._by_model[model] = Embedder(
+                model, self.cache_dir, self.batch_size, self.device, self.backend, self.quantize
+            )
+        return self._by_model[model]
+
+    def count(self, model: str, counters: tuple[int, int, float]) -> None:
+        """Add what another process embedded for `model` (a Dask worker's shard or chunking) to its counters."""
+        embedder = self[model]
+        embedder.texts_embedded += counters[0]
+        embedder.texts_shared += counters[1]
+        embedder.embed_seconds += counters[2]
+
+    def counters(self) -> dict[str, tuple[int, int, float]]:
+        return {model: e.counters() for model, e in self._by_model.items()}
+
+    def embed_function(self, model: str):
+        """`texts -> vectors` of one model, through its cache: what a semantic chunker is given."""
+        return lambda texts: self[model].embed(list(texts))[0]
+
+    @property
+    def texts_embedded(self) -> int:
+        return sum(e.texts_embedded for e in self._by_model.values())
+
+    @property
+    def model_loaded(self) -> bool:
+        return any(e.model_loaded for e in self._by_model.values())
+
+    def table(self) -> pa.Table:
+        """Per model used: its fingerprint, texts embedded, of those the texts whose model input (after
+        truncation) equalled an earlier text's and so shared its vector, seconds spent and throughput."""
+        used = list(self._by_model.values())
+        return pa.table(
+            {
+                "model": pa.array([e.model for e in used], pa.string()),
+                "model_fingerprint": pa.array([e.fingerprint for e in used], pa.string()),
+                "backend": pa.array([e.backend for e in used], pa.string()),
+                "quantize": pa.array([e.quantize for e in used], pa.string()),
+                "texts_embedded": pa.array([e.texts_embedded for e in used], pa.int64()),
+                "texts_shared": pa.array([e.texts_shared for e in used], pa.int64()),
+                "embed_seconds": pa.array([e.embed_seconds for e in used], pa.float64()),
+                "texts_per_second": pa.array([e.texts_per_second for e in used], pa.float64()),
+            }
+        )
+
+
+def load_inputs(exp: Experiment) -> Inputs:
+    corpora = load_corpora(Path(exp.corpus_dir), list(exp.corpus) or None)
+    gold = load_span_gold(Path(exp.questions), corpora, corpus_ids_in(Path(exp.corpus_dir)))
+    return Inputs(corpora, gold, find_copies(gold, corpora) if exp.duplicates == "credit" else None)
+
+
+def chunking_jobs(exp: Experiment) -> list[tuple[ChunkerSpec, str | None]]:
+    """Every chunking to make: each setting once, a semantic chunker's once per model."""
+    return [
+        (spec, model) for spec in exp.grid() for model in (exp.model if needs_embeddings(spec.chunker) else (None,))
+    ]
+
+
+def chunk_one(corpora: dict[str, str], spec: ChunkerSpec, model: str | None, embedders: Embedders) -> Chunking:
+    embed = embedders.embed_function(model) if model is not None else None
+    return Chunking(spec, model, chunk_corpora(corpora, spec, embed))
+
+
+def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
+    """Every (chunking, model, retriever): a retriever that reads vectors runs once per model; one that
+    does not runs once, under the model of its chunking (`none` for chunkings that embed nothing)."""
+    configs = []
+    for i, chunking in enumerate(chunkings):
+        for retriever in exp.retriever:
+            if chunking.model is not None:
+                configs.append(Config(i, chunking.model, retriever))
+            elif retrievers.needs_embeddings(retriever):
+                configs += [Config(i, model, retriever) for model in exp.model]
+            else:
+                configs.append(Config(i, NO_MODEL, retriever))
+    return configs
+
+
+def _wanted(configs: list[Config]) -> dict[str, list[int]]:
+    """model → the chunkings it embeds (those a vector-reading retriever runs on)."""
+    wanted: dict[str, list[int]] = {}
+    for c in configs:
+        if retrievers.needs_embeddings(c.retriever) and c.chunking not in wanted.setdefault(c.model, []):
+            wanted[c.model].append(c.chunking)
+    return {model: indices for model, indices in wanted.items() if indices}
+
+
+def embedding_shards(
+    inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedders: Embedders, parts: int
+) -> list[tuple[str, str, list[str]]]:
+    """What `embed_all` would embed that the cache lacks, as (model, kind, texts) shards: each model's
+    missing questions and chunks split into `parts` shards of about equal size, for separate processes
+    (Dask workers) to embed into the shared cache (`embed_shard`), each writing its own part files."""
+    shards = []
+    for model, indices in _wanted(configs).items():
+        chunk_texts = [t for i in indices for t in chunkings[i].chunks.texts(inputs.corpora)]
+        for kind, texts in (("query", list(inputs.gold.questions)), ("document", chunk_texts)):
+            missing = embedders[model].missing(texts, kind)
+            n = max(1, min(parts, len(missing)))
+            shards += [(model, kind, missing[i::n]) for i in range(n) if missing[i::n]]
+    return shards
+
+
+def embed_shard(
+    model: str,
+    kind: str,
+    texts: list[str],
+    cache_dir: Path,
+    batch_size: int | None,
+    device: str | None,
+    backend: str,
+    quantize: str,
+) -> dict:
+    """Embed one shard into the cache at `cache_dir` (this process loads the model) and return its
+    counters for `Embedders.count`."""
+    embedder = Embedder(model, cache_dir, batch_size, device, backend, quantize)
+    embedder.embed(texts, kind)
+    return {"model": model, "counters": embedder.counters()}
+
+
+def embed_all(inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedders: Embedders) -> Embedded:
+    """Per model, one embedding call for the questions and one for the chunks of every chunking it
+    retrieves from: repeated texts are embedded once."""
+    queries, chunks, truncated = {}, {}, {}
+    for model, indices in _wanted(configs).items():
+        embedder = embedders[model]
+        queries[model] = embedder.embed(list(inputs.gold.questions), kind="query")[0]
+        texts, bounds = [], [0]
+        for i in indices:
+            texts += chunkings[i].chunks.texts(inputs.corpora)
+            bounds.append(len(texts))
+        vectors, cut = embedder.embed(texts)
+        for i, a, b in zip(indices, bounds, bounds[1:]):
+            chunks[(i, model)] = vectors[a:b]
+            truncated[(i, model)] = int(cut[a:b].sum())
+    return Embedded(queries, chunks, truncated)
+
+
+def retrieve(
+    inputs: Inputs,
+    chunking: Chunking,
+    config: Config,
+    embedded: Embedded,
+    k: int,
+    own_corpus: bool = False,
+    rrf_k: int = 60,
+) -> np.ndarray:
+    """Top-k chunk indices per question (-1 padding), over the pooled corpora or each question's own."""
+    chunks = chunking.chunks
+    key = (config.chunking, config.model)
+    request = retrievers.RetrievalRequest(
+        query_texts=list(inputs.gold.questions),
+        chunk_texts=chunks.texts(inputs.corpora),
+        k=k,
+        query_vectors=embedded.queries.get(config.model),
+        chunk_vectors=embedded.chunks.get(key),
+    )
+    groups = {}
+    if own_corpus:
+        index = {name: i for i, name in enumerate(chunks.corpus_names)}
+        groups = {
+            "query_groups": np.asarray([index.get(c, -1) for c in inputs.gold.corpus_ids], dtype=np.int64),
+            "chunk_groups": chunks.corpus.astype(np.int64),
+        }
+    return retrievers.retrieve(config.retriever, request, rrf_k=rrf_k, **groups)
+
+
+def score_chunking(
+    gold: SpanGold,
+    spec: ChunkerSpec,
+    chunks: Chunks,
+    topk: np.ndarray,
+    ks: tuple[int, ...],
+    model: str = NO_MODEL,
+    retriever: str = "dense",
+    copies: Copies | None = None,
+) -> pa.Table:
+    """Per-query span, set and rank metrics of one configuration at every k (topk holds the largest k);
+    with `copies`, a reference's copies get credit (`chunkeval.engine.duplicates`)."""
+    relevance, span_metrics = span_scoring(gold, topk, chunks, copies)
+    omega = M.safe_div(relevance.covered_all, relevance.omega_union)
+    parts = []
+    n = gold.n_queries
+    for k in sorted(set(ks)):
+        spans = span_metrics(k)
+        judged = M.judge_topk(topk[:, :k], relevance.keys, relevance.n_relevant, len(chunks))
+        ranks = M.rank_metrics(judged, k)
+        columns = {
+            "model": pa.array([model] * n, pa.string()),
+            "retriever": pa.array([retriever] * n, pa.string()),
+            "chunker": pa.array([spec.chunker] * n),
+            "chunk_size": pa.array(np.full(n, spec.chunk_size)),
+            "chunk_overlap": pa.array(np.full(n, spec.chunk_overlap)),
+            "k": pa.array(np.full(n, k)),
+            "query_id": pa.array(gold.query_ids),
+            "corpus_id": pa.array(gold.corpus_ids),
+            "has_gold": pa.array(spans["ref_chars"] > 0),
+        }
+        columns.update({name: pa.array(spans[name]) for name in M.SPAN_METRICS if name in spans})
+        columns["precision_omega"] = pa.array(omega)
+        columns.update({name: pa.array(ranks[name]) for name in M.RANK_METRICS})
+        columns.update(
+            {
+                name: pa.array(spans[name])
+                for name in ("covered", "ref_chars", "retrieved_chars", "uncovered", "retrieved_tokens")
+            }
+        )
+        columns["covered_all"] = pa.array(relevance.covered_all)
+        columns["omega_union"] = pa.array(relevance.omega_union)
+        columns.update(
+            {name: pa.array(ranks[name]) for name in ("tp", "fp", "fn", "n_retrieved", "n_relevant", "hits_at_k")}
+        )
+        parts.append(pa.table(columns))
+    return pa.concat_tables(parts)
+
+
+def reference_table(inputs: Inputs, chunking: Chunking) -> pa.Table:
+    """One row per reference: its question, length in tokens, and whether it straddles a chunk
+    boundary (no single chunk of this chunking holds it whole: the usual cause of partial recall).
+    `model` is the model a semantic chunking was made with, `none` for the others."""
+    gold, spec, chunks = inputs.gold, chunking.spec, chunking.chunks
+    straddles = np.ones(len(gold.ref_start), dtype=bool)
+    corpus_of_ref = np.asarray([gold.corpus_ids[q] for q in gold.ref_query.tolist()], dtype=object)
+    for index, name in enumerate(chunks.corpus_names):  # a loop over corpora, vectorized within
+        refs = np.flatnonzero(corpus_of_ref == name)
+        _, starts, reach = M.chunks_by_start(chunks, index)
+        straddles[refs] = M.furthest_end(starts, reach, gold.ref_start[refs]) < gold.ref_end[refs]
+    n = len(gold.ref_start)
+    texts = [inputs.corpora[c][s:e] for c, s, e in zip(corpus_of_ref, gold.ref_start.tolist(), gold.ref_end.tolist())]
+    q = gold.ref_query.tolist()
+    return pa.table(
+        {
+            "model": pa.array([chunking.model or NO_MODEL] * n, pa.string()),
+            "chunker": [spec.chunker] * n,
+            "chunk_size": np.full(n, spec.chunk_size),
+            "chunk_overlap": np.full(n, spec.chunk_overlap),
+            "query_id": [gold.query_ids[i] for i in q],
+            "corpus_id": corpus_of_ref.tolist(),
+            "question": [gold.questions[i] for i in q],
+            "ref_start": gold.ref_start,
+            "ref_end": gold.ref_end,
+            "ref_tokens": count_tokens(texts),
+            "straddles": straddles,
+        }
+    )
+
+
+def summarize_sweep(
+    per_query: pa.Table, chunk_stats: pa.Table, skip_empty_gold: bool = False
+) -> tuple[pa.Table, pa.Table]:
+    """(summary per configuration, summary per configuration and corpus), with chunk counts joined."""
+    table = per_query if skip_empty_gold else per_query.drop_columns(["has_gold"])
+    summary = M.summarize(table, CONFIG_KEYS)
+    by_corpus = M.summarize(table, CONFIG_KEYS + ["corpus_id"])
+    return (
+        summary.join(chunk_stats, CHUNKING_KEYS).sort_by([(c, "ascending") for c in CONFIG_KEYS]),
+        by_corpus.sort_by([(c, "ascending") for c in CONFIG_KEYS + ["corpus_id"]]),
+    )
+
+
+def chunk_stats(chunkings: list[Chunking], configs: list[Config], embedded: Embedded) -> pa.Table:
+    """Per configuration (without k): chunks made, and chunks longer than the model's input."""
+    specs = [chunkings[c.chunking].spec for c in configs]
+    return pa.table(
+        {
+            "model": pa.array([c.model for c in configs], pa.string()),
+            "retriever": pa.array([c.retriever for c in configs], pa.string()),
+            "chunker": [s.chunker for s in specs],
+            "chunk_size": [s.chunk_size for s in specs],
+            "chunk_overlap": [s.chunk_overlap for s in specs],
+            "n_chunks": [len(chunkings[c.chunking].chunks) for c in configs],
+            "truncated_chunks": [embedded.truncated.get((c.chunking, c.model), 0) for c in configs],
+        }
+    )
+
+
+def score_config(
+    inputs: Inputs, chunkings: list[Chunking], config: Config, embedded: Embedded, exp: Experiment
+) -> pa.Table:
+    """Retrieve once at the largest k, score at every k: one configuration's per-query table."""
+    chunking = chunkings[config.chunking]
+    topk = retrieve(inputs, chunking, config, embedded, max(exp.k), exp.own_corpus, exp.rrf_k)
+    return score_chunking(
+        inputs.gold, chunking.spec, chunking.chunks, topk, exp.k, config.model, config.retriever, inputs.copies
+    )
+
+
+def score_all(
+    inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedded: Embedded, exp: Experiment
+) -> pa.Table:
+    """Every configuration's per-query table, one after the other (each is a few vectorised steps)."""
+    return pa.concat_tables([score_config(inputs, chunkings, c, embedded, exp) for c in configs])
+
+
+def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
+    return pa.concat_tables([reference_table(inputs, c) for c in chunkings])
+
+
+def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
+    """The whole sweep of an experiment in one process (the flow runs the same steps as tasks)."""
+    embedders = Embedders.of(embedders).for_experiment(exp)
+    inputs = load_inputs(exp)
+    chunkings = [chunk_one(inputs.corpora, spec, model, embedders) for spec, model in chunking_jobs(exp)]
+    configs = plan(exp, chunkings)
+    embedded = embed_all(inputs, chunkings, configs, embedders)
+    per_query = score_all(inputs, chunkings, configs, embedded, exp)
+    summary, by_corpus = summarize_sweep(per_query, chunk_stats(chunkings, configs, embedded), exp.skip_empty_gold)
+    references = reference_tables(inputs, chunkings)
+    return SweepResult(
+        per_query,
+        summary,
+        by_corpus,
+        references,
+        embedders.table(),
+        embedders.texts_embedded,
+        embedders.model_loaded,
+        tuple(exp.notes()),
+    )

@@ -1,0 +1,1 @@
+"""Prefect flows of chunkeval: thin wrappers, each task one library function."""

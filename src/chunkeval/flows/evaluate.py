@@ -1,0 +1,253 @@
+"""The `evaluate` flow: ingest → chunk → embed (through the Parquet cache) → retrieve → metrics → store.
+
+Each task calls one library function; the chunking jobs fan out with `.map`, and scoring every
+configuration is one task (a task per configuration cost more in orchestration than it scored).
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from pathlib import Path
+
+import pyarrow as pa
+from prefect import flow, task, unmapped
+from prefect.artifacts import create_link_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.logging import get_run_logger
+from prefect.runtime import flow_run
+
+from chunkeval import progress
+from chunkeval.engine import gold_check, sweep
+from chunkeval.engine.chunking import ChunkerSpec
+from chunkeval.engine.experiment import Experiment, input_fingerprints
+from chunkeval.engine.metrics import METRICS
+from chunkeval.engine.runners import TaskRunner
+from chunkeval.faults import checkpoint
+from chunkeval.paths import cache_dir
+from chunkeval.report.html import report_path, write_report
+from chunkeval.warehouse import Warehouse
+
+# Inputs are large arrays: no task caching (its keys would hash them), results stay in memory.
+TASK = dict(cache_policy=NO_CACHE, persist_result=False)
+IO_TASK = dict(TASK, retries=2, retry_delay_seconds=2)
+
+
+def warehouse() -> Warehouse:
+    return Warehouse.at_home()
+
+
+@task(**IO_TASK)
+def fingerprint(exp: Experiment) -> dict:
+    return input_fingerprints(exp)
+
+
+@task(**IO_TASK)
+def load(exp: Experiment) -> sweep.Inputs:
+    return sweep.load_inputs(exp)
+
+
+@task(**TASK)
+def chunk(corpora: dict, spec: ChunkerSpec, model: str | None, embedders: sweep.Embedders) -> tuple:
+    """A chunking, and what its semantic chunker embedded (counted by the flow when it ran on a worker)."""
+    before = embedders.counters()
+    chunking = sweep.chunk_one(corpora, spec, model, embedders)
+    after = embedders.counters()
+    return chunking, {m: tuple(a - b for a, b in zip(c, before.get(m, (0, 0, 0.0)))) for m, c in after.items()}
+
+
+@task(**IO_TASK)
+def embed_shard(model: str, kind: str, texts: list, embedders: sweep.Embedders) -> dict:
+    """One worker's share of the embedding, written into the shared cache as its own part files."""
+    return sweep.embed_shard(
+        model,
+        kind,
+        texts,
+        embedders.cache_dir,
+        embedders.batch_size,
+        embedders.device,
+        embedders.backend,
+        embedders.quantize,
+    )
+
+
+@task(**IO_TASK)
+def embed(inputs: sweep.Inputs, chunkings: list, configs: list, embedders: sweep.Embedders) -> sweep.Embedded:
+    return sweep.embed_all(inputs, chunkings, configs, embedders)
+
+
+# Scoring is one task for every configuration: each takes milliseconds of vectorised work, so a task
+# per configuration bought nothing but the orchestration's own cost (a state round trip per task).
+@task(**TASK)
+def score(inputs: sweep.Inputs, chunkings: list, configs: list, embedded: sweep.Embedded, exp: Experiment) -> pa.Table:
+    return sweep.score_all(inputs, chunkings, configs, embedded, exp)
+
+
+@task(**TASK)
+def references(inputs: sweep.Inputs, chunkings: list) -> pa.Table:
+    return sweep.reference_tables(inputs, chunkings)
+
+
+@task(**TASK)
+def check_gold(inputs: sweep.Inputs, exp: Experiment) -> dict:
+    return gold_check.check_gold(inputs.gold, inputs.corpora, min(exp.chunk_sizes)).to_dict()
+
+
+@task(**IO_TASK)
+def report(experiment: str, run_id: str) -> str:
+    wh = warehouse()
+    return str(write_report(wh, experiment, report_path(wh.root, experiment, run_id), run_id))
+
+
+@task(**TASK)
+def summarize(
+    per_query: pa.Table, chunkings: list, configs: list, embedded: sweep.Embedded, skip_empty_gold: bool
+) -> tuple:
+    return sweep.summarize_sweep(per_query, sweep.chunk_stats(chunkings, configs, embedded), skip_empty_gold)
+
+
+@task(**IO_TASK)
+def store(
+    run_id: str,
+    per_query: pa.Table,
+    summary: pa.Table,
+    by_corpus: pa.Table,
+    texts_embedded: int,
+    refs: pa.Table,
+    models: pa.Table,
+    gold: dict,
+) -> None:
+    warehouse().complete_run(run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus)
+
+
+def with_task_runner(runner: TaskRunner):
+    """The `evaluate` flow on the runner's Dask cluster (prefect-dask), or as it is for `local`."""
+    if not runner.distributed:
+        return evaluate
+    from prefect_dask import DaskTaskRunner
+
+    if runner.address:
+        dask = DaskTaskRunner(address=runner.address)
+    else:  # a local cluster of processes, one thread each (the nanny keeps each worker's BLAS at one thread)
+        dask = DaskTaskRunner(
+            cluster_kwargs={
+                "n_workers": runner.workers,
+                "threads_per_worker": 1,
+                "processes": True,
+                "dashboard_address": None,
+            }
+        )
+    return evaluate.with_options(task_runner=dask)
+
+
+def artifact_key(experiment: str, what: str) -> str:
+    """Prefect artifact keys take lowercase letters, digits and dashes."""
+    return re.sub(r"[^a-z0-9-]+", "-", f"{experiment}-{what}".lower())
+
+
+def summary_rows(summary: pa.Table) -> list[dict]:
+    """The macro (mean ± std) and micro table of a run, for the Prefect artifact."""
+    rows = []
+    for rec in summary.to_pylist():
+        row = {k: rec[k] for k in sweep.CONFIG_KEYS}
+        for m in METRICS:
+            if f"{m}_mean" in rec:
+                row[m] = f"{rec[f'{m}_mean']:.3f} ± {(rec[f'{m}_std'] or 0):.3f}"
+                if f"{m}_micro" in rec:
+                    row[f"{m} (micro)"] = f"{rec[f'{m}_micro']:.3f}"
+        rows.append(row)
+    return rows
+
+
+@flow(name="evaluate", log_prints=True)
+def evaluate(
+    experiment: str | dict = "demo",
+    if_changed: bool = False,
+    trigger: str = "manual",
+    batch_size: int | None = None,
+    device: str = "auto",
+    shards: int = 0,
+) -> dict:
+    """Run one experiment (`demo`, the path of an experiment YAML file, or its settings) and record it in the warehouse.
+
+    With `if_changed`, a run whose corpus, gold set and model are those of the last completed run is
+    recorded as `skipped` and embeds nothing. With `shards` (a Dask task runner: `with_task_runner`),
+    the texts the cache lacks are embedded by that many tasks on the cluster's workers first.
+    """
+    logger = get_run_logger()
+    exp = Experiment.resolve(experiment)
+    wh = warehouse()
+    wh.reap()
+    fps = fingerprint(exp)
+    settings = exp.to_dict()
+    flow_run_id = flow_run.get_id()
+    last = wh.last_completed(exp.name)
+    if if_changed and last and all(last[f"{key}_fingerprint"] == fps[key] for key in ("corpus", "gold", "model")):
+        run_id = wh.record_skipped(exp.name, fps, trigger, settings, flow_run_id)
+        logger.info(
+            "experiment %s: corpus, gold set and model unchanged since run %s; skipped", exp.name, last["run_id"]
+        )
+        return {"run_id": run_id, "status": "skipped", "texts_embedded": 0}
+    run_id = wh.begin_run(exp.name, fps, trigger, settings, flow_run_id)
+    checkpoint("started")
+    logger.info("experiment %s: run %s (%s)", exp.name, run_id, trigger)
+    try:
+        progress.step("loading")
+        inputs = load(exp)
+        embedders = sweep.Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
+        for note in exp.notes():
+            logger.info(note)
+        progress.step("chunking")
+        jobs = sweep.chunking_jobs(exp)
+        done = chunk.map(
+            unmapped(inputs.corpora), [s for s, _ in jobs], [m for _, m in jobs], unmapped(embedders)
+        ).result()
+        chunkings = [c for c, _ in done]
+        configs = sweep.plan(exp, chunkings)
+        if shards:  # tasks ran on workers, each with its own copy of the embedders: count what they embedded
+            for _, counted in done:
+                for model, counters in counted.items():
+                    embedders.count(model, counters)
+            work = sweep.embedding_shards(inputs, chunkings, configs, embedders, shards)
+            logger.info("embedding %d shard(s) on the cluster's workers", len(work))
+            for result in [embed_shard.submit(m, kind, texts, embedders) for m, kind, texts in work]:
+                found = result.result()
+                embedders.count(found["model"], found["counters"])
+        embedded = embed(inputs, chunkings, configs, embedders)
+        logger.info(
+            "%d text(s) embedded, %d chunk(s) truncated to the model's input",
+            embedders.texts_embedded,
+            sum(embedded.truncated.values()),
+        )
+        progress.step("scoring")
+        per_query = score(inputs, chunkings, configs, embedded, exp)
+        refs = references(inputs, chunkings)
+        summary, by_corpus = summarize(per_query, chunkings, configs, embedded, exp.skip_empty_gold)
+        progress.step("storing")
+        store(
+            run_id,
+            per_query,
+            summary,
+            by_corpus,
+            embedders.texts_embedded,
+            refs,
+            embedders.table(),
+            check_gold(inputs, exp),
+        )
+    except BaseException as exc:
+        wh.fail_run(run_id, "".join(traceback.format_exception_only(exc)).strip())
+        raise
+    create_table_artifact(
+        key=artifact_key(exp.name, "summary"),
+        table=summary_rows(summary),
+        description=f"chunkeval run {run_id} of experiment {exp.name}: macro mean ± std and micro per configuration",
+    )
+    progress.step("report")
+    page = Path(report(exp.name, run_id))
+    create_link_artifact(
+        key=artifact_key(exp.name, "report"),
+        link=page.as_uri(),
+        link_text=f"chunkeval report of run {run_id}",
+        description=f"The HTML report of experiment {exp.name} at run {run_id} (a file on the machine that ran it)",
+    )
+    return {"run_id": run_id, "status": "completed", "texts_embedded": embedders.texts_embedded, "report": str(page)}

@@ -1,0 +1,89 @@
+"""The `trend-report` flow: trend tables and the HTML page per experiment, regressions flagged.
+
+A metric of a configuration that fell by more than `threshold` against the previous completed run
+(or the pinned baseline) emits `chunkeval.regression.detected` and fails the flow run.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.events import emit_event
+from prefect.logging import get_run_logger
+
+from chunkeval.engine.experiment import Experiment
+from chunkeval.flows.evaluate import artifact_key, warehouse
+from chunkeval.report.html import report_path, write_report
+from chunkeval.report.terminal import regression_message
+from chunkeval.warehouse import DEFAULT_THRESHOLD, REGRESSION_METRICS
+
+
+class RegressionDetected(RuntimeError):
+    pass
+
+
+@task(cache_policy=NO_CACHE)
+def trend_table(experiment: str, metrics: list[str]) -> list[dict]:
+    wh = warehouse()
+    return [row for metric in metrics for row in wh.trend(experiment, metric)]
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def page(experiment: str, threshold: float) -> str | None:
+    """The experiment's HTML page, next to the warehouse; None before its first completed run."""
+    wh = warehouse()
+    if wh.last_completed(experiment) is None:
+        return None
+    return str(write_report(wh, experiment, report_path(wh.root, experiment), threshold=threshold))
+
+
+@task(cache_policy=NO_CACHE)
+def regressions(
+    experiment: str, metrics: list[str], threshold: float, baseline: str | None, alpha: float
+) -> list[dict]:
+    return warehouse().regressions(experiment, metrics, threshold, baseline, alpha)
+
+
+@flow(name="trend-report", log_prints=True)
+def trend_report(
+    experiments: list[str] = ["demo"],  # noqa: B006 (Prefect shows the default; never mutated)
+    metrics: list[str] = list(REGRESSION_METRICS),  # noqa: B006
+    threshold: float = DEFAULT_THRESHOLD,
+    baseline: str | None = None,
+    alpha: float = 0.05,
+) -> dict:
+    logger = get_run_logger()
+    found = {}
+    for ref in experiments:
+        name = Experiment.resolve(ref).name
+        rows = trend_table(name, metrics)
+        if rows:
+            create_table_artifact(
+                key=artifact_key(name, "trend"),
+                table=[{k: str(v) for k, v in r.items()} for r in rows],
+                description=f"chunkeval trend of experiment {name}: macro means per completed run",
+            )
+        written = page(name, threshold)
+        if written:
+            logger.info("experiment %s: report written to %s", name, written)
+        falls = regressions(name, metrics, threshold, baseline, alpha)
+        if falls:
+            emit_event(
+                event="chunkeval.regression.detected",
+                resource={"prefect.resource.id": f"chunkeval.experiment.{name}", "prefect.resource.name": name},
+                payload={
+                    "experiment": name,
+                    "threshold": threshold,
+                    "regressions": [{k: str(v) for k, v in r.items()} for r in falls],
+                },
+            )
+            for r in falls:
+                logger.error("experiment %s: %s", name, regression_message(r))
+        found[name] = falls
+    if any(found.values()):
+        raise RegressionDetected(
+            f"{sum(map(len, found.values()))} regression(s) beyond {threshold}: "
+            + ", ".join(name for name, falls in found.items() if falls)
+        )
+    return {name: len(falls) for name, falls in found.items()}

@@ -1,0 +1,1 @@
+"""What people read: terminal tables (`terminal`), the HTML report (`html`) and its SVG charts (`charts`)."""

@@ -1,0 +1,520 @@
+"""Charts of the HTML report, written as inline SVG by chunkeval itself.
+
+A chart is a few hundred SVG elements: axes with tick labels, lines, markers, bars and bands. Writing
+them directly takes milliseconds where a plotting library took seconds to import and draw, and a
+reader can hover over a point to see its configuration (each marker carries a `<title>`). Every piece
+of user text (configuration labels, corpus names) is escaped, and the page fetches nothing: text uses
+the reader's own system font.
+
+The statistics drawn (box-plot quartiles and whiskers, histogram counts, the Pareto front) are plain
+functions here, tested against matplotlib's and numpy's definitions.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from dataclasses import dataclass
+from html import escape
+
+import numpy as np
+
+FONT = "system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif"
+INK, GRID, MUTED = "#1d232a", "#e6eaef", "#6b7785"
+# matplotlib's default colour cycle ("tab10"), so that colours read as readers of plots expect
+CYCLE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+# the viridis colour map sampled at 0, 1/8, ..., 1 (perceptually uniform, readable in grey)
+VIRIDIS = ["#440154", "#46327e", "#365c8d", "#277f8e", "#1fa187", "#4ac16d", "#a0da39", "#fde725"]
+CHAR_WIDTH = 0.56  # mean advance of a character, in ems: enough to lay out labels without a font
+
+
+def _f(v: float) -> str:
+    return f"{v:.1f}"
+
+
+def text_width(s: str, size: float) -> float:
+    return max((len(line) for line in s.split("\n")), default=0) * size * CHAR_WIDTH
+
+
+def nice_ticks(lo: float, hi: float, n: int = 5, integer: bool = False) -> np.ndarray:
+    """Round tick values inside [lo, hi]: the step of 1, 2, 2.5 or 5 times a power of ten whose count
+    of intervals comes nearest to n (whole steps only when `integer`)."""
+    if not (np.isfinite(lo) and np.isfinite(hi)) or hi <= lo:
+        return np.array([lo])
+    power = 10.0 ** math.floor(math.log10((hi - lo) / max(n, 1)))
+    steps = [m * power for m in (1, 2, 2.5, 5, 10)]
+    if integer:
+        steps = [s for s in steps if s >= 1 and s == int(s)] or [1.0]
+    step = min(steps, key=lambda s: abs((hi - lo) / s - n))
+    first = math.ceil(lo / step - 1e-9)
+    values = (first + np.arange(int(math.floor(hi / step + 1e-9)) - first + 1)) * step
+    return np.round(values, 12)
+
+
+def tick_label(v: float) -> str:
+    return f"{v:.6g}" if abs(v) >= 1e-12 else "0"
+
+
+def padded(values: np.ndarray, margin: float = 0.05, floor: float | None = None) -> tuple[float, float]:
+    """A data range widened by a margin on both sides (a single value gets a unit-sized one)."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return (0.0, 1.0)
+    lo, hi = float(values.min()), float(values.max())
+    pad = (hi - lo) * margin if hi > lo else max(abs(hi) * margin, 0.05)
+    lo, hi = lo - pad, hi + pad
+    return (max(lo, floor) if floor is not None else lo, hi)
+
+
+def viridis(t: np.ndarray) -> list[str]:
+    """Colours of values in [0, 1] on the viridis map (linear between its samples)."""
+    stops = np.array([[int(c[i : i + 2], 16) for i in (1, 3, 5)] for c in VIRIDIS], dtype=np.float64)
+    t = np.clip(np.nan_to_num(np.asarray(t, dtype=np.float64), nan=0.0), 0.0, 1.0) * (len(VIRIDIS) - 1)
+    i = np.minimum(t.astype(np.int64), len(VIRIDIS) - 2)
+    rgb = stops[i] + (stops[i + 1] - stops[i]) * (t - i)[:, None]
+    return ["#{:02x}{:02x}{:02x}".format(*(int(round(c)) for c in row)) for row in rgb]
+
+
+class Svg:
+    """An SVG document built element by element."""
+
+    def __init__(self, width: float, height: float, title: str):
+        self.width, self.height, self.parts = width, height, [f"<title>{escape(title)}</title>"]
+
+    def add(self, element: str) -> None:
+        self.parts.append(element)
+
+    def line(self, x1, y1, x2, y2, color=INK, width=1.0, dash: str | None = None) -> None:
+        extra = f' stroke-dasharray="{dash}"' if dash else ""
+        self.add(
+            f'<line x1="{_f(x1)}" y1="{_f(y1)}" x2="{_f(x2)}" y2="{_f(y2)}" stroke="{color}" stroke-width="{width}"{extra}/>'
+        )
+
+    def polyline(self, xs, ys, color, width=1.2) -> None:
+        points = " ".join(f"{_f(x)},{_f(y)}" for x, y in zip(xs, ys))
+        self.add(
+            f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="{width}" stroke-linejoin="round"/>'
+        )
+
+    def polygon(self, xs, ys, color, opacity=0.18) -> None:
+        points = " ".join(f"{_f(x)},{_f(y)}" for x, y in zip(xs, ys))
+        self.add(f'<polygon points="{points}" fill="{color}" fill-opacity="{opacity}" stroke="none"/>')
+
+    def rect(self, x, y, w, h, color, stroke="none", title: str | None = None) -> None:
+        tip = f"<title>{escape(title)}</title>" if title else ""
+        self.add(
+            f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(max(w, 0))}" height="{_f(max(h, 0))}" fill="{color}" stroke="{stroke}">{tip}</rect>'
+        )
+
+    def circle(self, x, y, r, color, stroke="none", title: str | None = None, hollow=False) -> None:
+        tip = f"<title>{escape(title)}</title>" if title else ""
+        fill = "none" if hollow else color
+        edge = color if hollow else stroke
+        self.add(
+            f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{r}" fill="{fill}" stroke="{edge}" stroke-width="0.6">{tip}</circle>'
+        )
+
+    def text(self, x, y, s: str, size=10.0, anchor="middle", color=INK, rotate=False, weight="normal") -> None:
+        """Text at (x, y) (its baseline), one line per newline."""
+        transform = f' transform="rotate(-90 {_f(x)} {_f(y)})"' if rotate else ""
+        bold = ' font-weight="600"' if weight != "normal" else ""
+        lines = s.split("\n")
+        body = escape(lines[0]) + "".join(
+            f'<tspan x="{_f(x)}" dy="1.15em">{escape(line)}</tspan>' for line in lines[1:]
+        )
+        self.add(
+            f'<text x="{_f(x)}" y="{_f(y)}" font-size="{size}" text-anchor="{anchor}" fill="{color}"{bold}{transform}>{body}</text>'
+        )
+
+    def render(self) -> str:
+        w, h = int(math.ceil(self.width)), int(math.ceil(self.height))
+        return (
+            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
+            f'font-family="{FONT}" role="img">' + "".join(self.parts) + "</svg>"
+        )
+
+
+@dataclass
+class Axes:
+    """A plotting area: data coordinates within xlim × ylim drawn into a pixel box."""
+
+    left: float
+    top: float
+    width: float
+    height: float
+    xlim: tuple[float, float]
+    ylim: tuple[float, float]
+    xlog: bool = False  # log base 2
+
+    def px(self, x) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        lo, hi = self.xlim
+        if self.xlog:
+            x, lo, hi = np.log2(x), math.log2(lo), math.log2(hi)
+        return self.left + (x - lo) / (hi - lo) * self.width
+
+    def py(self, y) -> np.ndarray:
+        lo, hi = self.ylim
+        return self.top + self.height - (np.asarray(y, dtype=np.float64) - lo) / (hi - lo) * self.height
+
+    def frame(
+        self,
+        svg: Svg,
+        xlabel: str = "",
+        ylabel: str = "",
+        title: str = "",
+        xticks=None,
+        xtick_labels=None,
+        yticks=None,
+        ylabels: bool = True,
+    ) -> None:
+        """Grid lines, the left and bottom axes with their ticks, axis labels and a title."""
+        bottom, right = self.top + self.height, self.left + self.width
+        xticks = nice_ticks(*self.xlim) if xticks is None else np.asarray(xticks, dtype=np.float64)
+        yticks = nice_ticks(*self.ylim) if yticks is None else np.asarray(yticks, dtype=np.float64)
+        xtick_labels = [tick_label(v) for v in xticks] if xtick_labels is None else xtick_labels
+        for v, y in zip(yticks, self.py(yticks)):
+            if self.top - 0.5 <= y <= bottom + 0.5:
+                svg.line(self.left, y, right, y, GRID, 0.8)
+                svg.line(self.left - 4, y, self.left, y, INK, 0.8)
+                if ylabels:
+                    svg.text(self.left - 6, y + 3, tick_label(v), 9, "end")
+        for name, x in zip(xtick_labels, self.px(xticks)):
+            if self.left - 0.5 <= x <= right + 0.5:
+                svg.line(x, bottom, x, bottom + 4, INK, 0.8)
+                svg.text(x, bottom + 15, name, 9)
+        svg.line(self.left, self.top, self.left, bottom, INK, 0.9)
+        svg.line(self.left, bottom, right, bottom, INK, 0.9)
+        if xlabel:
+            svg.text(self.left + self.width / 2, bottom + 32, xlabel, 10.5)
+        if ylabel:
+            svg.text(self.left - 40, self.top + self.height / 2, ylabel, 10.5, rotate=True)
+        if title:
+            svg.text(self.left + self.width / 2, self.top - 8, title, 11, weight="bold")
+
+
+def legend(
+    svg: Svg,
+    left: float,
+    top: float,
+    entries: list[tuple[str, str, str]],
+    columns: int = 1,
+    column_width: float | None = None,
+    size: float = 9.0,
+) -> float:
+    """Swatches with labels in rows of `columns`; entries are (label, colour, kind: line | box). Returns its height."""
+    column_width = column_width or (max((text_width(t, size) for t, _, _ in entries), default=0) + 30)
+    row = size * 1.6
+    for i, (name, color, kind) in enumerate(entries):
+        x, y = left + (i % columns) * column_width, top + (i // columns) * row
+        if kind == "box":
+            svg.rect(x, y - size * 0.8, 12, size * 0.8, color)
+        else:
+            svg.line(x, y - size * 0.35, x + 16, y - size * 0.35, color, 1.6)
+        svg.text(x + 20, y, name, size, "start")
+    return math.ceil(len(entries) / columns) * row
+
+
+def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the points no other point beats on both x and y (higher is better), by x ascending."""
+    order = np.lexsort((-y, -x))  # x descending, then y descending
+    front, best = [], -np.inf
+    for i in order:
+        if y[i] > best:
+            front.append(i)
+            best = y[i]
+    return np.asarray(front[::-1], dtype=np.int64)
+
+
+def tradeoff(
+    labels: list[str],
+    recall: np.ndarray,
+    precision: np.ndarray,
+    tokens: np.ndarray,
+    recall_ci: tuple[np.ndarray, np.ndarray] | None = None,
+    precision_ci: tuple[np.ndarray, np.ndarray] | None = None,
+) -> str:
+    """Precision against recall per configuration, coloured by retrieved tokens, Pareto front drawn; with
+    the intervals given, each point carries error bars (the 95 % bootstrap intervals of both means)."""
+    recall, precision, tokens = (np.asarray(a, dtype=np.float64) for a in (recall, precision, tokens))
+    svg = Svg(760, 470, "Span precision against span recall per configuration")
+    xs = np.concatenate([recall, *(recall_ci or ())])
+    ys = np.concatenate([precision, *(precision_ci or ())])
+    ax = Axes(70, 20, 560, 390, padded(xs), padded(ys))
+    ax.frame(svg, "span recall (macro mean)", "span precision (macro mean)")
+    if recall_ci is not None and precision_ci is not None:
+        px, py = ax.px(recall), ax.py(precision)
+        for x, y, x0, x1, y0, y1 in zip(
+            px, py, ax.px(recall_ci[0]), ax.px(recall_ci[1]), ax.py(precision_ci[0]), ax.py(precision_ci[1])
+        ):
+            svg.add(
+                f'<path class="errorbar" d="M{_f(x0)} {_f(y)}H{_f(x1)}M{_f(x)} {_f(y0)}V{_f(y1)}" stroke="#9aa5b1" stroke-width="0.8"/>'
+            )
+    front = pareto_front(recall, precision)
+    fx, fy = ax.px(recall[front]), ax.py(precision[front])
+    if len(front):
+        steps = f"M{_f(fx[0])} {_f(fy[0])}" + "".join(f"H{_f(x)}V{_f(y)}" for x, y in zip(fx[1:], fy[1:]))
+        svg.add(f'<path class="pareto" d="{steps}" fill="none" stroke="crimson" stroke-width="1.4"/>')
+    lo, hi = (float(tokens.min()), float(tokens.max())) if len(tokens) else (0.0, 1.0)
+    colors = viridis((tokens - lo) / (hi - lo) if hi > lo else np.full(len(tokens), 0.5))
+    for name, x, y, r, p, t, c in zip(labels, ax.px(recall), ax.py(precision), recall, precision, tokens, colors):
+        svg.circle(x, y, 4.5, c, "#000", f"{name}: recall {r:.3f}, precision {p:.3f}, {t:.0f} tokens")
+    placed: list[tuple[float, float, float]] = []  # (left, right, baseline) of the labels written
+    for i, x, y in zip(front, fx, fy):  # the front's labels: leftwards near the right edge, never on top of each other
+        width, left_side = text_width(labels[i], 8), x > ax.left + 0.7 * ax.width
+        x0 = x - 5 - width if left_side else x + 5
+        y = y - 5
+        while any(abs(y - b) < 10 and x0 < right and left < x0 + width for left, right, b in placed):
+            y += 10
+        placed.append((x0, x0 + width, y))
+        svg.text(x - 5 if left_side else x + 5, y, labels[i], 8, "end" if left_side else "start")
+    legend(svg, ax.left + ax.width - 95, ax.top + 10, [("Pareto front", "crimson", "line")])
+    # the colour bar: the token scale as a gradient with its ticks
+    bar_x, bar_top, bar_h = ax.left + ax.width + 24, ax.top, ax.height
+    stops = "".join(
+        f'<stop offset="{i / (len(VIRIDIS) - 1):.3f}" stop-color="{c}"/>' for i, c in enumerate(reversed(VIRIDIS))
+    )
+    svg.add(f'<defs><linearGradient id="tokens-scale" x1="0" y1="0" x2="0" y2="1">{stops}</linearGradient></defs>')
+    svg.add(
+        f'<rect x="{_f(bar_x)}" y="{_f(bar_top)}" width="12" height="{_f(bar_h)}" fill="url(#tokens-scale)" stroke="{INK}" stroke-width="0.5"/>'
+    )
+    for v in nice_ticks(lo, hi, 5) if hi > lo else [lo]:
+        y = bar_top + bar_h * (1 - ((v - lo) / (hi - lo) if hi > lo else 0.5))
+        svg.line(bar_x + 12, y, bar_x + 16, y, INK, 0.8)
+        svg.text(bar_x + 19, y + 3, tick_label(v), 9, "start")
+    svg.text(bar_x + 62, bar_top + bar_h / 2, "retrieved tokens per query (mean)", 10.5, rotate=True)
+    return svg.render()
+
+
+def box_stats(values: np.ndarray, whis: float = 1.5) -> dict:
+    """Tukey's box plot of one sample: quartiles (linear interpolation), whiskers at the most extreme
+    values within `whis` × IQR of the box, the values beyond them (fliers) and the mean."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    q1, med, q3 = np.percentile(v, [25, 50, 75])
+    iqr = q3 - q1
+    inside = v[(v >= q1 - whis * iqr) & (v <= q3 + whis * iqr)]
+    low = min(float(inside.min()), float(q1)) if len(inside) else float(q1)
+    high = max(float(inside.max()), float(q3)) if len(inside) else float(q3)
+    return {
+        "q1": float(q1),
+        "med": float(med),
+        "q3": float(q3),
+        "whislo": low,
+        "whishi": high,
+        "fliers": v[(v < low) | (v > high)],
+        "mean": float(v.mean()),
+    }
+
+
+def boxplots(groups: dict[str, dict[str, np.ndarray]], metrics: list[str]) -> str:
+    """One panel per metric: a box per configuration of that metric's per-query values."""
+    names = list(groups)
+    panel, gap, left, top = 250.0, 30.0, 50.0, 26.0
+    slot = panel / max(len(names), 1)
+    wrapped = [
+        "\n".join(textwrap.fill(part, max(int(slot / (8 * CHAR_WIDTH)), 8)) for part in n.split("\n")) for n in names
+    ]
+    label_rows = max((w.count("\n") + 1 for w in wrapped), default=1)
+    svg = Svg(
+        left + len(metrics) * (panel + gap),
+        top + 230 + 22 + label_rows * 9.5 + 6,
+        "Per-query distributions of the best configurations",
+    )
+    for j, metric in enumerate(metrics):
+        ax = Axes(left + j * (panel + gap), top, panel, 230, (0.5, len(names) + 0.5), (-0.03, 1.03))
+        ax.frame(svg, title=metric, xticks=[], ylabels=j == 0)
+        for i, (name, text) in enumerate(zip(names, wrapped)):
+            values = np.asarray(groups[name][metric], dtype=np.float64)
+            cx = float(ax.px(i + 1))
+            svg.text(cx, ax.top + ax.height + 14, text, 8)
+            if not len(values):
+                continue
+            s = box_stats(values)
+            half = min(slot * 0.25, 22)
+            y1, ymed, y3, ylo, yhi = (float(ax.py(s[k])) for k in ("q1", "med", "q3", "whislo", "whishi"))
+            tip = (
+                f"{name.replace(chr(10), ' ')} · {metric}: median {s['med']:.3f}, quartiles {s['q1']:.3f}–{s['q3']:.3f}, "
+                f"mean {s['mean']:.3f}, {len(values)} queries"
+            )
+            svg.line(cx, ylo, cx, y1, INK, 0.9)
+            svg.line(cx, y3, cx, yhi, INK, 0.9)
+            svg.line(cx - half / 2, ylo, cx + half / 2, ylo, INK, 0.9)
+            svg.line(cx - half / 2, yhi, cx + half / 2, yhi, INK, 0.9)
+            svg.rect(cx - half, y3, 2 * half, y1 - y3, "#ffffff", INK, tip)
+            svg.line(cx - half, ymed, cx + half, ymed, "#ff7f0e", 1.6)
+            my = float(ax.py(s["mean"]))
+            svg.add(
+                f'<path class="mean" d="M{_f(cx)} {_f(my - 4)}L{_f(cx + 4)} {_f(my + 3)}L{_f(cx - 4)} {_f(my + 3)}Z" fill="#2ca02c"/>'
+            )
+            for y in ax.py(s["fliers"]):
+                svg.circle(cx, y, 2.5, INK, hollow=True)
+    return svg.render()
+
+
+def stacked_histogram(
+    svg: Svg, ax: Axes, series: list[np.ndarray], bins: np.ndarray, names: list[str], unit: str
+) -> None:
+    """Bars of np.histogram counts, one colour per series, stacked."""
+    base = np.zeros(len(bins) - 1)
+    for k, (values, name) in enumerate(zip(series, names)):
+        counts = np.histogram(values, bins=bins)[0]
+        for lo, hi, b, c in zip(bins[:-1], bins[1:], base, counts):
+            if c:
+                x0, x1, y0, y1 = float(ax.px(lo)), float(ax.px(hi)), float(ax.py(b)), float(ax.py(b + c))
+                svg.rect(
+                    x0,
+                    y1,
+                    x1 - x0,
+                    y0 - y1,
+                    CYCLE[k % len(CYCLE)],
+                    "#ffffff",
+                    f"{name}: {int(c)} {unit} in [{tick_label(lo)}, {tick_label(hi)})",
+                )
+        base = base + counts
+
+
+def gold_histograms(refs_per_question: dict[str, np.ndarray], ref_tokens: dict[str, np.ndarray]) -> str:
+    """References per question, and reference length in tokens, one series per corpus."""
+    corpora = list(refs_per_question)
+    top = max((int(v.max()) for v in refs_per_question.values() if len(v)), default=1)
+    longest = max((int(v.max()) for v in ref_tokens.values() if len(v)), default=1)
+    panels = [
+        (
+            "references per question",
+            "questions",
+            [np.asarray(refs_per_question[c]) for c in corpora],
+            np.arange(0.5, top + 1.5),
+        ),
+        (
+            "reference length (cl100k_base tokens)",
+            "references",
+            [np.asarray(ref_tokens[c]) for c in corpora],
+            np.linspace(0, longest + 1, 25),
+        ),
+    ]
+    width, left = 340.0, 60.0
+    svg = Svg(2 * (width + left) + 150, 290, "References per question and reference lengths, per corpus")
+    for j, (xlabel, ylabel, series, bins) in enumerate(panels):
+        totals = sum((np.histogram(s, bins=bins)[0] for s in series), np.zeros(len(bins) - 1))
+        ax = Axes(
+            left + j * (width + left + 20),
+            20,
+            width,
+            220,
+            (float(bins[0]), float(bins[-1])),
+            (0, max(float(totals.max()), 1.0) * 1.05),
+        )
+        integer = j == 0
+        xticks = np.arange(1, top + 1) if integer and top <= 12 else None
+        ax.frame(svg, xlabel, ylabel, xticks=xticks)
+        stacked_histogram(svg, ax, series, bins, corpora, ylabel)
+    legend(svg, 2 * (width + left) + 30, 30, [(c, CYCLE[k % len(CYCLE)], "box") for k, c in enumerate(corpora)])
+    return svg.render()
+
+
+def segments(finite: np.ndarray) -> list[np.ndarray]:
+    """Runs of consecutive True positions: where a band or a line has values to draw."""
+    idx = np.flatnonzero(finite)
+    return [run for run in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1) if len(run)] if len(idx) else []
+
+
+def band(svg: Svg, ax: Axes, x, low, high, color) -> None:
+    """A 95 % interval as a light band around its line (gaps where a point has none)."""
+    x = np.asarray(x, dtype=np.float64)
+    low = np.asarray([np.nan if v is None else v for v in low], dtype=np.float64)
+    high = np.asarray([np.nan if v is None else v for v in high], dtype=np.float64)
+    for run in segments(np.isfinite(low) & np.isfinite(high)):
+        px = ax.px(x[run])
+        svg.polygon(np.concatenate([px, px[::-1]]), np.concatenate([ax.py(high[run]), ax.py(low[run])[::-1]]), color)
+
+
+def series_line(svg: Svg, ax: Axes, x, y, color, name: str, dots: bool, what: str = "") -> None:
+    """A line through the finite points, with a hoverable dot at each point when asked."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray([np.nan if v is None else v for v in y], dtype=np.float64)
+    px, py = ax.px(x), ax.py(y)
+    for run in segments(np.isfinite(y)):
+        svg.polyline(px[run], py[run], color)
+    if dots:
+        for xi, yi, a, b in zip(px, py, x, y):
+            if np.isfinite(b):
+                svg.circle(xi, yi, 2.6, color, title=f"{name}: {b:.4f} at {what}{tick_label(a)}")
+
+
+def budget_curves(budgets: list[int], curves: dict[str, np.ndarray], intervals: dict[str, tuple] | None = None) -> str:
+    """Span recall reachable within each retrieved-token budget, one line per chunking; with the
+    intervals given, each line carries its 95 % bootstrap band."""
+    names = list(curves)
+    columns = 3
+    entry_width = max((text_width(n, 9) for n in names), default=0) + 30
+    rows = math.ceil(len(names) / columns)
+    svg = Svg(
+        max(760, 70 + columns * entry_width),
+        20 + 300 + 50 + rows * 14.4 + 10,
+        "Span recall against retrieved-token budget",
+    )
+    lo, hi = (min(budgets), max(budgets)) if budgets else (1, 2)
+    pad = 2 ** (math.log2(hi / lo) * 0.04) if hi > lo else 2.0
+    ax = Axes(70, 20, 640, 300, (lo / pad, hi * pad), (-0.02, 1.02), xlog=True)
+    ax.frame(
+        svg,
+        "retrieved-token budget per query",
+        "span recall (mean over queries)",
+        xticks=budgets,
+        xtick_labels=[str(b) for b in budgets],
+    )
+    for k, name in enumerate(names):
+        color = CYCLE[k % len(CYCLE)]
+        if intervals and name in intervals:
+            band(svg, ax, budgets, *intervals[name], color)
+        series_line(svg, ax, budgets, curves[name], color, name, dots=True, what="budget ")
+    legend(
+        svg, 70, 20 + 300 + 58, [(n, CYCLE[k % len(CYCLE)], "line") for k, n in enumerate(names)], columns, entry_width
+    )
+    return svg.render()
+
+
+def trend_lines(series: dict[str, dict[str, tuple[list, list, list]]]) -> str:
+    """Small multiples: per metric, a line per configuration over the runs with its 95 % bootstrap band;
+    regressions as red crosses. `series[metric][config] = (x positions, values, regressed flags, lows, highs)`."""
+    metrics = list(series)
+    cols = max(min(3, len(metrics)), 1)
+    rows = max(-(-len(metrics) // cols), 1)
+    panel_w, panel_h, gap_x, gap_y, left, top = 300.0, 170.0, 60.0, 72.0, 50.0, 26.0
+    configs = list(dict.fromkeys(c for m in metrics for c in series[m]))
+    colors = {c: CYCLE[k % len(CYCLE)] for k, c in enumerate(configs)}
+    entry_width = max((text_width(c, 9) for c in configs), default=0) + 30
+    legend_cols = max(1, min(3, int((left + cols * (panel_w + gap_x)) // max(entry_width, 1))))
+    legend_top = top + rows * (panel_h + gap_y) - 10
+    svg = Svg(
+        max(left + cols * (panel_w + gap_x), legend_cols * entry_width + left),
+        legend_top + math.ceil(len(configs) / legend_cols) * 14.4 + 10,
+        "Trend of the chosen configurations over the completed runs",
+    )
+    for j, metric in enumerate(metrics):
+        r, c = divmod(j, cols)
+        xs = [x for x, *_ in series[metric].values() if len(x)]
+        last = max((max(x) for x in xs), default=1)
+        ax = Axes(
+            left + c * (panel_w + gap_x),
+            top + r * (panel_h + gap_y),
+            panel_w,
+            panel_h,
+            (0.5, last + 0.5),
+            (-0.02, 1.02),
+        )
+        ax.frame(svg, "completed run", title=metric, xticks=nice_ticks(1, last, 5, integer=True) if last > 1 else [1])
+        for name, (x, y, bad, low, high) in series[metric].items():
+            band(svg, ax, x, low, high, colors[name])
+            series_line(svg, ax, x, y, colors[name], name, dots=len(x) <= 60, what="run ")
+            bad = np.asarray(bad, dtype=bool)
+            if bad.any():
+                for cx, cy in zip(
+                    ax.px(np.asarray(x, dtype=np.float64)[bad]), ax.py(np.asarray(y, dtype=np.float64)[bad])
+                ):
+                    svg.add(
+                        f'<path class="regression" d="M{_f(cx - 5)} {_f(cy - 5)}L{_f(cx + 5)} {_f(cy + 5)}M{_f(cx - 5)} {_f(cy + 5)}'
+                        f'L{_f(cx + 5)} {_f(cy - 5)}" stroke="red" stroke-width="1.8"><title>regression: {escape(name)}</title></path>'
+                    )
+    legend(svg, left, legend_top, [(name, colors[name], "line") for name in configs], legend_cols, entry_width)
+    return svg.render()

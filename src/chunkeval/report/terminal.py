@@ -1,0 +1,130 @@
+"""Presenting results: result files written whole or not at all, and tables for the terminal."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pyarrow as pa
+
+from chunkeval.errors import InputError
+
+TABLE_SUFFIXES = (".csv", ".parquet")
+TERMINAL_METRICS = ("span_recall", "span_precision", "span_iou", "precision_omega", "recall_at_k", "mrr", "ndcg_at_k")
+
+
+def check_table_path(path: Path) -> Path:
+    path = Path(path)
+    if path.suffix.lower() not in TABLE_SUFFIXES:
+        raise InputError("output must end in .csv or .parquet", path)
+    return check_output_path(path)
+
+
+def check_output_path(path: Path) -> Path:
+    """An output file whose folder exists and can be written (checked before any work starts)."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise InputError("output folder does not exist", path.parent)
+    if path.is_dir():
+        raise InputError("output is a folder, not a file", path)
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise InputError("output folder is not writable", path.parent)
+    return path
+
+
+def config_label(row: dict) -> str:
+    """`model/retriever/chunker/size/overlap/k=K`: one configuration, as messages name it."""
+    return f"{row['model']}/{row['retriever']}/{row['chunker']}/{row['chunk_size']}/{row['chunk_overlap']}/k={row['k']}"
+
+
+def regression_message(f: dict) -> str:
+    """One alert: the configuration, the fall and its evidence, the queries that lost the most."""
+    worst = "; ".join(
+        f"{w['query_id']} {w['question'][:50]!r} {w['before']:.2f}→{w['after']:.2f}" for w in f.get("worst", [])[:3]
+    )
+    unmatched = f", {f['n_unmatched']} query row(s) in one run only left out" if f.get("n_unmatched") else ""
+    return (
+        f"chunkeval: regression: {f['metric']} of {config_label(f)} fell from {f['before']:.3f} to {f['after']:.3f} "
+        f"(run {f['run_id']} against {f['reference_run_id']}; {f['n_queries']} paired queries, Holm-adjusted p = "
+        f"{f['p_adjusted']:.2g}{unmatched}); lost most: {worst}"
+    )
+
+
+def beside(path: Path, part: str) -> Path:
+    """`results.csv` → `results.<part>.csv`."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.{part}{path.suffix}")
+
+
+def _cell(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def format_rows(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
+    lines += [
+        "  ".join(c.ljust(w) if i == 0 or c[:1].isalpha() else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        for r in rows
+    ]
+    return "\n".join(lines)
+
+
+def format_summary(
+    summary: pa.Table,
+    keys: list[str],
+    metrics=TERMINAL_METRICS,
+    micro: bool = False,
+    intervals: bool = False,
+    tied: dict[str, set[tuple]] | None = None,
+) -> str:
+    """One line per configuration: its keys, then each metric as mean±std (macro), its micro value, or
+    (`intervals`) its macro mean with the 95 % bootstrap interval, `mean [low, high]`. A macro cell of a
+    configuration in `tied[metric]` (tied with the best, `chunkeval.analysis.comparisons.ties`) ends with `*`."""
+    suffix = "_micro" if micro else "_ci_low" if intervals else "_mean"
+    present = [m for m in metrics if f"{m}{suffix}" in summary.column_names]
+    rows = []
+    for rec in summary.to_pylist():
+        row = [_cell(rec[k]) for k in keys]
+        for m in present:
+            if micro:
+                row.append(_cell(rec[f"{m}_micro"]))
+            elif intervals:
+                row.append(f"{_cell(rec[f'{m}_mean'])} [{_cell(rec[f'{m}_ci_low'])}, {_cell(rec[f'{m}_ci_high'])}]")
+            else:
+                row.append(f"{_cell(rec[f'{m}_mean'])}±{_cell(rec[f'{m}_std'])}")
+            if tied and not micro and tuple(rec[k] for k in keys) in tied.get(m, ()):
+                row[-1] += "*"
+        rows.append(row)
+    return format_rows(list(keys) + present, rows)
+
+
+def format_macro_micro(summary: pa.Table, metrics: list[str]) -> str:
+    """A metric per line: macro mean ± std and micro, for a one-row summary."""
+    rec = summary.to_pylist()[0]
+    rows = [
+        [m, _cell(rec.get(f"{m}_mean")), _cell(rec.get(f"{m}_std")), _cell(rec.get(f"{m}_micro"))]
+        for m in metrics
+        if f"{m}_mean" in rec
+    ]
+    return format_rows(["metric", "macro", "std", "micro"], rows)
+
+
+def format_models(models: pa.Table) -> str:
+    """The models of a run: backend, texts embedded and throughput (texts per second; – when nothing was embedded)."""
+    rows = [
+        [
+            r["model"],
+            " ".join(b for b in (r.get("backend") or "torch", r.get("quantize")) if b and b != "none"),
+            str(r["texts_embedded"]),
+            "–" if r["texts_per_second"] is None else f"{r['texts_per_second']:.1f}",
+            (r["model_fingerprint"] or "")[:12],
+        ]
+        for r in models.to_pylist()
+    ]
+    return format_rows(["model", "backend", "texts embedded", "texts/s", "fingerprint"], rows)

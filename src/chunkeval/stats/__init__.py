@@ -1,0 +1,36 @@
+"""Statistics below the engine: resampling (bootstrap intervals), paired tests and Holm's correction,
+and the SQL that forms macro and micro averages. Definitions: docs/statistics.md and docs/metrics.md."""
+
+from chunkeval.stats.resampling import (
+    CHUNK_BYTES,
+    bootstrap_ci,
+    bootstrap_ci_groups,
+    paired_diff_ci,
+    paired_differences,
+)
+from chunkeval.stats.tests import (
+    EXACT_MAX_N,
+    TIE_TOLERANCE,
+    compare_paired,
+    holm,
+    incomplete_beta,
+    paired_permutation,
+    paired_permutation_columns,
+    paired_ttest,
+)
+
+__all__ = [
+    "CHUNK_BYTES",
+    "EXACT_MAX_N",
+    "TIE_TOLERANCE",
+    "bootstrap_ci",
+    "bootstrap_ci_groups",
+    "compare_paired",
+    "holm",
+    "incomplete_beta",
+    "paired_diff_ci",
+    "paired_differences",
+    "paired_permutation",
+    "paired_permutation_columns",
+    "paired_ttest",
+]

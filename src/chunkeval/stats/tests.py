@@ -1,0 +1,149 @@
+"""TODO docstring"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from chunkeval.errors import InputError
+from chunkeval.stats.resampling import _check_resamples, _rows_per_chunk, _vector, bootstrap_ci, paired_differences
+
+
+def paired_ttest(a, b) -> float:
+    """Two-sided paired t-test p-value of mean(a − b) = 0 (scipy.stats.ttest_rel).
+
+    t = mean(d) / (s_d / √n) with n − 1 degrees of freedom ν, and p = P(|T_ν| ≥ |t|) = I_{ν/(ν+t²)}(ν/2, 1/2),
+    the regularised incomplete beta function (`incomplete_beta`). Zero variance: all differences 0
+    gives p = 1, all equal and non-zero gives p = 0.
+    """
+    d = paired_differences(a, b)
+    if d.min() == d.max():
+        return 1.0 if d[0] == 0 else 0.0
+    n = len(d)
+    t = d.mean() / math.sqrt(d.var(ddof=1) / n)
+    nu = n - 1
+    return float(min(1.0, incomplete_beta(nu / 2, 0.5, nu / (nu + t * t))))
+
+
+def incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b) = B(x; a, b) / B(a, b), for a, b > 0 and
+    0 ≤ x ≤ 1: its continued fraction (modified Lentz), on the side of x where it converges fast
+    (I_x(a, b) = 1 − I_{1−x}(b, a)). Relative error about 1e-15; the tests hold it to scipy.special.betainc.
+    Here so that a regression check needs no scipy (whose import costs a quarter of a second)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - incomplete_beta(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 10_000):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-16:
+            break
+    return front * f
+
+
+def paired_permutation(a, b, n_resamples: int = 10_000, seed=0) -> float:
+    """Two-sided paired randomisation test of mean(a − b) = 0 by sign flips of the differences.
+
+    n ≤ EXACT_MAX_N: exact, p = #{flips s : |mean(s·d)| ≥ |mean(d)| − tol} / 2^n over all 2^n flips.
+    Otherwise: p = (1 + #{resamples as extreme}) / (1 + n_resamples) over random flips (seeded).
+    """
+    d = paired_differences(a, b)
+    n_resamples = _check_resamples(n_resamples)
+    n = len(d)
+    tol = TIE_TOLERANCE * max(1.0, float(np.abs(d).max()))
+    if n <= EXACT_MAX_N:
+        bits = (np.arange(2**n)[:, None] >> np.arange(n)) & 1
+        flipped = ((1 - 2 * bits).astype(np.float64) @ d) / n  # row 0 flips nothing: the observed mean
+        return float(np.count_nonzero(np.abs(flipped) >= abs(flipped[0]) - tol) / 2**n)
+    observed = abs(float(np.ones(n) @ d) / n)
+    rng = np.random.default_rng(seed)
+    rows = _rows_per_chunk(n)
+    extreme = 0
+    for lo in range(0, n_resamples, rows):
+        r = min(rows, n_resamples - lo)
+        signs = 1.0 - 2.0 * rng.integers(0, 2, size=(r, n))
+        extreme += int(np.count_nonzero(np.abs(signs @ d) / n >= observed - tol))
+    return (1 + extreme) / (1 + n_resamples)
+
+
+def paired_permutation_columns(diffs: np.ndarray, n_resamples: int = 10_000, seed=0) -> np.ndarray:
+    """`paired_permutation` of every column of `diffs` (n pairs × m comparisons, no NaN): the same
+    p-values, with the random sign flips drawn once for all columns (each column still meets them
+    as one matrix-vector product, exactly as alone)."""
+    d = np.asarray(diffs, dtype=np.float64)
+    n_resamples = _check_resamples(n_resamples)
+    n, m = d.shape
+    if n < 2 or np.isnan(d).any():
+        raise InputError("paired_permutation_columns needs at least 2 pairs and no NaN")
+    tol = TIE_TOLERANCE * np.maximum(1.0, np.abs(d).max(axis=0))
+    if n <= EXACT_MAX_N:
+        return np.asarray([paired_permutation(d[:, j], np.zeros(n), n_resamples, seed) for j in range(m)])
+    observed = np.asarray([abs(float(np.ones(n) @ d[:, j]) / n) for j in range(m)])
+    rng = np.random.default_rng(seed)
+    rows = _rows_per_chunk(n)
+    extreme = np.zeros(m, dtype=np.int64)
+    for lo in range(0, n_resamples, rows):
+        r = min(rows, n_resamples - lo)
+        signs = 1.0 - 2.0 * rng.integers(0, 2, size=(r, n))
+        for j in range(m):
+            extreme[j] += int(np.count_nonzero(np.abs(signs @ d[:, j]) / n >= observed[j] - tol[j]))
+    return (1 + extreme) / (1 + n_resamples)
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm–Bonferroni adjusted p-values, in the order given. NaN stays NaN and is not counted."""
+    p = _vector(pvalues, "pvalues")
+    out = np.full(len(p), np.nan)
+    valid = np.flatnonzero(~np.isnan(p))
+    if len(valid) and (p[valid].min() < 0 or p[valid].max() > 1):
+        raise InputError("p-values must lie in [0, 1]")
+    m = len(valid)
+    order = valid[np.argsort(p[valid], kind="stable")]
+    out[order] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    return out
+
+
+def compare_paired(a, b, n_resamples: int = 10_000, confidence: float = 0.95, seed=0) -> dict:
+    """Paired comparison of two configurations' per-query values (pairs with a NaN are dropped).
+
+    Keys: n_queries, mean_a, mean_b, mean_diff (a − b), ci_low, ci_high (bootstrap interval of
+    mean_diff), p_ttest, p_permutation, and p_adjusted (NaN here: filled by the caller after `holm`
+    over all the comparisons it reports).
+    """
+    a, b = _vector(a, "a"), _vector(b, "b")
+    d = paired_differences(a, b)
+    keep = ~(np.isnan(a) | np.isnan(b))
+    low, high = bootstrap_ci(d, n_resamples, confidence, seed)
+    return {
+        "n_queries": int(len(d)),
+        "mean_a": float(a[keep].mean()),
+        "mean_b": float(b[keep].mean()),
+        "mean_diff": float(d.mean()),
+        "ci_low": low,
+        "ci_high": high,
+        "p_ttest": paired_ttest(a, b),
+        "p_permutation": paired_permutation(a, b, n_resamples, seed),
+        "p_adjusted": float("nan"),
+    }
+
+
+EXACT_MAX_N = 16  # paired_permutation enumerates all 2**n sign flips up to this many pairs
+
+
+TIE_TOLERANCE = 1e-12  # |flipped mean| >= |observed| - tolerance counts as at least as extreme
