@@ -185,7 +185,7 @@ def phase_top_k(args, out: Path) -> dict:
 def phase_metrics(args, out: Path) -> dict:
     from chunkeval.engine import metrics as M
     from chunkeval.engine.chunking import ChunkerSpec
-    from chunkeval.engine.duplicates import span_scoring
+    from chunkeval.engine.scoring import span_scoring
     from chunkeval.engine.sweep import score_chunking
 
     chunks = make_chunks(args.chunks, args.corpora, args.seed)

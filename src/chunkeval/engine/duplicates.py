@@ -13,13 +13,10 @@ whitespace-only reference has no copies but its gold position. Definitions: docs
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from chunkeval.engine import metrics as M
-from chunkeval.engine.chunking import Chunks
 from chunkeval.engine.inputs import SpanGold
 
 MODES = ("positional", "credit")
@@ -76,27 +73,9 @@ def best_copies(copies: Copies, covered: np.ndarray) -> np.ndarray:
     return order[np.r_[True, grouped[1:] != grouped[:-1]]] if len(order) else order
 
 
-def span_scoring(
-    gold: SpanGold, topk: np.ndarray, chunks: Chunks, copies: Copies | None = None
-) -> tuple[M.ChunkRelevance, Callable[[int], dict[str, np.ndarray]]]:
-    """The chunk relevance of the configuration, and `k -> span metrics of the top k`: positional
-    without `copies`, credit with them."""
-    if copies is None:
-        ref = M.reference_chars(gold, chunks.corpus_names)
-        first = M.first_covering_rank(ref, topk, chunks)
-        return M.chunk_relevance(gold, ref, chunks), lambda k: M.span_metrics(ref, first, topk, chunks, k)
-    every = copies.gold_set(gold)
-    ref = M.reference_chars(every, chunks.corpus_names)
-    first = M.first_covering_rank(ref, topk, chunks)  # once for the characters of every copy
-    copy_of = np.repeat(np.arange(len(copies.ref)), copies.end - copies.start)
-
-    def spans(k: int) -> dict[str, np.ndarray]:
-        covered = np.bincount(copy_of, weights=first < k, minlength=len(copies.ref))
-        chosen = np.zeros(len(copies.ref), dtype=bool)
-        chosen[best_copies(copies, covered)] = True
-        keep = chosen[copy_of]
-        query, pos = ref.query[keep], ref.pos[keep]
-        picked = M.ReferenceChars(query, ref.corpus[keep], pos, M.first_of_each(query, pos), ref.n_queries)
-        return M.span_metrics(picked, first[keep], topk, chunks, k)
-
-    return M.chunk_relevance(every, ref, chunks), spans
+def credited_copies(copies: Copies, covered: np.ndarray) -> np.ndarray:
+    """Which copies stand for their reference under `credit`: per reference, the copy with the most
+    `covered` characters (ties: the gold copy, then the earliest). A boolean mask over the copies."""
+    chosen = np.zeros(len(copies.ref), dtype=bool)
+    chosen[best_copies(copies, covered)] = True
+    return chosen

@@ -25,11 +25,16 @@ if TYPE_CHECKING:
 
 
 def split_list(value) -> list[str]:
-    """A list from YAML, or from a comma-separated flag."""
+    """The values of a list setting: a YAML list is a list (its items are taken whole, commas and all);
+    a single string, as a flag gives it, is split on commas (`--k 1,5,10`)."""
     if value is None:
         return []
-    items = value if isinstance(value, (list, tuple)) else [value]
-    return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+    if isinstance(value, (list, tuple)):
+        bad = [item for item in value if isinstance(item, (dict, list, tuple)) or item is None]
+        if bad:
+            raise InputError(f"list items must be single values, got {bad[0]!r}")
+        return [str(item).strip() for item in value if str(item).strip()]
+    return [part.strip() for part in str(value).split(",") if part.strip()]
 
 
 def parse_ints(values, what: str) -> tuple[int, ...]:
@@ -48,6 +53,14 @@ def parse_overlap(value: str, chunk_size: int) -> int:
         return int(text)
     except (ValueError, ZeroDivisionError):
         raise InputError(f"overlap must be a whole number or a percentage like 10%, got {value!r}") from None
+
+
+def _listed(parse, value, source):
+    """`parse(value)` with its error naming the experiment file."""
+    try:
+        return parse(value)
+    except InputError as exc:
+        raise InputError(exc.message, source) from None
 
 
 @dataclass(frozen=True)
@@ -86,7 +99,7 @@ class Experiment:
             if key in ("corpus", "chunker", "overlaps", "model", "retriever"):
                 if not isinstance(value, (str, int, float, list, tuple)):
                     raise InputError(f"{key} must be a name or a list of names, got {value!r}", source)
-                value = tuple(split_list(value))
+                value = tuple(_listed(split_list, value, source))
             elif key in ("chunk_sizes", "k"):
                 value = parse_ints(value, key)
             elif key == "rrf_k":

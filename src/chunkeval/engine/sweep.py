@@ -4,7 +4,7 @@ A configuration is (model, retriever, chunker, chunk_size, chunk_overlap, k). Th
 so that a flow can run each as a task:
 `load_inputs` → `chunk_one` (per chunking job: a setting, and for a semantic chunker a model) →
 `embed_all` (one call per model) → `retrieve` (per configuration, once at the largest k) →
-`score_chunking` and `reference_table` → `summarize_sweep`.
+`chunkeval.engine.scoring`: `score_chunking` and `reference_table` → `summarize_sweep`.
 Each distinct text (chunk, question or semantic piece) is embedded once per model across the grid;
 a grid whose chunkers and retrievers need no vectors loads no model, and its rows carry model `none`.
 """
@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from chunkeval.engine import metrics as M
 from chunkeval.engine import retrievers
-from chunkeval.engine.chunking import ChunkerSpec, Chunks, chunk_corpora, count_tokens, needs_embeddings
-from chunkeval.engine.duplicates import Copies, find_copies, span_scoring
+from chunkeval.engine.chunking import ChunkerSpec, Chunks, chunk_corpora, needs_embeddings
+from chunkeval.engine.duplicates import Copies, find_copies
 from chunkeval.engine.embedding import Embedder
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.inputs import SpanGold, corpus_ids_in, load_corpora, load_span_gold
+from chunkeval.engine.scoring import reference_table, score_chunking, summarize_sweep  # noqa: F401 (re-exported)
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL  # noqa: F401 (re-exported)
 
 
@@ -282,99 +282,6 @@ def retrieve(
     return retrievers.retrieve(config.retriever, request, rrf_k=rrf_k, **groups)
 
 
-def score_chunking(
-    gold: SpanGold,
-    spec: ChunkerSpec,
-    chunks: Chunks,
-    topk: np.ndarray,
-    ks: tuple[int, ...],
-    model: str = NO_MODEL,
-    retriever: str = "dense",
-    copies: Copies | None = None,
-) -> pa.Table:
-    """Per-query span, set and rank metrics of one configuration at every k (topk holds the largest k);
-    with `copies`, a reference's copies get credit (`chunkeval.engine.duplicates`)."""
-    relevance, span_metrics = span_scoring(gold, topk, chunks, copies)
-    omega = M.safe_div(relevance.covered_all, relevance.omega_union)
-    parts = []
-    n = gold.n_queries
-    for k in sorted(set(ks)):
-        spans = span_metrics(k)
-        judged = M.judge_topk(topk[:, :k], relevance.keys, relevance.n_relevant, len(chunks))
-        ranks = M.rank_metrics(judged, k)
-        columns = {
-            "model": pa.array([model] * n, pa.string()),
-            "retriever": pa.array([retriever] * n, pa.string()),
-            "chunker": pa.array([spec.chunker] * n),
-            "chunk_size": pa.array(np.full(n, spec.chunk_size)),
-            "chunk_overlap": pa.array(np.full(n, spec.chunk_overlap)),
-            "k": pa.array(np.full(n, k)),
-            "query_id": pa.array(gold.query_ids),
-            "corpus_id": pa.array(gold.corpus_ids),
-            "has_gold": pa.array(spans["ref_chars"] > 0),
-        }
-        columns.update({name: pa.array(spans[name]) for name in M.SPAN_METRICS if name in spans})
-        columns["precision_omega"] = pa.array(omega)
-        columns.update({name: pa.array(ranks[name]) for name in M.RANK_METRICS})
-        columns.update(
-            {
-                name: pa.array(spans[name])
-                for name in ("covered", "ref_chars", "retrieved_chars", "uncovered", "retrieved_tokens")
-            }
-        )
-        columns["covered_all"] = pa.array(relevance.covered_all)
-        columns["omega_union"] = pa.array(relevance.omega_union)
-        columns.update(
-            {name: pa.array(ranks[name]) for name in ("tp", "fp", "fn", "n_retrieved", "n_relevant", "hits_at_k")}
-        )
-        parts.append(pa.table(columns))
-    return pa.concat_tables(parts)
-
-
-def reference_table(inputs: Inputs, chunking: Chunking) -> pa.Table:
-    """One row per reference: its question, length in tokens, and whether it straddles a chunk
-    boundary (no single chunk of this chunking holds it whole: the usual cause of partial recall).
-    `model` is the model a semantic chunking was made with, `none` for the others."""
-    gold, spec, chunks = inputs.gold, chunking.spec, chunking.chunks
-    straddles = np.ones(len(gold.ref_start), dtype=bool)
-    corpus_of_ref = np.asarray([gold.corpus_ids[q] for q in gold.ref_query.tolist()], dtype=object)
-    for index, name in enumerate(chunks.corpus_names):  # a loop over corpora, vectorized within
-        refs = np.flatnonzero(corpus_of_ref == name)
-        _, starts, reach = M.chunks_by_start(chunks, index)
-        straddles[refs] = M.furthest_end(starts, reach, gold.ref_start[refs]) < gold.ref_end[refs]
-    n = len(gold.ref_start)
-    texts = [inputs.corpora[c][s:e] for c, s, e in zip(corpus_of_ref, gold.ref_start.tolist(), gold.ref_end.tolist())]
-    q = gold.ref_query.tolist()
-    return pa.table(
-        {
-            "model": pa.array([chunking.model or NO_MODEL] * n, pa.string()),
-            "chunker": [spec.chunker] * n,
-            "chunk_size": np.full(n, spec.chunk_size),
-            "chunk_overlap": np.full(n, spec.chunk_overlap),
-            "query_id": [gold.query_ids[i] for i in q],
-            "corpus_id": corpus_of_ref.tolist(),
-            "question": [gold.questions[i] for i in q],
-            "ref_start": gold.ref_start,
-            "ref_end": gold.ref_end,
-            "ref_tokens": count_tokens(texts),
-            "straddles": straddles,
-        }
-    )
-
-
-def summarize_sweep(
-    per_query: pa.Table, chunk_stats: pa.Table, skip_empty_gold: bool = False
-) -> tuple[pa.Table, pa.Table]:
-    """(summary per configuration, summary per configuration and corpus), with chunk counts joined."""
-    table = per_query if skip_empty_gold else per_query.drop_columns(["has_gold"])
-    summary = M.summarize(table, CONFIG_KEYS)
-    by_corpus = M.summarize(table, CONFIG_KEYS + ["corpus_id"])
-    return (
-        summary.join(chunk_stats, CHUNKING_KEYS).sort_by([(c, "ascending") for c in CONFIG_KEYS]),
-        by_corpus.sort_by([(c, "ascending") for c in CONFIG_KEYS + ["corpus_id"]]),
-    )
-
-
 def chunk_stats(chunkings: list[Chunking], configs: list[Config], embedded: Embedded) -> pa.Table:
     """Per configuration (without k): chunks made, and chunks longer than the model's input."""
     specs = [chunkings[c.chunking].spec for c in configs]
@@ -410,7 +317,9 @@ def score_all(
 
 
 def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
-    return pa.concat_tables([reference_table(inputs, c) for c in chunkings])
+    return pa.concat_tables(
+        [reference_table(inputs.gold, inputs.corpora, c.spec, c.chunks, c.model) for c in chunkings]
+    )
 
 
 def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
