@@ -17,7 +17,8 @@ from chunkeval.engine.experiment import Experiment, input_fingerprints
 from chunkeval.engine.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.charts import pareto_front
-from chunkeval.report.html import budget_table, budgets_for, build_report
+from chunkeval.report.html import build_report
+from chunkeval.report.sections import budget_table, budgets_for
 from chunkeval.stats import bootstrap_ci
 from chunkeval.warehouse import Warehouse
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from chunkeval._version import __version__
-from chunkeval.engine.experiment import Experiment, parse_ints, split_list
+from chunkeval.engine.experiment import Experiment, parse_ints, split_flags
 from chunkeval.errors import InputError
 from chunkeval.paths import DEPLOYMENTS_FILE, cache_dir
 
@@ -134,13 +134,13 @@ def experiment_from_args(
         name=name,
         corpus_dir=args.corpus_dir,
         questions=args.questions,
-        corpus=tuple(split_list(args.corpus)),
-        chunker=tuple(split_list(args.chunker)),
+        corpus=tuple(split_flags(args.corpus)),
+        chunker=tuple(split_flags(args.chunker)),
         chunk_sizes=parse_ints(args.chunk_sizes, "--chunk-sizes"),
-        overlaps=tuple(split_list(args.overlaps)),
+        overlaps=tuple(split_flags(args.overlaps)),
         k=parse_ints(args.k, "--k"),
-        model=tuple(split_list(args.model)),
-        retriever=tuple(split_list(args.retriever)),
+        model=tuple(split_flags(args.model)),
+        retriever=tuple(split_flags(args.retriever)),
         rrf_k=args.rrf_k,
         own_corpus=args.own_corpus,
         skip_empty_gold=args.skip_empty_gold,
@@ -407,7 +407,7 @@ def _config_filter(values: list[str] | None) -> dict:
     from chunkeval.vocabulary import CONFIG_KEYS
 
     out = {}
-    for item in split_list(values):
+    for item in split_flags(values):
         key, sep, value = item.partition("=")
         if not sep:
             raise InputError(f"--config takes key=value pairs ({', '.join(CONFIG_KEYS)}), got {item!r}")
@@ -666,7 +666,7 @@ def cmd_gold_check(args: argparse.Namespace) -> int:
 
     if args.chunk_size is not None and args.chunk_size < 1:
         raise InputError(f"--chunk-size must be at least 1, got {args.chunk_size}")
-    exp = Experiment(corpus_dir=args.corpus_dir, questions=args.questions, corpus=tuple(split_list(args.corpus)))
+    exp = Experiment(corpus_dir=args.corpus_dir, questions=args.questions, corpus=tuple(split_flags(args.corpus)))
     inputs = load_inputs(exp)
     report = check_gold(inputs.gold, inputs.corpora, args.chunk_size)
     if args.json:

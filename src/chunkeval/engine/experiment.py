@@ -37,6 +37,14 @@ def split_list(value) -> list[str]:
     return [part.strip() for part in str(value).split(",") if part.strip()]
 
 
+def split_flags(values) -> list[str]:
+    """The values of a command-line flag: every string given (once, or repeated) split on commas."""
+    if values is None:
+        return []
+    items = values if isinstance(values, (list, tuple)) else [values]
+    return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+
+
 def parse_ints(values, what: str) -> tuple[int, ...]:
     try:
         return tuple(int(v) for v in split_list(values))

@@ -1,0 +1,160 @@
+"""TODO docstring"""
+
+from __future__ import annotations
+
+from collections import Counter
+from html import escape
+
+import numpy as np
+import pyarrow as pa
+
+from chunkeval.report import charts
+from chunkeval.report.sections import _num, _table, label
+from chunkeval.vocabulary import CONFIG_KEYS
+
+
+def section_gold(refs: pa.Table, per_query: pa.Table, check: dict | None = None, settings: dict | None = None) -> str:
+    settings = settings or {}
+    first = (
+        {k: refs[k][0].as_py() for k in ("model", "chunker", "chunk_size", "chunk_overlap")} if refs.num_rows else {}
+    )
+    one = [r for r in refs.to_pylist() if all(r[k] == v for k, v in first.items())]
+    questions = {}
+    for r in per_query.select(["query_id", "corpus_id"]).to_pylist():
+        questions.setdefault(r["corpus_id"], set()).add(r["query_id"])
+    counts = Counter(r["query_id"] for r in one)
+    per_question = {c: np.array([counts[q] for q in sorted(qs)]) for c, qs in sorted(questions.items())}
+    tokens = {c: np.array([r["ref_tokens"] for r in one if r["corpus_id"] == c]) for c in per_question}
+    rows = [
+        [
+            escape(c),
+            str(len(per_question[c])),
+            str(int(per_question[c].sum())),
+            _num(float(np.median(tokens[c])) if len(tokens[c]) else None, 0),
+            str(int(tokens[c].max())) if len(tokens[c]) else "–",
+        ]
+        for c in per_question
+    ]
+    table = _table(["corpus", "questions", "references", "median reference tokens", "longest"], rows)
+    return (
+        '<section id="gold"><h2>5. The gold set</h2><p>How many references each question has, and how long they are in tokens: '
+        f"short references reward small chunks.</p>{charts.gold_histograms(per_question, tokens)}{table}"
+        f"{gold_check_html(check, settings)}</section>"
+    )
+
+
+GOLD_FINDINGS = [  # (key, title, what it means)
+    (
+        "ambiguous_references",
+        "Ambiguous references",
+        "their text occurs more than once in the corpus: a chunk over another copy holds the same words",
+    ),
+    (
+        "overlapping_references",
+        "Overlapping references",
+        "they share characters with another reference of the same question",
+    ),
+    ("empty_references", "Empty references", "they hold only whitespace"),
+    (
+        "long_references",
+        "Long references",
+        "longer than the smallest chunk size of the experiment: no chunk of that size holds one whole",
+    ),
+    ("repeated_questions", "Repeated questions", "the same question asked twice about one corpus"),
+]
+
+
+SHOWN = 100  # rows listed per finding; the counts cover them all
+
+
+def gold_check_html(check: dict | None, settings: dict) -> str:
+    """The findings of `chunkeval gold check` recorded with the run, one list per kind."""
+    if check is None:
+        return "<h3>Gold-set check</h3><p>This run was recorded without a gold-set check (chunkeval before 0.2).</p>"
+    scoring = (
+        "credit: each is replaced by the copy the retrieved chunks cover most"
+        if settings.get("duplicates") == "credit"
+        else "positional: only the gold copy counts (<code>--duplicates credit</code> gives the others credit)"
+    )
+    sizes = settings.get("chunk_sizes") or []
+    parts = [
+        f"<h3>Gold-set check</h3><p>What <code>chunkeval gold check</code> found in this run's inputs"
+        f"{f' (long means over {min(sizes)} cl100k tokens)' if sizes else ''}. Ambiguous references are scored {scoring}.</p>"
+    ]
+    counts = [[escape(title), str(len(check.get(key) or [])), escape(meaning)] for key, title, meaning in GOLD_FINDINGS]
+    parts.append(_table(["finding", "count", "meaning"], counts))
+    for key, title, _ in GOLD_FINDINGS:
+        items = check.get(key) or []
+        if not items:
+            continue
+        if key == "repeated_questions":
+            header = ["queries", "corpus", "question"]
+            rows = [
+                [escape(", ".join(i["query_ids"])), escape(i["corpus_id"]), escape(i.get("question", ""))]
+                for i in items[:SHOWN]
+            ]
+        else:
+            header = ["query", "corpus", "offsets"]
+            extra = {
+                "ambiguous_references": (
+                    "occurrences",
+                    lambda i: (
+                        f"{len(i['occurrences'])}: "
+                        + ", ".join(f"[{a}, {b})" for a, b in i["occurrences"][:6])
+                        + (" …" if len(i["occurrences"]) > 6 else "")
+                    ),
+                ),
+                "overlapping_references": ("overlaps", lambda i: f"[{i['overlaps']['start']}, {i['overlaps']['end']})"),
+                "long_references": ("tokens", lambda i: str(i["tokens"])),
+            }.get(key)
+            if extra:
+                header.append(extra[0])
+            rows = [
+                [escape(i["query_id"]), escape(i["corpus_id"]), f"[{i['start']}, {i['end']})"]
+                + ([escape(extra[1](i))] if extra else [])
+                for i in items[:SHOWN]
+            ]
+        more = f" (the first {SHOWN} of {len(items)})" if len(items) > SHOWN else ""
+        parts.append(f"<details><summary>{escape(title)}: {len(items)}{more}</summary>{_table(header, rows)}</details>")
+    return "".join(parts)
+
+
+def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table) -> str:
+    questions = {r["query_id"]: r["question"] for r in refs.to_pylist()}
+    rows = [r for r in per_query.to_pylist() if all(r[k] == chosen[k] for k in CONFIG_KEYS)]
+    zero = [
+        [escape(r["query_id"]), escape(r["corpus_id"]), escape(questions.get(r["query_id"], "(no reference)"))]
+        for r in rows
+        if r["span_recall"] == 0
+    ]
+    recall = {r["query_id"]: r["span_recall"] for r in rows}
+    mine = [
+        r
+        for r in refs.to_pylist()
+        if all(r[k] == chosen[k] for k in ("chunker", "chunk_size", "chunk_overlap"))
+        and r["model"] in (chosen["model"], "none")
+    ]  # a semantic chunking is the chosen model's
+    straddling = [
+        [
+            escape(r["query_id"]),
+            escape(r["corpus_id"]),
+            escape(r["question"]),
+            f"[{r['ref_start']}, {r['ref_end']})",
+            str(r["ref_tokens"]),
+            _num(recall.get(r["query_id"])),
+        ]
+        for r in mine
+        if r["straddles"]
+    ]
+    zero_html = _table(["query", "corpus", "question"], zero) if zero else "<p>No question has zero recall here.</p>"
+    straddle_html = (
+        _table(["query", "corpus", "question", "reference offsets", "tokens", "span recall"], straddling)
+        if straddling
+        else "<p>No reference straddles a chunk boundary.</p>"
+    )
+    return (
+        f'<section id="failures"><h2>6. Failure analysis at {escape(label(chosen))}</h2>'
+        f"<h3>Questions with zero recall ({len(zero)} of {len(rows)})</h3>{zero_html}"
+        f"<h3>References that straddle a chunk boundary ({len(straddling)} of {len(mine)})</h3>"
+        f"<p>No single chunk holds these whole: the usual reason for partial recall.</p>{straddle_html}</section>"
+    )

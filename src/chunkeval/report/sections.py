@@ -1,0 +1,326 @@
+"""TODO docstring"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from html import escape
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from chunkeval.engine.experiment import split_list
+from chunkeval.engine.metrics import METRICS, MICRO, MICRO_F1
+from chunkeval.errors import InputError
+from chunkeval.report import charts
+from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.warehouse import REGRESSION_METRICS, Warehouse
+
+BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
+
+
+def label(row: dict, with_k: bool = True) -> str:
+    """`model retriever chunker size/overlap k=K` (a model folder by its name)."""
+    model = Path(str(row.get("model", ""))).name
+    text = f"{model} {row.get('retriever', '')} {row['chunker']} {row['chunk_size']}/{row['chunk_overlap']}".strip()
+    return f"{text} k={row['k']}" if with_k else text
+
+
+def _num(value, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def _when(value: datetime | None) -> str:
+    return "–" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
+    """Cells are HTML already; a cell given as (html, sort key) sorts by the key."""
+    head = "".join(f"<th>{h}</th>" for h in header)
+    body = []
+    for row in rows:
+        cells = []
+        for cell in row:
+            if isinstance(cell, tuple):
+                html, key = cell
+                cells.append(f'<td data-v="{escape(str(key))}">{html}</td>')
+            else:
+                cells.append(f"<td>{cell}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    attr = f' class="{cls}"' if cls else ""
+    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def best_rows(summary: list[dict]) -> dict[str, dict]:
+    """The configuration with the highest macro mean of each metric (first in grid order on ties)."""
+    best = {}
+    for m in METRICS:
+        rows = [r for r in summary if r.get(f"{m}_mean") is not None]
+        if rows:
+            best[m] = max(rows, key=lambda r: r[f"{m}_mean"])
+    return best
+
+
+def budget_table(
+    per_query: pa.Table, budgets: list[int]
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """For each chunking, the mean over queries of the best span recall among its k whose retrieved
+    tokens fit the budget (0 where none fits), and the 95 % bootstrap interval of each mean."""
+    from chunkeval.stats import bootstrap_ci_groups
+
+    con = duckdb.connect()
+    con.register("q", per_query)
+    con.register("b", pa.table({"budget": budgets}))
+    keys = ", ".join(CONFIG_KEYS[:-1])
+    best = con.sql(f"""
+        SELECT {keys}, budget, dense_rank() OVER (ORDER BY {keys}, budget) - 1 AS point, best FROM (
+            SELECT {keys}, query_id, budget,
+                   coalesce(max(span_recall) FILTER (WHERE retrieved_tokens <= budget), 0) AS best
+            FROM q, b GROUP BY ALL)
+        ORDER BY point, query_id""").to_arrow_table()
+    point = best["point"].to_numpy().astype(np.int64)
+    values = best["best"].to_numpy(zero_copy_only=False).astype(np.float64)
+    n_points = int(point.max()) + 1 if len(point) else 0
+    means = np.bincount(point, weights=values, minlength=n_points) / np.maximum(
+        np.bincount(point, minlength=n_points), 1
+    )
+    low, high = bootstrap_ci_groups(values, point, n_groups=n_points) if n_points else (means, means)
+    first = np.unique(point, return_index=True)[1]
+    configs = best.select(CONFIG_KEYS[:-1]).take(pa.array(first)).to_pylist()
+    curves: dict[str, list[int]] = {}
+    for p, config in enumerate(configs):
+        curves.setdefault(label(config, with_k=False), []).append(p)
+    return ({k: means[v] for k, v in curves.items()}, {k: (low[v], high[v]) for k, v in curves.items()})
+
+
+def budgets_for(per_query: pa.Table) -> list[int]:
+    most = max(per_query["retrieved_tokens"].to_pylist() or [0])
+    budgets = [256]
+    while budgets[-1] < max(most, 2048):
+        budgets.append(budgets[-1] * 2)
+    return budgets
+
+
+def choose(summary: list[dict], config: dict | None) -> dict:
+    """The configuration that failure analysis looks at: the one given, else the best by span F1."""
+    if config:
+        matches = [r for r in summary if all(str(r[k]) == str(v) for k, v in config.items())]
+        if not matches:
+            raise InputError(f"no configuration of the run matches {config}")
+        return matches[0]
+    return best_rows(summary)["span_f1"]
+
+
+def section_summary(run: dict, settings: dict, summary: list[dict], models: list[dict] | None = None) -> str:
+    facts = [
+        ("experiment", escape(run["experiment"])),
+        ("run", escape(run["run_id"])),
+        ("started", _when(run["started_at"])),
+        ("finished", _when(run["finished_at"])),
+        ("trigger", escape(run["trigger"])),
+        ("models", escape(", ".join(split_list(settings.get("model"))))),
+        (
+            "backend",
+            escape(settings.get("backend") or "torch")
+            + (" (int8: vectors differ from the model's own)" if settings.get("quantize") == "int8" else ""),
+        ),
+        ("retrievers", escape(", ".join(split_list(settings.get("retriever")) or ["dense"]))),
+        (
+            "corpora",
+            escape(str(settings.get("corpus_dir", "")))
+            + (" (" + escape(", ".join(settings.get("corpus") or [])) + ")" if settings.get("corpus") else ""),
+        ),
+        ("gold set", escape(str(settings.get("questions", "")))),
+        ("retrieval", "each question from its own corpus" if settings.get("own_corpus") else "pooled over all corpora"),
+        (
+            "duplicates",
+            "credit: a reference's identical copies count as found"
+            if settings.get("duplicates") == "credit"
+            else "positional: only a reference's gold position counts",
+        ),
+        ("corpus fingerprint", f"<code>{escape(str(run['corpus_fingerprint']))}</code>"),
+        ("gold fingerprint", f"<code>{escape(str(run['gold_fingerprint']))}</code>"),
+        ("model fingerprint", f"<code>{escape(str(run['model_fingerprint']))}</code>"),
+        ("texts embedded", str(run["texts_embedded"])),
+        ("chunkeval", escape(str(run["chunkeval_version"]))),
+    ]
+    dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
+    rows = []
+    for m, r in best_rows(summary).items():
+        micro = _num(r.get(f"{m}_micro")) if (m in MICRO or m in MICRO_F1) else "–"
+        rows.append([escape(m), escape(label(r)), f"{_num(r[f'{m}_mean'])} ± {_num(r[f'{m}_std'])}", micro])
+    speed = (
+        _table(
+            ["model", "fingerprint", "texts embedded", "texts per second"],
+            [
+                [
+                    escape(m["model"]),
+                    f"<code>{escape(str(m['model_fingerprint'])[:16])}</code>",
+                    str(m["texts_embedded"]),
+                    _num(m["texts_per_second"], 1),
+                ]
+                for m in models
+            ],
+        )
+        if models
+        else ""
+    )
+    return (
+        f'<section id="summary"><h2>1. Summary</h2><dl>{dl}</dl>{speed}'
+        f"<h3>Best configuration per metric</h3>{_table(['metric', 'best configuration', 'macro mean ± std', 'micro'], rows)}</section>"
+    )
+
+
+def section_grid(summary: list[dict], tied: dict[str, set[tuple]] | None = None) -> str:
+    best = best_rows(summary)
+    tied = tied or {}
+    header = [escape(k) for k in CONFIG_KEYS] + [escape(m) for m in METRICS] + ["truncated chunks"]
+    rows = []
+    for r in summary:
+        row = [(escape(str(r[k])), r[k]) for k in CONFIG_KEYS]
+        for m in METRICS:
+            mark = best.get(m) is r
+            text = f"{_num(r[f'{m}_mean'])}<small> ± {_num(r[f'{m}_std'])}</small>"
+            if r.get(f"{m}_ci_low") is not None:
+                text += f"<br><small>[{_num(r[f'{m}_ci_low'])}, {_num(r[f'{m}_ci_high'])}]</small>"
+            if mark:
+                text = f'<span class="best" title="best {escape(m)}">★ {text}</span>'
+            elif tuple(r[k] for k in CONFIG_KEYS) in tied.get(m, ()):
+                text = f'<span class="tied" title="not significantly worse than the best">≈ {text}</span>'
+            row.append((text, r[f"{m}_mean"]))
+        row.append((str(r.get("truncated_chunks", "")), r.get("truncated_chunks", 0)))
+        rows.append(row)
+    return (
+        f'<section id="grid"><h2>2. Results of the whole grid</h2><p>Macro mean ± sample standard deviation over queries, '
+        f"and the 95 % bootstrap interval of the mean. ★ marks the best value of each metric, ≈ a configuration tied with it "
+        f'(not significantly worse: paired randomisation test, Holm over the metric\'s comparisons, α = 0.05). Click a column to sort.</p><div class="scroll">{_table(header, rows, "sortable")}</div></section>'
+    )
+
+
+def section_tradeoff(summary: list[dict]) -> str:
+    column = lambda key: np.array([r[key] for r in summary], dtype=float)  # noqa: E731
+    intervals = all(
+        r.get("span_recall_ci_low") is not None and r.get("span_precision_ci_low") is not None for r in summary
+    )
+    svg = charts.tradeoff(
+        [label(r) for r in summary],
+        column("span_recall_mean"),
+        column("span_precision_mean"),
+        column("retrieved_tokens_mean"),
+        (column("span_recall_ci_low"), column("span_recall_ci_high")) if intervals else None,
+        (column("span_precision_ci_low"), column("span_precision_ci_high")) if intervals else None,
+    )
+    return (
+        '<section id="tradeoff"><h2>3. Precision against recall</h2><p>Each point is a configuration; its colour is the '
+        "number of tokens it retrieves per query. The red line is the Pareto front: no configuration beats those on both. "
+        "Grey bars are the 95 % bootstrap intervals of both means (runs recorded before chunkeval kept intervals have none)."
+        f"</p>{svg}</section>"
+    )
+
+
+def section_distributions(summary: list[dict], per_query: pa.Table) -> str:
+    best = best_rows(summary)
+    groups = {}
+    for title, metric in (("best precision", "span_precision"), ("best recall", "span_recall"), ("best F1", "span_f1")):
+        r = best[metric]
+        mask = np.ones(per_query.num_rows, dtype=bool)
+        for k in CONFIG_KEYS:
+            mask &= np.asarray(per_query[k].to_pylist(), dtype=object) == r[k]
+        groups[f"{title}\n{label(r)}"] = {
+            m: np.asarray(per_query[m].to_pylist(), dtype=float)[mask] for m in BOX_METRICS
+        }
+    return (
+        '<section id="distributions"><h2>4. Distributions per query</h2><p>Box plots of per-query span precision, recall and F1 '
+        f"for the best-precision, best-recall and best-F1 configurations (triangles are means).</p>{charts.boxplots(groups, BOX_METRICS)}</section>"
+    )
+
+
+def section_budget(per_query: pa.Table) -> str:
+    budgets = budgets_for(per_query)
+    curves, intervals = budget_table(per_query, budgets)
+    return (
+        '<section id="budget"><h2>7. Recall against retrieved-token budget</h2><p>For each chunking, the span recall a query '
+        "reaches with the largest evaluated k whose retrieved chunks fit the budget: which chunking finds the most of the answer "
+        "for the same context cost. Bands are the 95 % bootstrap intervals of the means (queries resampled).</p>"
+        f"{charts.budget_curves(budgets, curves, intervals)}</section>"
+    )
+
+
+TREND_RUNS = 365  # completed runs the trend section draws: a year of nightly runs
+
+
+def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold: float, alpha: float = 0.05) -> str:
+    try:
+        falls = wh.regressions(experiment, list(REGRESSION_METRICS), threshold, alpha=alpha)
+        problem = ""
+    except InputError as exc:  # a pinned baseline scored with another duplicates setting
+        falls, problem = [], f"<p>No regression check: {escape(str(exc))}.</p>"
+    fell = {(f["metric"], label(f)) for f in falls}
+    newest = falls[0]["run_id"] if falls else None
+    rows = wh.history(experiment, list(REGRESSION_METRICS), configs, TREND_RUNS)
+    runs = list(dict.fromkeys((r["started_at"], r["run_id"]) for r in rows))
+    position = {run_id: i + 1 for i, (_, run_id) in enumerate(runs)}
+    by_config: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by_config.setdefault(tuple(r[k] for k in CONFIG_KEYS), []).append(r)
+    series: dict[str, dict] = {}
+    for metric in REGRESSION_METRICS:
+        for c in configs:
+            mine = by_config.get(tuple(c[k] for k in CONFIG_KEYS), [])
+            bad = [r["run_id"] == newest and (metric, label(c)) in fell for r in mine]
+            series.setdefault(metric, {})[label(c)] = (
+                [position[r["run_id"]] for r in mine],
+                [r[f"{metric}_mean"] for r in mine],
+                bad,
+                [r[f"{metric}_ci_low"] for r in mine],
+                [r[f"{metric}_ci_high"] for r in mine],
+            )
+    flagged = [
+        [
+            escape(f["metric"]),
+            escape(label(f)),
+            escape(f["run_id"]),
+            escape(f["reference_run_id"]),
+            _num(f["before"]),
+            _num(f["after"]),
+            _num(f["change"]),
+            f"{f['p_adjusted']:.2g}",
+            str(f["n_queries"]),
+            escape("; ".join(f"{w['query_id']} {w['before']:.2f}→{w['after']:.2f}" for w in f["worst"][:3])),
+        ]
+        for f in falls
+    ]
+    legend = _table(
+        ["#", "run", "started"], [[str(i + 1), escape(run_id), _when(when)] for i, (when, run_id) in enumerate(runs)]
+    )
+    regress = problem or (
+        _table(
+            [
+                "metric",
+                "configuration",
+                "run",
+                "against",
+                "before",
+                "after",
+                "change",
+                "Holm p",
+                "queries",
+                "lost most",
+            ],
+            flagged,
+        )
+        if flagged
+        else f"<p>No regression in the newest completed run: no paired fall beyond {threshold} that is "
+        f"significant at {alpha} after Holm.</p>"
+    )
+    return (
+        f'<section id="trend"><h2>8. Trend over the completed runs</h2><p>Macro means of the chosen configurations over the last '
+        f"{TREND_RUNS} completed runs (at most) with "
+        f"their 95 % bootstrap intervals as bands; red crosses mark the regressions of the newest completed run: a paired "
+        f"fall of more than {threshold} against the pinned baseline (else the previous run scored the same way), significant "
+        f"at {alpha} after Holm over the configurations × metrics checked.</p>{charts.trend_lines(series)}"
+        f"<h3>Regressions</h3>{regress}<details><summary>Runs</summary>{legend}</details></section>"
+    )
