@@ -663,6 +663,130 @@ else:  # on a GPU machine: the exported backends run on the CPU
     )
 
 
+def fifo(t: Path) -> Path:
+    path = t / "q.fifo.csv"
+    if not path.exists():
+        os.mkfifo(path)
+    return path
+
+
+def big_bad_header(t: Path) -> Path:
+    """20 MB of rows under a header without the columns asked for: refused from its first line."""
+    path = t / "big.csv"
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("q,refs,corpus\n")
+        fh.write("What?,[],doc\n" * 1_600_000)
+    return path
+
+
+def deep_json(t: Path) -> Path:
+    return write(t / "deep.jsonl", '{"query_id": "1", "retrieved_chunk_ids": ' + "[" * 5000 + "]" * 5000 + "}\n")
+
+
+ALIAS_BOMB = "".join(
+    f"{name}: &{name} [{', '.join(['*' + prev] * 9)}]\n" for name, prev in zip("bcdefghi", "abcdefgh")
+).join(["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n", "overlaps: *i\n"])
+
+# ---------------------------------------------------------------- inputs within bounds, names, numbers (safety)
+CASES.update(
+    {
+        "sweep: questions is a FIFO": (
+            lambda w: sweep(w["t"], questions=fifo(w["t"])),
+            "is a FIFO, not a regular file",
+        ),
+        "sweep: questions is a device": (lambda w: sweep(w["t"], questions=Path("/dev/zero")), "is a device"),
+        "sweep: 20 MB of questions under a wrong header": (
+            lambda w: sweep(w["t"], questions=big_bad_header(w["t"])),
+            "big.csv: missing column(s) question, references, corpus_id",
+        ),
+        "sweep: k past a machine integer": (
+            lambda w: sweep(w["t"], "--k", "99999999999"),
+            "must be at most 2147483647",
+        ),
+        "evaluate-run: JSON nested 5,000 deep": (
+            lambda w: evaluate_run(w["t"], run=deep_json(w["t"])),
+            "deep.jsonl: row 1: broken JSON (nested deeper than 64 levels",
+        ),
+        "evaluate-run: TREC grade nan": (
+            lambda w: evaluate_run(
+                w["t"],
+                write(w["t"] / "q.qrels", "1 0 A nan\n"),
+                write(w["t"] / "r.trec", "1 Q0 A 1 1.0 x\n"),
+                "--format",
+                "trec",
+            ),
+            "q.qrels: row 1: grade 'nan' is not a finite number",
+        ),
+        "evaluate-run: TREC score inf": (
+            lambda w: evaluate_run(
+                w["t"],
+                write(w["t"] / "q.qrels", "1 0 A 1\n"),
+                write(w["t"] / "r.trec", "1 Q0 A 1 inf x\n"),
+                "--format",
+                "trec",
+            ),
+            "r.trec: row 1: score 'inf' is not a finite number",
+        ),
+        "run: experiment file alias bomb": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + ALIAS_BOMB)],
+            "exp.yaml: YAML whose aliases expand past 100,000 values is refused",
+        ),
+        "run: experiment name with ..": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "name: ../../x\n")],
+            "experiment name '../../x' must be one word",
+        ),
+        "run: experiment name with a control character": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + 'name: "a\\x1b[31mb"\n')],
+            "experiment name 'a\\x1b[31mb' must be one word",
+        ),
+        "run: experiment name of 300 characters": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "name: " + "n" * 300 + "\n")],
+            "at most 100 characters",
+        ),
+        "run: experiment name with a NUL byte": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + 'name: "a\\0b"\n')],
+            "must be one word",
+        ),
+        "run: overlap of 18.9 tokens": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "overlaps: [18.9]\n")],
+            "overlap must be a whole number or a percentage like 10%, got '18.9'",
+        ),
+        "run: k true": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML.replace("k: [1]", "k: [true]"))],
+            "k must be whole numbers, got True",
+        ),
+        "run: k 1e400": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML.replace("k: [1]", "k: [1e400]"))],
+            "k must be whole numbers",
+        ),
+        "run: chunk size past a machine integer": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML.replace("[50]", "[9223372036854775808]"))],
+            "chunk_sizes must be at most 2147483647",
+        ),
+        "run: rrf_k given as a list": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "rrf_k: [1, 2]\n")],
+            "rrf_k takes one whole number, got [1, 2]",
+        ),
+        "run: duplicates given as a list": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "duplicates: [credit]\n")],
+            "duplicates takes one value",
+        ),
+        "run: a mapping inside a list": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "chunker: [{kind: fixed_token}]\n")],
+            "list items must be single values",
+        ),
+        "run: overlap share past 100%": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "overlaps: [1e400%]\n")],
+            "an overlap share must be between 0% and 100%",
+        ),
+        "run: model folder relative to the experiment file": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "model: [models/mine]\n")],
+            "/models/mine' is neither",  # an absolute path: the file's folder joined with models/mine
+        ),
+    }
+)
+
+
 def snapshot(*roots: Path) -> dict:
     """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes)."""
     files = sorted(

@@ -14,9 +14,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from chunkeval.errors import InputError
+from chunkeval.limits import MAX_INT, check_name, short, yaml_load
 from chunkeval.paths import DEMO_DIR
 from chunkeval.vocabulary import DEFAULT_MODEL
 
@@ -32,7 +31,7 @@ def split_list(value) -> list[str]:
     if isinstance(value, (list, tuple)):
         bad = [item for item in value if isinstance(item, (dict, list, tuple)) or item is None]
         if bad:
-            raise InputError(f"list items must be single values, got {bad[0]!r}")
+            raise InputError(f"list items must be single values, got {short(bad[0])}")
         return [str(item).strip() for item in value if str(item).strip()]
     return [part.strip() for part in str(value).split(",") if part.strip()]
 
@@ -45,28 +44,60 @@ def split_flags(values) -> list[str]:
     return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
 
 
-def parse_ints(values, what: str) -> tuple[int, ...]:
+def whole_number(value, what: str) -> int:
+    """A whole number from YAML or a flag: `5` or `"5"`; never `18.9`, `5.0`, `true`, or one past `MAX_INT`."""
+    if isinstance(value, bool) or isinstance(value, float):
+        raise InputError(f"{what} must be whole numbers, got {short(value)}")
     try:
-        return tuple(int(v) for v in split_list(values))
-    except ValueError:
-        raise InputError(f"{what} must be whole numbers, got {values!r}") from None
+        number = int(str(value).strip()) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{what} must be whole numbers, got {short(value)}") from None
+    if abs(number) > MAX_INT:
+        raise InputError(f"{what} must be at most {MAX_INT}, got {short(value)}")
+    return number
+
+
+def parse_ints(values, what: str) -> tuple[int, ...]:
+    """Whole numbers from a YAML list (item by item) or a comma-separated string."""
+    if isinstance(values, (list, tuple)):
+        split_list(values)  # items must be single values
+        return tuple(whole_number(v, what) for v in values)
+    return tuple(whole_number(v, what) for v in split_list(values))
 
 
 def parse_overlap(value: str, chunk_size: int) -> int:
     """`25` is 25 tokens; `10%` is that share of the chunk size, rounded down (10% of 250 → 25)."""
+    if isinstance(value, (bool, float)):
+        raise InputError(f"overlap must be a whole number or a percentage like 10%, got {short(value)}")
     text = str(value).strip()
     try:
         if text.endswith("%"):
-            return int(Fraction(text[:-1]) * chunk_size / 100)
+            share = Fraction(text[:-1])
+            if not 0 <= share <= 100:
+                raise InputError(f"an overlap share must be between 0% and 100%, got {short(value)}")
+            return int(share * chunk_size / 100)
+        if abs(int(text)) > MAX_INT:
+            raise InputError(f"overlap must be at most {MAX_INT}, got {short(value)}")
         return int(text)
     except (ValueError, ZeroDivisionError):
-        raise InputError(f"overlap must be a whole number or a percentage like 10%, got {value!r}") from None
+        raise InputError(f"overlap must be a whole number or a percentage like 10%, got {short(value)}") from None
 
 
-def _listed(parse, value, source):
-    """`parse(value)` with its error naming the experiment file."""
+def _relative_models(names: tuple[str, ...], base: Path) -> tuple[str, ...]:
+    """The models of an experiment file, a relative folder read from the file's folder (as every
+    relative path of the file is). Names of bundled or buildable models, and absolute paths, stay."""
+    from chunkeval.engine.embedding import registry
+
+    return tuple(
+        str((base / name).resolve()) if not registry.is_named_model(name) and not Path(name).is_absolute() else name
+        for name in names
+    )
+
+
+def _listed(parse, value, source, *args):
+    """`parse(value, *args)` with its error naming the experiment file."""
     try:
-        return parse(value)
+        return parse(value, *args)
     except InputError as exc:
         raise InputError(exc.message, source) from None
 
@@ -108,14 +139,20 @@ class Experiment:
                 if not isinstance(value, (str, int, float, list, tuple)):
                     raise InputError(f"{key} must be a name or a list of names, got {value!r}", source)
                 value = tuple(_listed(split_list, value, source))
+                if key == "model" and base is not None:
+                    value = _relative_models(value, base)
             elif key in ("chunk_sizes", "k"):
-                value = parse_ints(value, key)
+                value = _listed(parse_ints, value, source, key)
             elif key == "rrf_k":
-                value = parse_ints(value, key)[0] if split_list(value) else 60
+                if isinstance(value, (list, tuple, dict)):
+                    raise InputError(f"rrf_k takes one whole number, got {short(value)}", source)
+                value = _listed(whole_number, value, source, key)
             elif key in ("own_corpus", "skip_empty_gold"):
                 if not isinstance(value, bool):
                     raise InputError(f"{key} must be true or false, got {value!r}", source)
             else:
+                if isinstance(value, (list, tuple, dict)):
+                    raise InputError(f"{key} takes one value, got {short(value)}", source)
                 value = str(value)
             values[key] = value
         return cls(**values).validate(source)
@@ -125,10 +162,7 @@ class Experiment:
         from chunkeval.engine.inputs import read_text
 
         path = Path(path)
-        try:
-            data = yaml.safe_load(read_text(path))
-        except yaml.YAMLError as exc:
-            raise InputError(f"broken YAML ({exc})".replace("\n", " "), path) from None
+        data = yaml_load(read_text(path), path)
         if not isinstance(data, dict):
             raise InputError("an experiment file is a YAML mapping of settings", path)
         data.setdefault("name", path.stem)
@@ -154,8 +188,7 @@ class Experiment:
         return replace(self, **changes).validate()
 
     def validate(self, source: str | None = None) -> Experiment:
-        if not self.name or any(c in self.name for c in "/\\ \t\n"):
-            raise InputError(f"experiment name {self.name!r} must be one word (no spaces or slashes)", source)
+        check_name(self.name, "experiment name", source)
         if not self.chunker or not self.chunk_sizes or not self.overlaps or not self.k:
             raise InputError("an experiment needs at least one chunker, chunk size, overlap and k", source)
         for k in self.k:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from chunkeval.errors import InputError
+from chunkeval.limits import HEADER_BYTES, head, json_loads, regular_file, short
 
 log = logging.getLogger("chunkeval")
 
@@ -30,11 +31,9 @@ CORPUS_SUFFIXES = (".md", ".txt")
 
 def read_text(path: Path) -> str:
     """A UTF-8 text file, newlines normalized as Python's `open()` does (offsets are `str` positions)."""
-    path = Path(path)
+    path = regular_file(path)  # a FIFO or a device is refused before it is opened
     try:
         raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError("file not found", path) from None
     except OSError as exc:
         raise InputError(f"cannot read file ({exc.strerror})", path) from None
     try:
@@ -52,8 +51,33 @@ def _nonempty(text: str, path: Path) -> str:
     return text
 
 
+def _check_head(path: Path, check) -> None:
+    """`check(first_line)` on the file's first line, read from its first bytes alone (limits.HEADER_BYTES):
+    a file with a wrong header is refused before the rest of it is read."""
+    raw = head(path)
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    lines = raw.lstrip(b"\r\n").split(b"\n", 1)
+    if len(lines) == 1 and len(raw) >= HEADER_BYTES:
+        raise InputError(f"no line ends within the first {HEADER_BYTES:,} bytes", path)
+    try:
+        first = lines[0].decode("utf-8").rstrip("\r")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (invalid byte at offset {exc.start})", path) from None
+    if first.strip():
+        check(first)
+
+
 def read_csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     """(row number, row) pairs of a CSV file that must have the `required` columns."""
+
+    def header(line: str) -> None:
+        columns = next(csv.reader([line]), [])
+        missing = [c for c in required if c not in columns]
+        if missing:
+            raise InputError(f"missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}", path)
+
+    _check_head(path, header)
     text = _nonempty(read_text(path), path)
     reader = csv.DictReader(io.StringIO(text, newline=""))
     columns = reader.fieldnames or []
@@ -72,24 +96,29 @@ def read_csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, 
         yield number, row
 
 
+def _jsonl_object(line: str, required: tuple[str, ...], path: Path, number: int) -> dict:
+    try:
+        obj = json_loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"broken JSON ({exc.msg} at column {exc.colno})", path, number) from None
+    if not isinstance(obj, dict):
+        raise InputError("each line must be a JSON object", path, number)
+    missing = [k for k in required if k not in obj]
+    if missing:
+        raise InputError(f"missing key(s) {', '.join(missing)}", path, number)
+    return obj
+
+
 def read_jsonl_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict]]:
     """(row number, object) pairs of a JSON Lines file whose objects must have the `required` keys."""
+    _check_head(path, lambda line: _jsonl_object(line, required, path, 1))
     text = _nonempty(read_text(path), path)
     number = 0
     for line in text.split("\n"):
         if not line.strip():
             continue
         number += 1
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"broken JSON ({exc.msg} at column {exc.colno})", path, number) from None
-        if not isinstance(obj, dict):
-            raise InputError("each line must be a JSON object", path, number)
-        missing = [k for k in required if k not in obj]
-        if missing:
-            raise InputError(f"missing key(s) {', '.join(missing)}", path, number)
-        yield number, obj
+        yield number, _jsonl_object(line, required, path, number)
 
 
 def read_table_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict]]:
@@ -105,7 +134,7 @@ def _json_value(value, path: Path, row: int, column: str):
     if not isinstance(value, str):
         return value
     try:
-        return json.loads(value)
+        return json_loads(value)
     except json.JSONDecodeError as exc:
         raise InputError(f"column {column}: broken JSON ({exc.msg})", path, row) from None
 
@@ -396,9 +425,12 @@ def load_trec_qrels(path: Path) -> Qrels:
     judgments: dict[str, dict[str, float]] = {}
     for row, (qid, _, doc, grade) in _trec_lines(path, 4, "qrels"):
         try:
-            judgments.setdefault(qid, {})[doc] = float(grade)
+            value = float(grade)
         except ValueError:
-            raise InputError(f"grade {grade!r} is not a number", path, row) from None
+            raise InputError(f"grade {short(grade)} is not a number", path, row) from None
+        if not math.isfinite(value):
+            raise InputError(f"grade {short(grade)} is not a finite number", path, row)
+        judgments.setdefault(qid, {})[doc] = value
     return Qrels(judgments, {}, str(path))
 
 
@@ -412,7 +444,9 @@ def load_trec_run(path: Path, gold: Qrels) -> Run:
         try:
             value = float(score)
         except ValueError:
-            raise InputError(f"score {score!r} is not a number", path, row) from None
+            raise InputError(f"score {short(score)} is not a number", path, row) from None
+        if not math.isfinite(value):
+            raise InputError(f"score {short(score)} is not a finite number", path, row)
         docs = scored.setdefault(qid, {})
         if doc in docs:
             raise InputError(f"doc {doc!r} appears twice for query {qid!r}", path, row)
@@ -433,10 +467,9 @@ def sniff_format(gold_path: Path) -> str:
     """`strings` when the gold file's first JSON object has a `reference` key, else `chunk-ids`."""
     path = Path(gold_path)
     if path.suffix.lower() != ".csv":
-        text = read_text(path)
-        first = next((line for line in text.split("\n") if line.strip()), "")
+        first = next((line for line in head(path).decode("utf-8", "replace").split("\n") if line.strip()), "")
         try:
-            obj = json.loads(first)
+            obj = json_loads(first)
         except json.JSONDecodeError:
             return "chunk-ids"
         if isinstance(obj, dict) and "reference" in obj:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chunkeval.engine.embedding import backends, static
-from chunkeval.engine.embedding.folders import existing_folder
+from chunkeval.engine.embedding.folders import BUNDLED, existing_folder
 from chunkeval.errors import InputError
 from chunkeval.files import hash_folder
 from chunkeval.vocabulary import DEFAULT_MODEL
@@ -25,6 +25,11 @@ def resolve_model(model: str) -> Path:
             f"({', '.join(static.MODELS)}), nor a local sentence-transformers folder (nothing is downloaded at run time)"
         )
     return folder
+
+
+def is_named_model(model: str) -> bool:
+    """Whether `model` is a name chunkeval knows (bundled or built locally), not a folder."""
+    return model in BUNDLED or static.is_buildable(model)
 
 
 def check_model(model: str) -> None:

@@ -1,0 +1,130 @@
+"""Bounds on what chunkeval reads, so that no input can hang it or exhaust the machine.
+
+Each bound is documented in docs/limits.md; each is a one-line error (exit 2 at the command line):
+- special files (FIFOs, devices, sockets) are refused by name, before they are opened;
+- a CSV header or a JSON Lines file's first line is checked from the file's first `HEADER_BYTES` bytes;
+- YAML whose aliases expand past `YAML_NODES` values, and JSON nested deeper than `JSON_DEPTH`, are refused;
+- names that become part of a path are at most `NAME_LENGTH` characters, and whole numbers at most
+  `MAX_INT` (a 32-bit machine integer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import reprlib
+import stat
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from chunkeval.errors import InputError
+
+HEADER_BYTES = 1 << 20  # 1 MiB: the most read before a CSV header or a first JSON line is judged
+YAML_NODES = 100_000  # values of an experiment file once its aliases are expanded
+JSON_DEPTH = 64  # nesting of arrays and objects in one JSON value
+NAME_LENGTH = 100  # characters of an experiment name
+MAX_INT = 2**31 - 1  # the largest k, chunk size, overlap or rrf_k
+
+NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{NAME_LENGTH - 1}}}")
+_short = reprlib.Repr()
+_short.maxstring = _short.maxother = 60
+_short.maxlist = _short.maxdict = _short.maxtuple = 4
+_short.maxlevel = 2
+
+
+def short(value) -> str:
+    """`repr(value)`, cut short: what an error message shows of a value that may be huge or hostile."""
+    return _short.repr(value)
+
+
+def regular_file(path: Path) -> Path:
+    """`path` when it is a regular file (or a link to one); a special file is refused without opening it."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputError("file not found", path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read file ({exc.strerror})", path) from None
+    if stat.S_ISDIR(mode):
+        raise InputError("cannot read file (a folder)", path)
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise InputError(f"is {kind}, not a regular file", path)
+    return path
+
+
+def head(path: Path) -> bytes:
+    """The first `HEADER_BYTES` bytes of a regular file."""
+    with open(regular_file(path), "rb") as fh:
+        return fh.read(HEADER_BYTES)
+
+
+def check_name(name: str, what: str = "experiment name", source=None) -> str:
+    """A name that becomes part of a path: letters, digits, `.`, `_`, `-`, starting with a letter or a
+    digit, at most `NAME_LENGTH` characters (so never `.`, `..`, a path or a control character)."""
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise InputError(
+            f"{what} {short(name)} must be one word of letters, digits, '.', '_' or '-', starting with a "
+            f"letter or digit, at most {NAME_LENGTH} characters",
+            source,
+        )
+    return name
+
+
+def expanded_size(value, limit: int = YAML_NODES) -> int:
+    """How many values `value` holds once shared parts (YAML aliases) are counted every time they appear;
+    counting stops past `limit`. Computed without expanding anything."""
+    memo: dict[int, int] = {}
+
+    def size(v) -> int:
+        if isinstance(v, (list, tuple, dict)):
+            key = id(v)
+            if key not in memo:
+                memo[key] = limit + 1  # a cycle counts as past the limit
+                items = list(v.items()) if isinstance(v, dict) else [(None, x) for x in v]
+                total = 1
+                for k, x in items:
+                    total += size(x) + (size(k) if k is not None else 0)
+                    if total > limit:
+                        break
+                memo[key] = min(total, limit + 1)
+            return memo[key]
+        return 1
+
+    return size(value)
+
+
+def yaml_load(text: str, source) -> object:
+    """`yaml.safe_load`, with aliases that expand past `YAML_NODES` values refused (a 'billion laughs')."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"broken YAML ({exc})".replace("\n", " "), source) from None
+    except RecursionError:
+        raise InputError("YAML nested too deeply", source) from None
+    if expanded_size(data) > YAML_NODES:
+        raise InputError(f"YAML whose aliases expand past {YAML_NODES:,} values is refused", source)
+    return data
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_OPEN, _CLOSE = np.frombuffer(b"[{", np.uint8), np.frombuffer(b"]}", np.uint8)
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in a JSON text (strings skipped), without parsing it."""
+    raw = np.frombuffer(_STRING.sub(b'""', text.encode("utf-8", "surrogatepass")), np.uint8)
+    steps = np.isin(raw, _OPEN).astype(np.int64) - np.isin(raw, _CLOSE).astype(np.int64)
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def json_loads(text: str):
+    """`json.loads`, refusing values nested deeper than `JSON_DEPTH` with a `json.JSONDecodeError` (as any
+    broken JSON) instead of a RecursionError. Only a text with that many brackets is scanned."""
+    if text.count("[") + text.count("{") > JSON_DEPTH and json_depth(text) > JSON_DEPTH:
+        raise json.JSONDecodeError(f"nested deeper than {JSON_DEPTH} levels", text, 0)
+    return json.loads(text)
