@@ -779,6 +779,18 @@ CASES.update(
             lambda w: ["run", experiment(w["t"], GOOD_YAML + "overlaps: [1e400%]\n")],
             "an overlap share must be between 0% and 100%",
         ),
+        "run: a plug-in the experiment file does not list": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "chunker: [plugins_for_tests:paragraphs]\n")],
+            "runs code from 'plugins_for_tests', which is not listed under plugins:",
+        ),
+        "run: the standard library as a chunker, listed": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "chunker: ['pty:spawn']\nplugins: [pty]\n")],
+            "chunker 'pty:spawn': 'pty' is the standard library's, never a plug-in",
+        ),
+        "sweep: the standard library as a retriever": (
+            lambda w: sweep(w["t"], "--retriever", "this:s"),
+            "retriever 'this:s': 'this' is the standard library's, never a plug-in",
+        ),
         "run: model folder relative to the experiment file": (
             lambda w: ["run", experiment(w["t"], GOOD_YAML + "model: [models/mine]\n")],
             "/models/mine' is neither",  # an absolute path: the file's folder joined with models/mine

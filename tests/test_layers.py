@@ -20,6 +20,7 @@ LAYERS = [
             "chunkeval.errors",
             "chunkeval.vocabulary",
             "chunkeval.paths",
+            "chunkeval.limits",
             "chunkeval.files",
             "chunkeval.faults",
             "chunkeval.progress",

@@ -15,6 +15,7 @@ import pytest
 
 from chunkeval.engine.embedding import model_fingerprint
 from chunkeval.engine.embedding import static as models
+from chunkeval.engine.embedding.built import RECORD
 from chunkeval.errors import InputError
 
 TINY = models.ModelSpec(
@@ -68,7 +69,7 @@ def test_leftover_temp_folder_is_ignored_and_removed(tiny):
     leftover.mkdir()
     (leftover / "modules.json").write_text("[]")
     assert models.ensure_model(TINY.name) == tiny  # the leftover is never used
-    (tiny / models.RECORD).unlink()  # now force a build: it clears the leftover
+    (tiny / RECORD).unlink()  # now force a build: it clears the leftover
     assert models.ensure_model(TINY.name, quiet=True) == tiny
     assert not leftover.exists() and models.is_built(TINY.name)
 
@@ -89,9 +90,9 @@ def test_damaged_folder_is_rebuilt_with_the_same_content(tiny, capfd):
 
 
 def test_record_from_another_recipe_is_rebuilt(tiny):
-    record = json.loads((tiny / models.RECORD).read_text())
+    record = json.loads((tiny / RECORD).read_text())
     record["model"]["recipe"] = -1
-    (tiny / models.RECORD).write_text(json.dumps(record))
+    (tiny / RECORD).write_text(json.dumps(record))
     assert not models.is_built(TINY.name)
     models.ensure_model(TINY.name, quiet=True)
     assert models.is_built(TINY.name)

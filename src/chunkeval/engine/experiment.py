@@ -14,6 +14,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from chunkeval.engine import plugins
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, check_name, short, yaml_load
 from chunkeval.paths import DEMO_DIR
@@ -120,9 +121,15 @@ class Experiment:
     duplicates: str = "positional"
     backend: str = "torch"  # who runs the embedding model's transformer: torch, onnx or openvino (chunkeval.engine.embedding.backends)
     quantize: str = "none"  # none or int8 (backends onnx and openvino)
+    plugins: tuple[str, ...] = ()  # modules whose module:function chunkers and retrievers a file may name
 
     @classmethod
-    def from_dict(cls, data: dict, base: Path | None = None, source: str | None = None) -> Experiment:
+    def from_dict(
+        cls, data: dict, base: Path | None = None, source: str | None = None, trusted: bool = True, allow=()
+    ) -> Experiment:
+        """Settings from a mapping. From a file or a recorded run (`trusted=False`), a `module:function`
+        chunker or retriever must name a module of the mapping's `plugins:` or of `allow` (`--plugin`),
+        checked before anything is imported (`chunkeval.engine.plugins`)."""
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -135,7 +142,7 @@ class Experiment:
                 continue
             if key in ("corpus_dir", "questions") and base is not None:
                 value = str((base / str(value)).resolve())
-            if key in ("corpus", "chunker", "overlaps", "model", "retriever"):
+            if key in ("corpus", "chunker", "overlaps", "model", "retriever", "plugins"):
                 if not isinstance(value, (str, int, float, list, tuple)):
                     raise InputError(f"{key} must be a name or a list of names, got {value!r}", source)
                 value = tuple(_listed(split_list, value, source))
@@ -155,10 +162,19 @@ class Experiment:
                     raise InputError(f"{key} takes one value, got {short(value)}", source)
                 value = str(value)
             values[key] = value
+        specs = {"chunker": values.get("chunker", ()), "retriever": values.get("retriever", ())}
+        if not trusted:
+            plugins.check_allowed(specs, set(values.get("plugins", ())) | set(allow), source)
+        else:
+            for kind, names in specs.items():
+                for name in names:
+                    plugins.check_module(kind, name)
         return cls(**values).validate(source)
 
     @classmethod
-    def from_yaml(cls, path: Path) -> Experiment:
+    def from_yaml(cls, path: Path, allow=()) -> Experiment:
+        """An experiment file: relative paths are read from its folder, and it may run only the plug-ins it
+        lists under `plugins:` (or `allow`, the modules given with --plugin)."""
         from chunkeval.engine.inputs import read_text
 
         path = Path(path)
@@ -166,7 +182,7 @@ class Experiment:
         if not isinstance(data, dict):
             raise InputError("an experiment file is a YAML mapping of settings", path)
         data.setdefault("name", path.stem)
-        return cls.from_dict(data, base=path.parent, source=str(path))
+        return cls.from_dict(data, base=path.parent, source=str(path), trusted=False, allow=allow)
 
     @classmethod
     def demo(cls) -> Experiment:
@@ -280,6 +296,8 @@ class Experiment:
 
     def to_dict(self) -> dict:
         data = asdict(self)
+        if not data["plugins"]:
+            del data["plugins"]  # settings without plug-ins stay as they were recorded before the key existed
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
     def fingerprint(self) -> str:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chunkeval.engine.chunking.splitters import ChunkerOutputError
+from chunkeval.engine import plugins
+from chunkeval.engine.chunking.splitters import ChunkerOutputError, as_chunker
 from chunkeval.engine.chunking.tokens import count_tokens
 from chunkeval.errors import InputError
 
@@ -47,24 +48,30 @@ def register_chunker(
 
 
 def resolve_chunker(name: str) -> Chunker:
-    """A registered chunker, or `package.module:function` imported on demand. An imported function may
-    also be a text splitter returning a list of strings: they are located in the text (`chunkeval.engine.chunking.splitters`)."""
+    """A registered chunker, one an installed package declares (entry point group `chunkeval.chunkers`),
+    or `package.module:function` imported on demand. An imported function may also be a text splitter
+    returning a list of strings: they are located in the text (`chunkeval.engine.chunking.splitters`).
+    Whether a file may name a module is decided before this (`chunkeval.engine.plugins`)."""
     if name in CHUNKERS:
         return CHUNKERS[name]
-    if ":" in name:
-        module, _, attr = name.partition(":")
-        try:
-            fn = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise InputError(f"cannot import chunker {name!r} ({exc})") from None
-        if not callable(fn):
-            raise InputError(f"chunker {name!r} is not a function")
-        if any(fn is registered for registered in CHUNKERS.values()):
-            return fn  # a registered chunker named by its module path returns offsets
-        from chunkeval.engine.chunking.splitters import as_chunker
-
+    if ":" not in name:
+        fn = plugins.load_entry_point("chunker", name)
+        if fn is None:
+            raise InputError(
+                f"unknown chunker {name!r}; choose one of {', '.join(sorted(CHUNKERS))} or module:function"
+            )
         return as_chunker(fn, name)
-    raise InputError(f"unknown chunker {name!r}; choose one of {', '.join(sorted(CHUNKERS))} or module:function")
+    plugins.check_module("chunker", name)
+    module, _, attr = name.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise InputError(f"cannot import chunker {name!r} ({exc})") from None
+    if not callable(fn):
+        raise InputError(f"chunker {name!r} is not a function")
+    if any(fn is registered for registered in CHUNKERS.values()):
+        return fn  # a registered chunker named by its module path returns offsets
+    return as_chunker(fn, name)
 
 
 def needs_embeddings(name: str) -> bool:

@@ -16,6 +16,7 @@ from functools import partial
 
 import numpy as np
 
+from chunkeval.engine import plugins
 from chunkeval.engine.retrievers.bm25 import bm25_top_k
 from chunkeval.engine.retrievers.dense import top_k
 from chunkeval.engine.retrievers.hybrid import FUSE_DEPTH, RRF_K, rrf
@@ -114,7 +115,13 @@ def _resolve(name: str) -> Retriever:
         return _BUILTINS[name]
     module_name, _, attr = name.partition(":")
     if not module_name or not attr:
-        raise InputError(f"unknown retriever {name!r}: choose {', '.join(BUILTIN)}, or module:function for your own")
+        fn = plugins.load_entry_point("retriever", name) if ":" not in name else None
+        if fn is None:
+            raise InputError(
+                f"unknown retriever {name!r}: choose {', '.join(BUILTIN)}, or module:function for your own"
+            )
+        return fn
+    plugins.check_module("retriever", name)
     try:
         fn = importlib.import_module(module_name)
     except ImportError as e:

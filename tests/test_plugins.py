@@ -1,0 +1,68 @@
+"""Plug-ins run only when asked: a module:function named in an experiment file loads only if the file lists
+its module under `plugins:` (or --plugin gives it), or an installed package declares it as an entry point;
+the standard library is never a plug-in; nothing is imported before the settings are checked."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from chunkeval.engine.chunking import resolve_chunker
+from chunkeval.engine.experiment import Experiment
+from chunkeval.errors import InputError
+
+GRID = "chunk_sizes: [100]\nk: [1]\nretriever: [bm25]\n"
+
+
+def write_experiment(tmp_path, text: str, name: str = "exp.yaml"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_file_must_list_the_module_of_its_plugin(tmp_path):
+    path = write_experiment(tmp_path, GRID + "chunker: [plugins_for_tests:paragraphs]\n")
+    with pytest.raises(InputError) as err:
+        Experiment.from_yaml(path)
+    assert str(err.value) == (
+        f"{path}: chunker 'plugins_for_tests:paragraphs' runs code from 'plugins_for_tests', which is not listed "
+        "under plugins: (list it there, or give --plugin plugins_for_tests, if you trust it)"
+    )
+    listed = write_experiment(
+        tmp_path, GRID + "chunker: [plugins_for_tests:paragraphs]\nplugins: [plugins_for_tests]\n", "listed.yaml"
+    )
+    assert Experiment.from_yaml(listed).chunker == ("plugins_for_tests:paragraphs",)
+    assert Experiment.from_yaml(path, allow=("plugins_for_tests",)).plugins == ()  # --plugin allows it too
+
+
+def test_nothing_is_imported_from_a_file_that_does_not_list_it(tmp_path, monkeypatch):
+    marker = tmp_path / "imported"
+    (tmp_path / "loud_plugin.py").write_text(f"open({str(marker)!r}, 'w').close()\ndef fn(*a): pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = write_experiment(tmp_path, GRID + "chunker: [loud_plugin:fn]\nretriever: [loud_plugin:fn]\n")
+    with pytest.raises(InputError, match="not listed under plugins"):
+        Experiment.from_yaml(path)
+    assert not marker.exists() and "loud_plugin" not in sys.modules
+
+
+@pytest.mark.parametrize("spec", ["pty:spawn", "os.path:join", "this:s"])
+def test_the_standard_library_is_never_a_plugin(tmp_path, spec, capsys):
+    path = write_experiment(tmp_path, GRID + f"chunker: ['{spec}']\nplugins: ['{spec.split(':')[0]}']\n")
+    with pytest.raises(InputError, match="is the standard library's, never a plug-in"):
+        Experiment.from_yaml(path)
+    with pytest.raises(InputError, match="never a plug-in"):  # asked for from Python: still no
+        Experiment().with_overrides(chunker=(spec,))
+    assert capsys.readouterr().out == ""  # `this` would print the Zen of Python when imported
+
+
+def test_an_installed_entry_point_names_a_chunker(tmp_path, monkeypatch):
+    dist = tmp_path / "chunkeval_paragraphs-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: chunkeval-paragraphs\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[chunkeval.chunkers]\nparagraphs = plugins_for_tests:paragraphs\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = write_experiment(tmp_path, GRID + "chunker: [paragraphs]\n")  # no plugins: an installed package
+    exp = Experiment.from_yaml(path)
+    starts, ends = resolve_chunker("paragraphs")("One.\n\nTwo two.\n\nThree.", 100, 0)
+    assert exp.chunker == ("paragraphs",) and len(starts) == len(ends) >= 1
