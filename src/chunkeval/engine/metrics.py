@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from chunkeval import vocabulary as V
 from chunkeval.engine.inputs import Qrels, Run, SpanGold
 from chunkeval.stats import aggregate as AGG
 
@@ -324,9 +325,7 @@ def chunk_relevance(gold: SpanGold, ref: ReferenceChars, chunks: Chunks) -> Chun
 # --------------------------------------------------------------------------- aggregation
 
 # the metrics, in column order, and how their micro averages are formed: chunkeval.stats.aggregate
-METRICS = AGG.METRICS
-RANK_METRICS = METRICS[5:]
-SPAN_METRICS = METRICS[:5]
+METRICS, RANK_METRICS, SPAN_METRICS = V.METRICS, V.RANK_METRICS, V.SPAN_METRICS  # the names, re-exported
 MICRO, MICRO_F1 = AGG.MICRO, AGG.MICRO_F1
 
 

@@ -16,24 +16,9 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-# the metrics in the order of their columns, and how each micro average is formed
-METRICS = (
-    "span_precision",
-    "span_recall",
-    "span_f1",
-    "span_iou",
-    "precision_omega",
-    "precision",
-    "recall",
-    "f1",
-    "precision_at_k",
-    "recall_at_k",
-    "hit_rate",
-    "mrr",
-    "map",
-    "ndcg_at_k",
-)
-# micro average = sum(numerator) / sum(denominator)
+from chunkeval.vocabulary import METRICS  # noqa: F401 (the names, in column order; re-exported here)
+
+# how each micro average is formed: micro average = sum(numerator) / sum(denominator)
 MICRO = {
     "span_precision": ("covered", "retrieved_chars"),
     "span_recall": ("covered", "ref_chars"),
