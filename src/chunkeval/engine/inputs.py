@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from chunkeval.errors import InputError
+from chunkeval.vocabulary import GOLD_FORMATS
 
 log = logging.getLogger("chunkeval")
 
@@ -424,9 +425,6 @@ def load_trec_run(path: Path, gold: Qrels) -> Run:
     }
     _check_run_queries(list(first_row.items()), gold, path)
     return Run(ranked, str(path))
-
-
-GOLD_FORMATS = ("auto", "chunk-ids", "strings", "trec")
 
 
 def sniff_format(gold_path: Path) -> str:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
+from chunkeval.errors import InputError
+
 # the metrics in the order of their columns, and how each micro average is formed
 METRICS = (
     "span_precision",
@@ -33,6 +35,23 @@ METRICS = (
     "map",
     "ndcg_at_k",
 )
+
+
+def check_metric(metric: str) -> str:
+    """A metric name, as the CLI, the Python API and the warehouse take it."""
+    if metric not in METRICS:
+        raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    return metric
+
+
+def check_metrics(metrics: list[str]) -> list[str]:
+    """Metric names, every unknown one named in the one error."""
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise InputError(f"unknown metric(s) {', '.join(unknown)}; choose from {', '.join(METRICS)}")
+    return metrics
+
+
 # micro average = sum(numerator) / sum(denominator)
 MICRO = {
     "span_precision": ("covered", "retrieved_chars"),
