@@ -32,3 +32,17 @@ def test_the_recorded_file_is_what_the_script_writes():
     maker = _maker()
     recorded = (DATA / "cli_options.json").read_text(encoding="utf-8")
     assert maker.dumps(json.loads(recorded)) == recorded
+
+
+def test_every_command_module_says_how_it_reaches_the_warehouse():
+    """One module per command, its options beside its handler, and an explicit WAREHOUSE_SESSION: the
+    commands that only read the warehouse hold one connection for the whole command."""
+    from chunkeval.cli.commands import COMMANDS
+
+    sessions = {}
+    for command in COMMANDS:
+        assert callable(command.add_parser), command.__name__
+        assert isinstance(command.WAREHOUSE_SESSION, bool), command.__name__
+        sessions[command.__name__.rpartition(".")[2]] = command.WAREHOUSE_SESSION
+    assert len(sessions) == 11
+    assert {name for name, held in sessions.items() if held} == {"runs", "trend", "report", "baseline", "compare"}
