@@ -20,6 +20,7 @@ from chunkeval.vocabulary import CONFIG_KEYS, GOLD_FORMATS
 
 
 def add_experiment_flags(p: argparse.ArgumentParser) -> None:
+    """An experiment file and the flags that override its settings (`run`, `sweep`), then how to embed."""
     p.add_argument(
         "experiment_file",
         nargs="?",
@@ -27,6 +28,21 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
         help="an experiment file; flags given as well override its settings",
     )
     g = p.add_argument_group("experiment settings")
+    _add_input_and_chunking_flags(g)
+    _add_retrieval_and_scoring_flags(g)
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        help="texts per embedding batch (default 16 on a CPU; on a GPU, what a quarter of its free memory holds)",
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="where to embed: auto (a GPU when torch sees one, else the CPU), cpu, cuda or cuda:N",
+    )
+
+
+def _add_input_and_chunking_flags(g) -> None:
     g.add_argument("--corpus-dir", help="folder of <corpus_id>.md|.txt files (default: the demo corpora)")
     g.add_argument(
         "--questions", help="span gold set: CSV with question, references, corpus_id (default: the demo questions)"
@@ -45,6 +61,9 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
         help="comma-separated overlaps: a number of tokens, or a share of the chunk size like 10%% (rounded down)",
     )
     g.add_argument("--k", help="comma-separated retrieval depths, e.g. 1,3,5")
+
+
+def _add_retrieval_and_scoring_flags(g) -> None:
     g.add_argument(
         "--model",
         help="comma-separated embedding models: all-MiniLM-L6-v2 (default, bundled), minilm-static "
@@ -80,16 +99,6 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
         "--quantize",
         choices=("none", "int8"),
         help="int8: quantised weights for backend onnx or openvino (faster, vectors drift; docs/backends.md)",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        help="texts per embedding batch (default 16 on a CPU; on a GPU, what a quarter of its free memory holds)",
-    )
-    p.add_argument(
-        "--device",
-        default="auto",
-        help="where to embed: auto (a GPU when torch sees one, else the CPU), cpu, cuda or cuda:N",
     )
 
 
