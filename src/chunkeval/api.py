@@ -111,13 +111,12 @@ def evaluate(
     own_corpus, skip_empty_gold, duplicates, backend, quantize), given as a value or a list. Embeddings are cached in `cache_dir`
     (default: `$CHUNKEVAL_HOME/cache/embeddings`).
     """
-    from chunkeval.engine.embedding import check_device
+    from chunkeval.engine.embedding import check_batch_size, check_device
     from chunkeval.engine.experiment import Experiment
     from chunkeval.engine.sweep import Embedders, run_sweep
     from chunkeval.paths import cache_dir as default_cache
 
-    if batch_size is not None and batch_size < 1:
-        raise InputError(f"batch_size must be at least 1, got {batch_size}")
+    check_batch_size(batch_size, "batch_size")
     check_device(device)
     with tempfile.TemporaryDirectory(prefix="chunkeval-") as scratch:
         scratch = Path(scratch)
@@ -149,11 +148,11 @@ def score(
     first. Items are chunk ids or texts (a retrieved text is relevant when it equals a gold text).
     A gold query missing from `run` scores as an empty list; a repeated item keeps its first rank.
     """
+    from chunkeval.engine.experiment import check_k
     from chunkeval.engine.inputs import Qrels, Run
     from chunkeval.engine.metrics import score_run
 
-    if k < 1:
-        raise InputError(f"k must be at least 1, got {k}")
+    check_k(k)
     judgments = {}
     for qid, items in gold.items():
         if isinstance(items, Mapping):
@@ -228,11 +227,10 @@ def compare(
     `ci_low`, `ci_high`, `p_ttest`, `p_permutation`, `p_adjusted` (Holm over the call) and `significant`.
     """
     from chunkeval.analysis import comparisons as C
-    from chunkeval.engine.metrics import METRICS
+    from chunkeval.stats.aggregate import check_metric
 
     C.check_alpha(alpha)
-    if metric not in METRICS:
-        raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    check_metric(metric)
     config = dict(config or {})
     if isinstance(a, str):
         if b is not None and not isinstance(b, str):
@@ -261,17 +259,13 @@ def regressions(
     `alpha` after Holm, over `metrics` (by default the six the `trend-report` flow watches). Each has the configuration, `metric`, `before`, `after`, `change`, `n_queries`,
     `n_unmatched`, `p_ttest`, `p_adjusted`, `worst` (the queries that lost most), `run_id` and
     `reference_run_id`; an empty list when nothing fell."""
-    from chunkeval.analysis.comparisons import check_alpha
-    from chunkeval.engine.metrics import METRICS
+    from chunkeval.analysis.comparisons import check_alpha, check_threshold
+    from chunkeval.stats.aggregate import check_metrics
     from chunkeval.warehouse import REGRESSION_METRICS, Warehouse
 
-    metrics = list(REGRESSION_METRICS if metrics is None else metrics)
     check_alpha(alpha)
-    if threshold < 0:
-        raise InputError(f"threshold must be 0 or more, got {threshold}")
-    unknown = [m for m in metrics if m not in METRICS]
-    if unknown:
-        raise InputError(f"unknown metric(s) {', '.join(unknown)}; choose from {', '.join(METRICS)}")
+    check_threshold(threshold, "threshold")
+    metrics = check_metrics(list(REGRESSION_METRICS if metrics is None else metrics))
     wh = Warehouse.at_home(must_exist=True)
     wh.check_experiment(experiment)
     if baseline is not None:

@@ -9,6 +9,8 @@ metric names. A module of its own, below everything, so that reading the warehou
 - The metric names, in the order of their columns (definitions: docs/metrics.md).
 """
 
+from chunkeval.errors import InputError
+
 CONFIG_KEYS = ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
 CHUNKING_KEYS = CONFIG_KEYS[:-1]  # a configuration without its depth: what chunk statistics are kept by
 NO_MODEL = "none"  # the model of rows that no model produced (bm25 over fixed or recursive chunks)
@@ -22,3 +24,22 @@ RANK_METRICS = (
     "precision", "recall", "f1", "precision_at_k", "recall_at_k", "hit_rate", "mrr", "map", "ndcg_at_k",
 )  # fmt: skip
 METRICS = SPAN_METRICS + RANK_METRICS
+
+
+def check_metric(metric: str) -> str:
+    """A metric name, as the CLI, the Python API and the warehouse take it."""
+    if metric not in METRICS:
+        raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    return metric
+
+
+def check_metrics(metrics: list[str]) -> list[str]:
+    """Metric names, every unknown one named in the one error."""
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise InputError(f"unknown metric(s) {', '.join(unknown)}; choose from {', '.join(METRICS)}")
+    return metrics
+
+
+# the gold and run file formats of evaluate-run and compare
+GOLD_FORMATS = ("auto", "chunk-ids", "strings", "trec")

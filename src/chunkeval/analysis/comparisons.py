@@ -91,9 +91,18 @@ def adjust(comparisons: list[dict], alpha: float = 0.05) -> list[dict]:
 
 
 def check_alpha(alpha: float) -> float:
+    """A significance level, strictly between 0 and 1 (the CLI's --alpha, the Python API's alpha)."""
     if not 0 < alpha < 1:
         raise InputError(f"--alpha must be strictly between 0 and 1, got {alpha}")
     return alpha
+
+
+def check_threshold(threshold: float, what: str = "--threshold") -> float:
+    """The smallest fall of a metric that counts as a regression: 0 or more (`what` names it as the
+    caller's user wrote it: --threshold, threshold)."""
+    if threshold < 0:
+        raise InputError(f"{what} must be 0 or more, got {threshold}")
+    return threshold
 
 
 def within_run(

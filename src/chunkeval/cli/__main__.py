@@ -1,4 +1,4 @@
-"""`python -m chunkeval.cli`: the `chunkeval` command."""
+"""`python -m chunkeval.cli`, as the installed `chunkeval` command."""
 
 import sys
 

@@ -66,6 +66,13 @@ def parse_ints(values, what: str) -> tuple[int, ...]:
     return tuple(whole_number(v, what) for v in split_list(values))
 
 
+def check_k(k: int, what: str = "k", source: str | None = None) -> int:
+    """A retrieval depth: at least 1 (`what` names it as the caller's user wrote it: k, --k)."""
+    if k < 1:
+        raise InputError(f"{what} must be at least 1, got {k}", source)
+    return k
+
+
 def parse_overlap(value: str, chunk_size: int) -> int:
     """`25` is 25 tokens; `10%` is that share of the chunk size, rounded down (10% of 250 → 25)."""
     if isinstance(value, (bool, float)):
@@ -208,8 +215,7 @@ class Experiment:
         if not self.chunker or not self.chunk_sizes or not self.overlaps or not self.k:
             raise InputError("an experiment needs at least one chunker, chunk size, overlap and k", source)
         for k in self.k:
-            if k < 1:
-                raise InputError(f"k must be at least 1, got {k}", source)
+            check_k(k, source=source)
         from chunkeval.engine.duplicates import MODES
 
         if self.duplicates not in MODES:

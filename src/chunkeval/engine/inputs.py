@@ -20,6 +20,7 @@ import numpy as np
 
 from chunkeval.errors import InputError
 from chunkeval.limits import HEADER_BYTES, head, json_loads, regular_file, short
+from chunkeval.vocabulary import GOLD_FORMATS
 
 log = logging.getLogger("chunkeval")
 
@@ -458,9 +459,6 @@ def load_trec_run(path: Path, gold: Qrels) -> Run:
     }
     _check_run_queries(list(first_row.items()), gold, path)
     return Run(ranked, str(path))
-
-
-GOLD_FORMATS = ("auto", "chunk-ids", "strings", "trec")
 
 
 def sniff_format(gold_path: Path) -> str:

@@ -8,7 +8,14 @@
 """
 
 from chunkeval.engine.embedding.cache import PART_COLUMNS, EmbeddingCache, text_hash
-from chunkeval.engine.embedding.embedder import DEVICES, Embedder, check_device, fitting_batch, pick_device
+from chunkeval.engine.embedding.embedder import (
+    DEVICES,
+    Embedder,
+    check_batch_size,
+    check_device,
+    fitting_batch,
+    pick_device,
+)
 from chunkeval.engine.embedding.registry import (
     check_model,
     embedder_fingerprint,
@@ -25,6 +32,7 @@ __all__ = [
     "PART_COLUMNS",
     "EmbeddingCache",
     "Embedder",
+    "check_batch_size",
     "check_device",
     "check_model",
     "embedder_fingerprint",

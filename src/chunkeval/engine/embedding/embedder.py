@@ -36,6 +36,13 @@ from chunkeval.vocabulary import DEFAULT_MODEL  # noqa: E402 (re-exported)
 DEVICES = ("auto", "cpu", "cuda")
 
 
+def check_batch_size(batch_size: int | None, what: str = "--batch-size") -> int | None:
+    """Texts per embedding batch: at least 1, or None for the device's own choice."""
+    if batch_size is not None and batch_size < 1:
+        raise InputError(f"{what} must be at least 1, got {batch_size}")
+    return batch_size
+
+
 def check_device(device: str | None) -> str:
     """`auto` (a GPU when torch sees one, else the CPU), `cpu`, `cuda` or `cuda:N`; `cuda` on a machine
     whose torch sees no GPU is an error before any work."""

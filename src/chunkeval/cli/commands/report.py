@@ -1,0 +1,135 @@
+"""`chunkeval report`: a run's macro/micro table, an experiment's HTML page, or a period's rollup."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from chunkeval.cli.options import add_config, add_experiment, add_run, add_threshold, config_filter
+from chunkeval.cli.output import iso
+from chunkeval.cli.session import WarehouseAccess
+from chunkeval.errors import InputError
+
+WAREHOUSE_SESSION = True  # only reads
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "report",
+        help="the macro/micro table of a run, or its HTML page",
+        description="Print a run's macro/micro table, or with --html write the experiment's self-contained HTML report.",
+    )
+    add_run(p, "the run (default: the experiment's last completed run)")
+    add_experiment(p, "the experiment")
+    p.add_argument("--html", metavar="FILE", help="write the HTML report (readable offline) to FILE")
+    add_config(
+        p,
+        "the configuration of the failure analysis, e.g. chunker=fixed_token,chunk_size=200,chunk_overlap=0,k=5 "
+        "(default: the best by span F1)",
+    )
+    add_threshold(p, "the fall marked as a regression in the trend (default 0.02)")
+    p.add_argument(
+        "--since",
+        metavar="AGE",
+        help="with --experiment: the rollup of the runs started within AGE (7d, 36h, 2w): "
+        "macro over every query row of those runs, micro summed over them",
+    )
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+    from chunkeval.analysis.comparisons import check_threshold
+
+    check_threshold(args.threshold)
+    if args.html:
+        from chunkeval.report.terminal import check_output_path
+
+        check_output_path(Path(args.html))
+    if not args.run and not args.experiment:
+        raise InputError("give --run ID or --experiment NAME")
+    if args.since is not None:
+        from chunkeval.warehouse import parse_age
+
+        age = parse_age(args.since, "--since")
+        if args.run or args.html or not args.experiment:
+            raise InputError(
+                "--since prints the rollup of an experiment's period: give --experiment NAME, without --run or --html"
+            )
+    wh = warehouse()
+    if args.experiment:
+        wh.check_experiment(args.experiment)
+    if args.since is not None:
+        return _rollup(wh, args.experiment, args.since, age)
+    if args.run:
+        run = wh.run(args.run)
+        if args.experiment and run["experiment"] != args.experiment:
+            raise InputError(f"run {args.run!r} belongs to experiment {run['experiment']!r}, not {args.experiment!r}")
+    else:
+        run = wh.last_completed(args.experiment)
+        if run is None:
+            raise InputError(f"experiment {args.experiment!r} has no completed run")
+    if run["status"] != "completed":
+        raise InputError(f"run {run['run_id']} is {run['status']}: only completed runs have results")
+    if args.html:
+        from chunkeval.report.html import write_report
+
+        out = Path(args.html)
+        write_report(
+            wh, args.experiment or run["experiment"], out, run["run_id"], args.threshold, config_filter(args.config)
+        )
+        print(f"report of run {run['run_id']} written to {out}")
+        return 0
+    _print_run(wh, run)
+    return 0
+
+
+def _micro(table) -> list[str]:
+    from chunkeval.stats.aggregate import METRICS
+
+    return [m for m in METRICS if f"{m}_micro" in table.column_names]
+
+
+def _rollup(wh, experiment: str, since: str, age) -> int:
+    from chunkeval.report.terminal import format_summary
+    from chunkeval.stats.aggregate import METRICS
+    from chunkeval.vocabulary import CONFIG_KEYS
+
+    rollup, run_ids = wh.rollup(experiment, age)
+    print(
+        f"experiment {experiment}: {len(run_ids)} completed run(s) started within {since} "
+        f"({run_ids[-1]} to {run_ids[0]}); macro = mean over every query row of those runs, micro = sums over them\n"
+    )
+    keys = (["duplicates"] if len(set(rollup["duplicates"].to_pylist())) > 1 else []) + CONFIG_KEYS + ["n_runs"]
+    print("macro (mean ± sample std over query rows)")
+    print(format_summary(rollup, keys, metrics=METRICS))
+    print("\nmicro (counts summed over the period's query rows before dividing)")
+    print(format_summary(rollup, keys, metrics=_micro(rollup), micro=True))
+    return 0
+
+
+def _print_run(wh, run: dict) -> None:
+    from chunkeval.analysis.comparisons import TIE_NOTE, ties
+    from chunkeval.report.terminal import format_summary
+    from chunkeval.stats.aggregate import METRICS
+    from chunkeval.vocabulary import CONFIG_KEYS
+
+    summary = wh.summary(run["run_id"])
+    print(
+        f"run {run['run_id']} of experiment {run['experiment']} ({run['trigger']}), "
+        f"{iso(run['started_at'])} to {iso(run['finished_at'])}\n"
+    )
+    print("macro (mean ± sample std over queries)")
+    print(format_summary(summary, CONFIG_KEYS, metrics=METRICS, tied=ties(wh.query_results(run["run_id"]), METRICS)))
+    print(TIE_NOTE.format(alpha=0.05))
+    if (
+        f"{METRICS[0]}_ci_low" in summary.column_names
+        and summary.num_rows
+        and summary[f"{METRICS[0]}_ci_low"].null_count == 0
+    ):
+        print("\nmacro mean [95 % bootstrap interval: queries resampled 10,000 times]")
+        print(format_summary(summary, CONFIG_KEYS, metrics=METRICS, intervals=True))
+    else:
+        print("\n(this run was recorded before chunkeval kept intervals: none are shown)")
+    print("\nmicro (counts summed over queries before dividing)")
+    print(format_summary(summary, CONFIG_KEYS, metrics=_micro(summary), micro=True))

@@ -1,0 +1,132 @@
+"""`chunkeval run`: an experiment as a Prefect flow, recorded in the warehouse."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+from chunkeval.cli.options import add_experiment, add_experiment_flags, experiment_from_args, gives_settings
+from chunkeval.cli.session import WarehouseAccess
+from chunkeval.engine.experiment import Experiment
+from chunkeval.errors import InputError
+
+WAREHOUSE_SESSION = False  # the flow writes to the warehouse while the command runs
+
+log = logging.getLogger("chunkeval")
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "run",
+        help="run an experiment as a Prefect flow, record it in the warehouse, print its summary",
+        description="Run the evaluate flow for an experiment (the demo experiment when none is given): chunk, "
+        "embed (through the cache), retrieve, score every setting, and record the run in the warehouse.",
+    )
+    add_experiment_flags(p)
+    add_experiment(
+        p,
+        "the experiment's name: demo, $CHUNKEVAL_HOME/experiments/NAME.yaml, or the settings of NAME's last "
+        "recorded run, changed by any settings given; an unknown NAME with settings defines a new experiment",
+    )
+    p.add_argument(
+        "--if-changed",
+        action="store_true",
+        help="record a skipped run, embedding nothing, when corpus, gold set and model are those of the last completed run",
+    )
+    p.add_argument(
+        "--task-runner",
+        default="local",
+        metavar="RUNNER",
+        help="where the chunking and embedding tasks run: local (default, this process), dask (a local Dask cluster, "
+        "one worker per core), dask:N (of N workers) or dask=tcp://HOST:PORT (an existing cluster's scheduler); "
+        "needs pip install 'chunkeval[dask]'",
+    )
+    p.set_defaults(func=run)
+    return p
+
+
+def named_experiment(name: str, defining: bool, warehouse: WarehouseAccess) -> Experiment:
+    """The experiment NAME: `demo`, `$CHUNKEVAL_HOME/experiments/NAME.yaml`, or the settings of its last
+    recorded run. An unknown name with settings on the command line (`defining`) is a new experiment."""
+    from chunkeval.paths import home
+
+    if name == "demo":
+        return Experiment.demo()
+    path = home() / "experiments" / f"{name}.yaml"
+    if path.is_file():
+        return Experiment.from_yaml(path).with_overrides(name=name)
+    wh = warehouse(must_exist=False)
+    runs = wh.runs(name, limit=1) if wh.exists() else []
+    if runs:
+        return Experiment.from_dict(json.loads(runs[0]["settings"]))
+    if defining:
+        return Experiment(name=name)
+    raise InputError(
+        f"no experiment named {name!r}: not demo, not {path}, and no recorded run; "
+        "give its settings (--corpus-dir, --questions, --chunker, …) to define it"
+    )
+
+
+def preflight(exp: Experiment) -> None:
+    """Everything a run reads, checked before Prefect starts or a catalogue row is written."""
+    from chunkeval.engine.experiment import input_fingerprints
+    from chunkeval.engine.sweep import load_inputs
+    from chunkeval.files import check_writable_dir
+    from chunkeval.paths import home
+
+    check_writable_dir(home(), "the cache and warehouse ($CHUNKEVAL_HOME)")
+    input_fingerprints(exp)
+    load_inputs(exp)
+
+
+def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+    from chunkeval.report.terminal import format_summary
+    from chunkeval.vocabulary import CONFIG_KEYS
+
+    if args.experiment_file:
+        exp = experiment_from_args(args, name=args.experiment)
+    else:
+        named = named_experiment(args.experiment or "demo", gives_settings(args), warehouse)
+        exp = experiment_from_args(args, named, name=args.experiment)
+    from chunkeval.engine.runners import check_task_runner, cluster_workers, parse_task_runner
+
+    runner = check_task_runner(parse_task_runner(args.task_runner))
+    preflight(exp)
+    shards = cluster_workers(runner) if runner.distributed else 0
+    from chunkeval.progress import quiet_prefect, show_progress
+
+    quiet_prefect(args.verbose)
+    from chunkeval.flows.evaluate import with_task_runner
+
+    log.propagate = False  # Prefect's console handler sits on the root logger: say each thing once
+    try:
+        with show_progress():
+            result = with_task_runner(runner)(
+                experiment=exp.to_dict(),
+                if_changed=args.if_changed,
+                trigger="manual",
+                batch_size=args.batch_size,
+                device=args.device,
+                shards=shards,
+            )
+    finally:
+        log.propagate = True
+    if result["status"] == "skipped":
+        print(
+            f"experiment {exp.name}: corpus, gold set and model unchanged; run {result['run_id']} recorded as skipped"
+        )
+        return 0
+    from chunkeval.analysis.comparisons import TIE_NOTE, ties
+    from chunkeval.report.terminal import TERMINAL_METRICS
+
+    wh = warehouse()
+    summary = wh.summary(result["run_id"])
+    print(
+        f"experiment {exp.name}: run {result['run_id']} completed, {summary.num_rows} configuration(s), "
+        f"{result['texts_embedded']} text(s) embedded\n"
+    )
+    print(format_summary(summary, CONFIG_KEYS, tied=ties(wh.query_results(result["run_id"]), TERMINAL_METRICS)))
+    print(TIE_NOTE.format(alpha=0.05))
+    print(f"\nreport: {result['report']}")
+    return 0

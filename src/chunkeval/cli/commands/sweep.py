@@ -1,0 +1,51 @@
+"""`chunkeval sweep`: a grid of chunking settings and k scored on a span gold set, written to files."""
+
+from __future__ import annotations
+
+import argparse
+
+from chunkeval.cli.options import add_experiment_flags, experiment_from_args
+from chunkeval.cli.session import WarehouseAccess
+
+WAREHOUSE_SESSION = False  # a sweep never opens the warehouse
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "sweep",
+        help="score a grid of chunking settings and k on a span gold set, write the results",
+        description="Score every (chunker, chunk size, overlap, k) on a span gold set. Writes the summary to --out, "
+        "the per-query table to <out>.per_query and the per-corpus summary to <out>.by_corpus.",
+    )
+    add_experiment_flags(p)
+    p.add_argument("--out", required=True, help="summary file, .csv or .parquet")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+    from chunkeval.analysis.comparisons import TIE_NOTE, ties
+    from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
+    from chunkeval.files import check_writable_dir, write_tables
+    from chunkeval.paths import cache_dir
+    from chunkeval.report.terminal import TERMINAL_METRICS, beside, check_table_path, format_models, format_summary
+
+    out = check_table_path(args.out)
+    exp = experiment_from_args(args)
+    check_writable_dir(cache_dir(), "the embedding cache ($CHUNKEVAL_HOME)")
+    result = run_sweep(exp, Embedders(cache_dir(), args.batch_size, device=args.device))
+    write_tables(
+        {out: result.summary, beside(out, "per_query"): result.per_query, beside(out, "by_corpus"): result.by_corpus}
+    )
+    for note in result.notes:
+        print(f"note: {note}")
+    print(format_summary(result.summary, CONFIG_KEYS, tied=ties(result.per_query, TERMINAL_METRICS)))
+    print(TIE_NOTE.format(alpha=0.05))
+    truncated = sum(result.summary["truncated_chunks"].to_pylist()) // max(len(exp.k), 1)
+    print(
+        f"\n{result.texts_embedded} text(s) embedded; {truncated} chunk(s) longer than the model's input were "
+        f"embedded from their beginning; results in {out} and {beside(out, 'per_query').name}, {beside(out, 'by_corpus').name}"
+    )
+    if result.models.num_rows:
+        print(format_models(result.models))
+    return 0

@@ -1,0 +1,227 @@
+"""Options that more than one command takes, each declared once here, and what turns their values into
+the library's: the experiment settings of `run` and `sweep`, `--experiment`, `--run`, `--metric`,
+`--alpha`, `--config`, `--threshold`, `--json`, the run-file options of `compare` and `evaluate-run`.
+
+The checks of values that the Python API and the warehouse take too live beside what they check, in
+the layer below: metric names in `chunkeval.stats.aggregate`, alpha and the regression threshold in
+`chunkeval.analysis.comparisons`, k in `chunkeval.engine.experiment`, the batch size in the embedding.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from chunkeval.engine.experiment import Experiment, parse_ints, split_flags
+from chunkeval.errors import InputError
+from chunkeval.vocabulary import CONFIG_KEYS, GOLD_FORMATS
+
+# --------------------------------------------------------------------------- experiment settings
+
+
+def add_experiment_flags(p: argparse.ArgumentParser) -> None:
+    """An experiment file and the flags that override its settings (`run`, `sweep`), then how to embed."""
+    p.add_argument(
+        "experiment_file",
+        nargs="?",
+        metavar="experiment.yaml",
+        help="an experiment file; flags given as well override its settings",
+    )
+    g = p.add_argument_group("experiment settings")
+    _add_input_and_chunking_flags(g)
+    _add_retrieval_and_scoring_flags(g)
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        help="texts per embedding batch (default 16 on a CPU; on a GPU, what a quarter of its free memory holds)",
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="where to embed: auto (a GPU when torch sees one, else the CPU), cpu, cuda or cuda:N",
+    )
+
+
+def _add_input_and_chunking_flags(g) -> None:
+    g.add_argument("--corpus-dir", help="folder of <corpus_id>.md|.txt files (default: the demo corpora)")
+    g.add_argument(
+        "--questions", help="span gold set: CSV with question, references, corpus_id (default: the demo questions)"
+    )
+    add_corpus_filter(g, "only these corpora (default: every corpus in the folder)")
+    g.add_argument(
+        "--chunker",
+        help="comma-separated chunkers: fixed_token, fixed_char, recursive_token, cluster_semantic, "
+        "semantic_breakpoint, or module:function (a chunker or a text splitter)",
+    )
+    g.add_argument(
+        "--chunk-sizes", help="comma-separated chunk sizes (tokens; characters for fixed_char), e.g. 100,200"
+    )
+    g.add_argument(
+        "--overlaps",
+        help="comma-separated overlaps: a number of tokens, or a share of the chunk size like 10%% (rounded down)",
+    )
+    g.add_argument("--k", help="comma-separated retrieval depths, e.g. 1,3,5")
+
+
+def _add_retrieval_and_scoring_flags(g) -> None:
+    g.add_argument(
+        "--model",
+        help="comma-separated embedding models: all-MiniLM-L6-v2 (default, bundled), minilm-static "
+        "(built locally on first use), or local sentence-transformers folders",
+    )
+    g.add_argument("--retriever", help="comma-separated retrievers: dense (default), bm25, hybrid, or module:function")
+    g.add_argument("--rrf-k", type=int, help="the constant of hybrid's reciprocal rank fusion (default 60)")
+    g.add_argument(
+        "--own-corpus",
+        action="store_true",
+        default=None,
+        help="retrieve each question from its own corpus only (default: from all corpora pooled, as Chroma does)",
+    )
+    g.add_argument(
+        "--skip-empty-gold",
+        action="store_true",
+        default=None,
+        help="leave questions without references out of the averages (default: they score recall 0)",
+    )
+    g.add_argument(
+        "--duplicates",
+        choices=("positional", "credit"),
+        help="a reference whose text occurs more than once in its corpus: only its gold position counts "
+        "(positional, the default) or the copy the retrieved chunks cover most (credit); docs/metrics.md",
+    )
+    g.add_argument(
+        "--backend",
+        choices=("torch", "onnx", "openvino"),
+        help="who runs the embedding model: torch (default, sentence-transformers), onnx (onnxruntime) or openvino; "
+        "exported once into $CHUNKEVAL_HOME/backends (docs/backends.md)",
+    )
+    g.add_argument(
+        "--quantize",
+        choices=("none", "int8"),
+        help="int8: quantised weights for backend onnx or openvino (faster, vectors drift; docs/backends.md)",
+    )
+
+
+# the settings among the experiment flags (not --batch-size or --device): giving one defines an experiment
+SETTING_FLAGS = (
+    "corpus_dir",
+    "questions",
+    "corpus",
+    "chunker",
+    "chunk_sizes",
+    "overlaps",
+    "k",
+    "model",
+    "retriever",
+    "rrf_k",
+    "own_corpus",
+    "skip_empty_gold",
+    "duplicates",
+    "backend",
+    "quantize",
+)
+
+
+def gives_settings(args: argparse.Namespace) -> bool:
+    """Whether any experiment setting was given on the command line."""
+    return any(getattr(args, f) not in (None, [], ()) for f in SETTING_FLAGS)
+
+
+def experiment_from_args(
+    args: argparse.Namespace, default: Experiment | None = None, name: str | None = None
+) -> Experiment:
+    """The experiment of the file given (else `default`, else the built-in one) changed by the flags given."""
+    from chunkeval.engine.embedding import check_batch_size, check_device
+
+    check_batch_size(args.batch_size)
+    check_device(args.device)
+    exp = Experiment.from_yaml(Path(args.experiment_file)) if args.experiment_file else (default or Experiment())
+    return exp.with_overrides(
+        name=name,
+        corpus_dir=args.corpus_dir,
+        questions=args.questions,
+        corpus=tuple(split_flags(args.corpus)),
+        chunker=tuple(split_flags(args.chunker)),
+        chunk_sizes=parse_ints(args.chunk_sizes, "--chunk-sizes"),
+        overlaps=tuple(split_flags(args.overlaps)),
+        k=parse_ints(args.k, "--k"),
+        model=tuple(split_flags(args.model)),
+        retriever=tuple(split_flags(args.retriever)),
+        rrf_k=args.rrf_k,
+        own_corpus=args.own_corpus,
+        skip_empty_gold=args.skip_empty_gold,
+        duplicates=args.duplicates,
+        backend=args.backend,
+        quantize=args.quantize,
+    ).checked_for_device(args.device)
+
+
+def add_corpus_filter(p, help: str) -> None:
+    p.add_argument("--corpus", action="extend", nargs="+", metavar="ID", help=help)
+
+
+# --------------------------------------------------------------------------- what a command reads
+
+
+def add_experiment(
+    p: argparse.ArgumentParser, help: str | None = None, *, required: bool = False, dest: str = "experiment"
+) -> None:
+    p.add_argument("--experiment", metavar="NAME", required=required, dest=dest, help=help)
+
+
+def add_run(p: argparse.ArgumentParser, help: str | None = None, *, required: bool = False, many: bool = False) -> None:
+    """`--run ID`, of a run recorded in the warehouse (given twice where `many`)."""
+    p.add_argument("--run", action="append" if many else "store", metavar="ID", required=required, help=help)
+
+
+def add_metric(p: argparse.ArgumentParser, help: str) -> None:
+    """`--metric NAME`, which the command checks with `chunkeval.stats.aggregate.check_metric`."""
+    p.add_argument("--metric", required=True, help=help)
+
+
+def add_alpha(p: argparse.ArgumentParser) -> None:
+    """`--alpha`, which the command checks with `chunkeval.analysis.comparisons.check_alpha`."""
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level after Holm (default 0.05)")
+
+
+def add_threshold(p: argparse.ArgumentParser, help: str) -> None:
+    """`--threshold`, which the command checks with `chunkeval.analysis.comparisons.check_threshold`."""
+    p.add_argument("--threshold", type=float, default=0.02, help=help)
+
+
+def add_config(p: argparse.ArgumentParser, help: str) -> None:
+    """`--config KEY=VALUE`, repeatable; `config_filter` reads it."""
+    p.add_argument("--config", action="append", metavar="KEY=VALUE", help=help)
+
+
+def config_filter(values: list[str] | None) -> dict:
+    """The configuration settings of `--config` (key=value pairs, comma-separated or repeated)."""
+    out = {}
+    for item in split_flags(values):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InputError(f"--config takes key=value pairs ({', '.join(CONFIG_KEYS)}), got {item!r}")
+        key = key.strip()
+        if key not in CONFIG_KEYS:
+            raise InputError(f"--config keys are {', '.join(CONFIG_KEYS)}; got {key!r}")
+        out[key] = (
+            value.strip() if key in ("model", "retriever", "chunker") else parse_ints(value, f"--config {key}")[0]
+        )
+    return out
+
+
+def add_json(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--json", action="store_true", help=help)
+
+
+def add_run_file_options(p: argparse.ArgumentParser, format_help: str, k_help: str) -> None:
+    """`--format` and `--k` of ranked-list files (`--k` is checked with `chunkeval.engine.experiment.check_k`)."""
+    p.add_argument("--format", default="auto", choices=list(GOLD_FORMATS), help=format_help)
+    p.add_argument("--k", type=int, default=10, help=k_help)
+
+
+def check_at_least_one(value: int | None, flag: str) -> int | None:
+    """A count given on the command line (--last, --chunk-size): at least 1 where given."""
+    if value is not None and value < 1:
+        raise InputError(f"{flag} must be at least 1, got {value}")
+    return value

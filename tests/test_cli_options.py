@@ -1,0 +1,48 @@
+"""What a user types to `chunkeval` does not change when the CLI's code moves: every command path keeps
+its subcommands, positionals and options (flags, metavars, defaults, choices, types) as
+tests/data/cli_options.json recorded them from the CLI before it was split into command modules."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _maker():
+    spec = importlib.util.spec_from_file_location("make_cli_options", DATA / "make_cli_options.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_command_keeps_its_options():
+    from chunkeval.cli.main import build_parser
+
+    recorded = json.loads((DATA / "cli_options.json").read_text(encoding="utf-8"))
+    now = _maker().describe(build_parser())
+    assert list(now) == list(recorded), "the same commands and subcommands, in the same order"
+    for path, entry in recorded.items():
+        assert now[path] == entry, path
+
+
+def test_the_recorded_file_is_what_the_script_writes():
+    maker = _maker()
+    recorded = (DATA / "cli_options.json").read_text(encoding="utf-8")
+    assert maker.dumps(json.loads(recorded)) == recorded
+
+
+def test_every_command_module_says_how_it_reaches_the_warehouse():
+    """One module per command, its options beside its handler, and an explicit WAREHOUSE_SESSION: the
+    commands that only read the warehouse hold one connection for the whole command."""
+    from chunkeval.cli.commands import COMMANDS
+
+    sessions = {}
+    for command in COMMANDS:
+        assert callable(command.add_parser), command.__name__
+        assert isinstance(command.WAREHOUSE_SESSION, bool), command.__name__
+        sessions[command.__name__.rpartition(".")[2]] = command.WAREHOUSE_SESSION
+    assert len(sessions) == 11
+    assert {name for name, held in sessions.items() if held} == {"runs", "trend", "report", "baseline", "compare"}
