@@ -791,6 +791,43 @@ CASES.update(
             lambda w: sweep(w["t"], "--retriever", "this:s"),
             "retriever 'this:s': 'this' is the standard library's, never a plug-in",
         ),
+        "run: --experiment outside the home": (
+            lambda w: ["run", "--experiment", "../../x"],
+            "experiment name '../../x' must be one word",
+        ),
+        "report: --experiment as an absolute path": (
+            lambda w: ["report", "--experiment", "/etc/passwd"],
+            "experiment name '/etc/passwd' must be one word",
+        ),
+        "runs prune: --experiment ..": (
+            lambda w: ["runs", "prune", "--experiment", "..", "--keep-last", "1"],
+            "experiment name '..' must be one word",
+        ),
+        "trend: threshold nan": (
+            lambda w: [
+                "trend",
+                "--experiment",
+                "cat",
+                "--metric",
+                "span_recall",
+                "--fail-on-regression",
+                "--threshold",
+                "nan",
+            ],
+            "--threshold must be a finite number, 0 or more, got nan",
+        ),
+        "trend: threshold inf": (
+            lambda w: ["trend", "--experiment", "cat", "--metric", "span_recall", "--threshold", "inf"],
+            "--threshold must be a finite number",
+        ),
+        "compare: alpha nan": (
+            lambda w: ["compare", "--experiment", "cat", "--metric", "span_recall", "--alpha", "nan"],
+            "--alpha must be strictly between 0 and 1, got nan",
+        ),
+        "run: rrf_k past a machine integer": (
+            lambda w: ["run", "--experiment", "cat", "--retriever", "hybrid", "--rrf-k", "99999999999"],
+            "rrf_k must be at most 2147483647",
+        ),
         "run: model folder relative to the experiment file": (
             lambda w: ["run", experiment(w["t"], GOOD_YAML + "model: [models/mine]\n")],
             "/models/mine' is neither",  # an absolute path: the file's folder joined with models/mine

@@ -1,6 +1,7 @@
 """What a user types to `chunkeval` does not change when the CLI's code moves: every command path keeps
 its subcommands, positionals and options (flags, metavars, defaults, choices, types) as
-tests/data/cli_options.json recorded them from the CLI before it was split into command modules."""
+tests/data/cli_options.json recorded them from the CLI before it was split into command modules. One option
+was added since, on purpose: `--plugin MODULE` of run and sweep (plug-ins run only when asked)."""
 
 from __future__ import annotations
 

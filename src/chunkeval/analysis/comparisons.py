@@ -8,6 +8,8 @@ Holm–Bonferroni adjustment runs over every comparison of one call.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -92,7 +94,7 @@ def adjust(comparisons: list[dict], alpha: float = 0.05) -> list[dict]:
 
 def check_alpha(alpha: float) -> float:
     """A significance level, strictly between 0 and 1 (the CLI's --alpha, the Python API's alpha)."""
-    if not 0 < alpha < 1:
+    if not (math.isfinite(alpha) and 0 < alpha < 1):
         raise InputError(f"--alpha must be strictly between 0 and 1, got {alpha}")
     return alpha
 
@@ -100,8 +102,8 @@ def check_alpha(alpha: float) -> float:
 def check_threshold(threshold: float, what: str = "--threshold") -> float:
     """The smallest fall of a metric that counts as a regression: 0 or more (`what` names it as the
     caller's user wrote it: --threshold, threshold)."""
-    if threshold < 0:
-        raise InputError(f"{what} must be 0 or more, got {threshold}")
+    if not math.isfinite(threshold) or threshold < 0:
+        raise InputError(f"{what} must be a finite number, 0 or more, got {threshold}")
     return threshold
 
 

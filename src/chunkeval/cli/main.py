@@ -7,12 +7,15 @@ import argparse
 import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 
 from chunkeval._version import __version__
 from chunkeval.cli.commands import COMMANDS
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
+from chunkeval.limits import check_name
 
 log = logging.getLogger("chunkeval")
 
@@ -59,6 +62,15 @@ def configure_logging(verbose: bool) -> None:
     log.setLevel(logging.INFO if verbose else logging.WARNING)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so that a terminated run ends as an interrupted one does:
+    recorded failed, its temporary server stopped, nothing left running."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -66,18 +78,27 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     try:
+        for dest in ("experiment", "prune_experiment"):  # a name may become a path: checked before any use
+            if getattr(args, dest, None) is not None:
+                check_name(getattr(args, dest))
         with contextlib.ExitStack() as session:
             return args.func(args, WarehouseAccess(session if args.warehouse_session else None))
     except InputError as exc:
         print(f"chunkeval: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("chunkeval: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(f"chunkeval: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

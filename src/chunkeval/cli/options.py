@@ -31,6 +31,13 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
     _add_input_and_chunking_flags(g)
     _add_retrieval_and_scoring_flags(g)
     p.add_argument(
+        "--plugin",
+        action="append",
+        metavar="MODULE",
+        help="let the experiment file (or the recorded run) run module:function chunkers and retrievers of MODULE, "
+        "as if it listed MODULE under plugins: (repeatable); plug-ins named by flags need none",
+    )
+    p.add_argument(
         "--batch-size",
         type=int,
         help="texts per embedding batch (default 16 on a CPU; on a GPU, what a quarter of its free memory holds)",
@@ -135,7 +142,8 @@ def experiment_from_args(
 
     check_batch_size(args.batch_size)
     check_device(args.device)
-    exp = Experiment.from_yaml(Path(args.experiment_file)) if args.experiment_file else (default or Experiment())
+    allow = tuple(args.plugin or ())
+    exp = Experiment.from_yaml(Path(args.experiment_file), allow) if args.experiment_file else (default or Experiment())
     return exp.with_overrides(
         name=name,
         corpus_dir=args.corpus_dir,

@@ -223,6 +223,9 @@ class Experiment:
         from chunkeval.engine.embedding.backends import check_backend
 
         check_backend(self.backend, self.quantize, source)
+        for key, values in (("k", self.k), ("chunk_sizes", self.chunk_sizes), ("rrf_k", (self.rrf_k,))):
+            if any(abs(v) > MAX_INT for v in values):
+                raise InputError(f"{key} must be at most {MAX_INT}, got {max(values, key=abs)}", source)
         if self.rrf_k < 0:
             raise InputError(f"rrf_k must be 0 or more, got {self.rrf_k}", source)
         for key in ("model", "retriever", "chunker"):

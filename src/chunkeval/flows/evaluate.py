@@ -189,9 +189,9 @@ def evaluate(
         )
         return {"run_id": run_id, "status": "skipped", "texts_embedded": 0}
     run_id = wh.begin_run(exp.name, fps, trigger, settings, flow_run_id)
-    checkpoint("started")
-    logger.info("experiment %s: run %s (%s)", exp.name, run_id, trigger)
-    try:
+    try:  # from here a run that ends (an error, ^C, SIGTERM) is recorded failed
+        checkpoint("started")
+        logger.info("experiment %s: run %s (%s)", exp.name, run_id, trigger)
         progress.step("loading")
         inputs = load(exp)
         embedders = sweep.Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)

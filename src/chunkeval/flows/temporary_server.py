@@ -94,8 +94,20 @@ def temporary_server() -> Iterator[str | None]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     process, url = start()
+    os.environ["PREFECT_API_URL"] = url  # for processes started within (a local Dask cluster's workers)
     try:
         with temporary_settings(updates={PREFECT_API_URL: url}):
             yield url
     finally:
+        _drain_prefect()  # Prefect's logs and events still queued go to the server before it stops
+        os.environ.pop("PREFECT_API_URL", None)
         stop(process)
+
+
+def _drain_prefect(timeout: float = 10.0) -> None:
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        with contextlib.suppress(Exception):  # a worker never started, or already stopped
+            worker.drain_all(timeout=timeout, at_exit=False)

@@ -46,20 +46,27 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
-def named_experiment(name: str, defining: bool, warehouse: WarehouseAccess) -> Experiment:
+def named_experiment(name: str, defining: bool, warehouse: WarehouseAccess, allow=()) -> Experiment:
     """The experiment NAME: `demo`, `$CHUNKEVAL_HOME/experiments/NAME.yaml`, or the settings of its last
-    recorded run. An unknown name with settings on the command line (`defining`) is a new experiment."""
+    recorded run. An unknown name with settings on the command line (`defining`) is a new experiment.
+    A file or recorded settings run plug-ins only as `chunkeval.engine.plugins` allows (`allow`: --plugin)."""
+    from chunkeval.limits import check_name
     from chunkeval.paths import home
+
+    check_name(name)  # before it becomes a path: never outside $CHUNKEVAL_HOME/experiments
 
     if name == "demo":
         return Experiment.demo()
     path = home() / "experiments" / f"{name}.yaml"
     if path.is_file():
-        return Experiment.from_yaml(path).with_overrides(name=name)
+        return Experiment.from_yaml(path, allow).with_overrides(name=name)
     wh = warehouse(must_exist=False)
     runs = wh.runs(name, limit=1) if wh.exists() else []
     if runs:
-        return Experiment.from_dict(json.loads(runs[0]["settings"]))
+        settings = json.loads(runs[0]["settings"])
+        return Experiment.from_dict(
+            settings, source=f"the settings of run {runs[0]['run_id']}", trusted=False, allow=allow
+        )
     if defining:
         return Experiment(name=name)
     raise InputError(
@@ -87,7 +94,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if args.experiment_file:
         exp = experiment_from_args(args, name=args.experiment)
     else:
-        named = named_experiment(args.experiment or "demo", gives_settings(args), warehouse)
+        named = named_experiment(args.experiment or "demo", gives_settings(args), warehouse, tuple(args.plugin or ()))
         exp = experiment_from_args(args, named, name=args.experiment)
     from chunkeval.engine.runners import check_task_runner, cluster_workers, parse_task_runner
 
@@ -98,10 +105,11 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
     quiet_prefect(args.verbose)
     from chunkeval.flows.evaluate import with_task_runner
+    from chunkeval.flows.temporary_server import temporary_server
 
     log.propagate = False  # Prefect's console handler sits on the root logger: say each thing once
     try:
-        with show_progress():
+        with temporary_server(), show_progress():
             result = with_task_runner(runner)(
                 experiment=exp.to_dict(),
                 if_changed=args.if_changed,
