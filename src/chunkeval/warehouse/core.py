@@ -568,7 +568,7 @@ class Warehouse:
             tables[folder / "models.parquet"] = run_col(models)
         if by_corpus is None:
             skip = bool(json.loads(self.run(run_id)["settings"] or "{}").get("skip_empty_gold"))
-            from chunkeval.engine.metrics import summarize
+            from chunkeval.stats.summaries import summarize
 
             by_corpus = summarize(
                 per_query if skip or "has_gold" not in per_query.column_names else per_query.drop_columns(["has_gold"]),
