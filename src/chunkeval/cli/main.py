@@ -392,10 +392,14 @@ def cmd_runs_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_runs_prune(args: argparse.Namespace) -> int:
-    from chunkeval.warehouse import parse_age
+    from chunkeval.cli.ages import parse_age
 
     age = parse_age(args.older_than, "--older-than") if args.older_than else None
     wh = _warehouse()
+    if (args.keep_last is None) == (age is None):
+        raise InputError("prune takes one of --keep-last K or --older-than AGE")
+    if args.keep_last is not None and args.keep_last < 1:
+        raise InputError(f"--keep-last must be at least 1, got {args.keep_last}")
     deleted, kept = wh.prune(args.prune_experiment, args.keep_last, age)
     print(f"deleted {len(deleted)} run(s) of experiment {args.prune_experiment}")
     if kept:
@@ -493,7 +497,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not args.run and not args.experiment:
         raise InputError("give --run ID or --experiment NAME")
     if args.since is not None:
-        from chunkeval.warehouse import parse_age
+        from chunkeval.cli.ages import parse_age
 
         age = parse_age(args.since, "--since")
         if args.run or args.html or not args.experiment:
@@ -610,9 +614,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
             args.alpha,
         )
     else:
-        results = _warehouse().compare(
-            args.metric, args.run or [], args.experiment, _config_filter(args.config), args.all_pairs, args.alpha
-        )
+        wh, config = _warehouse(), _config_filter(args.config)
+        if not args.run and not args.experiment:
+            raise InputError(
+                "give --run ID (twice to compare two runs), or --experiment NAME for its last completed run"
+            )
+        if len(args.run or []) > 2:
+            raise InputError("compare takes at most two --run")
+        results = wh.compare(args.metric, args.run or [], args.experiment, config, args.all_pairs, args.alpha)
     if args.json:
         json.dump([{k: _clean(v) for k, v in r.items()} for r in results], sys.stdout, indent=2, default=str)
         print()

@@ -122,18 +122,6 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(h|d|w)\s*$")
-
-
-def parse_age(text: str, flag: str) -> timedelta:
-    """`36h`, `7d`, `2w` as a timedelta; anything else is an error naming the flag."""
-    found = _DURATION.match(str(text))
-    if not found or int(found.group(1)) < 1:
-        raise InputError(f"{flag} takes an age such as 36h, 7d or 2w, got {text!r}")
-    n, unit = int(found.group(1)), found.group(2)
-    return timedelta(hours=n) if unit == "h" else timedelta(days=n * (7 if unit == "w" else 1))
-
-
 def _quote(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
@@ -878,12 +866,12 @@ class Warehouse:
 
     @staticmethod
     def _summary_filter(experiment: str, config: dict | None, configs: list[dict] | None) -> tuple[str, list]:
-        """The WHERE clause on `config_summary` for an experiment, a partial configuration (`--config`)
-        and any of a list of full configurations."""
+        """The WHERE clause on `config_summary` for an experiment, a partial configuration and any of a
+        list of full configurations."""
         where, params = ["experiment = ?"], [experiment]
         for key, value in (config or {}).items():
             if key not in CONFIG_KEYS:
-                raise InputError(f"--config keys are {', '.join(CONFIG_KEYS)}; got {key!r}")
+                raise InputError(f"config keys are {', '.join(CONFIG_KEYS)}; got {key!r}")
             where.append(f"{key} = ?")
             params.append(value)
         if configs:  # any of these configurations (each a full key)
@@ -975,9 +963,9 @@ class Warehouse:
         """Delete the experiment's runs beyond the newest `keep_last`, or started more than `older_than`
         ago (running runs are left alone). The pinned baseline is kept whatever its age: (deleted, kept)."""
         if (keep_last is None) == (older_than is None):
-            raise InputError("prune takes one of --keep-last K or --older-than AGE")
+            raise InputError("prune takes one of keep_last or older_than")
         if keep_last is not None and keep_last < 1:
-            raise InputError(f"--keep-last must be at least 1, got {keep_last}")
+            raise InputError(f"keep_last must be at least 1, got {keep_last}")
         self.check_experiment(experiment)
         runs = [r for r in self.runs(experiment) if r["status"] != "running"]
         if keep_last is not None:
@@ -1054,15 +1042,13 @@ class Warehouse:
         runs = [self.run(r) for r in run_ids]
         if not runs:
             if not experiment:
-                raise InputError(
-                    "give --run ID (twice to compare two runs), or --experiment NAME for its last completed run"
-                )
+                raise InputError("compare takes one or two run ids, or an experiment for its last completed run")
             last = self.last_completed(experiment)
             if last is None:
                 raise InputError(f"experiment {experiment!r} has no completed run")
             runs = [last]
         if len(runs) > 2:
-            raise InputError("compare takes at most two --run")
+            raise InputError("compare takes at most two runs")
         for run in runs:
             if run["status"] != "completed":
                 raise InputError(f"run {run['run_id']} is {run['status']}: only completed runs have results")
