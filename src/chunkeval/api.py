@@ -262,8 +262,9 @@ def regressions(
     `n_unmatched`, `p_ttest`, `p_adjusted`, `worst` (the queries that lost most), `run_id` and
     `reference_run_id`; an empty list when nothing fell."""
     from chunkeval.analysis.comparisons import check_alpha
+    from chunkeval.analysis.regression import REGRESSION_METRICS
     from chunkeval.engine.metrics import METRICS
-    from chunkeval.warehouse import REGRESSION_METRICS, Warehouse
+    from chunkeval.warehouse import Warehouse
 
     metrics = list(REGRESSION_METRICS if metrics is None else metrics)
     check_alpha(alpha)

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from chunkeval._version import __version__
 from chunkeval.analysis.comparisons import ties
+from chunkeval.analysis.regression import DEFAULT_THRESHOLD, REGRESSION_METRICS
 from chunkeval.engine.experiment import split_list
 from chunkeval.engine.metrics import METRICS, MICRO, MICRO_F1
 from chunkeval.errors import InputError
@@ -25,7 +26,7 @@ from chunkeval.faults import checkpoint
 from chunkeval.files import write_text
 from chunkeval.report import charts
 from chunkeval.vocabulary import CONFIG_KEYS
-from chunkeval.warehouse import DEFAULT_THRESHOLD, REGRESSION_METRICS, Warehouse
+from chunkeval.warehouse import Warehouse
 
 BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
 

@@ -35,6 +35,8 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval._version import __version__
+from chunkeval.analysis import regression as P
+from chunkeval.analysis.regression import DEFAULT_THRESHOLD, REGRESSION_METRICS  # noqa: F401 (re-exported)
 from chunkeval.errors import InputError
 from chunkeval.faults import checkpoint
 from chunkeval.files import pid_alive, write_tables, write_text
@@ -47,9 +49,6 @@ from chunkeval.vocabulary import CONFIG_KEYS
 SCHEMA_VERSION = 6
 STATUSES = ("running", "completed", "failed", "skipped")
 TRIGGERS = ("manual", "schedule", "event")
-# what the regression check watches by default, and by how much (absolute) a macro mean may fall
-REGRESSION_METRICS = ("span_recall", "span_precision", "span_iou", "recall_at_k", "mrr", "ndcg_at_k")
-DEFAULT_THRESHOLD = 0.02
 
 # Each step moves the schema up by one version; an older warehouse is brought up to date on open.
 MIGRATIONS = [
@@ -1031,12 +1030,8 @@ class Warehouse:
     ) -> list[dict]:
         """`chunkeval compare` over recorded runs: one run's configurations against its best (or every
         pair), or the configurations two runs of one experiment share, queries paired by query_id.
-        Without a run, the experiment's last completed run."""
-        from chunkeval.analysis import comparisons as C
-
-        C.check_alpha(alpha)
-        if metric not in METRICS:
-            raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+        Without a run, the experiment's last completed run. The rules: `chunkeval.analysis.regression`."""
+        P.check_request(metric, alpha)
         if experiment:
             self.check_experiment(experiment)
         runs = [self.run(r) for r in run_ids]
@@ -1047,25 +1042,11 @@ class Warehouse:
             if last is None:
                 raise InputError(f"experiment {experiment!r} has no completed run")
             runs = [last]
-        if len(runs) > 2:
-            raise InputError("compare takes at most two runs")
-        for run in runs:
-            if run["status"] != "completed":
-                raise InputError(f"run {run['run_id']} is {run['status']}: only completed runs have results")
-            if experiment and run["experiment"] != experiment:
-                raise InputError(f"run {run['run_id']} belongs to experiment {run['experiment']!r}, not {experiment!r}")
+        P.check_runs(runs, experiment)
         if len(runs) == 2:
-            if runs[0]["experiment"] != runs[1]["experiment"]:
-                raise InputError(
-                    f"runs {runs[0]['run_id']} and {runs[1]['run_id']} are of different experiments "
-                    f"({runs[0]['experiment']!r}, {runs[1]['experiment']!r})"
-                )
             self.check_comparable(runs[0]["run_id"], runs[1]["run_id"])
         ids = [r["run_id"] for r in runs]
-        tables = [C.matching(self.query_results(r), config or {}, f"run {r}") for r in ids]
-        if len(ids) == 1:
-            return C.within_run(tables[0], metric, ids[0], all_pairs, alpha)
-        return C.across_runs(tables[0], tables[1], metric, ids[0], ids[1], alpha)
+        return P.compare_runs((self.query_results(r) for r in ids), ids, metric, config or {}, all_pairs, alpha)
 
     def duplicates(self, run_id: str) -> str:
         """The `duplicates` setting a run was scored with (`positional` for runs recorded before it existed)."""
@@ -1073,12 +1054,7 @@ class Warehouse:
 
     def check_comparable(self, run_a: str, run_b: str) -> None:
         """Runs scored with different `duplicates` settings are never compared."""
-        a, b = self.duplicates(run_a), self.duplicates(run_b)
-        if a != b:
-            raise InputError(
-                f"runs {run_a} (duplicates: {a}) and {run_b} (duplicates: {b}) score repeated passages "
-                "differently and are never compared; compare runs with the same setting"
-            )
+        P.check_same_scoring(run_a, self.duplicates(run_a), run_b, self.duplicates(run_b))
 
     def reference_run(self, experiment: str, run_id: str) -> str | None:
         """What a run of the experiment is checked against: the pinned baseline, else the previous
@@ -1100,8 +1076,6 @@ class Warehouse:
         """Configurations whose metric fell for real in the newest completed run, against the pinned (or
         given) baseline run, else the previous completed run: a paired mean fall larger than `threshold`
         that is significant at `alpha` after Holm (`chunkeval.analysis.comparisons.regressions`)."""
-        from chunkeval.analysis.comparisons import regressions
-
         newest = self.last_completed(experiment)
         if newest is None:
             return []
@@ -1112,12 +1086,8 @@ class Warehouse:
         self.check_comparable(newest, reference)
         questions = dict(self._question_texts(reference) + self._question_texts(newest))
         columns = [*CONFIG_KEYS, "query_id", *metrics]
-        falls = regressions(
+        after, before = (
             self.run_columns(newest, "per_query", columns),
             self.run_columns(reference, "per_query", columns),
-            metrics,
-            threshold,
-            alpha,
-            questions,
         )
-        return [{**f, "run_id": newest, "reference_run_id": reference} for f in falls]
+        return P.regressions_between(newest, reference, after, before, metrics, threshold, alpha, questions)
