@@ -43,11 +43,11 @@ def main() -> int:
     from scipy.stats import binomtest
 
     from chunkeval.analysis.comparisons import configurations, regressions
+    from chunkeval.analysis.regression import DEFAULT_THRESHOLD, REGRESSION_METRICS
     from chunkeval.engine.embedding import resolve_model
     from chunkeval.engine.experiment import Experiment
     from chunkeval.engine.sweep import Embedders, run_sweep
     from chunkeval.paths import cache_dir
-    from chunkeval.warehouse import DEFAULT_THRESHOLD, REGRESSION_METRICS
 
     def run(model: str):
         exp = Experiment(

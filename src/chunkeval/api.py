@@ -260,8 +260,9 @@ def regressions(
     `n_unmatched`, `p_ttest`, `p_adjusted`, `worst` (the queries that lost most), `run_id` and
     `reference_run_id`; an empty list when nothing fell."""
     from chunkeval.analysis.comparisons import check_alpha, check_threshold
+    from chunkeval.analysis.regression import REGRESSION_METRICS
     from chunkeval.stats.aggregate import check_metrics
-    from chunkeval.warehouse import REGRESSION_METRICS, Warehouse
+    from chunkeval.warehouse import Warehouse
 
     check_alpha(alpha)
     check_threshold(threshold, "threshold")

@@ -12,11 +12,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 from prefect.logging import get_run_logger
 
+from chunkeval.analysis.regression import DEFAULT_THRESHOLD, REGRESSION_METRICS
 from chunkeval.engine.experiment import Experiment
 from chunkeval.flows.evaluate import artifact_key, warehouse
 from chunkeval.report.html import report_path, write_report
 from chunkeval.report.terminal import regression_message
-from chunkeval.warehouse import DEFAULT_THRESHOLD, REGRESSION_METRICS
 
 
 class RegressionDetected(RuntimeError):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from chunkeval._version import __version__
 from chunkeval.analysis.comparisons import ties
+from chunkeval.analysis.regression import DEFAULT_THRESHOLD
 from chunkeval.engine.metrics import METRICS
 from chunkeval.errors import InputError
 from chunkeval.faults import checkpoint
@@ -29,7 +30,7 @@ from chunkeval.report.sections import (
     section_tradeoff,
     section_trend,
 )
-from chunkeval.warehouse import DEFAULT_THRESHOLD, Warehouse
+from chunkeval.warehouse import Warehouse
 
 # --------------------------------------------------------------------------- sections
 

@@ -10,12 +10,13 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from chunkeval.analysis.regression import REGRESSION_METRICS
 from chunkeval.engine.experiment import split_list
 from chunkeval.engine.metrics import METRICS, MICRO, MICRO_F1
 from chunkeval.errors import InputError
 from chunkeval.report import charts
 from chunkeval.vocabulary import CONFIG_KEYS
-from chunkeval.warehouse import REGRESSION_METRICS, Warehouse
+from chunkeval.warehouse import Warehouse
 
 BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
 

@@ -8,7 +8,7 @@ docs/metrics.md ("Averages"):
 - micro: the counts summed over the rows before dividing (0 where the denominator sums to 0), and for
   the F1s the harmonic mean of the micro precision and recall.
 
-The bootstrap intervals are not SQL: `chunkeval.engine.metrics.mean_intervals` adds them to a summary.
+The bootstrap intervals are not SQL: `chunkeval.stats.summaries.mean_intervals` adds them to a summary.
 """
 
 from __future__ import annotations

@@ -58,9 +58,14 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if args.gold or args.run_file:
         results = _compare_files(args)
     else:
-        results = warehouse().compare(
-            args.metric, args.run or [], args.experiment, config_filter(args.config), args.all_pairs, args.alpha
-        )
+        wh, config = warehouse(), config_filter(args.config)
+        if not args.run and not args.experiment:
+            raise InputError(
+                "give --run ID (twice to compare two runs), or --experiment NAME for its last completed run"
+            )
+        if len(args.run or []) > 2:
+            raise InputError("compare takes at most two --run")
+        results = wh.compare(args.metric, args.run or [], args.experiment, config, args.all_pairs, args.alpha)
     if args.json:
         print_json([{k: clean(v) for k, v in r.items()} for r in results], default=str)
         return 0

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if not args.run and not args.experiment:
         raise InputError("give --run ID or --experiment NAME")
     if args.since is not None:
-        from chunkeval.warehouse import parse_age
+        from chunkeval.cli.ages import parse_age
 
         age = parse_age(args.since, "--since")
         if args.run or args.html or not args.experiment:

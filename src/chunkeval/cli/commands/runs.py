@@ -7,6 +7,7 @@ import argparse
 from chunkeval.cli.options import add_experiment, add_json
 from chunkeval.cli.output import iso, print_json
 from chunkeval.cli.session import WarehouseAccess
+from chunkeval.errors import InputError
 
 WAREHOUSE_SESSION = True  # reads the catalogue, or removes runs in one short step
 
@@ -87,10 +88,15 @@ def delete(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 
 def prune(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.warehouse import parse_age
+    from chunkeval.cli.ages import parse_age
 
     age = parse_age(args.older_than, "--older-than") if args.older_than else None
-    deleted, kept = warehouse().prune(args.prune_experiment, args.keep_last, age)
+    wh = warehouse()
+    if (args.keep_last is None) == (age is None):
+        raise InputError("prune takes one of --keep-last K or --older-than AGE")
+    if args.keep_last is not None and args.keep_last < 1:
+        raise InputError(f"--keep-last must be at least 1, got {args.keep_last}")
+    deleted, kept = wh.prune(args.prune_experiment, args.keep_last, age)
     print(f"deleted {len(deleted)} run(s) of experiment {args.prune_experiment}")
     if kept:
         print(f"kept run {kept}: it is the pinned baseline (pin another with `chunkeval baseline` to let it go)")

@@ -1,0 +1,102 @@
+"""What a run is measured against: the baseline pinned per experiment (catalogue row and pin file), the
+reference run a regression check uses, and the comparisons of recorded runs. The warehouse finds the runs
+and reads their rows; the rules are `chunkeval.analysis.regression`'s."""
+
+from __future__ import annotations
+
+from chunkeval.analysis import regression as P
+from chunkeval.errors import InputError
+from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.warehouse.results import Results
+from chunkeval.warehouse.tables import DUPLICATES_SQL, utc_now
+
+
+class Baselines(Results):
+    """Pins, reference runs, comparisons and regressions of recorded runs."""
+
+    def pin_baseline(self, experiment: str, run_id: str) -> None:
+        run = self.run(run_id)
+        if run["status"] != "completed" or run["experiment"] != experiment:
+            raise InputError(f"run {run_id!r} is not a completed run of experiment {experiment!r}")
+        pin = {"experiment": experiment, "run_id": run_id, "pinned_at": utc_now()}
+        self._write_pin(pin)
+        with self.connect() as con:
+            con.execute("DELETE FROM baselines WHERE experiment = ?", [experiment])
+            con.execute("INSERT INTO baselines VALUES (?, ?, ?)", [experiment, run_id, pin["pinned_at"]])
+
+    def baseline(self, experiment: str) -> str | None:
+        rows = self._dicts("SELECT run_id FROM baselines WHERE experiment = ?", [experiment])
+        return rows[0]["run_id"] if rows else None
+
+    def duplicates(self, run_id: str) -> str:
+        """The `duplicates` setting a run was scored with (`positional` for runs recorded before it existed)."""
+        return self._dicts(f"SELECT {DUPLICATES_SQL.format(t='')} AS d FROM runs WHERE run_id = ?", [run_id])[0]["d"]
+
+    def check_comparable(self, run_a: str, run_b: str) -> None:
+        """Runs scored with different `duplicates` settings are never compared."""
+        P.check_same_scoring(run_a, self.duplicates(run_a), run_b, self.duplicates(run_b))
+
+    def reference_run(self, experiment: str, run_id: str) -> str | None:
+        """What a run of the experiment is checked against: the pinned baseline, else the previous
+        completed run scored with the same `duplicates` setting."""
+        pinned = self.baseline(experiment)
+        if pinned is not None:
+            return pinned
+        rows = self._dicts(
+            f"SELECT run_id FROM runs WHERE experiment = ? AND status = 'completed' AND run_id <> ? "
+            f"AND {DUPLICATES_SQL.format(t='')} = ? AND started_at <= (SELECT started_at FROM runs WHERE run_id = ?) "
+            "ORDER BY started_at DESC, run_id DESC LIMIT 1",
+            [experiment, run_id, self.duplicates(run_id), run_id],
+        )
+        return rows[0]["run_id"] if rows else None
+
+    def compare(
+        self,
+        metric: str,
+        run_ids: list[str] | tuple = (),
+        experiment: str | None = None,
+        config: dict | None = None,
+        all_pairs: bool = False,
+        alpha: float = 0.05,
+    ) -> list[dict]:
+        """`chunkeval compare` over recorded runs: one run's configurations against its best (or every
+        pair), or the configurations two runs of one experiment share, queries paired by query_id.
+        Without a run, the experiment's last completed run. The rules: `chunkeval.analysis.regression`."""
+        P.check_request(metric, alpha)
+        if experiment:
+            self.check_experiment(experiment)
+        runs = [self.run(r) for r in run_ids]
+        if not runs:
+            if not experiment:
+                raise InputError("compare takes one or two run ids, or an experiment for its last completed run")
+            last = self.last_completed(experiment)
+            if last is None:
+                raise InputError(f"experiment {experiment!r} has no completed run")
+            runs = [last]
+        P.check_runs(runs, experiment)
+        if len(runs) == 2:
+            self.check_comparable(runs[0]["run_id"], runs[1]["run_id"])
+        ids = [r["run_id"] for r in runs]
+        return P.compare_runs((self.query_results(r) for r in ids), ids, metric, config or {}, all_pairs, alpha)
+
+    def regressions(
+        self, experiment: str, metrics: list[str], threshold: float, baseline: str | None = None, alpha: float = 0.05
+    ) -> list[dict]:
+        """Configurations whose metric fell for real in the newest completed run, against the pinned (or
+        given) baseline run, else the previous completed run: a paired mean fall larger than `threshold`
+        that is significant at `alpha` after Holm (`chunkeval.analysis.comparisons.regressions`)."""
+        newest = self.last_completed(experiment)
+        if newest is None:
+            return []
+        newest = newest["run_id"]
+        reference = baseline or self.reference_run(experiment, newest)
+        if reference is None or reference == newest:
+            return []
+        self.check_comparable(newest, reference)
+        questions = dict(self._question_texts(reference) + self._question_texts(newest))
+        columns = [*CONFIG_KEYS, "query_id", *metrics]
+        after, before = (
+            self.run_columns(newest, "per_query", columns),
+            self.run_columns(reference, "per_query", columns),
+        )
+        return P.regressions_between(newest, reference, after, before, metrics, threshold, alpha, questions)

@@ -1,0 +1,157 @@
+"""The catalogue's history: runs listed and found, and the questions over an experiment's many runs
+(trend, history, rollup). They read the summary tables, never every run's files (a rollup
+reads the per-query files of its period's runs)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pyarrow as pa
+
+from chunkeval.errors import InputError
+from chunkeval.stats.aggregate import METRICS, summary_sql
+from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.warehouse.migrations import Schema
+from chunkeval.warehouse.tables import (
+    DUPLICATES_SQL,
+    MANIFEST_COLUMNS,
+    RUN_COLUMNS,
+    parquet,
+    parquet_columns,
+    projection,
+    utc_now,
+)
+
+
+class History(Schema):
+    """Runs, and the questions over an experiment's completed runs."""
+
+    def runs(
+        self,
+        experiment: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        with_process: bool = False,
+    ) -> list[dict]:
+        """Runs, newest first."""
+        where, params = [], []
+        if experiment:
+            where.append("experiment = ?")
+            params.append(experiment)
+        if status:
+            where.append("status = ?")
+            params.append(status)
+        sql = f"SELECT {', '.join(MANIFEST_COLUMNS if with_process else RUN_COLUMNS)} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_at DESC, run_id DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return self._dicts(sql, params)
+
+    def run(self, run_id: str, with_process: bool = False) -> dict:
+        columns = MANIFEST_COLUMNS if with_process else RUN_COLUMNS
+        rows = self._dicts(f"SELECT {', '.join(columns)} FROM runs WHERE run_id = ?", [run_id])
+        if not rows:
+            raise InputError(f"no run {run_id!r} in the warehouse {self.db_path}")
+        return rows[0]
+
+    def last_completed(self, experiment: str) -> dict | None:
+        rows = self.runs(experiment, "completed", limit=1)
+        return rows[0] if rows else None
+
+    def check_experiment(self, name: str) -> None:
+        """An error naming the known experiments unless `name` has a recorded run."""
+        if not self.runs(name, limit=1):
+            known = sorted({r["experiment"] for r in self.runs()})
+            raise InputError(f"no experiment named {name!r} has been recorded; known: {', '.join(known) or 'none'}")
+
+    def trend(
+        self,
+        experiment: str,
+        metric: str,
+        config: dict | None = None,
+        last: int | None = None,
+        configs: list[dict] | None = None,
+    ) -> list[dict]:
+        """The metric (macro mean, with its 95 % bootstrap interval where the run recorded one) per
+        completed run and configuration, oldest first, with the change against the previous run scored
+        the same way (the `trend` view's numbers, read from `config_summary` for one metric)."""
+        if metric not in METRICS:
+            raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+        where, params = self._summary_filter(experiment, config, configs)
+        keys = ", ".join(CONFIG_KEYS)
+        sql = (
+            f"SELECT run_id, started_at, duplicates, {keys}, '{metric}' AS metric, {metric}_mean AS value, "
+            f"{metric}_ci_low AS ci_low, {metric}_ci_high AS ci_high, {metric}_mean - lag({metric}_mean) OVER "
+            f"(PARTITION BY duplicates, {keys} ORDER BY started_at, run_id) AS change "
+            f"FROM config_summary WHERE {where}"
+        )
+        if last:  # the newest `last` runs (their changes still against the run before each)
+            sql, params = self._newest_runs(sql, params, experiment, last)
+        return self._dicts(sql + f" ORDER BY started_at, run_id, {keys}", params)
+
+    def history(self, experiment: str, metrics: list[str], configs: list[dict], last: int) -> list[dict]:
+        """Several metrics at once (mean and 95 % interval each) of the given configurations over the
+        newest `last` completed runs, oldest first: what the report's trend charts draw, in one query."""
+        where, params = self._summary_filter(experiment, None, configs)
+        columns = ", ".join(f"{m}_{part}" for m in metrics for part in ("mean", "ci_low", "ci_high"))
+        sql, params = self._newest_runs(
+            f"SELECT run_id, started_at, {', '.join(CONFIG_KEYS)}, {columns} FROM config_summary WHERE {where}",
+            params,
+            experiment,
+            last,
+        )
+        return self._dicts(sql + f" ORDER BY started_at, run_id, {', '.join(CONFIG_KEYS)}", params)
+
+    @staticmethod
+    def _summary_filter(experiment: str, config: dict | None, configs: list[dict] | None) -> tuple[str, list]:
+        """The WHERE clause on `config_summary` for an experiment, a partial configuration and any of a
+        list of full configurations."""
+        where, params = ["experiment = ?"], [experiment]
+        for key, value in (config or {}).items():
+            if key not in CONFIG_KEYS:
+                raise InputError(f"config keys are {', '.join(CONFIG_KEYS)}; got {key!r}")
+            where.append(f"{key} = ?")
+            params.append(value)
+        if configs:  # any of these configurations (each a full key)
+            where.append(
+                "(" + " OR ".join("(" + " AND ".join(f"{k} = ?" for k in CONFIG_KEYS) + ")" for _ in configs) + ")"
+            )
+            params += [c[k] for c in configs for k in CONFIG_KEYS]
+        return " AND ".join(where), params
+
+    @staticmethod
+    def _newest_runs(sql: str, params: list, experiment: str, last: int) -> tuple[str, list]:
+        """`sql`'s rows of the newest `last` completed runs of the experiment only."""
+        return (
+            f"SELECT * FROM ({sql}) WHERE run_id IN (SELECT run_id FROM runs WHERE experiment = ? AND "
+            f"status = 'completed' ORDER BY started_at DESC, run_id DESC LIMIT {int(last)})",
+            [*params, experiment],
+        )
+
+    def rollup(self, experiment: str, since: timedelta) -> tuple[pa.Table, list[str]]:
+        """The averages of a period: per configuration (and `duplicates` setting), macro = mean over
+        every query row of the experiment's completed runs started within `since`, micro = sums over
+        them, with `n_runs`; the same SQL as every summary (`chunkeval.stats.aggregate`). Also the run ids."""
+        start = utc_now() - since
+        runs = [r for r in self.runs(experiment, "completed") if r["started_at"] >= start]
+        if not runs:
+            raise InputError(f"experiment {experiment!r} has no completed run since {start:%Y-%m-%d %H:%M} UTC")
+        files = [self._file(r["run_id"], "per_query") for r in runs]
+        missing = [f for f in files if not f.is_file()]
+        if missing:
+            raise InputError("results missing; `chunkeval warehouse repair` marks such runs failed", missing[0])
+        skip = bool(json.loads(runs[0]["settings"] or "{}").get("skip_empty_gold"))
+        with self.connect() as con:
+            names = parquet_columns(con, files)
+            source = (
+                f"(SELECT {projection('per_query', names, 'q')}, {DUPLICATES_SQL.format(t='r.')} AS duplicates "
+                f"FROM {parquet(files)} q JOIN runs r USING (run_id))"
+            )
+            columns = [c for c in names | {"model", "retriever", "duplicates"} if c != "run_id"]
+            sql = summary_sql(
+                source, ["duplicates", *CONFIG_KEYS], columns, skip, extra=("count(DISTINCT run_id) AS n_runs",)
+            )
+            return con.sql(sql).to_arrow_table(), [r["run_id"] for r in runs]

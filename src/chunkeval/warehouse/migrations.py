@@ -1,0 +1,213 @@
+"""The catalogue's schema: its tables, the steps that bring an older warehouse up to date, the views, and
+the summary tables loaded from each completed run's Parquet files (`_materialize`).
+
+Tables `meta` (schema version, where the results folder was when the views were made), `runs`,
+`baselines`, `summaries` and `corpus_summaries` (docs/warehouse.md). Views `config_summary`,
+`corpus_summary` and `trend` read the summary tables; `query_results`, `gold_references` and `run_models`
+read the Parquet files of every run (for ad hoc SQL). The views show completed runs only, so a run killed
+at any point leaves no rows in the reports.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from chunkeval._version import __version__
+from chunkeval.errors import InputError
+from chunkeval.files import write_tables
+from chunkeval.stats.aggregate import summary_sql
+from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.warehouse.db import Connections
+from chunkeval.warehouse.layout import Layout
+from chunkeval.warehouse.tables import (
+    DUPLICATES_SQL,
+    MANIFEST_COLUMNS,
+    SUMMARY,
+    empty_results,
+    parquet,
+    parquet_columns,
+    projection,
+    quote,
+    summary_tables_sql,
+)
+
+SCHEMA_VERSION = 6
+
+# Each step moves the schema up by one version; an older warehouse is brought up to date on open.
+MIGRATIONS = [
+    """
+    CREATE TABLE IF NOT EXISTS meta (key VARCHAR, value VARCHAR);
+    CREATE TABLE runs (
+        run_id VARCHAR NOT NULL,
+        flow_run_id VARCHAR,
+        experiment VARCHAR NOT NULL,
+        status VARCHAR NOT NULL,
+        trigger VARCHAR NOT NULL,
+        started_at TIMESTAMP NOT NULL,
+        finished_at TIMESTAMP,
+        corpus_fingerprint VARCHAR,
+        gold_fingerprint VARCHAR,
+        model_fingerprint VARCHAR,
+        chunkeval_version VARCHAR,
+        texts_embedded BIGINT,
+        settings VARCHAR
+    );
+    """,
+    """
+    ALTER TABLE runs ADD COLUMN pid INTEGER;
+    ALTER TABLE runs ADD COLUMN host VARCHAR;
+    ALTER TABLE runs ADD COLUMN error VARCHAR;
+    CREATE TABLE baselines (experiment VARCHAR NOT NULL, run_id VARCHAR NOT NULL, pinned_at TIMESTAMP NOT NULL);
+    """,
+    # v3: every run keeps a manifest (its catalogue row) beside its results, and every pin a file, so that
+    # `chunkeval warehouse repair` can rebuild a damaged catalogue; `_backfill` writes them for older runs.
+    "SELECT 1",
+    # v4: a configuration is (model, retriever, chunker, chunk_size, chunk_overlap, k); results of older
+    # runs read as retriever `dense` with the model their settings recorded; per-run models.parquet.
+    "SELECT 1",
+    # v5: summaries carry <metric>_ci_low and <metric>_ci_high (95 % bootstrap intervals of the macro
+    # means); summaries written before have none (NULL), and they are never recomputed.
+    "SELECT 1",
+    # v6: the summaries of completed runs live in tables (`_materialize` loads them from the Parquet files);
+    # runs write by_corpus.parquet, and older runs' per-corpus summaries are computed from their per-query rows.
+    None,  # the tables' DDL is `summary_tables_sql()`
+]
+
+
+class Schema(Connections, Layout):
+    """Migrations, views and the summary tables, over a connection the caller holds."""
+
+    def schema_version(self, con) -> int:
+        if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'").fetchone()[0]:
+            return 0
+        row = (con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall() or [None])[0]
+        return int(row[0]) if row else 0
+
+    def _migrate(self, con, upto: int = SCHEMA_VERSION) -> None:
+        version = self.schema_version(con)
+        if version > SCHEMA_VERSION:
+            raise InputError(
+                f"warehouse schema version {version} is newer than this chunkeval ({__version__}) understands",
+                self.db_path,
+            )
+        for step in range(version, upto):
+            con.execute("BEGIN TRANSACTION")
+            con.execute(MIGRATIONS[step] or summary_tables_sql())
+            if step == 5:  # the summaries of every completed run so far
+                self._materialize(
+                    con, [r for (r,) in con.execute("SELECT run_id FROM runs WHERE status = 'completed'").fetchall()]
+                )
+            con.execute("DELETE FROM meta WHERE key = 'schema_version'")
+            con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(step + 1)])
+            con.execute("COMMIT")
+            if step == 2:
+                self._backfill(con)
+        if upto == SCHEMA_VERSION:
+            self._create_views(con, rebind=version < SCHEMA_VERSION)
+
+    def _backfill(self, con) -> None:
+        """Manifests for runs and pin files for baselines recorded before v3."""
+        cur = con.execute(f"SELECT {', '.join(MANIFEST_COLUMNS)} FROM runs")
+        for values in cur.fetchall():
+            row = dict(zip(MANIFEST_COLUMNS, values))
+            if self.read_manifest(row["run_id"]) is None:
+                self._write_manifest(row)
+        for experiment, run_id, pinned_at in con.execute(
+            "SELECT experiment, run_id, pinned_at FROM baselines"
+        ).fetchall():
+            self._write_pin({"experiment": experiment, "run_id": run_id, "pinned_at": pinned_at})
+
+    def _create_views(self, con, rebind: bool = False) -> None:
+        """The views. Those over the summary tables are cheap and made by every process; those over every
+        run's Parquet files only when the schema changed or the warehouse moved (making them reads the
+        footer of every file)."""
+        duplicates = DUPLICATES_SQL.format(t="r.")
+        for view, table in (("config_summary", "summaries"), ("corpus_summary", "corpus_summaries")):
+            con.execute(f"""
+                CREATE OR REPLACE VIEW {view} AS
+                SELECT {projection("summary", set(SUMMARY.names), "s")}, {duplicates} AS duplicates
+                FROM {table} s JOIN runs r USING (run_id)
+                WHERE r.status = 'completed'""")
+        con.execute(f"""
+            CREATE OR REPLACE VIEW trend AS
+            WITH long AS (
+                UNPIVOT (SELECT experiment, run_id, started_at, duplicates, {", ".join(CONFIG_KEYS)}, COLUMNS('_mean$')
+                         FROM config_summary)
+                ON COLUMNS('_mean$') INTO NAME metric VALUE value)
+            SELECT experiment, run_id, started_at, duplicates, {", ".join(CONFIG_KEYS)},
+                   regexp_replace(metric, '_mean$', '') AS metric, value,
+                   -- the change against the previous run scored the same way (never across duplicates settings)
+                   value - lag(value) OVER (PARTITION BY experiment, duplicates, {", ".join(CONFIG_KEYS)}, metric
+                                            ORDER BY started_at, run_id) AS change
+            FROM long""")
+        where = (con.execute("SELECT value FROM meta WHERE key = 'results_path'").fetchall() or [None])[0]
+        if not rebind and where and where[0] == str(self.results):
+            return
+        seed = self.results / f"_schema{SCHEMA_VERSION}"
+        if not (seed / "models.parquet").exists():
+            seed.mkdir(parents=True, exist_ok=True)
+            write_tables({seed / f"{name}.parquet": table for name, table in empty_results().items()})
+        for view, kind in (("query_results", "per_query"), ("gold_references", "references"), ("run_models", "models")):
+            names = set(empty_results()[kind].column_names)
+            con.execute(f"""
+                CREATE OR REPLACE VIEW {view} AS
+                SELECT {projection(kind, names, "q")}
+                FROM read_parquet({quote(self.results / "*" / f"{kind}.parquet")}, union_by_name = true) q JOIN runs r USING (run_id)
+                WHERE r.status = 'completed'""")
+        con.execute("DELETE FROM meta WHERE key = 'results_path'")
+        con.execute("INSERT INTO meta VALUES ('results_path', ?)", [str(self.results)])
+
+    def _materialize(self, con, run_ids: list[str]) -> None:
+        """Load the summaries of completed runs from their Parquet files into the summary tables (in the
+        caller's transaction). A run without by_corpus.parquet (before v6) gets its per-corpus summary
+        computed from its per-query rows by the shared SQL (`chunkeval.stats.aggregate`), without intervals."""
+        if not run_ids:
+            return
+        for table in ("summaries", "corpus_summaries"):
+            con.execute(f"DELETE FROM {table} WHERE list_contains(?, run_id)", [run_ids])
+        summaries = [self._file(r, "summary") for r in run_ids if self._file(r, "summary").is_file()]
+        self._insert_by_name(con, "summaries", parquet(summaries), summaries)
+        by_corpus = [self._file(r, "by_corpus") for r in run_ids if self._file(r, "by_corpus").is_file()]
+        self._insert_by_name(con, "corpus_summaries", parquet(by_corpus), by_corpus)
+        older = [
+            r for r in run_ids if not self._file(r, "by_corpus").is_file() and self._file(r, "per_query").is_file()
+        ]
+        for skip in (False, True):  # runs that left questions without references out of their averages, and the others
+            mine = [r for r in older if bool(json.loads(self.run_settings(con, r)).get("skip_empty_gold")) == skip]
+            if not mine:
+                continue
+            files = [self._file(r, "per_query") for r in mine]
+            names = parquet_columns(con, files)
+            source = (
+                f"(SELECT {projection('per_query', names, 'q')} FROM {parquet(files)} q JOIN runs r USING (run_id))"
+            )
+            columns = [c for c in names | {"model", "retriever"} if c != "run_id"]
+            select = summary_sql(source, ["run_id", *CONFIG_KEYS, "corpus_id"], columns, skip_empty_gold=skip)
+            con.execute(f"INSERT INTO corpus_summaries BY NAME {select}")
+
+    @staticmethod
+    def run_settings(con, run_id: str) -> str:
+        row = (con.execute("SELECT settings FROM runs WHERE run_id = ?", [run_id]).fetchall() or [None])[0]
+        return (row[0] if row else None) or "{}"
+
+    def _insert_by_name(self, con, table: str, source: str, files: list[Path]) -> None:
+        if not files:
+            return
+        have = {c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE {table})").fetchall()}
+        names = [
+            c
+            for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE SELECT * FROM {source})").fetchall()
+            if c in have
+        ]
+        con.execute(f"INSERT INTO {table} BY NAME SELECT {', '.join(names)} FROM {source}")
+
+    def _rematerialize(self) -> None:
+        """Rebuild the summary tables from the Parquet files of every completed run."""
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            done = [r for (r,) in con.execute("SELECT run_id FROM runs WHERE status = 'completed'").fetchall()]
+            for table in ("summaries", "corpus_summaries"):
+                con.execute(f"DELETE FROM {table}")
+            self._materialize(con, done)
+            con.execute("COMMIT")

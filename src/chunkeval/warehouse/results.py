@@ -1,0 +1,103 @@
+"""One run's results, read from its own files (never the other runs'): its summary, its per-query rows,
+references and models (with the columns the views show), and the gold-set check recorded with it."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pyarrow as pa
+
+from chunkeval.errors import InputError
+from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.warehouse.history import History
+from chunkeval.warehouse.migrations import SCHEMA_VERSION
+from chunkeval.warehouse.tables import empty_results, projection, quote
+
+
+class Results(History):
+    """Reading a completed run's results files."""
+
+    def summary(self, run_id: str) -> pa.Table:
+        with self.connect() as con:
+            return con.sql(
+                f"SELECT * FROM config_summary WHERE run_id = ? ORDER BY {', '.join(CONFIG_KEYS)}", params=[run_id]
+            ).to_arrow_table()
+
+    def run_file(self, run_id: str, kind: str, order: str = "") -> pa.Table:
+        """One results file of a completed run, with the columns the views show (read directly: a run's
+        questions never open the other runs' files). Empty for a file older runs did not write."""
+        path = self._file(run_id, kind)
+        if not path.is_file():
+            if kind in ("per_query", "summary") and self.run(run_id)["status"] == "completed":
+                raise InputError(
+                    f"the results of run {run_id} are missing; `chunkeval warehouse repair` marks such runs failed",
+                    path,
+                )
+            path = self.results / f"_schema{SCHEMA_VERSION}" / f"{kind}.parquet"
+            if not path.is_file():
+                return empty_results()[kind]
+        import pyarrow.parquet as pq
+
+        names = set(pq.read_schema(path).names)
+        with self.connect() as con:
+            return con.sql(
+                f"SELECT {projection(kind, names, 'q')} FROM read_parquet({quote(path)}) q JOIN runs r USING (run_id) "
+                f"WHERE r.status = 'completed' AND r.run_id = ? {order}",
+                params=[run_id],
+            ).to_arrow_table()
+
+    def run_columns(self, run_id: str, kind: str, columns: list[str]) -> dict[str, np.ndarray]:
+        """Some columns of one results file of a completed run, as numpy (NULL read as NaN): what a
+        check over long history reads without building Arrow tables (whose conversions import pandas)."""
+        import pyarrow.parquet as pq
+
+        path = self._file(run_id, kind)
+        if not path.is_file() or not set(columns) <= set(pq.read_schema(path).names):
+            table = self.run_file(run_id, kind)  # its errors, or an older run's file read through the views' projection
+            return {c: table[c].to_numpy(zero_copy_only=False) for c in columns}
+        with self.connect() as con:
+            found = con.execute(f"SELECT {', '.join(columns)} FROM read_parquet({quote(path)})").fetchnumpy()
+        return {
+            c: v.filled(np.nan) if isinstance(v, np.ma.MaskedArray) and v.dtype.kind == "f" else np.asarray(v)
+            for c, v in found.items()
+        }
+
+    def _question_texts(self, run_id: str) -> list[tuple[str, str]]:
+        """(query_id, question) of a run's gold set."""
+        path = self._file(run_id, "references")
+        if not path.is_file():
+            return []
+        with self.connect() as con:
+            return con.execute(f"SELECT DISTINCT query_id, question FROM read_parquet({quote(path)})").fetchall()
+
+    def query_results(self, run_id: str) -> pa.Table:
+        return self.run_file(run_id, "per_query", f"ORDER BY {', '.join(CONFIG_KEYS)}, query_id")
+
+    def references(self, run_id: str) -> pa.Table:
+        """The run's references per chunking: length in tokens, whether they straddle a chunk boundary."""
+        return self.run_file(
+            run_id, "references", "ORDER BY model, chunker, chunk_size, chunk_overlap, query_id, ref_start"
+        )
+
+    def gold_check(self, run_id: str) -> dict | None:
+        """The gold-set check recorded with a run (None for runs recorded without one). A damaged file is
+        moved aside to `gold_check.json.corrupt` with one warning line, and reads as not recorded."""
+        path = self.results / run_id / "gold_check.json"
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(found, dict) and all(isinstance(v, list) for v in found.values()):
+                return found
+            problem = "not an object of lists"
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            problem = str(exc)
+        path.replace(path.with_name(path.name + ".corrupt"))
+        logging.getLogger("chunkeval").warning("%s: damaged (%s); moved aside to %s.corrupt", path, problem, path.name)
+        return None
+
+    def models(self, run_id: str) -> pa.Table:
+        """The models of a run: fingerprint, texts embedded, throughput (empty for runs before v4)."""
+        return self.run_file(run_id, "models", "ORDER BY model")

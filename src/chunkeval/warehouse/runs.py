@@ -1,0 +1,146 @@
+"""A run's life in the warehouse: begun (its catalogue row and manifest), completed (its files, then its
+manifest, then its row and summaries in one transaction), failed, skipped, or settled by `reap` after its
+process died. Every change of status is written to the manifest first, then to the catalogue."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from datetime import datetime
+
+import pyarrow as pa
+
+from chunkeval._version import __version__
+from chunkeval.errors import InputError
+from chunkeval.faults import checkpoint
+from chunkeval.files import pid_alive, write_tables, write_text
+from chunkeval.stats.summaries import summarize
+from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.warehouse.history import History
+from chunkeval.warehouse.tables import MANIFEST_COLUMNS, TRIGGERS, utc_now
+
+
+class Lifecycle(History):
+    """Begin, complete, fail, skip and reap runs."""
+
+    def _update(self, run_id: str, **changes) -> None:
+        """Change a run's manifest, then its catalogue row: the manifest always knows at least as much."""
+        row = self.read_manifest(run_id) or self.run(run_id, with_process=True)
+        row.update(changes)
+        self._write_manifest(row)
+        if changes.get("status") == "completed":
+            checkpoint("catalogue")
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            if changes.get("status") == "completed":  # its summaries become visible with its status
+                self._materialize(con, [run_id])
+            assignments = ", ".join(f"{c} = ?" for c in changes)
+            con.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*changes.values(), run_id])
+            con.execute("COMMIT")
+
+    def begin_run(
+        self,
+        experiment: str,
+        fingerprints: dict,
+        trigger: str,
+        settings: dict,
+        flow_run_id: str | None = None,
+        status: str = "running",
+        started_at: datetime | None = None,
+    ) -> str:
+        """A new run's catalogue row and manifest. `started_at` (UTC, naive) is for importing history;
+        by default it is now."""
+        if trigger not in TRIGGERS:
+            raise InputError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
+        now = started_at or utc_now()
+        row = {
+            "run_id": now.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8],
+            "flow_run_id": flow_run_id,
+            "experiment": experiment,
+            "status": status,
+            "trigger": trigger,
+            "started_at": now,
+            "finished_at": now if status == "skipped" else None,
+            "corpus_fingerprint": fingerprints.get("corpus"),
+            "gold_fingerprint": fingerprints.get("gold"),
+            "model_fingerprint": fingerprints.get("model"),
+            "chunkeval_version": __version__,
+            "texts_embedded": 0,
+            "settings": json.dumps(settings, sort_keys=True),
+            "error": None,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+        }
+        self._write_manifest(row)
+        self._insert(row)
+        return row["run_id"]
+
+    def _insert(self, row: dict, con=None) -> None:
+        sql = f"INSERT INTO runs ({', '.join(MANIFEST_COLUMNS)}) VALUES ({', '.join('?' for _ in MANIFEST_COLUMNS)})"
+        if con is not None:
+            con.execute(sql, [row[c] for c in MANIFEST_COLUMNS])
+            return
+        with self.connect() as con:
+            con.execute(sql, [row[c] for c in MANIFEST_COLUMNS])
+
+    def record_skipped(
+        self, experiment: str, fingerprints: dict, trigger: str, settings: dict, flow_run_id: str | None = None
+    ) -> str:
+        return self.begin_run(experiment, fingerprints, trigger, settings, flow_run_id, status="skipped")
+
+    def complete_run(
+        self,
+        run_id: str,
+        per_query: pa.Table,
+        summary: pa.Table,
+        texts_embedded: int,
+        references: pa.Table | None = None,
+        models: pa.Table | None = None,
+        gold_check: dict | None = None,
+        by_corpus: pa.Table | None = None,
+    ) -> None:
+        """Write the run's files (each whole or not at all), its manifest, then mark it completed.
+        `gold_check` is the gold-set check's findings on the run's inputs (`chunkeval gold check`); without
+        `by_corpus` (the sweep's per-corpus summary) it is computed from `per_query`."""
+        folder = self.results / run_id
+        folder.mkdir(parents=True, exist_ok=True)
+        if gold_check is not None:
+            write_text(folder / "gold_check.json", json.dumps(gold_check, indent=1))
+        run_col = lambda t: t.append_column("run_id", pa.array([run_id] * t.num_rows, pa.string()))  # noqa: E731
+        tables = {folder / "per_query.parquet": run_col(per_query), folder / "summary.parquet": run_col(summary)}
+        if references is not None:
+            tables[folder / "references.parquet"] = run_col(references)
+        if models is not None:
+            tables[folder / "models.parquet"] = run_col(models)
+        if by_corpus is None:
+            skip = bool(json.loads(self.run(run_id)["settings"] or "{}").get("skip_empty_gold"))
+            by_corpus = summarize(
+                per_query if skip or "has_gold" not in per_query.column_names else per_query.drop_columns(["has_gold"]),
+                [k for k in CONFIG_KEYS if k in per_query.column_names] + ["corpus_id"],
+            )
+        tables[folder / "by_corpus.parquet"] = run_col(by_corpus)
+        write_tables(tables, point="results")
+        self._update(run_id, status="completed", finished_at=utc_now(), texts_embedded=int(texts_embedded))
+
+    def fail_run(self, run_id: str, error: str) -> None:
+        if self.run(run_id)["status"] == "running":
+            self._update(run_id, status="failed", finished_at=utc_now(), error=error[:2000])
+
+    def reap(self) -> int:
+        """Settle runs of this host whose process has died (kill -9, power loss): a run whose manifest
+        says completed (it died between its manifest and its catalogue row) is completed, the rest failed."""
+        host = socket.gethostname()
+        with self.connect() as con:
+            rows = con.execute("SELECT run_id, pid FROM runs WHERE status = 'running' AND host = ?", [host]).fetchall()
+        dead = [run_id for run_id, pid in rows if pid is None or not pid_alive(pid)]
+        for run_id in dead:
+            manifest = self.read_manifest(run_id)
+            if manifest and manifest["status"] == "completed" and self._has_results(run_id):
+                self._update(run_id, **{c: manifest[c] for c in ("status", "finished_at", "texts_embedded")})
+            else:
+                self._update(
+                    run_id, status="failed", finished_at=utc_now(), error="process ended before the run finished"
+                )
+        return len(dead)

@@ -1,0 +1,145 @@
+"""What the warehouse's rows and files look like: the catalogue's run columns, the Arrow schemas of the
+results files and summary tables, and the SQL that projects a results file as the views show it.
+Plain names and functions: no connection, no file is opened here."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+from chunkeval.stats.aggregate import METRICS
+
+STATUSES = ("running", "completed", "failed", "skipped")
+TRIGGERS = ("manual", "schedule", "event")
+
+RUN_COLUMNS = (
+    "run_id",
+    "flow_run_id",
+    "experiment",
+    "status",
+    "trigger",
+    "started_at",
+    "finished_at",
+    "corpus_fingerprint",
+    "gold_fingerprint",
+    "model_fingerprint",
+    "chunkeval_version",
+    "texts_embedded",
+    "settings",
+    "error",
+)
+MANIFEST_COLUMNS = RUN_COLUMNS + ("pid", "host")
+# a run's `duplicates` setting (how repeated passages were scored); runs recorded before it existed were positional
+DUPLICATES_SQL = "coalesce(json_extract_string({t}settings, '$.duplicates'), 'positional')"
+
+_KEYS = {
+    "run_id": pa.string(),
+    "model": pa.string(),
+    "retriever": pa.string(),
+    "chunker": pa.string(),
+    "chunk_size": pa.int64(),
+    "chunk_overlap": pa.int64(),
+    "k": pa.int64(),
+}
+_AVERAGES = {
+    **_KEYS,
+    "n_queries": pa.int64(),
+    **{f"{m}_{s}": pa.float64() for m in METRICS for s in ("mean", "std", "micro", "ci_low", "ci_high")},
+    "retrieved_tokens_mean": pa.float64(),
+}
+SUMMARY = pa.schema({**_AVERAGES, "n_chunks": pa.int64(), "truncated_chunks": pa.int64()})
+CORPUS_SUMMARY = pa.schema({**_AVERAGES, "corpus_id": pa.string()})
+RESULT_FILES = ("per_query", "summary", "by_corpus", "references", "models")
+
+
+def utc_now() -> datetime:
+    """Now in UTC, naive: how the catalogue's timestamps are kept."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def empty_results() -> dict[str, pa.Table]:
+    """Zero-row tables with the key columns, so the views bind before any run has finished."""
+    per_query = pa.schema(
+        {**_KEYS, "query_id": pa.string(), "corpus_id": pa.string(), **{m: pa.float64() for m in METRICS}}
+    )
+    references = pa.schema(
+        {
+            "run_id": pa.string(),
+            "model": pa.string(),
+            "chunker": pa.string(),
+            "chunk_size": pa.int64(),
+            "chunk_overlap": pa.int64(),
+            "query_id": pa.string(),
+            "corpus_id": pa.string(),
+            "question": pa.string(),
+            "ref_start": pa.int64(),
+            "ref_end": pa.int64(),
+            "ref_tokens": pa.int64(),
+            "straddles": pa.bool_(),
+        }
+    )
+    models = pa.schema(
+        {
+            "run_id": pa.string(),
+            "model": pa.string(),
+            "model_fingerprint": pa.string(),
+            "texts_embedded": pa.int64(),
+            "embed_seconds": pa.float64(),
+            "texts_per_second": pa.float64(),
+        }
+    )
+    return {
+        name: schema.empty_table()
+        for name, schema in (
+            ("per_query", per_query),
+            ("summary", SUMMARY),
+            ("by_corpus", CORPUS_SUMMARY),
+            ("references", references),
+            ("models", models),
+        )
+    }
+
+
+def _ddl(table: str, schema: pa.Schema) -> str:
+    types = {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DOUBLE"}
+    return f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(f'{f.name} {types[f.type]}' for f in schema)});"
+
+
+def summary_tables_sql() -> str:
+    return _ddl("summaries", SUMMARY) + _ddl("corpus_summaries", CORPUS_SUMMARY)
+
+
+def quote(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def parquet(paths: list[Path]) -> str:
+    return f"read_parquet([{', '.join(quote(p) for p in paths)}], union_by_name = true)"
+
+
+# results of runs before v4 have no model or retriever column: they were dense, with the model of their settings
+def projection(kind: str, names: set[str], alias: str) -> str:
+    """The columns a view (or a direct read) shows of a results file of `kind` with columns `names`,
+    joined to the catalogue row `r`."""
+    model = (
+        f"coalesce({alias}.model, json_extract_string(r.settings, '$.model'))"
+        if "model" in names
+        else "json_extract_string(r.settings, '$.model')"
+    )
+    retriever = f"coalesce({alias}.retriever, 'dense')" if "retriever" in names else "'dense'"
+    drop = ", ".join(c for c in ("run_id", "model", "retriever") if c in names)
+    rest = f"{alias}.* EXCLUDE ({drop})" if drop else f"{alias}.*"
+    if kind in ("per_query", "summary", "by_corpus"):
+        return f"r.experiment, r.started_at, r.trigger, {model} AS model, {retriever} AS retriever, {rest}, r.run_id"
+    if kind == "references":
+        ref_model = f"coalesce({alias}.model, 'none')" if "model" in names else "'none'"
+        rest = f"{alias}.* EXCLUDE ({', '.join(c for c in ('run_id', 'model') if c in names)})"
+        return f"r.experiment, {ref_model} AS model, {rest}, r.run_id"
+    return f"r.experiment, r.started_at, {alias}.* EXCLUDE (run_id), r.run_id"
+
+
+def parquet_columns(con, files: list[Path]) -> set[str]:
+    """The column names of a set of Parquet files read together (by name)."""
+    return {c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE SELECT * FROM {parquet(files)})").fetchall()}
