@@ -42,12 +42,18 @@ def check_runs(runs: list[dict], experiment: str | None) -> None:
         )
 
 
-def check_same_scoring(run_a: str, duplicates_a: str, run_b: str, duplicates_b: str) -> None:
-    """Runs scored with different `duplicates` settings are never compared."""
-    if duplicates_a != duplicates_b:
+def check_same_scoring(run_a: str, settings_a: dict[str, str], run_b: str, settings_b: dict[str, str]) -> None:
+    """Runs scored with different run settings (`chunkeval.vocabulary.RUN_SETTINGS`) are never compared."""
+    differ = [name for name in settings_a if settings_a[name] != settings_b.get(name)]
+    if differ == ["duplicates"]:
         raise InputError(
-            f"runs {run_a} (duplicates: {duplicates_a}) and {run_b} (duplicates: {duplicates_b}) score repeated "
-            "passages differently and are never compared; compare runs with the same setting"
+            f"runs {run_a} (duplicates: {settings_a['duplicates']}) and {run_b} (duplicates: {settings_b['duplicates']}) "
+            "score repeated passages differently and are never compared; compare runs with the same setting"
+        )
+    if differ:
+        shown = "; ".join(f"{n}: {settings_a[n]} against {settings_b.get(n)}" for n in differ)
+        raise InputError(
+            f"runs {run_a} and {run_b} were scored under different run settings ({shown}) and are never compared"
         )
 
 

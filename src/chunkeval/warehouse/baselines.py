@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from chunkeval.analysis import regression as P
 from chunkeval.errors import InputError
-from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, RUN_SETTINGS
 from chunkeval.warehouse.results import Results
-from chunkeval.warehouse.tables import DUPLICATES_SQL, utc_now
+from chunkeval.warehouse.tables import DUPLICATES_SQL, run_setting_sql, run_settings_sql, utc_now
 
 
 class Baselines(Results):
@@ -32,21 +32,28 @@ class Baselines(Results):
         """The `duplicates` setting a run was scored with (`positional` for runs recorded before it existed)."""
         return self._dicts(f"SELECT {DUPLICATES_SQL.format(t='')} AS d FROM runs WHERE run_id = ?", [run_id])[0]["d"]
 
+    def run_settings_of(self, run_id: str) -> dict[str, str]:
+        """The run settings a run was scored with (`chunkeval.vocabulary.RUN_SETTINGS`), older runs' defaults
+        filled in."""
+        columns = ", ".join(f"{run_setting_sql(name)} AS {name}" for name in RUN_SETTINGS)
+        return self._dicts(f"SELECT {columns} FROM runs WHERE run_id = ?", [run_id])[0]
+
     def check_comparable(self, run_a: str, run_b: str) -> None:
-        """Runs scored with different `duplicates` settings are never compared."""
-        P.check_same_scoring(run_a, self.duplicates(run_a), run_b, self.duplicates(run_b))
+        """Runs scored with different run settings are never compared."""
+        P.check_same_scoring(run_a, self.run_settings_of(run_a), run_b, self.run_settings_of(run_b))
 
     def reference_run(self, experiment: str, run_id: str) -> str | None:
         """What a run of the experiment is checked against: the pinned baseline, else the previous
-        completed run scored with the same `duplicates` setting."""
+        completed run scored with the same run settings."""
         pinned = self.baseline(experiment)
         if pinned is not None:
             return pinned
         rows = self._dicts(
             f"SELECT run_id FROM runs WHERE experiment = ? AND status = 'completed' AND run_id <> ? "
-            f"AND {DUPLICATES_SQL.format(t='')} = ? AND started_at <= (SELECT started_at FROM runs WHERE run_id = ?) "
+            f"AND {run_settings_sql()} = (SELECT {run_settings_sql()} FROM runs WHERE run_id = ?) "
+            "AND started_at <= (SELECT started_at FROM runs WHERE run_id = ?) "
             "ORDER BY started_at DESC, run_id DESC LIMIT 1",
-            [experiment, run_id, self.duplicates(run_id), run_id],
+            [experiment, run_id, run_id, run_id],
         )
         return rows[0]["run_id"] if rows else None
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from chunkeval.stats.aggregate import METRICS
+from chunkeval.vocabulary import METRICS, RUN_SETTINGS
 
 STATUSES = ("running", "completed", "failed", "skipped")
 TRIGGERS = ("manual", "schedule", "event")
@@ -31,8 +31,21 @@ RUN_COLUMNS = (
     "error",
 )
 MANIFEST_COLUMNS = RUN_COLUMNS + ("pid", "host")
-# a run's `duplicates` setting (how repeated passages were scored); runs recorded before it existed were positional
-DUPLICATES_SQL = "coalesce(json_extract_string({t}settings, '$.duplicates'), 'positional')"
+
+
+def run_setting_sql(name: str, t: str = "") -> str:
+    """SQL of a run's value of the run setting `name` (`chunkeval.vocabulary.RUN_SETTINGS`), with the
+    value of runs recorded before the setting existed; `t` prefixes the settings column (`r.`)."""
+    return f"coalesce(json_extract_string({t}settings, '$.{name}'), '{RUN_SETTINGS[name]}')"
+
+
+def run_settings_sql(t: str = "") -> str:
+    """SQL of every run setting of a run as one value: runs are comparable when theirs are equal."""
+    return "concat_ws(chr(31), " + ", ".join(run_setting_sql(n, t) for n in RUN_SETTINGS) + ")"
+
+
+# a run's `duplicates` setting (how repeated passages were scored), as the views show it
+DUPLICATES_SQL = run_setting_sql("duplicates", "{t}")
 
 _KEYS = {
     "run_id": pa.string(),
