@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from chunkeval.errors import as_fault
 from chunkeval.faults import checkpoint
 
 
@@ -86,6 +87,8 @@ def write_tables(tables: dict[Path, pa.Table], point: str | None = None) -> None
             os.replace(tmp, path)
             if i == 0 and point:
                 checkpoint(point)  # one file in place, the others not yet
+    except OSError as exc:
+        raise (as_fault(exc) or exc) from None
     finally:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
@@ -98,5 +101,7 @@ def write_text(path: Path, text: str) -> None:
     try:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
+    except OSError as exc:
+        raise (as_fault(exc) or exc) from None
     finally:
         tmp.unlink(missing_ok=True)

@@ -14,7 +14,7 @@ import threading
 from chunkeval._version import __version__
 from chunkeval.cli.commands import COMMANDS
 from chunkeval.cli.session import WarehouseAccess
-from chunkeval.errors import InputError
+from chunkeval.errors import InputError, as_fault
 from chunkeval.limits import check_name
 
 log = logging.getLogger("chunkeval")
@@ -88,7 +88,13 @@ def main(argv: list[str] | None = None) -> int:
             return args.func(args, WarehouseAccess(session if args.warehouse_session else None))
     except InputError as exc:
         print(f"chunkeval: error: {exc}", file=sys.stderr)
-        return 2
+        return getattr(exc, "exit_code", 2)
+    except OSError as exc:  # a fault of the machine met while writing: one line too
+        fault = as_fault(exc)
+        if fault is None:
+            raise
+        print(f"chunkeval: error: {fault}", file=sys.stderr)
+        return fault.exit_code
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)
         print(f"chunkeval: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)

@@ -17,12 +17,29 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from chunkeval.errors import InputError
+from chunkeval.errors import Fault, InputError
 
 _LOCKED = re.compile(r"could not set lock|conflicting lock", re.I)
 _DAMAGE = re.compile(
     r"corrupt|checksum|not a valid duckdb|invalid database|database file .*(truncated|too small)", re.I
 )
+_READ_ONLY = re.compile(r"read-only file system|permission denied|read[- ]only mode|attached in read-only", re.I)
+_NO_SPACE = re.compile(r"no space left|disk full|could not write.*space", re.I)
+
+
+class Damaged(InputError):
+    """The catalogue file is damaged, as DuckDB reports it (a checksum, a header): what `repair` repairs."""
+
+
+def fault(exc: Exception, path: Path) -> Fault | None:
+    """A fault of the machine named as what it is (read-only, no space), or None when it is none of those."""
+    text = str(exc)
+    if _NO_SPACE.search(text):
+        return Fault("no space left on the device that holds the warehouse: free space and run again", path)
+    if _READ_ONLY.search(text):
+        return Fault("the warehouse is read-only here (a read-only volume or no write permission): "
+                          "commands that read it work, this one writes", path)  # fmt: skip
+    return None
 
 
 class Connections:
@@ -34,6 +51,8 @@ class Connections:
     lock_timeout: float
     _ready: bool
     _session: duckdb.DuckDBPyConnection | None
+
+    read_only: bool = False  # set when the file can only be read here (a read-only volume): reads still work
 
     def exists(self) -> bool:
         return self.db_path.is_file()
@@ -48,21 +67,29 @@ class Connections:
         if self._session is not None:
             yield self._session
             return
+        existed = self.exists()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise InputError(f"cannot create the warehouse folder ({exc.strerror})", self.root) from None
+            raise (
+                fault(exc, self.root) or InputError(f"cannot create the warehouse folder ({exc.strerror})", self.root)
+            ) from None
         deadline = time.monotonic() + self.lock_timeout
         while True:
             try:
-                con = duckdb.connect(str(self.db_path))
+                con = duckdb.connect(str(self.db_path), read_only=self.read_only)
                 break
             except duckdb.Error as exc:
                 locked = _LOCKED.search(str(exc)) is not None
                 if locked and time.monotonic() < deadline:
                     time.sleep(random.uniform(0.02, 0.2))
                     continue
-                raise exc if locked else self._damaged(exc) from None
+                if existed and not self.read_only and _READ_ONLY.search(str(exc)):
+                    self.read_only = True  # a healthy file on a read-only volume: every read works
+                    continue
+                if not existed:
+                    self._remove_stub()
+                raise exc if locked else self._opening_error(exc) from None
         try:
             if not self._ready:
                 self._migrate(con)
@@ -71,9 +98,27 @@ class Connections:
         except duckdb.Error as exc:
             if _DAMAGE.search(str(exc)):
                 raise self._damaged(exc) from None
-            raise
+            raise (fault(exc, self.db_path) or exc) from None
         finally:
             con.close()
+            if not existed and not self._ready:
+                self._remove_stub()
+
+    def _remove_stub(self) -> None:
+        """A catalogue file this connection began and could not finish (a full disk leaves a few KB that a
+        later command would take for damage): removed, with its WAL."""
+        for path in (self.db_path, self.db_path.with_name(self.db_path.name + ".wal")):
+            try:
+                path.unlink()
+            except OSError:
+                pass
+
+    def _opening_error(self, exc: Exception) -> InputError:
+        """Why the file did not open: damage only when DuckDB says so, else the fault, else the reason."""
+        if _DAMAGE.search(str(exc)):
+            return self._damaged(exc)
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return fault(exc, self.db_path) or InputError(f"cannot open the warehouse ({reason})", self.db_path)
 
     @contextmanager
     def session(self):
@@ -94,7 +139,7 @@ class Connections:
 
     def _damaged(self, exc: Exception) -> InputError:
         reason = str(exc).splitlines()[0]
-        return InputError(
+        return Damaged(
             f"the warehouse file is damaged ({reason}); run `chunkeval warehouse repair` to rebuild "
             "its catalogue from the run manifests",
             self.db_path,

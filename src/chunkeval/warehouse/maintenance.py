@@ -9,9 +9,10 @@ import os
 import shutil
 from datetime import timedelta
 
-from chunkeval.errors import InputError
+from chunkeval.errors import Fault, InputError
 from chunkeval.files import write_text
 from chunkeval.warehouse.baselines import Baselines
+from chunkeval.warehouse.db import Damaged
 from chunkeval.warehouse.runs import Lifecycle
 from chunkeval.warehouse.tables import utc_now
 
@@ -28,7 +29,7 @@ class Maintenance(Lifecycle, Baselines):
             with self.connect() as con:
                 for table in ("runs", "baselines", "meta"):
                     con.execute(f"SELECT * FROM {table}").fetchall()
-        except InputError as exc:
+        except Damaged as exc:  # a fault of the machine (read-only, no space) is no damage: it is raised
             return False, exc.message
         return True, ""
 
@@ -42,6 +43,8 @@ class Maintenance(Lifecycle, Baselines):
         summary tables are rebuilt from the runs' Parquet files.
         """
         ok, why = self.healthy()
+        if self.read_only:
+            raise Fault("the warehouse is read-only here: repair writes, and nothing was moved", self.db_path)
         manifests = sorted(self.results.glob("*/manifest.json")) if self.results.is_dir() else []
         if ok:
             written = 0

@@ -91,6 +91,15 @@ class Schema(Connections, Layout):
                 f"warehouse schema version {version} is newer than this chunkeval ({__version__}) understands",
                 self.db_path,
             )
+        if self.read_only:  # nothing can be written: the views are bound for this connection alone
+            if version < upto:
+                raise InputError(
+                    f"the warehouse (schema {version}) needs an upgrade to {upto}, which a read-only warehouse "
+                    "cannot take: open it once where it can be written",
+                    self.db_path,
+                )
+            self._create_views(con, rebind=True, temporary=True)
+            return
         for step in range(version, upto):
             con.execute("BEGIN TRANSACTION")
             con.execute(MIGRATIONS[step] or summary_tables_sql())
@@ -118,19 +127,20 @@ class Schema(Connections, Layout):
         ).fetchall():
             self._write_pin({"experiment": experiment, "run_id": run_id, "pinned_at": pinned_at})
 
-    def _create_views(self, con, rebind: bool = False) -> None:
+    def _create_views(self, con, rebind: bool = False, temporary: bool = False) -> None:
         """The views. Those over the summary tables are cheap and made by every process; those over every
         run's Parquet files only when the schema changed or the warehouse moved (making them reads the
-        footer of every file)."""
+        footer of every file). `temporary`: views of this connection alone, on a warehouse it cannot write."""
+        view_kind = "TEMP VIEW" if temporary else "VIEW"
         duplicates = DUPLICATES_SQL.format(t="r.")
         for view, table in (("config_summary", "summaries"), ("corpus_summary", "corpus_summaries")):
             con.execute(f"""
-                CREATE OR REPLACE VIEW {view} AS
+                CREATE OR REPLACE {view_kind} {view} AS
                 SELECT {projection("summary", set(SUMMARY.names), "s")}, {duplicates} AS duplicates
                 FROM {table} s JOIN runs r USING (run_id)
                 WHERE r.status = 'completed'""")
         con.execute(f"""
-            CREATE OR REPLACE VIEW trend AS
+            CREATE OR REPLACE {view_kind} trend AS
             WITH long AS (
                 UNPIVOT (SELECT experiment, run_id, started_at, duplicates, {", ".join(CONFIG_KEYS)}, COLUMNS('_mean$')
                          FROM config_summary)
@@ -145,18 +155,21 @@ class Schema(Connections, Layout):
         if not rebind and where and where[0] == str(self.results):
             return
         seed = self.results / f"_schema{SCHEMA_VERSION}"
+        if temporary and not (seed / "models.parquet").exists():
+            return  # nothing can be written here: the file's own views serve
         if not (seed / "models.parquet").exists():
             seed.mkdir(parents=True, exist_ok=True)
             write_tables({seed / f"{name}.parquet": table for name, table in empty_results().items()})
         for view, kind in (("query_results", "per_query"), ("gold_references", "references"), ("run_models", "models")):
             names = set(empty_results()[kind].column_names)
             con.execute(f"""
-                CREATE OR REPLACE VIEW {view} AS
+                CREATE OR REPLACE {view_kind} {view} AS
                 SELECT {projection(kind, names, "q")}
-                FROM read_parquet({quote(self.results / "*" / f"{kind}.parquet")}, union_by_name = true) q JOIN runs r USING (run_id)
+                FROM read_parquet({quote(self.results, f"/*/{kind}.parquet")}, union_by_name = true) q JOIN runs r USING (run_id)
                 WHERE r.status = 'completed'""")
-        con.execute("DELETE FROM meta WHERE key = 'results_path'")
-        con.execute("INSERT INTO meta VALUES ('results_path', ?)", [str(self.results)])
+        if not temporary:
+            con.execute("DELETE FROM meta WHERE key = 'results_path'")
+            con.execute("INSERT INTO meta VALUES ('results_path', ?)", [str(self.results)])
 
     def _materialize(self, con, run_ids: list[str]) -> None:
         """Load the summaries of completed runs from their Parquet files into the summary tables (in the

@@ -4,6 +4,7 @@ Plain names and functions: no connection, no file is opened here."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -124,8 +125,15 @@ def summary_tables_sql() -> str:
     return _ddl("summaries", SUMMARY) + _ddl("corpus_summaries", CORPUS_SUMMARY)
 
 
-def quote(path: Path) -> str:
-    return "'" + str(path).replace("'", "''") + "'"
+_GLOB = re.compile(r"([\[*?])")
+
+
+def quote(path: Path, pattern: str = "") -> str:
+    """A path as a DuckDB string literal that DuckDB never reads as a glob pattern (`[`, `*` and `?` of
+    the path are escaped: a `[` in $CHUNKEVAL_HOME once broke every view); `pattern`, a glob of chunkeval's
+    own, is appended after it."""
+    literal = _GLOB.sub(r"[\1]", str(path)) + pattern
+    return "'" + literal.replace("'", "''") + "'"
 
 
 def parquet(paths: list[Path]) -> str:
