@@ -828,6 +828,45 @@ CASES.update(
             lambda w: ["run", "--experiment", "cat", "--retriever", "hybrid", "--rrf-k", "99999999999"],
             "rrf_k must be at most 2147483647",
         ),
+        "run: the experiment file is a FIFO": (lambda w: ["run", fifo(w["t"])], "is a FIFO, not a regular file"),
+        "run: the experiment file is a device": (lambda w: ["run", "/dev/zero"], "is a device"),
+        "evaluate-run: gold is a device": (lambda w: evaluate_run(w["t"], Path("/dev/zero")), "is a device"),
+        "evaluate-run: run file's first line is broken JSON, 20 MB follow": (
+            lambda w: evaluate_run(
+                w["t"],
+                run=write(w["t"] / "r.jsonl", "{oops\n" + '{"query_id": "1", "retrieved_chunk_ids": []}\n' * 400_000),
+            ),
+            "r.jsonl: row 1: broken JSON",
+        ),
+        "sweep: a JSON cell nested 5,000 deep": (
+            lambda w: sweep(w["t"], questions=bad_refs(w["t"], "[" * 5000 + "]" * 5000)),
+            "bad.csv: row 1: column references: broken JSON (nested deeper than 64 levels",
+        ),
+        "run: experiment file nested 5,000 deep": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "overlaps: " + "[" * 5000 + "]" * 5000 + "\n")],
+            "exp.yaml:",
+        ),
+        "sweep: --k 18.9": (lambda w: sweep(w["t"], "--k", "18.9"), "--k must be whole numbers, got '18.9'"),
+        "sweep: --chunk-sizes 1e3": (
+            lambda w: sweep(w["t"], "--chunk-sizes", "1e3"),
+            "--chunk-sizes must be whole numbers",
+        ),
+        "runs: --experiment with an escape sequence": (
+            lambda w: ["runs", "--experiment", "a\x1b[2Jb"],
+            "experiment name 'a\\x1b[2Jb' must be one word",
+        ),
+        "trend: --experiment empty": (
+            lambda w: ["trend", "--experiment", "", "--metric", "span_recall"],
+            "experiment name '' must be one word",
+        ),
+        "compare: alpha -inf": (
+            lambda w: ["compare", "--experiment", "cat", "--metric", "span_recall", "--alpha=-inf"],
+            "--alpha must be strictly between 0 and 1",
+        ),
+        "run: a plug-in retriever the file does not list": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "retriever: ['plugins_for_tests:reversed_dense']\n")],
+            "runs code from 'plugins_for_tests'",
+        ),
         "run: model folder relative to the experiment file": (
             lambda w: ["run", experiment(w["t"], GOOD_YAML + "model: [models/mine]\n")],
             "/models/mine' is neither",  # an absolute path: the file's folder joined with models/mine

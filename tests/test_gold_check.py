@@ -144,3 +144,16 @@ def test_the_python_api_checks_a_gold_set_held_in_memory():
         ],
     )
     assert found["ambiguous_references"][0]["occurrences"] == [[0, 14], [15, 29]]
+
+
+def test_questions_reach_the_terminal_with_control_characters_escaped(tmp_path, capsys):
+    """A question holding an escape sequence is printed as `\\x1b[2J`, never sent to the terminal."""
+    text = "The same sentence. Other words. The same sentence."
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "doc.md").write_text(text, encoding="utf-8")
+    q = tmp_path / "q.csv"
+    rows = [f'q{i},"Clear\x1b[2J the screen?","[{ref("Other words.", text)}]",doc' for i in (1, 2)]
+    q.write_text("query_id,question,references,corpus_id\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    assert main(["gold", "check", "--corpus-dir", str(tmp_path / "c"), "--questions", str(q)]) == 0
+    out = capsys.readouterr().out  # the repeated question is listed (lower-cased, as the check compares them)
+    assert "1 repeated question(s)" in out and "clear\\x1b[2j the screen?" in out and "\x1b" not in out
