@@ -867,6 +867,13 @@ CASES.update(
             lambda w: ["run", experiment(w["t"], GOOD_YAML + "retriever: ['plugins_for_tests:reversed_dense']\n")],
             "runs code from 'plugins_for_tests'",
         ),
+        "run: a home so deep that the report path is too long": (
+            lambda w: [
+                os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "/".join(["d" * 199] * 20))),
+                *["run", "--experiment", "deep", "--corpus-dir", w["t"] / "corpora", "--questions", w["t"] / "q.csv"],
+            ][1:],
+            "$CHUNKEVAL_HOME would be a path too long for this file system",
+        ),
         "run: model folder relative to the experiment file": (
             lambda w: ["run", experiment(w["t"], GOOD_YAML + "model: [models/mine]\n")],
             "/models/mine' is neither",  # an absolute path: the file's folder joined with models/mine

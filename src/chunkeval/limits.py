@@ -75,6 +75,28 @@ def check_name(name: str, what: str = "experiment name", source=None) -> str:
     return name
 
 
+def check_path_length(path: Path, what: str) -> Path:
+    """A path chunkeval will write, refused before any work when the file system could not hold it (a
+    component past NAME_MAX, or the whole past PATH_MAX, of the nearest existing folder's file system)."""
+    path = Path(path)
+    probe = path
+    while probe.parent != probe:
+        try:
+            if probe.exists():
+                break
+        except OSError:  # too long to even ask about
+            pass
+        probe = probe.parent
+    try:
+        name_max, path_max = os.pathconf(probe, "PC_NAME_MAX"), os.pathconf(probe, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    longest = max((len(part.encode()) for part in path.parts), default=0)
+    if longest > name_max or len(str(path).encode()) >= path_max:
+        raise InputError(f"{what} would be a path too long for this file system ({len(str(path))} characters)", path)
+    return path
+
+
 def expanded_size(value, limit: int = YAML_NODES) -> int:
     """How many values `value` holds once shared parts (YAML aliases) are counted every time they appear;
     counting stops past `limit`. Computed without expanding anything."""

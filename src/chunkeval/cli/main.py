@@ -15,7 +15,8 @@ from chunkeval._version import __version__
 from chunkeval.cli.commands import COMMANDS
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError, as_fault
-from chunkeval.limits import check_name
+from chunkeval.limits import NAME_LENGTH, check_name, check_path_length
+from chunkeval.paths import home
 
 log = logging.getLogger("chunkeval")
 
@@ -81,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     try:
+        # the deepest path a command writes under the home: a report of an experiment of the longest name
+        check_path_length(
+            home() / "warehouse" / "reports" / ("n" * NAME_LENGTH) / f"{'r' * 24}.html", "$CHUNKEVAL_HOME"
+        )
         for dest in ("experiment", "prune_experiment"):  # a name may become a path: checked before any use
             if getattr(args, dest, None) is not None:
                 check_name(getattr(args, dest))
