@@ -64,7 +64,7 @@ def test_graph_tokenizer_reads_what_sentence_transformers_reads(texts):
     torch_runner = backends.TorchRunner(folder, "cpu")
     ours, cut = runner.reads(texts)
     theirs = torch_runner.st.tokenize(texts)["input_ids"].numpy()
-    for row, ids in zip(theirs, ours):
+    for row, ids in zip(theirs, ours, strict=True):
         assert list(row[: len(ids)]) == list(ids) and not row[len(ids) :].any()
     assert np.array_equal(cut, torch_runner.reads(texts)[1])
 
