@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
+import random
 
 import numpy as np
 import pyarrow as pa
@@ -124,10 +124,11 @@ def history(tmp_path, monkeypatch, embedder_factory):
 
 
 def overwrite_a_page(db_path, offset=12288):
-    """Overwrite one 4 KiB page of the file (the first block after DuckDB's headers holds the catalogue)."""
+    """Overwrite one 4 KiB page of the file (the first block after DuckDB's headers holds the catalogue)
+    with bytes of a seeded generator: the same damage at every run."""
     with open(db_path, "r+b") as fh:
         fh.seek(offset)
-        fh.write(os.urandom(4096))
+        fh.write(random.Random(0).randbytes(4096))
 
 
 def test_a_damaged_catalogue_is_reported_in_one_line(history, capsys):
