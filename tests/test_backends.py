@@ -87,7 +87,7 @@ def test_int8_drifts_within_bounds_and_is_cached_apart(texts, torch_vectors, tmp
     assert prints["torch", "none"] == model_fingerprint("all-MiniLM-L6-v2")  # old caches stay valid
 
 
-def test_static_models_run_as_they_are_on_every_backend():
+def test_static_models_run_as_they_are_on_every_backend(minilm_static):
     static = "minilm-static"
     assert embedder_fingerprint(static, "onnx") == model_fingerprint(static)
     vectors, _ = Embedder(static, backend="onnx").embed(["a static model has no transformer"])
