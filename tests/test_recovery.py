@@ -103,13 +103,19 @@ def test_a_sweep_over_a_damaged_cache_gives_the_numbers_of_an_undamaged_one(tmp_
 # --------------------------------------------------------------------------- the catalogue
 
 
+@pytest.fixture(scope="module")
+def swept(embedder_factory):
+    """One real sweep of the demo, recorded by each test's `history` in a warehouse of its own."""
+    exp = Experiment(name="rec", chunker=("fixed_token",), chunk_sizes=(100,), overlaps=("0",), k=(3,))
+    return exp, run_sweep(exp, embedder_factory())
+
+
 @pytest.fixture()
-def history(tmp_path, monkeypatch, embedder_factory):
+def history(tmp_path, monkeypatch, swept):
     """A real warehouse with two completed runs, a failed one and a skipped one, the first run pinned."""
     home = tmp_path / "home"
     monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
-    exp = Experiment(name="rec", chunker=("fixed_token",), chunk_sizes=(100,), overlaps=("0",), k=(3,))
-    result = run_sweep(exp, embedder_factory())
+    exp, result = swept
     wh = Warehouse.at_home()
     done = []
     for _ in range(2):
