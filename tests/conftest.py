@@ -1,16 +1,18 @@
 """Shared fixtures. Tests use the real model, tokenizer, DuckDB and Prefect; nothing is mocked.
 
 What is slow to make is made once per session and shared: the embedding cache and the locally built
-models (`shared_home`, `minilm_static`, `share_models`), and one real Prefect server (`prefect_server`
-for processes, `prefect_api` for flows run in the test process)."""
+models (`shared_home`, `minilm_static`, `share_models`), the demo's first run (`demo_first_run`), and
+one real Prefect server (`prefect_server` for processes, `prefect_api` for flows run in the test process)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from prefect_server import BIN
 from prefect_server import prefect_server as start_prefect_server
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -71,6 +73,22 @@ def share_models(minilm_static):
         return home
 
     return share
+
+
+@pytest.fixture(scope="session")
+def demo_first_run(tmp_path_factory, share_models) -> tuple[subprocess.CompletedProcess, Path]:
+    """The installed `chunkeval run` with no arguments (the demo), as a new user first runs it: an empty
+    CHUNKEVAL_HOME but for the session's built models, and no PREFECT_API_URL (a temporary Prefect
+    server). Its process (for test_first_run) and its home, whose cache then holds the demo's vectors
+    (test_orchestration's served demo runs start from it)."""
+    folder = tmp_path_factory.mktemp("first_run")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    home = share_models(folder / "home")
+    env.update(CHUNKEVAL_HOME=str(home), PREFECT_HOME=str(folder / "prefect"), HF_HUB_OFFLINE="1")
+    proc = subprocess.run(
+        [str(BIN / "chunkeval"), "run"], env=env, capture_output=True, text=True, timeout=900, cwd=folder
+    )
+    return proc, home
 
 
 @pytest.fixture(scope="session")

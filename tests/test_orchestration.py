@@ -31,8 +31,11 @@ def experiment_file(folder: Path, name: str, corpus_dir: Path, questions: Path, 
     return path
 
 
-def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, shared_home, minilm_static):
-    env = client_env(prefect_server, shared_home)
+def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, demo_first_run):
+    """In the home of the demo's first run (its models built, its vectors cached): the served nightly
+    and on-change deployments each record a run of the demo, with its flow run."""
+    _, home = demo_first_run
+    env = client_env(prefect_server, home)
     log = open(tmp_path / "serve.log", "wb")
     serve = subprocess.Popen(
         [str(BIN / "chunkeval"), "serve"],
@@ -55,7 +58,7 @@ def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, 
         assert started.returncode == 0, started.stdout + started.stderr
         emitted = prefect("event", "emit", "chunkeval.corpus.changed", "--resource-id", "chunkeval.experiment.demo")
         assert emitted.returncode == 0, emitted.stdout + emitted.stderr
-        wh = Warehouse(shared_home / "warehouse")
+        wh = Warehouse(home / "warehouse")
         triggers = lambda: {r["trigger"] for r in wh.runs("demo", "completed")}  # noqa: E731
         wait_for(
             lambda: {"schedule", "event"} <= triggers(), 400, "a nightly and an on-change run in the warehouse", serve
