@@ -1,11 +1,19 @@
-"""Shared fixtures. Tests use the real model, tokenizer, DuckDB and Prefect; nothing is mocked."""
+"""Shared fixtures. Tests use the real model, tokenizer, DuckDB and Prefect; nothing is mocked.
+
+What is slow to make is made once per session and shared: the embedding cache and the locally built
+models (`shared_home`, `minilm_static`, `share_models`), the demo's first run (`demo_first_run`), and
+one real Prefect server (`prefect_server` for processes, `prefect_api` for flows run in the test process)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
+
+from prefect_server import BIN
+from prefect_server import prefect_server as start_prefect_server
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -42,3 +50,86 @@ def embedder_factory(shared_home):
         return Embedder(cache_dir=shared_home / "cache" / "embeddings", **kw)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def minilm_static(shared_home) -> Path:
+    """minilm-static, built once per session into the shared home's models folder (which
+    `share_models` lends to other homes)."""
+    from chunkeval.engine.embedding import static
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CHUNKEVAL_HOME", str(shared_home))
+        return static.ensure_model("minilm-static", quiet=True)
+
+
+@pytest.fixture(scope="session")
+def share_models(minilm_static):
+    """`share_models(home)`: `home`'s models folder is the session's, where minilm-static is built."""
+
+    def share(home: Path) -> Path:
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "models").symlink_to(minilm_static.parent, target_is_directory=True)
+        return home
+
+    return share
+
+
+@pytest.fixture(scope="session")
+def demo_first_run(tmp_path_factory, share_models) -> tuple[subprocess.CompletedProcess, Path]:
+    """The installed `chunkeval run` with no arguments (the demo), as a new user first runs it: an empty
+    CHUNKEVAL_HOME but for the session's built models, and no PREFECT_API_URL (a temporary Prefect
+    server). Its process (for test_first_run) and its home, whose cache then holds the demo's vectors
+    (test_orchestration's served demo runs start from it)."""
+    folder = tmp_path_factory.mktemp("first_run")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    home = share_models(folder / "home")
+    env.update(CHUNKEVAL_HOME=str(home), PREFECT_HOME=str(folder / "prefect"), HF_HUB_OFFLINE="1")
+    proc = subprocess.run(
+        [str(BIN / "chunkeval"), "run"], env=env, capture_output=True, text=True, timeout=900, cwd=folder
+    )
+    return proc, home
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory):
+    """The session's one real Prefect server on 127.0.0.1; yields the environment its client processes need."""
+    with start_prefect_server(tmp_path_factory.mktemp("prefect_home")) as env:
+        yield env
+
+
+@pytest.fixture(scope="session")
+def prefect_api(prefect_server):
+    """Flows run in the test process (and the processes it starts) talk to the session's server, as
+    under prefect_test_harness, whose settings changes this repeats; yields the API's URL."""
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    url = prefect_server["PREFECT_API_URL"]
+    with pytest.MonkeyPatch.context() as mp, temporary_settings(updates={PREFECT_API_URL: url}):
+        mp.setenv("PREFECT_API_URL", url)
+        with prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
+            yield url
+            _drain_prefect_workers()
+
+
+def _drain_prefect_workers() -> None:
+    """Send the logs and events still queued before the server stops (as prefect_test_harness does)."""
+    import inspect
+
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def drain():
+        try:
+            result = APILogWorker.instance().drain()
+            if inspect.isawaitable(result):
+                await result
+        except RuntimeError:  # never started
+            pass
+        result = EventsWorker.drain_all()
+        if inspect.isawaitable(result):
+            await result
+
+    run_coro_as_sync(drain())

@@ -64,7 +64,7 @@ def test_graph_tokenizer_reads_what_sentence_transformers_reads(texts):
     torch_runner = backends.TorchRunner(folder, "cpu")
     ours, cut = runner.reads(texts)
     theirs = torch_runner.st.tokenize(texts)["input_ids"].numpy()
-    for row, ids in zip(theirs, ours):
+    for row, ids in zip(theirs, ours, strict=True):
         assert list(row[: len(ids)]) == list(ids) and not row[len(ids) :].any()
     assert np.array_equal(cut, torch_runner.reads(texts)[1])
 
@@ -87,7 +87,7 @@ def test_int8_drifts_within_bounds_and_is_cached_apart(texts, torch_vectors, tmp
     assert prints["torch", "none"] == model_fingerprint("all-MiniLM-L6-v2")  # old caches stay valid
 
 
-def test_static_models_run_as_they_are_on_every_backend():
+def test_static_models_run_as_they_are_on_every_backend(minilm_static):
     static = "minilm-static"
     assert embedder_fingerprint(static, "onnx") == model_fingerprint(static)
     vectors, _ = Embedder(static, backend="onnx").embed(["a static model has no transformer"])

@@ -105,7 +105,7 @@ def test_box_plots_draw_the_quartiles():
     root = parse(charts.boxplots(groups, ["m"]))
     boxes = titles(root, "rect")
     assert len(boxes) == 2  # the empty group draws no box
-    for (rect, tip), name in zip(boxes, groups):
+    for (rect, tip), name in zip(boxes, list(groups)[:2], strict=True):  # the empty group is last
         s = charts.box_stats(groups[name]["m"])
         assert f"median {s['med']:.3f}" in tip and f"quartiles {s['q1']:.3f}–{s['q3']:.3f}" in tip
         assert float(rect.get("height")) > 0
@@ -174,8 +174,39 @@ def test_trend_marks_regressions_and_draws_long_histories_as_lines():
     assert "&lt;b&gt;" in svg and "<b>" not in svg
 
 
+def numbers(root: ET.Element) -> list[float]:
+    """Every coordinate and size the SVG draws with (attributes and path data), as floats."""
+    names = ("x", "y", "x1", "y1", "x2", "y2", "cx", "cy", "r", "width", "height")
+    found = [e.get(n) for e in root.iter() for n in names if e.get(n) is not None]
+    for e in root.iter():
+        found += re.findall(r"-?[\d.]+(?:e-?\d+)?|nan|inf", " ".join(e.get(a, "") for a in ("d", "points")), re.I)
+    return [float(v) for v in found]
+
+
 def test_empty_inputs_still_give_a_valid_chart():
-    parse(charts.gold_histograms({"a": np.array([], dtype=int)}, {"a": np.array([], dtype=int)}))
-    parse(charts.trend_lines({"span_recall": {}}))
-    parse(charts.tradeoff(["only"], np.array([0.5]), np.array([0.5]), np.array([10.0])))
-    parse(charts.budget_curves([256], {"x": np.array([0.5])}))
+    """No data (or one point, a range of width zero): axes and title, nothing drawn for data that is
+    not there, and no coordinate that is not a finite number."""
+    empty = parse(charts.gold_histograms({"a": np.array([], dtype=int)}, {"a": np.array([], dtype=int)}))
+    assert root_title(empty) == "References per question and reference lengths, per corpus"
+    assert titles(empty, "rect") == []  # no bar: no question, no reference
+    assert "a" in [e.text for e in empty.iter(f"{NS}text")]  # the corpus is still named in the legend
+    no_runs = parse(charts.trend_lines({"span_recall": {}}))
+    assert "span_recall" in [e.text for e in no_runs.iter(f"{NS}text")]  # the panel, empty
+    assert not [*no_runs.iter(f"{NS}circle"), *no_runs.iter(f"{NS}polyline"), *no_runs.iter(f"{NS}polygon")]
+    nothing = parse(charts.trend_lines({}))
+    assert root_title(nothing).startswith("Trend") and len(list(nothing)) == 1  # a title and no panel
+    one = parse(charts.tradeoff(["only"], np.array([0.5]), np.array([0.5]), np.array([10.0])))
+    ((point, tip),) = titles(one, "circle")
+    assert tip.startswith("only: recall 0.500")
+    # a single value sits in the middle of its padded axes (x from 70 to 630, y from 20 to 410)
+    assert (float(point.get("cx")), float(point.get("cy"))) == pytest.approx((350, 215))
+    budget = parse(charts.budget_curves([256], {"x": np.array([0.5])}))
+    ((dot, tip),) = titles(budget, "circle")
+    assert tip == "x: 0.5000 at budget 256" and float(dot.get("cx")) == pytest.approx(390)  # the axis' middle
+    for root in (empty, no_runs, nothing, one, budget):
+        values = numbers(root)
+        assert values and all(np.isfinite(values)), values
+
+
+def root_title(root: ET.Element) -> str:
+    return root.find(f"{NS}title").text

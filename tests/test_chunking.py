@@ -58,7 +58,7 @@ def test_fixed_token_windows_are_chromas_windows(text, size, data):
     starts, ends = fixed_token(text, size, overlap)
     windows = chroma_windows(ids, size, overlap)
     assert len(starts) == len(windows)
-    for s, e, window in zip(starts, ends, windows):
+    for s, e, window in zip(starts, ends, windows, strict=True):
         raw = b"".join(enc.decode_single_token_bytes(t) for t in window)
         chunk = text[s:e].encode("utf-8")
         # the chunk holds the window's bytes, widened at most to whole characters at each edge

@@ -1,12 +1,11 @@
 """The evaluate flow on a real local Dask cluster of 2 worker processes (prefect-dask), against the
-same experiment run in the flow's own process, under prefect_test_harness (a real Prefect API)."""
+same experiment run in the flow's own process, against the session's real Prefect server (`prefect_api`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
 from chunkeval.engine.metrics import METRICS
 from chunkeval.engine.runners import TaskRunner, check_task_runner, parse_task_runner
@@ -15,12 +14,6 @@ from chunkeval.flows.evaluate import with_task_runner
 from chunkeval.vocabulary import CONFIG_KEYS
 from chunkeval.warehouse import Warehouse
 from test_flows import small_experiment
-
-
-@pytest.fixture(scope="module", autouse=True)
-def harness():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 def run_in(home, monkeypatch, exp_file: str, runner: TaskRunner, shards: int) -> tuple[dict, Warehouse]:
@@ -34,6 +27,7 @@ def per_query(wh: Warehouse, run_id: str) -> dict[str, np.ndarray]:
     return {c: table[c].to_numpy(zero_copy_only=False) for c in table.column_names if c != "run_id"}
 
 
+@pytest.mark.usefixtures("prefect_api")
 def test_a_two_worker_cluster_gives_the_numbers_of_the_in_process_run(tmp_path, monkeypatch):
     # a semantic chunker embeds inside its chunking task (on a worker); fixed chunks are embedded in shards
     exp_file = small_experiment(

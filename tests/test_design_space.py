@@ -26,7 +26,7 @@ def small(**settings) -> Experiment:
     return Experiment(**{**base, **settings}).validate()
 
 
-def test_models_and_retrievers_are_axes_of_one_grid(shared_home):
+def test_models_and_retrievers_are_axes_of_one_grid(shared_home, minilm_static):
     exp = small(model=("all-MiniLM-L6-v2", "minilm-static"), retriever=("dense", "bm25", "hybrid"))
     result = run_sweep(exp, Embedders(shared_home / "cache" / "embeddings"))
     assert result.summary.column_names[:6] == CONFIG_KEYS

@@ -133,7 +133,7 @@ def test_credit_equals_a_brute_force_oracle(seed):
     topk[0, 3] = -1  # a short list
     for k in (1, 2, 4):
         ours = [r for r in _score(gold, table, topk, (k,), {"c": text}, credit=True)]
-        for mine, want in zip(ours, _oracle(text, refs_of, chunks, topk, k)):
+        for mine, want in zip(ours, _oracle(text, refs_of, chunks, topk, k), strict=True):
             for name, value in want.items():
                 assert mine[name] == pytest.approx(value, abs=1e-12), (seed, k, name)
 

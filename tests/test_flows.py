@@ -1,4 +1,4 @@
-"""The Prefect flows under prefect_test_harness (a real, temporary Prefect API)."""
+"""The Prefect flows, run in the test process against the session's real Prefect server (`prefect_api`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import shutil
 import pytest
 import yaml
 from prefect.client.orchestration import get_client
-from prefect.testing.utilities import prefect_test_harness
 
 from chunkeval.engine.chunking import chunk_corpora
 from chunkeval.engine.embedding import text_hash
@@ -20,11 +19,7 @@ from chunkeval.flows.watch import watch
 from chunkeval.paths import DEMO_DIR, home
 from chunkeval.warehouse import Warehouse
 
-
-@pytest.fixture(scope="module", autouse=True)
-def harness():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
+pytestmark = pytest.mark.usefixtures("prefect_api")
 
 
 @pytest.fixture()

@@ -1,7 +1,8 @@
 """Models chunkeval builds locally: a real (small) distillation from the bundled MiniLM, no mocks.
 
 The build mechanics are tested on `tiny-static`, the same recipe as `minilm-static` on the first
-1,000 word pieces (seconds instead of a minute); one test builds the real `minilm-static`.
+1,000 word pieces (seconds instead of a minute); the real `minilm-static` is built once per session
+(conftest's `minilm_static`), and one test checks it.
 """
 
 from __future__ import annotations
@@ -109,12 +110,35 @@ def test_embedder_normalises(tiny, embedder_factory):
     np.testing.assert_array_equal(vectors[0], vectors[2])
 
 
-def test_minilm_static_real_build(shared_home):
-    """The real model: built once, 256 wide, and it ranks a related text above an unrelated one."""
+def test_a_run_builds_a_missing_model_once_and_says_so_in_one_line(tmp_path, monkeypatch, capfd, prefect_api):
+    """What a new user's first `chunkeval run` of the demo prints for minilm-static, on tiny-static:
+    the build's one line in the command's output, once, and nothing the second time."""
+    from chunkeval.cli import main
+    from chunkeval.paths import DEMO_DIR
+
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
+    settings = ["--corpus-dir", str(DEMO_DIR / "corpora"), "--questions", str(DEMO_DIR / "questions.csv")]
+    grid = ["--model", "tiny-static", "--chunk-sizes", "100", "--k", "1"]
+    capfd.readouterr()
+    assert main(["run", "--experiment", "tiny", *settings, *grid]) == 0
+    out, err = capfd.readouterr()
+    assert "experiment tiny: run " in out and "Traceback" not in err
+    assert [line for line in err.splitlines() if "building" in line] == [
+        "chunkeval: building tiny-static (the static recipe on 1,000 word pieces, for tests), once…"
+    ]
+    assert main(["run", "--experiment", "tiny"]) == 0
+    assert "building" not in capfd.readouterr().err
+
+
+def test_minilm_static_real_build(minilm_static, shared_home):
+    """The real model: built once (per session, by the `minilm_static` fixture), 256 wide, and it ranks
+    a related text above an unrelated one."""
     from sentence_transformers import SentenceTransformer
 
+    mtime = (minilm_static / "model.safetensors").stat().st_mtime_ns
     folder = models.ensure_model("minilm-static", quiet=True)
-    assert folder == shared_home / "models" / "minilm-static" and models.is_built("minilm-static")
+    assert folder == minilm_static == shared_home / "models" / "minilm-static" and models.is_built("minilm-static")
+    assert (folder / "model.safetensors").stat().st_mtime_ns == mtime  # not built again
     model = SentenceTransformer(str(folder), device="cpu")
     query, related, unrelated = model.encode(
         [

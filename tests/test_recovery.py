@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
+import random
 
 import numpy as np
 import pyarrow as pa
@@ -103,13 +103,19 @@ def test_a_sweep_over_a_damaged_cache_gives_the_numbers_of_an_undamaged_one(tmp_
 # --------------------------------------------------------------------------- the catalogue
 
 
+@pytest.fixture(scope="module")
+def swept(embedder_factory):
+    """One real sweep of the demo, recorded by each test's `history` in a warehouse of its own."""
+    exp = Experiment(name="rec", chunker=("fixed_token",), chunk_sizes=(100,), overlaps=("0",), k=(3,))
+    return exp, run_sweep(exp, embedder_factory())
+
+
 @pytest.fixture()
-def history(tmp_path, monkeypatch, embedder_factory):
+def history(tmp_path, monkeypatch, swept):
     """A real warehouse with two completed runs, a failed one and a skipped one, the first run pinned."""
     home = tmp_path / "home"
     monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
-    exp = Experiment(name="rec", chunker=("fixed_token",), chunk_sizes=(100,), overlaps=("0",), k=(3,))
-    result = run_sweep(exp, embedder_factory())
+    exp, result = swept
     wh = Warehouse.at_home()
     done = []
     for _ in range(2):
@@ -124,10 +130,11 @@ def history(tmp_path, monkeypatch, embedder_factory):
 
 
 def overwrite_a_page(db_path, offset=12288):
-    """Overwrite one 4 KiB page of the file (the first block after DuckDB's headers holds the catalogue)."""
+    """Overwrite one 4 KiB page of the file (the first block after DuckDB's headers holds the catalogue)
+    with bytes of a seeded generator: the same damage at every run."""
     with open(db_path, "r+b") as fh:
         fh.seek(offset)
-        fh.write(os.urandom(4096))
+        fh.write(random.Random(0).randbytes(4096))
 
 
 def test_a_damaged_catalogue_is_reported_in_one_line(history, capsys):

@@ -134,7 +134,7 @@ def test_budget_curves_follow_their_definition(warehouse):
             r for r in rows if r["chunker"] == chunker and r["chunk_size"] == size and r["chunk_overlap"] == overlap
         ]
         low, high = intervals[name]
-        for i, (budget, value) in enumerate(zip(budgets, values)):
+        for i, (budget, value) in enumerate(zip(budgets, values, strict=True)):
             best = {q: 0.0 for q in {r["query_id"] for r in mine}}
             for r in mine:
                 if r["retrieved_tokens"] <= budget:

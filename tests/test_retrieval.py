@@ -106,7 +106,7 @@ def test_threads_and_tiles_change_nothing(monkeypatch):
     for threads, tile in [(1, 128), (3, 128), (4, 300), (2, 1000)]:
         monkeypatch.setattr(R, "_threads", lambda: threads)  # noqa: B023
         monkeypatch.setattr(R, "_TILE", tile)
-        for got, want in zip((top_k(queries, chunks, 10), top_k(queries, chunks, 10, *groups)), whole):
+        for got, want in zip((top_k(queries, chunks, 10), top_k(queries, chunks, 10, *groups)), whole, strict=True):
             assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
 
 

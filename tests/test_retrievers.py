@@ -70,7 +70,7 @@ def test_bm25_scores_match_the_formula():
 def test_bm25_ranks_by_score_and_never_retrieves_zero_scores():
     scores = reference_bm25(QUERIES, CHUNKS)
     got = retrieve("bm25", RetrievalRequest(QUERIES, CHUNKS, k=4))
-    for row, s in zip(got, scores):
+    for row, s in zip(got, scores, strict=True):
         expected = [int(i) for i in np.argsort(-s, kind="stable") if s[i] > 0][:4]
         assert row.tolist() == expected + [-1] * (4 - len(expected))
     assert got[3].tolist() == [-1, -1, -1, -1]  # no term in common with any chunk
