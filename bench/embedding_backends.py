@@ -3,6 +3,10 @@
     python bench/embedding_backends.py [--data ../shared/datasets/chroma_general] [--phases speed,quality]
                                        [--backends torch,onnx,onnx-int8,openvino,openvino-int8] [--texts 384]
 
+A backend's name is `backend[-int8][-bf16|-fp16]`: `torch-bf16` is torch under bf16 autocast,
+`openvino-bf16` OpenVINO with its bf16 inference precision (`--precision`, docs/backends.md); every one
+is compared with `torch` (fp32).
+
 - speed: per backend, in its own process, the model loaded and one warm-up batch run, then `--texts`
   texts of 220 tokens (fixed_token chunks of the shared corpora, each distinct) embedded with
   `Embedder(cache_dir=None)`, chunkeval's batch for the device (16 on a CPU; `--batch-size B` sets one): texts per second, best of `--repeats`. No cache, no dedupe effect
@@ -40,9 +44,12 @@ CONFIGS = [
 METRICS = ("span_recall", "span_precision", "recall_at_k")
 
 
-def split(name: str) -> tuple[str, str]:
-    backend, _, quantize = name.partition("-")
-    return backend, quantize or "none"
+def split(name: str) -> tuple[str, str, str]:
+    """(backend, quantize, precision) of a name such as `onnx-int8` or `torch-bf16`."""
+    backend, *rest = name.split("-")
+    quantize = next((r for r in rest if r == "int8"), "none")
+    precision = next((r for r in rest if r in ("bf16", "fp16")), "fp32")
+    return backend, quantize, precision
 
 
 def sample_texts(data: str, model: str, count: int) -> list[str]:
@@ -88,12 +95,20 @@ def speed(
 ) -> dict:
     from chunkeval.engine.embedding import Embedder
 
-    backend, quantize = split(name)
+    backend, quantize, precision = split(name)
     need = 32 + repeats * n  # a warm-up batch, then the samples
     texts = sample_texts(data, model, need)
     if len(texts) < need:  # the shared corpora hold 1,493 distinct 220-token chunks
         sys.exit(f"only {len(texts)} distinct texts for 32 + {repeats} × {n}: lower --texts or --repeats")
-    embedder = Embedder(model, cache_dir=None, backend=backend, quantize=quantize, device=device, batch_size=batch_size)
+    embedder = Embedder(
+        model,
+        cache_dir=None,
+        backend=backend,
+        quantize=quantize,
+        precision=precision,
+        device=device,
+        batch_size=batch_size,
+    )
     embedder.embed(texts[:32])  # load and warm up
     best = None
     for r in range(repeats):
@@ -119,9 +134,11 @@ def quality(name: str, data: str, batch_size: int | None = None) -> dict:
     from chunkeval.engine.sweep import Embedders, run_sweep
     from chunkeval.paths import cache_dir
 
-    backend, quantize = split(name)
+    backend, quantize, precision = split(name)
     rows = {}
-    embedders = Embedders(cache_dir(), batch_size, device="cpu", backend=backend, quantize=quantize)
+    embedders = Embedders(
+        cache_dir(), batch_size, device="cpu", backend=backend, quantize=quantize, precision=precision
+    )
     start = time.perf_counter()
     for chunker, size, overlap in CONFIGS:
         exp = Experiment.from_dict(
@@ -135,6 +152,7 @@ def quality(name: str, data: str, batch_size: int | None = None) -> dict:
                 "k": 5,
                 "backend": backend,
                 "quantize": quantize,
+                "precision": precision,
             }
         )
         summary = run_sweep(exp, embedders).summary.to_pylist()[0]
@@ -259,6 +277,17 @@ def main() -> None:
         )
         for c, values in ref.items():
             print(f"| {c} | " + " | ".join(f"{values[m]:.4f}" for m in METRICS) + " |")
+        others = [n for n in names if n != "torch"]
+        if others:  # the signed change of each configuration, in points (× 100)
+            print(
+                "\n| configuration | "
+                + " | ".join(f"{n}: Δ {m}" for n in others for m in METRICS)
+                + " |\n|---|"
+                + "---:|" * (len(others) * len(METRICS))
+            )
+            for c in ref:
+                cells = [100 * (results["quality", n]["configs"][c][m] - ref[c][m]) for n in others for m in METRICS]
+                print(f"| {c} | " + " | ".join(f"{d:+.2f}" for d in cells) + " |")
 
 
 if __name__ == "__main__":

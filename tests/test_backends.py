@@ -134,3 +134,111 @@ def test_bad_backend_settings_fail_early(monkeypatch):
     monkeypatch.setitem(backends._NEEDS, "onnx", ("onnxruntime", "no_such_runtime_package"))
     with pytest.raises(InputError, match="needs no_such_runtime_package: pip install"):
         Experiment(backend="onnx").validate()
+
+
+# --------------------------------------------------------------------------- precision
+
+FP32_FINGERPRINT = "aad501698b1a7a90e7b66df3916aa9fcfc772a3fa15611d02f14c3e26dd715ae"  # torch's, before precisions
+
+
+@pytest.mark.parametrize("backend", ["torch", "openvino"])
+def test_bf16_vectors_stay_close_to_fp32(backend, texts, torch_vectors):
+    vectors, truncated = Embedder(backend=backend, precision="bf16").embed(texts)
+    reference, reference_truncated = torch_vectors
+    assert vectors.dtype == np.float32 and np.array_equal(truncated, reference_truncated)
+    cosines = (vectors * reference).sum(axis=1)
+    assert cosines.min() > 0.9995 and not np.array_equal(vectors, reference)  # measured: 0.99996 (both)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+
+
+def test_precision_keys_the_cache_and_fp32_keeps_its_fingerprint(tmp_path):
+    model = "all-MiniLM-L6-v2"
+    assert embedder_fingerprint(model) == embedder_fingerprint(model, "torch", "none", "fp32") == FP32_FINGERPRINT
+    folder, fp = resolve_model(model), model_fingerprint(model)
+    assert embedder_fingerprint(model, "openvino", "none", "fp32") == backends.backend_fingerprint(
+        fp, folder, "openvino", "none", model
+    )  # fp32 on an exported backend: the fingerprint it had before precisions existed
+    prints = {
+        (b, p): embedder_fingerprint(model, b, "none", p)
+        for b, p in (
+            ("torch", "fp32"),
+            ("torch", "bf16"),
+            ("torch", "fp16"),
+            ("openvino", "fp32"),
+            ("openvino", "bf16"),
+        )
+    }
+    assert len(set(prints.values())) == 5
+    texts = ["vectors of one precision", "never serve another"]
+    bf16 = Embedder(cache_dir=tmp_path, precision="bf16")
+    low, _ = bf16.embed(texts)
+    assert (tmp_path / bf16.fingerprint).is_dir() and bf16.fingerprint == prints["torch", "bf16"]
+    fp32 = Embedder(cache_dir=tmp_path)
+    assert fp32.missing(texts) == texts  # the bf16 part files are not fp32's
+    full, _ = fp32.embed(texts)
+    assert fp32.texts_embedded == 2 and np.array_equal(full, Embedder().embed(texts)[0])
+    again = Embedder(cache_dir=tmp_path, precision="bf16")
+    assert np.array_equal(again.embed(texts)[0], low) and again.texts_embedded == 0
+
+
+def test_a_precision_change_reads_as_a_model_change(tmp_path):
+    """A run in bf16 has another model fingerprint: `--if-changed` runs it, `watch` says the model changed,
+    and the run's models table, notes and report name the precision."""
+    from chunkeval.engine.experiment import models_fingerprint
+    from chunkeval.flows.watch import change_events
+    from chunkeval.report.terminal import format_models
+
+    exp = Experiment(name="bf16", chunk_sizes=(200,), k=(5,))
+    low = exp.with_overrides(precision="bf16")
+    assert models_fingerprint(exp) == FP32_FINGERPRINT and models_fingerprint(low) != FP32_FINGERPRINT
+    last = {"corpus_fingerprint": "c", "gold_fingerprint": "g", "model_fingerprint": models_fingerprint(exp)}
+    assert change_events(last, {"corpus": "c", "gold": "g", "model": models_fingerprint(low)}) == [
+        "chunkeval.model.changed"
+    ]
+    result = run_sweep(low, Embedders(tmp_path))
+    models = result.models.to_pylist()
+    assert models[0]["precision"] == "bf16" and models[0]["model_fingerprint"] == models_fingerprint(low)
+    assert "torch bf16" in format_models(result.models)
+    assert any(n.startswith("precision: bf16") for n in result.notes)
+
+
+def test_bad_precision_settings_fail_early():
+    with pytest.raises(InputError, match="precision must be fp32, bf16, fp16, got 'fp8'"):
+        Experiment(precision="fp8").validate()
+    with pytest.raises(InputError, match="precision bf16 with quantize: int8"):
+        Experiment(backend="openvino", quantize="int8", precision="bf16").validate()
+    with pytest.raises(InputError, match="onnxruntime's CPU kernels have no bf16"):
+        Experiment(backend="onnx", precision="bf16").validate()
+    with pytest.raises(InputError, match="a static model looks its vectors up"):
+        Experiment(model=("minilm-static",), precision="bf16").validate()
+    with pytest.raises(InputError, match="precision fp16 needs a GPU"):
+        Experiment(precision="fp16").validate().checked_for_device("cpu")
+    with pytest.raises(InputError, match="precision fp16 needs a GPU"):
+        Experiment(backend="openvino", precision="fp16").validate().checked_for_device("auto")
+    with pytest.raises(InputError, match="precision fp16 needs a GPU"):
+        Embedder(precision="fp16", device="cpu").embed(["fp16 on a CPU"])
+    with pytest.raises(InputError, match="a static model looks its vectors up"):
+        Embedder("minilm-static", precision="bf16")
+    # bm25 over fixed chunks embeds nothing: its precision is never used, so never refused
+    assert Experiment(retriever=("bm25",), precision="fp16").validate().checked_for_device("cpu")
+
+
+def test_what_a_run_says_about_its_precision():
+    """One line, read from the CPU's flags (never a measurement): bf16 is there where AMX or a GPU makes
+    it fast; bf16 where the CPU has no bf16 arithmetic runs slower than fp32."""
+    from chunkeval.engine.embedding.precision import advice
+
+    amx = frozenset({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8"})
+    epyc = frozenset({"avx512f", "avx512_bf16", "avx512_vnni"})  # this project's machine: bf16, no AMX
+    avx2 = frozenset({"avx2", "fma"})
+    assert "--precision bf16 embedded 2.9× faster" in advice("fp32", "torch", "none", "cpu", amx)
+    assert "--precision bf16" in advice("fp32", "openvino", "none", "cpu", amx)
+    assert advice("fp32", "onnx", "none", "cpu", amx) is None  # onnx has no bf16 to offer
+    assert advice("fp32", "openvino", "int8", "cpu", amx) is None
+    assert advice("fp32", "torch", "none", "cpu", epyc) is None
+    assert advice("bf16", "torch", "none", "cpu", epyc) is None and advice("bf16", "torch", "none", "cpu", amx) is None
+    assert "slower than fp32" in advice("bf16", "torch", "none", "cpu", avx2)
+    assert "slower than fp32" in advice("bf16", "openvino", "none", "cpu", avx2)
+    assert advice("bf16", "torch", "none", "cpu", frozenset()) is None  # flags unknown: nothing said
+    assert "GPU" in advice("fp32", "torch", "none", "cuda", avx2)
+    assert "\n" not in advice("fp32", "torch", "none", "cpu", amx)

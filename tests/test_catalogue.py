@@ -258,6 +258,26 @@ CASES = {
         lambda w: sweep(w["t"], "--quantize", "int8"),
         "quantize: int8 needs backend onnx or openvino",
     ),
+    "sweep: unknown precision": (
+        lambda w: sweep(w["t"], "--precision", "fp8"),
+        "--precision: invalid choice: 'fp8'",
+    ),
+    "sweep: fp16 on the CPU": (
+        lambda w: sweep(w["t"], "--precision", "fp16", "--device", "cpu"),
+        "precision fp16 needs a GPU",
+    ),
+    "sweep: bf16 with int8": (
+        lambda w: sweep(w["t"], "--backend", "openvino", "--quantize", "int8", "--precision", "bf16"),
+        "precision bf16 with quantize: int8",
+    ),
+    "sweep: bf16 on onnx": (
+        lambda w: sweep(w["t"], "--backend", "onnx", "--precision", "bf16"),
+        "onnxruntime's CPU kernels have no bf16",
+    ),
+    "sweep: bf16 with a static model": (
+        lambda w: sweep(w["t"], "--model", "minilm-static", "--precision", "bf16"),
+        "a static model looks its vectors up",
+    ),
     "sweep: onnx with a max-pooling model": (
         lambda w: sweep(w["t"], "--backend", "onnx", "--model", str(max_pooling_model(w["t"]))),
         "pool by mean or cls token; ",
@@ -351,6 +371,14 @@ CASES = {
     "run: experiment file unknown backend": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "backend: tensorrt\n")],
         "backend must be torch, onnx, openvino, got 'tensorrt'",
+    ),
+    "run: experiment file unknown precision": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + "precision: fp8\n")],
+        "precision must be fp32, bf16, fp16, got 'fp8'",
+    ),
+    "run: experiment file fp16 on openvino": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + "backend: openvino\nprecision: fp16\n")],
+        "precision fp16 needs a GPU",
     ),
     "run: experiment file int8 on torch": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "quantize: int8\n")],
@@ -655,6 +683,10 @@ if not _gpu():  # CI and this project's machines have none; on a GPU machine `--
     CASES["sweep: cuda on a machine without a GPU"] = (
         lambda w: sweep(w["t"], "--device", "cuda"),
         "torch sees no CUDA GPU",
+    )
+    CASES["sweep: fp16 where auto means the CPU"] = (
+        lambda w: sweep(w["t"], "--precision", "fp16"),
+        "precision fp16 needs a GPU",
     )
 else:  # on a GPU machine: the exported backends run on the CPU
     CASES["sweep: onnx on the GPU"] = (

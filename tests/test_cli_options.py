@@ -1,7 +1,8 @@
 """What a user types to `chunkeval` does not change when the CLI's code moves: every command path keeps
 its subcommands, positionals and options (flags, metavars, defaults, choices, types) as
-tests/data/cli_options.json recorded them from the CLI before it was split into command modules. One option
-was added since, on purpose: `--plugin MODULE` of run and sweep (plug-ins run only when asked)."""
+tests/data/cli_options.json recorded them from the CLI before it was split into command modules. Two options
+were added since, on purpose, to run and sweep: `--plugin MODULE` (plug-ins run only when asked) and
+`--precision` (how the model runs)."""
 
 from __future__ import annotations
 

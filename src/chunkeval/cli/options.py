@@ -103,6 +103,12 @@ def _add_retrieval_and_scoring_flags(g) -> None:
         "exported once into $CHUNKEVAL_HOME/backends (docs/backends.md)",
     )
     g.add_argument(
+        "--precision",
+        choices=("fp32", "bf16", "fp16"),
+        help="how the model runs: fp32 (default), bf16 (torch or openvino; fast on CPUs with AMX or AVX-512 BF16, "
+        "and GPUs) or fp16 (GPU); vectors are cached apart per precision (docs/backends.md)",
+    )
+    g.add_argument(
         "--quantize",
         choices=("none", "int8"),
         help="int8: quantised weights for backend onnx or openvino (faster, vectors drift; docs/backends.md)",
@@ -126,6 +132,7 @@ SETTING_FLAGS = (
     "duplicates",
     "backend",
     "quantize",
+    "precision",
 )
 
 
@@ -161,6 +168,7 @@ def experiment_from_args(
         duplicates=args.duplicates,
         backend=args.backend,
         quantize=args.quantize,
+        precision=args.precision,
     ).checked_for_device(args.device)
 
 

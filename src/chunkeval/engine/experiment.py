@@ -1,7 +1,7 @@
 """An experiment: a name plus everything a sweep takes. Immutable; given as flags or a YAML file.
 
 YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, corpus, chunker,
-chunk_sizes, overlaps, k, model, retriever, rrf_k, own_corpus, skip_empty_gold, duplicates, backend, quantize (model, retriever and
+chunk_sizes, overlaps, k, model, retriever, rrf_k, own_corpus, skip_empty_gold, duplicates, backend, quantize, precision (model, retriever and
 the other lists take one value or a list). Relative paths are read from the YAML file's folder.
 """
 
@@ -128,6 +128,7 @@ class Experiment:
     duplicates: str = RUN_SETTINGS["duplicates"]  # a run setting (chunkeval.vocabulary)
     backend: str = "torch"  # who runs the embedding model's transformer: torch, onnx or openvino (chunkeval.engine.embedding.backends)
     quantize: str = "none"  # none or int8 (backends onnx and openvino)
+    precision: str = "fp32"  # how the model runs: fp32, bf16 or fp16 (chunkeval.engine.embedding.precision)
     plugins: tuple[str, ...] = ()  # modules whose module:function chunkers and retrievers a file may name
 
     @classmethod
@@ -222,7 +223,7 @@ class Experiment:
             raise InputError(f"duplicates must be {' or '.join(MODES)}, got {self.duplicates!r}", source)
         from chunkeval.engine.embedding.backends import check_backend
 
-        check_backend(self.backend, self.quantize, source)
+        check_backend(self.backend, self.quantize, source, self.precision)
         for key, values in (("k", self.k), ("chunk_sizes", self.chunk_sizes), ("rrf_k", (self.rrf_k,))):
             if any(abs(v) > MAX_INT for v in values):
                 raise InputError(f"{key} must be at most {MAX_INT}, got {max(values, key=abs)}", source)
@@ -245,16 +246,22 @@ class Experiment:
 
             for model in self.model:
                 check_model(model)
-                check_model_runs_on(model, self.backend, source)
+                check_model_runs_on(model, self.backend, source, self.precision)
         self.grid()
         return self
 
     def checked_for_device(self, device: str | None) -> Experiment:
-        """This experiment, where its backend can run on `device` (onnx and openvino run on the CPU here)."""
+        """This experiment, where its backend and precision can run on `device` (onnx and openvino run on
+        the CPU here; fp16 needs a GPU)."""
         if device and device.startswith("cuda") and self.backend != "torch" and self.needs_model():
             raise InputError(
                 f"--device {device} runs backend torch; backend {self.backend} runs on the CPU (use --device cpu or auto)"
             )
+        if self.precision != "fp32" and self.needs_model():
+            from chunkeval.engine.embedding import pick_device
+            from chunkeval.engine.embedding.precision import check_device
+
+            check_device(self.precision, self.backend, pick_device(device) if self.backend == "torch" else "cpu")
         return self
 
     def needs_model(self) -> bool:
@@ -301,6 +308,11 @@ class Experiment:
             notes.append(
                 f"quantize: int8 ({self.backend}): vectors differ from the model's own; docs/backends.md says by how much"
             )
+        if self.precision != "fp32" and self.needs_model():
+            notes.append(
+                f"precision: {self.precision} ({self.backend}): vectors differ from fp32's in the last digits and are "
+                "cached apart; docs/backends.md says by how much"
+            )
         return notes
 
     def to_dict(self) -> dict:
@@ -320,7 +332,7 @@ def models_fingerprint(exp: Experiment) -> str:
 
     if not exp.needs_model():
         return "none"
-    prints = [embedder_fingerprint(m, exp.backend, exp.quantize) for m in exp.model]
+    prints = [embedder_fingerprint(m, exp.backend, exp.quantize, exp.precision) for m in exp.model]
     return prints[0] if len(prints) == 1 else hashlib.sha256(json.dumps(prints).encode()).hexdigest()
 
 

@@ -75,7 +75,7 @@ class SweepResult:
 
 class Embedders:
     """One `Embedder` per model, made when first asked for: a grid that needs no vectors makes none.
-    Every model runs on one backend (`for_experiment` picks the experiment's)."""
+    Every model runs on one backend in one precision (`for_experiment` picks the experiment's)."""
 
     def __init__(
         self,
@@ -85,12 +85,13 @@ class Embedders:
         device: str | None = None,
         backend: str = "torch",
         quantize: str = "none",
+        precision: str = "fp32",
     ):
         self.cache_dir = cache_dir
         self.batch_size = batch_size
         self.device = device
-        self.backend, self.quantize = backend, quantize
-        self._by_model = {e.model: e for e in given if (e.backend, e.quantize) == (backend, quantize)}
+        self.backend, self.quantize, self.precision = backend, quantize, precision
+        self._by_model = {e.model: e for e in given if e.runs() == (backend, quantize, precision)}
 
     @classmethod
     def of(cls, embedders: Embedders | Embedder) -> Embedders:
@@ -103,20 +104,28 @@ class Embedders:
             embedders.device,
             embedders.backend,
             embedders.quantize,
+            embedders.precision,
         )
 
     def for_experiment(self, exp: Experiment) -> Embedders:
-        """These embedders where they run the experiment's backend, else new ones that do (same cache and device)."""
-        if (self.backend, self.quantize) == (exp.backend, exp.quantize):
+        """These embedders where they run the experiment's backend and precision, else new ones that do
+        (same cache and device)."""
+        if (self.backend, self.quantize, self.precision) == (exp.backend, exp.quantize, exp.precision):
             return self
         return Embedders(
-            self.cache_dir, self.batch_size, tuple(self._by_model.values()), self.device, exp.backend, exp.quantize
+            self.cache_dir,
+            self.batch_size,
+            tuple(self._by_model.values()),
+            self.device,
+            exp.backend,
+            exp.quantize,
+            exp.precision,
         )
 
     def __getitem__(self, model: str) -> Embedder:
         if model not in self._by_model:
             self._by_model[model] = Embedder(
-                model, self.cache_dir, self.batch_size, self.device, self.backend, self.quantize
+                model, self.cache_dir, self.batch_size, self.device, self.backend, self.quantize, self.precision
             )
         return self._by_model[model]
 
@@ -152,6 +161,7 @@ class Embedders:
                 "model_fingerprint": pa.array([e.fingerprint for e in used], pa.string()),
                 "backend": pa.array([e.backend for e in used], pa.string()),
                 "quantize": pa.array([e.quantize for e in used], pa.string()),
+                "precision": pa.array([e.precision for e in used], pa.string()),
                 "texts_embedded": pa.array([e.texts_embedded for e in used], pa.int64()),
                 "texts_shared": pa.array([e.texts_shared for e in used], pa.int64()),
                 "embed_seconds": pa.array([e.embed_seconds for e in used], pa.float64()),
@@ -227,10 +237,11 @@ def embed_shard(
     device: str | None,
     backend: str,
     quantize: str,
+    precision: str = "fp32",
 ) -> dict:
     """Embed one shard into the cache at `cache_dir` (this process loads the model) and return its
     counters for `Embedders.count`."""
-    embedder = Embedder(model, cache_dir, batch_size, device, backend, quantize)
+    embedder = Embedder(model, cache_dir, batch_size, device, backend, quantize, precision)
     embedder.embed(texts, kind)
     return {"model": model, "counters": embedder.counters()}
 

@@ -68,6 +68,7 @@ def embed_shard(model: str, kind: str, texts: list, embedders: sweep.Embedders) 
         embedders.device,
         embedders.backend,
         embedders.quantize,
+        embedders.precision,
     )
 
 

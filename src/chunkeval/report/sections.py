@@ -126,7 +126,12 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
         (
             "backend",
             escape(settings.get("backend") or "torch")
-            + (" (int8: vectors differ from the model's own)" if settings.get("quantize") == "int8" else ""),
+            + (" (int8: vectors differ from the model's own)" if settings.get("quantize") == "int8" else "")
+            + (
+                f" in {escape(settings['precision'])} (vectors differ from fp32's in the last digits)"
+                if settings.get("precision") not in (None, "fp32")
+                else ""
+            ),
         ),
         ("retrievers", escape(", ".join(split_list(settings.get("retriever")) or ["dense"]))),
         (

@@ -126,11 +126,15 @@ def format_macro_micro(summary: pa.Table, metrics: list[str]) -> str:
 
 
 def format_models(models: pa.Table) -> str:
-    """The models of a run: backend, texts embedded and throughput (texts per second; – when nothing was embedded)."""
+    """The models of a run: backend (with int8 and a precision other than fp32), texts embedded and throughput (texts per second; – when nothing was embedded)."""
     rows = [
         [
             r["model"],
-            " ".join(b for b in (r.get("backend") or "torch", r.get("quantize")) if b and b != "none"),
+            " ".join(
+                b
+                for b in (r.get("backend") or "torch", r.get("quantize"), r.get("precision"))
+                if b not in (None, "none", "fp32")
+            ),
             str(r["texts_embedded"]),
             "–" if r["texts_per_second"] is None else f"{r['texts_per_second']:.1f}",
             (r["model_fingerprint"] or "")[:12],

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from chunkeval.engine.embedding.built import RECORD, build_folder
+from chunkeval.engine.embedding.precision import check_precision
 from chunkeval.errors import InputError
 from chunkeval.files import hash_folder
 from chunkeval.paths import home
@@ -52,8 +53,9 @@ log = logging.getLogger("chunkeval")
 _POOLING = ("mean", "cls")
 
 
-def check_backend(backend: str, quantize: str = "none", source: str | None = None) -> None:
-    """One line for a backend or quantisation that cannot run here (unknown, or its packages missing)."""
+def check_backend(backend: str, quantize: str = "none", source: str | None = None, precision: str = "fp32") -> None:
+    """One line for a backend, quantisation or precision that cannot run here (unknown, not together, or
+    their packages missing)."""
     if backend not in BACKENDS:
         raise InputError(f"backend must be {', '.join(BACKENDS)}, got {backend!r}", source)
     if quantize not in QUANTIZE:
@@ -62,6 +64,7 @@ def check_backend(backend: str, quantize: str = "none", source: str | None = Non
         raise InputError(
             "quantize: int8 needs backend onnx or openvino (the torch backend runs the model as shipped)", source
         )
+    check_precision(precision, backend, quantize, source)
     needs = _NEEDS.get(backend, ()) + (_NEEDS_INT8.get(backend, ()) if quantize == "int8" else ())
     missing = [p for p in needs if importlib.util.find_spec(p) is None]
     if missing:
@@ -312,13 +315,18 @@ def backend_fingerprint(model_fingerprint: str, folder: Path, backend: str, quan
 # --------------------------------------------------------------------------- running the model
 
 
-class TorchRunner:
-    """The model through sentence-transformers (the reference every other backend is measured against)."""
+_AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}
 
-    def __init__(self, folder: Path, device: str):
+
+class TorchRunner:
+    """The model through sentence-transformers (the reference every other backend is measured against);
+    with `precision` bf16 or fp16, under `torch.autocast` on its device."""
+
+    def __init__(self, folder: Path, device: str, precision: str = "fp32"):
         from sentence_transformers import SentenceTransformer
 
         self.st = SentenceTransformer(str(folder), device=device)
+        self.device, self.precision = device, precision
         limit = self.st.max_seq_length
         self.max_seq_length = None if limit is None or math.isinf(limit) or not callable(self.st.tokenizer) else limit
 
@@ -333,20 +341,31 @@ class TorchRunner:
         return [tuple(i[: limit - 1]) if len(i) > limit else tuple(i) for i in ids], truncated
 
     def encode(self, texts: list[str], prompt: str, batch_size: int, show_progress: bool) -> np.ndarray:
-        return self.st.encode(
-            texts,
-            prompt=prompt,
-            batch_size=batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=show_progress,
-        ).astype(np.float32, copy=False)
+        import contextlib
+
+        import torch
+
+        autocast = (
+            torch.autocast(self.device.split(":")[0], dtype=getattr(torch, _AUTOCAST[self.precision]))
+            if self.precision in _AUTOCAST
+            else contextlib.nullcontext()
+        )
+        with autocast:
+            vectors = self.st.encode(
+                texts,
+                prompt=prompt,
+                batch_size=batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=show_progress,
+            )
+        return vectors.astype(np.float32, copy=False)  # float32 at every precision
 
 
 class GraphRunner:
     """An exported transformer (onnxruntime or OpenVINO) with the model's tokenizer, pooling and normalisation."""
 
-    def __init__(self, folder: Path, export: Path, backend: str):
+    def __init__(self, folder: Path, export: Path, backend: str, precision: str = "fp32"):
         from tokenizers import Tokenizer
 
         self.pooling, self.normalize = _modules(folder)
@@ -361,7 +380,10 @@ class GraphRunner:
         else:
             import openvino as ov
 
-            compiled = ov.Core().compile_model(str(export / "model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+            hint = {"fp32": "f32", "bf16": "bf16"}[
+                precision
+            ]  # fp32 stays pinned to f32 (OpenVINO's own default may differ)
+            compiled = ov.Core().compile_model(str(export / "model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": hint})
             self.inputs = [i.any_name for i in compiled.inputs]
             request = compiled.create_infer_request()
             self._run = lambda feed: request.infer(feed)[0].copy()
@@ -407,8 +429,11 @@ class GraphRunner:
         return out
 
 
-def load_runner(model: str, folder: Path, model_fingerprint: str, backend: str, quantize: str, device: str):
-    """The runner of a model folder for a backend (static models and `torch` through sentence-transformers)."""
+def load_runner(
+    model: str, folder: Path, model_fingerprint: str, backend: str, quantize: str, device: str, precision: str = "fp32"
+):
+    """The runner of a model folder for a backend (static models and `torch` through sentence-transformers)
+    in `precision` (`chunkeval.engine.embedding.precision`; static models run in fp32 only)."""
     if backend == "torch" or not is_transformer(folder):
-        return TorchRunner(folder, device)
-    return GraphRunner(folder, ensure_export(model, folder, model_fingerprint, backend, quantize), backend)
+        return TorchRunner(folder, device, precision if is_transformer(folder) else "fp32")
+    return GraphRunner(folder, ensure_export(model, folder, model_fingerprint, backend, quantize), backend, precision)

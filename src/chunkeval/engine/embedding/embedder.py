@@ -19,8 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from chunkeval import progress
+from chunkeval.engine.embedding.backends import is_transformer
 from chunkeval.engine.embedding.cache import EmbeddingCache, text_hash
+from chunkeval.engine.embedding.precision import check_device as check_precision_device
+from chunkeval.engine.embedding.precision import tell
 from chunkeval.engine.embedding.registry import (
+    check_model_runs_on,
     embedder_fingerprint,
     model_fingerprint,
     model_prompts,
@@ -97,6 +101,7 @@ class Embedder:
     device: str | None = None  # auto (None), cpu, cuda or cuda:N
     backend: str = "torch"  # torch, onnx or openvino (chunkeval.engine.embedding.backends)
     quantize: str = "none"  # none or int8 (onnx and openvino)
+    precision: str = "fp32"  # fp32, bf16 or fp16: how the model runs (chunkeval.engine.embedding.precision)
     flush_every: int = 512  # texts per cache part file
     texts_embedded: int = 0  # texts this embedder added to the cache
     texts_shared: int = 0  # of those, texts whose model input equalled an earlier one's: not run through the model
@@ -108,8 +113,9 @@ class Embedder:
     def __post_init__(self):
         from chunkeval.engine.embedding.backends import check_backend
 
-        check_backend(self.backend, self.quantize)
-        self.fingerprint = embedder_fingerprint(self.model, self.backend, self.quantize)
+        check_backend(self.backend, self.quantize, precision=self.precision)
+        check_model_runs_on(self.model, "torch", None, self.precision)  # a static model runs in fp32 only
+        self.fingerprint = embedder_fingerprint(self.model, self.backend, self.quantize, self.precision)
         self.prompts = model_prompts(self.model)
         self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None
 
@@ -121,6 +127,10 @@ class Embedder:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _st=None, _lock=threading.Lock())
         self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None
+
+    def runs(self) -> tuple[str, str, str]:
+        """(backend, quantize, precision): how this embedder runs its model."""
+        return self.backend, self.quantize, self.precision
 
     def counters(self) -> tuple[int, int, float]:
         """(texts embedded, of those shared, seconds): what `Embedders.count` adds up across processes."""
@@ -153,9 +163,16 @@ class Embedder:
                 from transformers.utils import logging as hf_logging
 
                 hf_logging.disable_progress_bar()
-            log.info("loading embedding model %s (backend %s, quantize %s)", self.model, self.backend, self.quantize)
+            log.info(
+                "loading embedding model %s (backend %s, quantize %s, precision %s)",
+                self.model,
+                self.backend,
+                self.quantize,
+                self.precision,
+            )
+            device = pick_device(self.device) if self.backend == "torch" else "cpu"
+            check_precision_device(self.precision, self.backend, device)
             try:
-                device = pick_device(self.device) if self.backend == "torch" else "cpu"
                 self._st = load_runner(
                     self.model,
                     resolve_model(self.model),
@@ -163,6 +180,7 @@ class Embedder:
                     self.backend,
                     self.quantize,
                     device,
+                    self.precision,
                 )
                 self.batch_size = fitting_batch(device, self.batch_size)
                 log.info("embedding on %s, %d texts per batch", device, self.batch_size)
@@ -171,6 +189,8 @@ class Embedder:
                 raise InputError(
                     f"model {self.model!r} cannot be loaded as a sentence-transformers model ({reason})"
                 ) from None
+            if is_transformer(resolve_model(self.model)):  # a static model has one precision: no advice
+                tell(self.precision, self.backend, self.quantize, device)
         return self._st
 
     @property

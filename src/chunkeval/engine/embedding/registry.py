@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chunkeval.engine.embedding import backends, static
+from chunkeval.engine.embedding import backends, precision, static
 from chunkeval.engine.embedding.folders import BUNDLED, existing_folder
 from chunkeval.errors import InputError
 from chunkeval.files import hash_folder
@@ -38,9 +38,13 @@ def check_model(model: str) -> None:
         resolve_model(model)
 
 
-def check_model_runs_on(model: str, backend: str, source: str | None = None) -> None:
-    """One line, before any work, for a model an exported backend cannot run (its modules, pooling or
-    tokenizer file); models chunkeval builds are static and run on every backend."""
+def check_model_runs_on(model: str, backend: str, source: str | None = None, precision_: str = "fp32") -> None:
+    """One line, before any work (nothing is built), for a model an exported backend cannot run (its
+    modules, pooling or tokenizer file) or a precision it cannot run in (a static model runs in fp32 only);
+    models chunkeval builds are static and run on every backend."""
+    if precision_ != "fp32":
+        is_static = static.is_buildable(model) or not backends.is_transformer(resolve_model(model))
+        precision.check_static(model, is_static, precision_, source)
     if backend != "torch" and not static.is_buildable(model):
         backends.check_folder_runs_on(resolve_model(model), backend, source)
 
@@ -69,6 +73,8 @@ def model_fingerprint(model: str) -> str:
     return hash_folder(resolve_model(model), _NOT_MODEL_FILES)
 
 
-def embedder_fingerprint(model: str, backend: str = "torch", quantize: str = "none") -> str:
-    """The fingerprint that keys a model's vectors when `backend` runs it (`chunkeval.engine.embedding.backends`)."""
-    return backends.backend_fingerprint(model_fingerprint(model), resolve_model(model), backend, quantize, model)
+def embedder_fingerprint(model: str, backend: str = "torch", quantize: str = "none", precision_: str = "fp32") -> str:
+    """The fingerprint that keys a model's vectors when `backend` runs it (`chunkeval.engine.embedding.backends`)
+    in a precision (`chunkeval.engine.embedding.precision`): fp32's is the backend's own, byte for byte."""
+    fingerprint = backends.backend_fingerprint(model_fingerprint(model), resolve_model(model), backend, quantize, model)
+    return precision.precision_fingerprint(fingerprint, precision_)
