@@ -158,3 +158,18 @@ def test_modules_and_classes_stay_small(module):
         if isinstance(node, ast.ClassDef):
             lines = node.end_lineno - node.lineno + 1
             assert lines <= MAX_CLASS_LINES, f"{module}.{node.name} has {lines} lines"
+
+
+def test_reading_history_imports_no_engine():
+    """The warehouse, the analysis and the reports read recorded runs: none of them imports the engine
+    (so `runs`, `trend`, `compare` and `report` never load numpy-heavy engine code, and the warehouse's
+    storage names no engine type)."""
+    readers = ("chunkeval.analysis", "chunkeval.warehouse", "chunkeval.report")
+    wrong = [
+        f"{m}:{line} imports {t}"
+        for m, edges in GRAPH.items()
+        if m.startswith(readers)
+        for t, line, _ in edges
+        if t.startswith("chunkeval.engine")
+    ]
+    assert wrong == []

@@ -13,7 +13,6 @@ from pathlib import Path
 from chunkeval._version import __version__
 from chunkeval.analysis.comparisons import ties
 from chunkeval.analysis.regression import DEFAULT_THRESHOLD
-from chunkeval.engine.metrics import METRICS
 from chunkeval.errors import InputError
 from chunkeval.faults import checkpoint
 from chunkeval.files import write_text
@@ -30,6 +29,7 @@ from chunkeval.report.sections import (
     section_tradeoff,
     section_trend,
 )
+from chunkeval.vocabulary import METRICS
 from chunkeval.warehouse import Warehouse
 
 # --------------------------------------------------------------------------- sections

@@ -11,14 +11,22 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval.analysis.regression import REGRESSION_METRICS
-from chunkeval.engine.experiment import split_list
-from chunkeval.engine.metrics import METRICS, MICRO, MICRO_F1
 from chunkeval.errors import InputError
 from chunkeval.report import charts
-from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.stats.aggregate import MICRO, MICRO_F1
+from chunkeval.vocabulary import CONFIG_KEYS, METRICS
 from chunkeval.warehouse import Warehouse
 
 BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
+
+
+def _names(value) -> list[str]:
+    """A list setting as recorded (a JSON list; a comma-separated string in runs of long ago)."""
+    if value is None:
+        return []
+    return (
+        [str(v) for v in value] if isinstance(value, list) else [v.strip() for v in str(value).split(",") if v.strip()]
+    )
 
 
 def label(row: dict, with_k: bool = True) -> str:
@@ -122,7 +130,7 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
         ("started", _when(run["started_at"])),
         ("finished", _when(run["finished_at"])),
         ("trigger", escape(run["trigger"])),
-        ("models", escape(", ".join(split_list(settings.get("model"))))),
+        ("models", escape(", ".join(_names(settings.get("model"))))),
         (
             "backend",
             escape(settings.get("backend") or "torch")
@@ -133,7 +141,7 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
                 else ""
             ),
         ),
-        ("retrievers", escape(", ".join(split_list(settings.get("retriever")) or ["dense"]))),
+        ("retrievers", escape(", ".join(_names(settings.get("retriever")) or ["dense"]))),
         (
             "corpora",
             escape(str(settings.get("corpus_dir", "")))
