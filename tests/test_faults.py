@@ -110,3 +110,22 @@ def test_a_bracket_in_the_home_is_a_folder_name_not_a_pattern(tmp_path, embedder
     fresh = Warehouse(tmp_path / "home[x]" / "warehouse")  # a new process's view of it
     assert fresh.table("SELECT count(*) AS n FROM query_results").to_pylist() == [{"n": result.per_query.num_rows}]
     assert fresh.run_file(run_id, "per_query").num_rows == result.per_query.num_rows
+
+
+def test_a_run_deleted_while_its_report_is_written_ends_in_one_line(tmp_path, monkeypatch, prefect_api, capsys):
+    """`runs delete` in another process while `run` writes its report: one line, exit 1 (2 is bad input)."""
+    import chunkeval.flows.evaluate as flow
+
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
+    write_report = flow.write_report
+
+    def deleted_meanwhile(wh, experiment, path, run_id=None, *args, **kwargs):
+        Warehouse.at_home().delete_runs([run_id])  # what `chunkeval runs delete` does, at this moment
+        return write_report(wh, experiment, path, run_id, *args, **kwargs)
+
+    monkeypatch.setattr(flow, "write_report", deleted_meanwhile)
+    grid = ["--retriever", "bm25", "--chunker", "fixed_token", "--chunk-sizes", "100", "--k", "1"]
+    assert main(["run", "--experiment", "gone", *grid]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # (Prefect logs the failed task above it, as it logs)
+    assert last.startswith("chunkeval: error: run ") and "was deleted while its report was being written" in last
+    assert Warehouse.at_home().runs() == []

@@ -23,6 +23,7 @@ from chunkeval.engine.chunking import ChunkerSpec
 from chunkeval.engine.experiment import Experiment, input_fingerprints
 from chunkeval.engine.metrics import METRICS
 from chunkeval.engine.runners import TaskRunner
+from chunkeval.errors import Fault, InputError
 from chunkeval.faults import checkpoint
 from chunkeval.paths import cache_dir
 from chunkeval.report.html import report_path, write_report
@@ -244,7 +245,15 @@ def evaluate(
         description=f"chunkeval run {run_id} of experiment {exp.name}: macro mean ± std and micro per configuration",
     )
     progress.step("report")
-    page = Path(report(exp.name, run_id))
+    try:
+        page = Path(report(exp.name, run_id))
+    except InputError:
+        if not wh.has_run(run_id):  # `runs delete` or `runs prune` in another process, meanwhile
+            raise Fault(
+                f"run {run_id} was deleted while its report was being written (by `runs delete` or `runs prune` "
+                "in another process): its results are gone"
+            ) from None
+        raise
     create_link_artifact(
         key=artifact_key(exp.name, "report"),
         link=page.as_uri(),

@@ -50,6 +50,10 @@ class History(Schema):
             sql += f" LIMIT {int(limit)}"
         return self._dicts(sql, params)
 
+    def has_run(self, run_id: str) -> bool:
+        """Whether the catalogue holds the run (deleted runs are gone from it)."""
+        return bool(self._dicts("SELECT 1 AS x FROM runs WHERE run_id = ?", [run_id]))
+
     def run(self, run_id: str, with_process: bool = False) -> dict:
         columns = MANIFEST_COLUMNS if with_process else RUN_COLUMNS
         rows = self._dicts(f"SELECT {', '.join(columns)} FROM runs WHERE run_id = ?", [run_id])
