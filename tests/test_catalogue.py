@@ -846,11 +846,11 @@ CASES.update(
                 "--threshold",
                 "nan",
             ],
-            "--threshold must be a finite number, 0 or more, got nan",
+            "--threshold must be 0 or more and finite, got nan",
         ),
         "trend: threshold inf": (
             lambda w: ["trend", "--experiment", "cat", "--metric", "span_recall", "--threshold", "inf"],
-            "--threshold must be a finite number",
+            "--threshold must be 0 or more and finite, got inf",
         ),
         "compare: alpha nan": (
             lambda w: ["compare", "--experiment", "cat", "--metric", "span_recall", "--alpha", "nan"],

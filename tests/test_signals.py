@@ -31,18 +31,20 @@ def processes_with(tag: str) -> list[int]:
     return found
 
 
-def run_killed_at(tmp_path: Path, point: str) -> tuple[subprocess.CompletedProcess, str, dict]:
-    tag = f"CHUNKEVAL_SIGNAL_TEST={uuid.uuid4().hex}"
+def start_killed_at(tmp_path: Path, point: str) -> tuple[subprocess.Popen, str, dict]:
+    """`chunkeval run` of a bm25 grid in its own home, started, to be killed at `point`."""
+    tag = uuid.uuid4().hex
+    tmp_path.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # chunkeval starts its own server
     env.update(
         CHUNKEVAL_HOME=str(tmp_path / "home"),
         PREFECT_HOME=str(tmp_path / "prefect"),
         CHUNKEVAL_KILL_AT=point,
-        CHUNKEVAL_SIGNAL_TEST=tag.split("=")[1],
+        CHUNKEVAL_SIGNAL_TEST=tag,
     )
     cmd = [sys.executable, "-m", "chunkeval.cli", "run", "--experiment", "signals", *GRID]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    return done, tag, env
+    process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return process, f"CHUNKEVAL_SIGNAL_TEST={tag}", env
 
 
 def wait_gone(tag: str, seconds: float = 15.0) -> list[int]:
@@ -52,18 +54,20 @@ def wait_gone(tag: str, seconds: float = 15.0) -> list[int]:
     return left
 
 
-def test_sigkill_leaves_no_temporary_server_behind(tmp_path):
-    done, tag, _ = run_killed_at(tmp_path, "started")
-    assert done.returncode == -9  # killed at `started`: the server was up and the run row written
-    assert wait_gone(tag) == []
-
-
-def test_sigterm_ends_a_run_as_failed_in_one_line(tmp_path):
-    done, tag, env = run_killed_at(tmp_path, "started:TERM")
-    assert done.returncode == 143, done.stderr
-    assert done.stderr.strip().splitlines()[-1] == "chunkeval: terminated"
-    assert "Traceback" not in done.stderr
-    assert wait_gone(tag) == []
+def test_sigkill_and_sigterm_end_runs_and_their_temporary_servers(tmp_path):
+    """Both runs at once (each starts a Prefect server: the slow part): SIGKILL at `started` (the server is
+    up and the run row written) leaves no server behind; SIGTERM there ends the run as failed, in one line,
+    exit 143, and leaves no server either."""
+    killed, killed_tag, _ = start_killed_at(tmp_path / "kill", "started")
+    termed, termed_tag, env = start_killed_at(tmp_path / "term", "started:TERM")
+    _, killed_err = killed.communicate(timeout=300)
+    _, termed_err = termed.communicate(timeout=300)
+    assert killed.returncode == -9, killed_err
+    assert wait_gone(killed_tag) == []
+    assert termed.returncode == 143, termed_err
+    assert termed_err.strip().splitlines()[-1] == "chunkeval: terminated"
+    assert "Traceback" not in termed_err
+    assert wait_gone(termed_tag) == []
     env.pop("CHUNKEVAL_KILL_AT")
     runs = subprocess.run(
         [sys.executable, "-m", "chunkeval.cli", "runs", "--json"], env=env, capture_output=True, text=True, check=True

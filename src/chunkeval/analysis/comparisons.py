@@ -103,7 +103,7 @@ def check_threshold(threshold: float, what: str = "--threshold") -> float:
     """The smallest fall of a metric that counts as a regression: 0 or more (`what` names it as the
     caller's user wrote it: --threshold, threshold)."""
     if not math.isfinite(threshold) or threshold < 0:
-        raise InputError(f"{what} must be a finite number, 0 or more, got {threshold}")
+        raise InputError(f"{what} must be 0 or more and finite, got {threshold}")
     return threshold
 
 
