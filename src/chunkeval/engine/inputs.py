@@ -420,18 +420,23 @@ def _trec_lines(path: Path, n_fields: int, what: str) -> Iterator[tuple[int, lis
         yield row, parts
 
 
+def _finite(text: str, what: str, path: Path, row: int) -> float:
+    """A number of a TREC file's column `what`: finite, or one line naming the file and row."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{what} {short(text)} is not a number", path, row) from None
+    if not math.isfinite(value):
+        raise InputError(f"{what} {short(text)} is not a finite number", path, row)
+    return value
+
+
 def load_trec_qrels(path: Path) -> Qrels:
     """TREC qrels: `query_id iteration doc_id grade` per line."""
     path = Path(path)
     judgments: dict[str, dict[str, float]] = {}
     for row, (qid, _, doc, grade) in _trec_lines(path, 4, "qrels"):
-        try:
-            value = float(grade)
-        except ValueError:
-            raise InputError(f"grade {short(grade)} is not a number", path, row) from None
-        if not math.isfinite(value):
-            raise InputError(f"grade {short(grade)} is not a finite number", path, row)
-        judgments.setdefault(qid, {})[doc] = value
+        judgments.setdefault(qid, {})[doc] = _finite(grade, "grade", path, row)
     return Qrels(judgments, {}, str(path))
 
 
@@ -442,12 +447,7 @@ def load_trec_run(path: Path, gold: Qrels) -> Run:
     scored: dict[str, dict[str, float]] = {}
     first_row: dict[str, int] = {}
     for row, (qid, _, doc, _rank, score, _tag) in _trec_lines(path, 6, "run"):
-        try:
-            value = float(score)
-        except ValueError:
-            raise InputError(f"score {short(score)} is not a number", path, row) from None
-        if not math.isfinite(value):
-            raise InputError(f"score {short(score)} is not a finite number", path, row)
+        value = _finite(score, "score", path, row)
         docs = scored.setdefault(qid, {})
         if doc in docs:
             raise InputError(f"doc {doc!r} appears twice for query {qid!r}", path, row)
