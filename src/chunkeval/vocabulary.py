@@ -10,6 +10,7 @@ metric names. A module of its own, below everything, so that reading the warehou
 """
 
 from chunkeval.errors import InputError
+from chunkeval.limits import short
 
 CONFIG_KEYS = ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
 CHUNKING_KEYS = CONFIG_KEYS[:-1]  # a configuration without its depth: what chunk statistics are kept by
@@ -43,3 +44,27 @@ def check_metrics(metrics: list[str]) -> list[str]:
 
 # the gold and run file formats of evaluate-run and compare
 GOLD_FORMATS = ("auto", "chunk-ids", "strings", "trec")
+
+
+# --------------------------------------------------------------------------- how list settings are written
+
+
+def split_list(value) -> list[str]:
+    """The values of a list setting: a YAML list is a list (its items are taken whole, commas and all);
+    a single string, as a flag gives it, is split on commas (`--k 1,5,10`)."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        bad = [item for item in value if isinstance(item, (dict, list, tuple)) or item is None]
+        if bad:
+            raise InputError(f"list items must be single values, got {short(bad[0])}")
+        return [str(item).strip() for item in value if str(item).strip()]
+    return [part.strip() for part in str(value).split(",") if part.strip()]
+
+
+def split_flags(values) -> list[str]:
+    """The values of a command-line flag: every string given (once, or repeated) split on commas."""
+    if values is None:
+        return []
+    items = values if isinstance(values, (list, tuple)) else [values]
+    return [part for item in items for part in split_list(str(item))]

@@ -18,31 +18,10 @@ from chunkeval.engine import plugins
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, check_name, short, yaml_load
 from chunkeval.paths import DEMO_DIR
-from chunkeval.vocabulary import DEFAULT_MODEL, RUN_SETTINGS
+from chunkeval.vocabulary import DEFAULT_MODEL, RUN_SETTINGS, split_flags, split_list  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from chunkeval.engine.chunking import ChunkerSpec
-
-
-def split_list(value) -> list[str]:
-    """The values of a list setting: a YAML list is a list (its items are taken whole, commas and all);
-    a single string, as a flag gives it, is split on commas (`--k 1,5,10`)."""
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple)):
-        bad = [item for item in value if isinstance(item, (dict, list, tuple)) or item is None]
-        if bad:
-            raise InputError(f"list items must be single values, got {short(bad[0])}")
-        return [str(item).strip() for item in value if str(item).strip()]
-    return [part.strip() for part in str(value).split(",") if part.strip()]
-
-
-def split_flags(values) -> list[str]:
-    """The values of a command-line flag: every string given (once, or repeated) split on commas."""
-    if values is None:
-        return []
-    items = values if isinstance(values, (list, tuple)) else [values]
-    return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
 
 
 def whole_number(value, what: str) -> int:
@@ -170,13 +149,9 @@ class Experiment:
                     raise InputError(f"{key} takes one value, got {short(value)}", source)
                 value = str(value)
             values[key] = value
-        specs = {"chunker": values.get("chunker", ()), "retriever": values.get("retriever", ())}
-        if not trusted:
+        if not trusted:  # names only; the registries refuse the standard library when they resolve
+            specs = {"chunker": values.get("chunker", ()), "retriever": values.get("retriever", ())}
             plugins.check_allowed(specs, set(values.get("plugins", ())) | set(allow), source)
-        else:
-            for kind, names in specs.items():
-                for name in names:
-                    plugins.check_module(kind, name)
         return cls(**values).validate(source)
 
     @classmethod

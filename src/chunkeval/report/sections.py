@@ -14,19 +14,10 @@ from chunkeval.analysis.regression import REGRESSION_METRICS
 from chunkeval.errors import InputError
 from chunkeval.report import charts
 from chunkeval.stats.aggregate import MICRO, MICRO_F1
-from chunkeval.vocabulary import CONFIG_KEYS, METRICS
+from chunkeval.vocabulary import CONFIG_KEYS, METRICS, split_list
 from chunkeval.warehouse import Warehouse
 
 BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
-
-
-def _names(value) -> list[str]:
-    """A list setting as recorded (a JSON list; a comma-separated string in runs of long ago)."""
-    if value is None:
-        return []
-    return (
-        [str(v) for v in value] if isinstance(value, list) else [v.strip() for v in str(value).split(",") if v.strip()]
-    )
 
 
 def label(row: dict, with_k: bool = True) -> str:
@@ -130,7 +121,7 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
         ("started", _when(run["started_at"])),
         ("finished", _when(run["finished_at"])),
         ("trigger", escape(run["trigger"])),
-        ("models", escape(", ".join(_names(settings.get("model"))))),
+        ("models", escape(", ".join(split_list(settings.get("model"))))),
         (
             "backend",
             escape(settings.get("backend") or "torch")
@@ -141,7 +132,7 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
                 else ""
             ),
         ),
-        ("retrievers", escape(", ".join(_names(settings.get("retriever")) or ["dense"]))),
+        ("retrievers", escape(", ".join(split_list(settings.get("retriever")) or ["dense"]))),
         (
             "corpora",
             escape(str(settings.get("corpus_dir", "")))

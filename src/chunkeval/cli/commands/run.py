@@ -80,12 +80,9 @@ def preflight(exp: Experiment) -> None:
     from chunkeval.engine.experiment import input_fingerprints
     from chunkeval.engine.sweep import load_inputs
     from chunkeval.files import check_writable_dir
-    from chunkeval.limits import check_path_length
     from chunkeval.paths import home
 
     check_writable_dir(home(), "the cache and warehouse ($CHUNKEVAL_HOME)")
-    # the longest path the run writes under its name: its report (a run id is 24 characters)
-    check_path_length(home() / "warehouse" / "reports" / exp.name / f"{'r' * 24}.html", "the run's report")
     input_fingerprints(exp)
     load_inputs(exp)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from chunkeval.cli.options import add_experiment, add_json
+from chunkeval.cli.options import add_experiment, add_json, check_at_least_one
 from chunkeval.cli.output import iso, print_json
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
@@ -94,8 +94,7 @@ def prune(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     wh = warehouse()
     if (args.keep_last is None) == (age is None):
         raise InputError("prune takes one of --keep-last K or --older-than AGE")
-    if args.keep_last is not None and args.keep_last < 1:
-        raise InputError(f"--keep-last must be at least 1, got {args.keep_last}")
+    check_at_least_one(args.keep_last, "--keep-last")
     deleted, kept = wh.prune(args.prune_experiment, args.keep_last, age)
     print(f"deleted {len(deleted)} run(s) of experiment {args.prune_experiment}")
     if kept:
