@@ -81,3 +81,26 @@ def quiet_prefect(verbose: bool = False) -> None:
     if not os.environ.get("PREFECT_API_URL"):  # a temporary server: no telemetry, and time to start on a busy machine
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+
+class _SaidInOneLine(logging.Filter):
+    """Drops Prefect's console records of an input error (its traceback, and the failed states that repeat
+    it): the command says it in one line. The records still reach the Prefect API and UI."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from chunkeval.errors import InputError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, InputError):
+            return False
+        return "InputError" not in record.getMessage()
+
+
+def one_line_input_errors() -> None:
+    """Keep input errors raised in tasks to the command's one line on the console (called by a flow once
+    Prefect has set up its logging: its console handler exists from then)."""
+    for handler in logging.getLogger().handlers + logging.getLogger("prefect").handlers:  # its console: on the root
+        if isinstance(handler, logging.StreamHandler) and not any(
+            isinstance(f, _SaidInOneLine) for f in handler.filters
+        ):
+            handler.addFilter(_SaidInOneLine())

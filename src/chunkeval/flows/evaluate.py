@@ -81,7 +81,8 @@ def embed(inputs: sweep.Inputs, chunkings: list, configs: list, embedders: sweep
 # Scoring is one task for every configuration: each takes milliseconds of vectorised work, so a task
 # per configuration bought nothing but the orchestration's own cost (a state round trip per task).
 @task(**TASK)
-def score(inputs: sweep.Inputs, chunkings: list, configs: list, embedded: sweep.Embedded, exp: Experiment) -> pa.Table:
+def score(inputs: sweep.Inputs, chunkings: list, configs: list, embedded: sweep.Embedded, exp: Experiment) -> tuple:
+    """Per-query rows of every configuration, and what each configuration's index cost."""
     return sweep.score_all(inputs, chunkings, configs, embedded, exp)
 
 
@@ -103,9 +104,15 @@ def report(experiment: str, run_id: str) -> str:
 
 @task(**TASK)
 def summarize(
-    per_query: pa.Table, chunkings: list, configs: list, embedded: sweep.Embedded, skip_empty_gold: bool
+    per_query: pa.Table,
+    index_stats: pa.Table,
+    chunkings: list,
+    configs: list,
+    embedded: sweep.Embedded,
+    skip_empty_gold: bool,
 ) -> tuple:
-    return sweep.summarize_sweep(per_query, sweep.chunk_stats(chunkings, configs, embedded), skip_empty_gold)
+    stats = sweep.chunk_stats(chunkings, configs, embedded, index_stats)
+    return sweep.summarize_sweep(per_query, stats, skip_empty_gold)
 
 
 @task(**IO_TASK)
@@ -153,9 +160,9 @@ def summary_rows(summary: pa.Table) -> list[dict]:
     for rec in summary.to_pylist():
         row = {k: rec[k] for k in sweep.CONFIG_KEYS}
         for m in METRICS:
-            if f"{m}_mean" in rec:
+            if rec.get(f"{m}_mean") is not None:  # a metric of no row (ann_recall_at_k of bm25) is left out
                 row[m] = f"{rec[f'{m}_mean']:.3f} ± {(rec[f'{m}_std'] or 0):.3f}"
-                if f"{m}_micro" in rec:
+                if rec.get(f"{m}_micro") is not None:
                     row[f"{m} (micro)"] = f"{rec[f'{m}_micro']:.3f}"
         rows.append(row)
     return rows
@@ -177,6 +184,7 @@ def evaluate(
     the texts the cache lacks are embedded by that many tasks on the cluster's workers first.
     """
     logger = get_run_logger()
+    progress.one_line_input_errors()
     exp = Experiment.resolve(experiment)
     wh = warehouse()
     wh.reap()
@@ -206,6 +214,7 @@ def evaluate(
         ).result()
         chunkings = [c for c, _ in done]
         configs = sweep.plan(exp, chunkings)
+        sweep.check_indexes_fit(inputs, chunkings, configs, embedders, exp.own_corpus)
         if shards:  # tasks ran on workers, each with its own copy of the embedders: count what they embedded
             for _, counted in done:
                 for model, counters in counted.items():
@@ -222,9 +231,9 @@ def evaluate(
             sum(embedded.truncated.values()),
         )
         progress.step("scoring")
-        per_query = score(inputs, chunkings, configs, embedded, exp)
+        per_query, index_stats = score(inputs, chunkings, configs, embedded, exp)
         refs = references(inputs, chunkings)
-        summary, by_corpus = summarize(per_query, chunkings, configs, embedded, exp.skip_empty_gold)
+        summary, by_corpus = summarize(per_query, index_stats, chunkings, configs, embedded, exp.skip_empty_gold)
         progress.step("storing")
         store(
             run_id,
