@@ -74,7 +74,7 @@ def main() -> int:
         t_embed = time.perf_counter() - t0
         for config in configs:
             t0 = time.perf_counter()
-            table = score_config(inputs, [chunking], config, embedded, exp)
+            table, _ = score_config(inputs, [chunking], config, embedded, exp)
             t_score = time.perf_counter() - t0
             summary = M.summarize(table.drop_columns(["has_gold"]), ["retriever"]).to_pylist()[0]
             rows.append(

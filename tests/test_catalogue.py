@@ -194,6 +194,46 @@ CASES = {
     # ---------------------------------------------------------------- sweep: settings
     "sweep: unknown corpus": (lambda w: sweep(w["t"], "--corpus", "nope"), "no corpus named nope"),
     "sweep: unknown chunker": (lambda w: sweep(w["t"], "--chunker", "magic"), "unknown chunker 'magic'"),
+    # ---------------------------------------------------------------- sweep: the index axis (docs/indexes.md)
+    "sweep: unknown index kind": (lambda w: sweep(w["t"], "--index", "annoy"), "unknown index kind 'annoy'"),
+    "sweep: unknown index parameter": (
+        lambda w: sweep(w["t"], "--index", "hnsw:efsearch=64"),
+        "index hnsw: unknown parameter 'efsearch'",
+    ),
+    "sweep: hnsw m below 2": (lambda w: sweep(w["t"], "--index", "hnsw:m=1"), "index hnsw: m must be at least 2"),
+    "sweep: index parameter not a number": (
+        lambda w: sweep(w["t"], "--index", "hnsw:ef_search=lots"),
+        "ef_search must be a whole number",
+    ),
+    "sweep: nprobe above nlist": (
+        lambda w: sweep(w["t"], "--index", "ivf:nlist=4:nprobe=8"),
+        "index ivf: nprobe 8 is above nlist 4",
+    ),
+    "sweep: ivf without nlist": (lambda w: sweep(w["t"], "--index", "ivf"), "index ivf needs nlist"),
+    "sweep: nlist above the number of vectors": (
+        lambda w: sweep(w["t"], "--index", "ivf:nlist=5000"),
+        "nlist 5000 is above the number of vectors",
+    ),
+    "sweep: pq_m not dividing the width": (
+        lambda w: sweep(w["t"], "--index", "ivf:nlist=1:pq_m=5"),
+        "pq_m 5 does not divide the vector width 384",
+    ),
+    "sweep: index but no retriever reads vectors": (
+        lambda w: sweep(w["t"], "--retriever", "bm25", "--index", "hnsw"),
+        "no retriever of the grid reads vectors",
+    ),
+    "sweep: the same index twice": (
+        lambda w: sweep(w["t"], "--index", "hnsw:m=32,hnsw"),
+        "are the same index",
+    ),
+    "sweep: chroma url not http": (
+        lambda w: sweep(w["t"], "--index", "chroma:url=ftp://127.0.0.1:21"),
+        "url must be http(s)://HOST:PORT",
+    ),
+    "sweep: chroma url where no server is": (
+        lambda w: sweep(w["t"], "--index", f"chroma:url=http://127.0.0.1:{free_port()}"),
+        "Chroma server http://127.0.0.1:",
+    ),
     "sweep: chunker module not importable": (
         lambda w: sweep(w["t"], "--chunker", "nosuchpkg.mod:fn"),
         "cannot import chunker",
@@ -905,6 +945,10 @@ CASES.update(
                 *["run", "--experiment", "deep", "--corpus-dir", w["t"] / "corpora", "--questions", w["t"] / "q.csv"],
             ][1:],
             "$CHUNKEVAL_HOME would be a path too long for this file system",
+        ),
+        "run: index mapping without a kind": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "index: [{m: 16}]\n")],
+            "exp.yaml: an index mapping needs a kind",
         ),
         "run: model folder relative to the experiment file": (
             lambda w: ["run", experiment(w["t"], GOOD_YAML + "model: [models/mine]\n")],

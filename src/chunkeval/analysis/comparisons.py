@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from chunkeval import stats
 from chunkeval.errors import InputError
 from chunkeval.vocabulary import CONFIG_KEYS as KEYS
+from chunkeval.vocabulary import INDEX_METRICS
 
 
 def configurations(per_query: pa.Table, keys=KEYS) -> list[dict]:
@@ -184,12 +185,18 @@ def _query_grid(per_query: pa.Table) -> np.ndarray | None:
 
 def ties(per_query: pa.Table, metrics, alpha: float = 0.05) -> dict[str, set[tuple]]:
     """Per metric, the configurations (as tuples of KEYS values) tied with the best one."""
+    import pyarrow.compute as pc
+
     present = [k for k in KEYS if k in per_query.column_names]
-    return {
-        m: {tuple(c[k] for k in present) for c in tied_with_best(per_query, m, alpha)}
-        for m in metrics
-        if m in per_query.column_names
-    }
+    out = {}
+    for m in metrics:
+        if m not in per_query.column_names:
+            continue
+        rows = per_query
+        if m in INDEX_METRICS and per_query[m].null_count:  # only the configurations that searched an index
+            rows = per_query.filter(pc.is_valid(per_query[m]))
+        out[m] = {tuple(c[k] for k in present) for c in tied_with_best(rows, m, alpha)} if rows.num_rows else set()
+    return out
 
 
 TIE_NOTE = (
@@ -254,6 +261,8 @@ def regressions(
         at_b = np.fromiter((theirs[q] for q in common), dtype=np.int64, count=len(common))
         for metric in metrics:
             x, y = values_a[metric][at_a], values_b[metric][at_b]
+            if metric in INDEX_METRICS and (np.isnan(x).all() or np.isnan(y).all()):
+                continue  # no index searched here (bm25), or the older run predates the metric
             diff = x - y
             order = np.argsort(diff, kind="stable")[:worst]
             found.append(

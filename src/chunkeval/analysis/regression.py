@@ -14,7 +14,9 @@ from chunkeval.errors import InputError
 from chunkeval.stats.aggregate import METRICS
 
 # what the regression check watches by default, and by how much (absolute) a macro mean may fall
-REGRESSION_METRICS = ("span_recall", "span_precision", "span_iou", "recall_at_k", "mrr", "ndcg_at_k")
+# ann_recall_at_k: a night whose approximate index loses recall is flagged like one whose model does (it is 1 for
+# exact search, and absent where no index is searched)
+REGRESSION_METRICS = ("span_recall", "span_precision", "span_iou", "recall_at_k", "mrr", "ndcg_at_k", "ann_recall_at_k")
 DEFAULT_THRESHOLD = 0.02
 
 

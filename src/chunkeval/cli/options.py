@@ -14,7 +14,7 @@ from pathlib import Path
 
 from chunkeval.engine.experiment import Experiment, parse_ints, split_flags
 from chunkeval.errors import InputError
-from chunkeval.vocabulary import CONFIG_KEYS, GOLD_FORMATS
+from chunkeval.vocabulary import CONFIG_KEYS, GOLD_FORMATS, NUMBER_KEYS
 
 # --------------------------------------------------------------------------- experiment settings
 
@@ -77,6 +77,12 @@ def _add_retrieval_and_scoring_flags(g) -> None:
         "(built locally on first use), or local sentence-transformers folders",
     )
     g.add_argument("--retriever", help="comma-separated retrievers: dense (default), bm25, hybrid, or module:function")
+    g.add_argument(
+        "--index",
+        help="comma-separated indexes the dense half of dense and hybrid searches: exact (default), "
+        "hnsw[:m=16][:ef_construction=200][:ef_search=64], ivf:nlist=1024[:nprobe=16][:pq_m=48], "
+        "chroma[:url=http://HOST:PORT][:m=…][:ef_search=…] (docs/indexes.md)",
+    )
     g.add_argument("--rrf-k", type=int, help="the constant of hybrid's reciprocal rank fusion (default 60)")
     g.add_argument(
         "--own-corpus",
@@ -126,6 +132,7 @@ SETTING_FLAGS = (
     "k",
     "model",
     "retriever",
+    "index",
     "rrf_k",
     "own_corpus",
     "skip_empty_gold",
@@ -162,6 +169,7 @@ def experiment_from_args(
         k=parse_ints(args.k, "--k"),
         model=tuple(split_flags(args.model)),
         retriever=tuple(split_flags(args.retriever)),
+        index=tuple(split_flags(args.index)),
         rrf_k=args.rrf_k,
         own_corpus=args.own_corpus,
         skip_empty_gold=args.skip_empty_gold,
@@ -220,9 +228,7 @@ def config_filter(values: list[str] | None) -> dict:
         key = key.strip()
         if key not in CONFIG_KEYS:
             raise InputError(f"--config keys are {', '.join(CONFIG_KEYS)}; got {key!r}")
-        out[key] = (
-            value.strip() if key in ("model", "retriever", "chunker") else parse_ints(value, f"--config {key}")[0]
-        )
+        out[key] = parse_ints(value, f"--config {key}")[0] if key in NUMBER_KEYS else value.strip()
     return out
 
 

@@ -1,7 +1,7 @@
 """An experiment: a name plus everything a sweep takes. Immutable; given as flags or a YAML file.
 
 YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, corpus, chunker,
-chunk_sizes, overlaps, k, model, retriever, rrf_k, own_corpus, skip_empty_gold, duplicates, backend, quantize, precision (model, retriever and
+chunk_sizes, overlaps, k, model, retriever, index, rrf_k, own_corpus, skip_empty_gold, duplicates, backend, quantize, precision (model, retriever and
 the other lists take one value or a list). Relative paths are read from the YAML file's folder.
 """
 
@@ -70,6 +70,25 @@ def parse_overlap(value: str, chunk_size: int) -> int:
         raise InputError(f"overlap must be a whole number or a percentage like 10%, got {short(value)}") from None
 
 
+def _index_values(value, source) -> tuple[str, ...]:
+    """The `index:` of a file or flag: a setting's text, a mapping, or a list of either (commas split only
+    a single string, as for every list setting)."""
+    from chunkeval.engine.indexes import parse_index
+
+    items = value if isinstance(value, (list, tuple)) else [value]
+    out = []
+    for item in items:
+        if isinstance(item, dict):
+            out.append(parse_index(item, source).text)
+        elif isinstance(item, (list, tuple)) or item is None:
+            raise InputError(f"index items are settings like hnsw:m=16 or mappings, got {short(item)}", source)
+        else:
+            out += _listed(split_list, item, source)
+    if not out:
+        raise InputError("index takes at least one setting, e.g. exact or hnsw:m=16", source)
+    return tuple(out)
+
+
 def _relative_models(names: tuple[str, ...], base: Path) -> tuple[str, ...]:
     """The models of an experiment file, a relative folder read from the file's folder (as every
     relative path of the file is). Names of bundled or buildable models, and absolute paths, stay."""
@@ -101,6 +120,7 @@ class Experiment:
     k: tuple[int, ...] = (5,)
     model: tuple[str, ...] = (DEFAULT_MODEL,)
     retriever: tuple[str, ...] = ("dense",)
+    index: tuple[str, ...] = ("exact",)  # how the dense half searches (chunkeval.engine.indexes), resolved settings
     rrf_k: int = 60
     own_corpus: bool = False
     skip_empty_gold: bool = False
@@ -126,6 +146,9 @@ class Experiment:
         values = {}
         for key, value in data.items():
             if value is None:
+                continue
+            if key == "index":
+                values[key] = _index_values(value, source)
                 continue
             if key in ("corpus_dir", "questions") and base is not None:
                 value = str((base / str(value)).resolve())
@@ -216,6 +239,7 @@ class Experiment:
 
         for retriever in self.retriever:
             check_retriever(retriever)
+        resolved = self._resolved_index(source)
         if self.needs_model():
             from chunkeval.engine.embedding.registry import check_model_runs_on
 
@@ -223,7 +247,29 @@ class Experiment:
                 check_model(model)
                 check_model_runs_on(model, self.backend, source, self.precision)
         self.grid()
-        return self
+        return self if resolved == self.index else replace(self, index=resolved)
+
+    def _resolved_index(self, source) -> tuple[str, ...]:
+        """The index settings with the library's defaults filled in; an error where no retriever reads vectors."""
+        from chunkeval.engine.indexes import parse_indexes
+        from chunkeval.engine.retrievers import needs_embeddings
+
+        if not self.index:
+            raise InputError("an experiment needs at least one index (exact is chunkeval's exact search)", source)
+        specs = parse_indexes(self.index, source)
+        if any(s.approximate for s in specs) and not any(needs_embeddings(r) for r in self.retriever):
+            raise InputError(
+                f"index {', '.join(s.key for s in specs if s.approximate)} given, but no retriever of the grid reads "
+                f"vectors ({', '.join(self.retriever)}): use dense or hybrid",
+                source,
+            )
+        return tuple(s.text for s in specs)
+
+    def index_specs(self):
+        """The index axis as `IndexSpec`s, in the order given."""
+        from chunkeval.engine.indexes import parse_index
+
+        return [parse_index(text) for text in self.index]
 
     def checked_for_device(self, device: str | None) -> Experiment:
         """This experiment, where its backend and precision can run on `device` (onnx and openvino run on
@@ -288,10 +334,30 @@ class Experiment:
                 f"precision: {self.precision} ({self.backend}): vectors differ from fp32's in the last digits and are "
                 "cached apart; docs/backends.md says by how much"
             )
+        return notes + self.index_notes()
+
+    def index_notes(self) -> list[str]:
+        """Where an index searches deeper than its ef_search asks (faiss and hnswlib raise ef to the depth)."""
+        from chunkeval.engine.retrievers import needs_embeddings
+        from chunkeval.engine.retrievers.hybrid import FUSE_DEPTH
+
+        depths = {"dense": max(self.k), "hybrid": max(FUSE_DEPTH, max(self.k))}
+        notes = []
+        for spec in self.index_specs():
+            ef = spec.get("ef_search")
+            for retriever in self.retriever:
+                depth = depths.get(retriever)
+                if ef is not None and depth is not None and needs_embeddings(retriever) and ef < depth:
+                    notes.append(
+                        f"index {spec.key}: {retriever} searches {depth} deep, above ef_search {ef}: the search runs "
+                        f"with ef {depth} (as faiss and hnswlib do)"
+                    )
         return notes
 
     def to_dict(self) -> dict:
         data = asdict(self)
+        if tuple(data["index"]) == ("exact",):
+            del data["index"]  # settings of exact search stay as they were recorded before the key existed
         if not data["plugins"]:
             del data["plugins"]  # settings without plug-ins stay as they were recorded before the key existed
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
@@ -308,6 +374,11 @@ def models_fingerprint(exp: Experiment) -> str:
     if not exp.needs_model():
         return "none"
     prints = [embedder_fingerprint(m, exp.backend, exp.quantize, exp.precision) for m in exp.model]
+    from chunkeval.engine.indexes import library_versions
+
+    versions = library_versions(exp.index_specs())  # an index library's new version may answer differently
+    if versions:
+        return hashlib.sha256(json.dumps([prints, versions]).encode()).hexdigest()
     return prints[0] if len(prints) == 1 else hashlib.sha256(json.dumps(prints).encode()).hexdigest()
 
 

@@ -1,6 +1,6 @@
 """A sweep: every configuration of an experiment, scored at every k, from plain functions.
 
-A configuration is (model, retriever, chunker, chunk_size, chunk_overlap, k). The steps are separate
+A configuration is (model, retriever, index, chunker, chunk_size, chunk_overlap, k). The steps are separate
 so that a flow can run each as a task:
 `load_inputs` → `chunk_one` (per chunking job: a setting, and for a semantic chunker a model) →
 `embed_all` (one call per model) → `retrieve` (per configuration, once at the largest k) →
@@ -22,6 +22,10 @@ from chunkeval.engine.chunking import ChunkerSpec, Chunks, chunk_corpora, needs_
 from chunkeval.engine.duplicates import Copies, find_copies
 from chunkeval.engine.embedding import Embedder
 from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.indexes import NO_INDEX, IndexSpec
+from chunkeval.engine.indexes import search as index_search
+from chunkeval.engine.indexes.measure import STATS as INDEX_STATS
+from chunkeval.engine.indexes.measure import measure as measure_index
 from chunkeval.engine.inputs import SpanGold, corpus_ids_in, load_corpora, load_span_gold
 from chunkeval.engine.scoring import reference_table, score_chunking, summarize_sweep  # noqa: F401 (re-exported)
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL  # noqa: F401 (re-exported)
@@ -45,11 +49,17 @@ class Chunking:
 
 @dataclass(frozen=True)
 class Config:
-    """What one retrieval run covers: a chunking, the model of its rows, a retriever (every k at once)."""
+    """What one retrieval run covers: a chunking, the model of its rows, a retriever (every k at once), and
+    the index its dense half searches (None for a retriever that reads no vectors: index `none`)."""
 
     chunking: int
     model: str
     retriever: str
+    index: IndexSpec | None = None
+
+    @property
+    def index_key(self) -> str:
+        return self.index.key if self.index is not None else NO_INDEX
 
 
 @dataclass(frozen=True)
@@ -189,18 +199,50 @@ def chunk_one(corpora: dict[str, str], spec: ChunkerSpec, model: str | None, emb
 
 
 def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
-    """Every (chunking, model, retriever): a retriever that reads vectors runs once per model; one that
-    does not runs once, under the model of its chunking (`none` for chunkings that embed nothing)."""
+    """Every (chunking, model, retriever, index): a retriever that reads vectors runs once per model and
+    index; one that does not runs once, under the model of its chunking (`none` for chunkings that embed
+    nothing) and index `none`. The indexes of one chunking and model come one after the other (they share
+    vectors, and settings that differ only at search time share one build)."""
     configs = []
+    specs = exp.index_specs()
     for i, chunking in enumerate(chunkings):
         for retriever in exp.retriever:
+            reads = retrievers.needs_embeddings(retriever)
             if chunking.model is not None:
-                configs.append(Config(i, chunking.model, retriever))
-            elif retrievers.needs_embeddings(retriever):
-                configs += [Config(i, model, retriever) for model in exp.model]
+                models = [chunking.model]
             else:
-                configs.append(Config(i, NO_MODEL, retriever))
+                models = list(exp.model) if reads else [NO_MODEL]
+            for model in models:
+                configs += (
+                    [Config(i, model, retriever, spec) for spec in specs] if reads else [Config(i, model, retriever)]
+                )
     return configs
+
+
+def check_indexes_fit(
+    inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedders: Embedders, own_corpus: bool
+) -> None:
+    """Before anything is embedded: every Chroma server answers, and every index's parameters fit the
+    vectors it will hold (nlist at most their number, per corpus with `own_corpus`; pq_m dividing the
+    model's width)."""
+    from chunkeval.engine.indexes import reach
+    from chunkeval.engine.indexes.faiss_kinds import check_fits
+
+    for url in sorted({c.index.url for c in configs if c.index is not None and c.index.url}):
+        reach(url)  # a Chroma URL that is not a server fails here, before anything is embedded
+    for c in configs:
+        if c.index is None or c.index.kind != "ivf":
+            continue
+        chunks = chunkings[c.chunking].chunks
+        width = embedders[c.model].width() if c.index.get("pq_m") is not None else 0
+        if not own_corpus:
+            check_fits(c.index, len(chunks), width or c.index.get("pq_m") or 1)
+            continue
+        asked = set(inputs.gold.corpus_ids)
+        counts = np.bincount(chunks.corpus.astype(np.int64), minlength=len(chunks.corpus_names))
+        for name, n in zip(chunks.corpus_names, counts.tolist()):
+            if name in asked:
+                check_fits(c.index, n, width or c.index.get("pq_m") or 1, f"corpus {name}")
 
 
 def _wanted(configs: list[Config]) -> dict[str, list[int]]:
@@ -282,49 +324,96 @@ def retrieve(
         k=k,
         query_vectors=embedded.queries.get(config.model),
         chunk_vectors=embedded.chunks.get(key),
+        search=_searcher(config.index),
     )
-    groups = {}
-    if own_corpus:
-        index = {name: i for i, name in enumerate(chunks.corpus_names)}
-        groups = {
-            "query_groups": np.asarray([index.get(c, -1) for c in inputs.gold.corpus_ids], dtype=np.int64),
-            "chunk_groups": chunks.corpus.astype(np.int64),
-        }
-    return retrievers.retrieve(config.retriever, request, rrf_k=rrf_k, **groups)
+    return retrievers.retrieve(config.retriever, request, rrf_k=rrf_k, **groups_of(inputs, chunking, own_corpus))
 
 
-def chunk_stats(chunkings: list[Chunking], configs: list[Config], embedded: Embedded) -> pa.Table:
-    """Per configuration (without k): chunks made, and chunks longer than the model's input."""
+def _searcher(spec: IndexSpec | None):
+    if spec is None or not spec.approximate:
+        return None  # the exact top-k
+    return lambda queries, chunks, depth: index_search(spec, queries, chunks, depth)
+
+
+def groups_of(inputs: Inputs, chunking: Chunking, own_corpus: bool) -> dict:
+    """With `own_corpus`, each question's corpus and each chunk's, as numbers (else nothing)."""
+    if not own_corpus:
+        return {}
+    chunks = chunking.chunks
+    index = {name: i for i, name in enumerate(chunks.corpus_names)}
+    return {
+        "query_groups": np.asarray([index.get(c, -1) for c in inputs.gold.corpus_ids], dtype=np.int64),
+        "chunk_groups": chunks.corpus.astype(np.int64),
+    }
+
+
+def chunk_stats(
+    chunkings: list[Chunking], configs: list[Config], embedded: Embedded, index_stats: pa.Table | None = None
+) -> pa.Table:
+    """Per configuration (without k): chunks made, chunks longer than the model's input, and what its index
+    cost (`index_stats`, from `score_all`; null for rows that search no index)."""
     specs = [chunkings[c.chunking].spec for c in configs]
-    return pa.table(
-        {
-            "model": pa.array([c.model for c in configs], pa.string()),
-            "retriever": pa.array([c.retriever for c in configs], pa.string()),
-            "chunker": [s.chunker for s in specs],
-            "chunk_size": [s.chunk_size for s in specs],
-            "chunk_overlap": [s.chunk_overlap for s in specs],
-            "n_chunks": [len(chunkings[c.chunking].chunks) for c in configs],
-            "truncated_chunks": [embedded.truncated.get((c.chunking, c.model), 0) for c in configs],
-        }
-    )
+    columns = {
+        "model": pa.array([c.model for c in configs], pa.string()),
+        "retriever": pa.array([c.retriever for c in configs], pa.string()),
+        "index": pa.array([c.index_key for c in configs], pa.string()),
+        "chunker": [s.chunker for s in specs],
+        "chunk_size": [s.chunk_size for s in specs],
+        "chunk_overlap": [s.chunk_overlap for s in specs],
+        "n_chunks": [len(chunkings[c.chunking].chunks) for c in configs],
+        "truncated_chunks": [embedded.truncated.get((c.chunking, c.model), 0) for c in configs],
+    }
+    stats = index_stats.to_pylist() if index_stats is not None else [{}] * len(configs)
+    for name in INDEX_STATS:
+        kind = pa.int64() if name == "index_bytes" else pa.float64()
+        columns[name] = pa.array([row.get(name) for row in stats], kind)
+    return pa.table(columns)
 
 
 def score_config(
     inputs: Inputs, chunkings: list[Chunking], config: Config, embedded: Embedded, exp: Experiment
-) -> pa.Table:
-    """Retrieve once at the largest k, score at every k: one configuration's per-query table."""
+) -> tuple[pa.Table, dict]:
+    """Retrieve once at the largest k, score at every k: one configuration's per-query table (with its
+    `index` and `ann_recall_at_k`), and what its index cost (`chunkeval.engine.indexes.measure`)."""
     chunking = chunkings[config.chunking]
     topk = retrieve(inputs, chunking, config, embedded, max(exp.k), exp.own_corpus, exp.rrf_k)
-    return score_chunking(
+    table = score_chunking(
         inputs.gold, chunking.spec, chunking.chunks, topk, exp.k, config.model, config.retriever, inputs.copies
     )
+    ks = sorted(set(exp.k))
+    table = table.add_column(2, "index", pa.array([config.index_key] * table.num_rows, pa.string()))
+    if config.index is None:
+        nothing = pa.nulls(table.num_rows, pa.float64())
+        for name in ("ann_recall_at_k", "ann_found", "ann_depth"):
+            table = table.append_column(name, nothing)
+        return table, {}
+    groups = groups_of(inputs, chunking, exp.own_corpus)
+    found = measure_index(
+        config.index,
+        embedded.queries[config.model],
+        embedded.chunks[(config.chunking, config.model)],
+        tuple(ks),
+        group_names=chunking.chunks.corpus_names,
+        **groups,
+    )
+    table = table.append_column("ann_recall_at_k", pa.array(np.concatenate([found.recall(i) for i in range(len(ks))])))
+    table = table.append_column("ann_found", pa.array(found.found.reshape(-1)))
+    table = table.append_column("ann_depth", pa.array(found.depth.reshape(-1)))
+    return table, found.stats()
 
 
 def score_all(
     inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedded: Embedded, exp: Experiment
-) -> pa.Table:
-    """Every configuration's per-query table, one after the other (each is a few vectorised steps)."""
-    return pa.concat_tables([score_config(inputs, chunkings, c, embedded, exp) for c in configs])
+) -> tuple[pa.Table, pa.Table]:
+    """Every configuration's per-query table, one after the other (each is a few vectorised steps), and
+    per configuration what its index cost (one row per configuration, in `configs`' order)."""
+    scored = [score_config(inputs, chunkings, c, embedded, exp) for c in configs]
+    stats = pa.Table.from_pylist([s for _, s in scored], schema=_stats_schema())
+    return pa.concat_tables([t for t, _ in scored]), stats
+
+
+def _stats_schema() -> pa.Schema:
+    return pa.schema({name: pa.int64() if name == "index_bytes" else pa.float64() for name in INDEX_STATS})
 
 
 def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
@@ -339,9 +428,12 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
     inputs = load_inputs(exp)
     chunkings = [chunk_one(inputs.corpora, spec, model, embedders) for spec, model in chunking_jobs(exp)]
     configs = plan(exp, chunkings)
+    check_indexes_fit(inputs, chunkings, configs, embedders, exp.own_corpus)
     embedded = embed_all(inputs, chunkings, configs, embedders)
-    per_query = score_all(inputs, chunkings, configs, embedded, exp)
-    summary, by_corpus = summarize_sweep(per_query, chunk_stats(chunkings, configs, embedded), exp.skip_empty_gold)
+    per_query, index_stats = score_all(inputs, chunkings, configs, embedded, exp)
+    summary, by_corpus = summarize_sweep(
+        per_query, chunk_stats(chunkings, configs, embedded, index_stats), exp.skip_empty_gold
+    )
     references = reference_tables(inputs, chunkings)
     return SweepResult(
         per_query,

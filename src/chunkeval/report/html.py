@@ -17,6 +17,7 @@ from chunkeval.errors import InputError
 from chunkeval.faults import checkpoint
 from chunkeval.files import write_text
 from chunkeval.report.gold_sections import section_failures, section_gold
+from chunkeval.report.index_section import section_indexes
 from chunkeval.report.sections import (
     _when,
     best_rows,
@@ -92,6 +93,7 @@ def build_report(
         section_summary(run, settings, summary, wh.models(run_id).to_pylist()),
         section_grid(summary, ties(per_query, METRICS)),
         section_tradeoff(summary),
+        section_indexes(summary),
         section_distributions(summary, per_query),
         section_gold(refs, per_query, wh.gold_check(run_id), settings),
         section_failures(chosen, per_query, refs),
@@ -104,6 +106,7 @@ def build_report(
             ("summary", "Summary"),
             ("grid", "Grid"),
             ("tradeoff", "Trade-off"),
+            *([("indexes", "Indexes")] if any(r.get("index") not in (None, "exact", "none") for r in summary) else []),
             ("distributions", "Distributions"),
             ("gold", "Gold set"),
             ("failures", "Failures"),

@@ -14,16 +14,18 @@ from chunkeval.analysis.regression import REGRESSION_METRICS
 from chunkeval.errors import InputError
 from chunkeval.report import charts
 from chunkeval.stats.aggregate import MICRO, MICRO_F1
-from chunkeval.vocabulary import CONFIG_KEYS, METRICS, split_list
+from chunkeval.vocabulary import CONFIG_KEYS, INDEX_METRICS, METRICS, split_list
 from chunkeval.warehouse import Warehouse
 
 BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
 
 
 def label(row: dict, with_k: bool = True) -> str:
-    """`model retriever chunker size/overlap k=K` (a model folder by its name)."""
+    """`model retriever [index] chunker size/overlap k=K` (a model folder by its name; the index where it approximates)."""
     model = Path(str(row.get("model", ""))).name
-    text = f"{model} {row.get('retriever', '')} {row['chunker']} {row['chunk_size']}/{row['chunk_overlap']}".strip()
+    index = row.get("index")
+    searched = f" {index}" if index not in (None, "exact", "none") else ""
+    text = f"{model} {row.get('retriever', '')}{searched} {row['chunker']} {row['chunk_size']}/{row['chunk_overlap']}".strip()
     return f"{text} k={row['k']}" if with_k else text
 
 
@@ -182,11 +184,13 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
 def section_grid(summary: list[dict], tied: dict[str, set[tuple]] | None = None) -> str:
     best = best_rows(summary)
     tied = tied or {}
-    header = [escape(k) for k in CONFIG_KEYS] + [escape(m) for m in METRICS] + ["truncated chunks"]
+    approximate = any(r.get("index") not in (None, "exact", "none") for r in summary)
+    metrics = [m for m in METRICS if m not in INDEX_METRICS or approximate]  # else every value is 1 or –
+    header = [escape(k) for k in CONFIG_KEYS] + [escape(m) for m in metrics] + ["truncated chunks"]
     rows = []
     for r in summary:
         row = [(escape(str(r[k])), r[k]) for k in CONFIG_KEYS]
-        for m in METRICS:
+        for m in metrics:
             mark = best.get(m) is r
             text = f"{_num(r[f'{m}_mean'])}<small> ± {_num(r[f'{m}_std'])}</small>"
             if r.get(f"{m}_ci_low") is not None:
@@ -272,7 +276,10 @@ def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold
     for r in rows:
         by_config.setdefault(tuple(r[k] for k in CONFIG_KEYS), []).append(r)
     series: dict[str, dict] = {}
+    searched = any(c.get("index") not in (None, "exact", "none") for c in configs)
     for metric in REGRESSION_METRICS:
+        if metric in INDEX_METRICS and not searched:
+            continue  # 1 for exact search, absent for bm25: no line worth drawing
         for c in configs:
             mine = by_config.get(tuple(c[k] for k in CONFIG_KEYS), [])
             bad = [r["run_id"] == newest and (metric, label(c)) in fell for r in mine]

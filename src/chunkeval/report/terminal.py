@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from chunkeval.errors import InputError
+from chunkeval.vocabulary import INDEX_METRICS, METRICS
 
 TABLE_SUFFIXES = (".csv", ".parquet")
 TERMINAL_METRICS = ("span_recall", "span_precision", "span_iou", "precision_omega", "recall_at_k", "mrr", "ndcg_at_k")
@@ -35,8 +36,53 @@ def check_output_path(path: Path) -> Path:
 
 
 def config_label(row: dict) -> str:
-    """`model/retriever/chunker/size/overlap/k=K`: one configuration, as messages name it."""
-    return f"{row['model']}/{row['retriever']}/{row['chunker']}/{row['chunk_size']}/{row['chunk_overlap']}/k={row['k']}"
+    """`model/retriever[/index]/chunker/size/overlap/k=K`: one configuration, as messages name it (the index
+    where it is an approximate one)."""
+    index = row.get("index")
+    searched = f"/{index}" if index not in (None, "exact", "none") else ""
+    return (
+        f"{row['model']}/{row['retriever']}{searched}/{row['chunker']}/{row['chunk_size']}/{row['chunk_overlap']}"
+        f"/k={row['k']}"
+    )
+
+
+def approximate(summary: pa.Table) -> bool:
+    """Whether any row of a summary searched an approximate index (its index measures are worth showing)."""
+    if "index" not in summary.column_names:
+        return False
+    return any(v not in (None, "exact", "none") for v in summary["index"].to_pylist())
+
+
+def shown_metrics(summary: pa.Table, metrics=METRICS) -> list[str]:
+    """`metrics`, with the index metrics only where an approximate index was searched (else they are 1 or –)."""
+    return [m for m in metrics if m not in INDEX_METRICS or approximate(summary)]
+
+
+INDEX_COLUMNS = ("index_build_seconds", "index_bytes", "latency_p50_ms", "latency_p95_ms", "batch_ms_per_query")
+
+
+def format_index_costs(summary: pa.Table, keys: list[str]) -> str:
+    """What each index cost, once per configuration without its k: build seconds, MiB, latency of one query
+    (p50, p95) and of a batch (per query), in milliseconds."""
+    have = [c for c in INDEX_COLUMNS if c in summary.column_names]
+    seen, rows = set(), []
+    for rec in summary.to_pylist():
+        if rec.get("index") in (None, "none"):
+            continue
+        key = tuple(rec[k] for k in keys if k != "k")
+        if key in seen:
+            continue
+        seen.add(key)
+        cells = []
+        for c in have:
+            value = rec[c]
+            if c == "index_bytes":
+                cells.append("–" if value is None else f"{value / 2**20:.2f}")
+            else:
+                cells.append(_cell(value) if c != "index_build_seconds" or value is None else f"{value:.2f}")
+        rows.append([_cell(v) for v in key] + cells)
+    header = [k for k in keys if k != "k"] + [c.replace("index_bytes", "index_mib") for c in have]
+    return format_rows(header, rows)
 
 
 def regression_message(f: dict) -> str:
@@ -97,6 +143,8 @@ def format_summary(
     (`intervals`) its macro mean with the 95 % bootstrap interval, `mean [low, high]`. A macro cell of a
     configuration in `tied[metric]` (tied with the best, `chunkeval.analysis.comparisons.ties`) ends with `*`."""
     suffix = "_micro" if micro else "_ci_low" if intervals else "_mean"
+    if metrics == TERMINAL_METRICS:
+        metrics = shown_metrics(summary, TERMINAL_METRICS + INDEX_METRICS)
     present = [m for m in metrics if f"{m}{suffix}" in summary.column_names]
     rows = []
     for rec in summary.to_pylist():

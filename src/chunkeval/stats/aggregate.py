@@ -28,6 +28,7 @@ MICRO = {
     "recall": ("tp", "n_relevant"),
     "precision_at_k": ("hits_at_k", "k"),
     "recall_at_k": ("hits_at_k", "n_relevant"),
+    "ann_recall_at_k": ("ann_found", "ann_depth"),
 }
 # the F1s: harmonic mean of the micro precision and recall
 MICRO_F1 = {"span_f1": ("span_precision", "span_recall"), "f1": ("precision", "recall")}

@@ -50,6 +50,6 @@ def mean_intervals(table: pa.Table, grouped: pa.Table, by: list[str], metrics: l
     row = pc.index_in(_key_strings(grouped, by), value_set=keys.dictionary).to_numpy(zero_copy_only=False)
     out = {}
     for i, m in enumerate(metrics):
-        out[f"{m}_ci_low"] = pa.array(low[i * n + row])
-        out[f"{m}_ci_high"] = pa.array(high[i * n + row])
+        out[f"{m}_ci_low"] = pa.array(low[i * n + row], from_pandas=True)  # NaN (a metric of no row) is null
+        out[f"{m}_ci_high"] = pa.array(high[i * n + row], from_pandas=True)
     return out

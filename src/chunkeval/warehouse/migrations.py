@@ -21,7 +21,9 @@ from chunkeval.vocabulary import CONFIG_KEYS
 from chunkeval.warehouse.db import Connections
 from chunkeval.warehouse.layout import Layout
 from chunkeval.warehouse.tables import (
+    CORPUS_SUMMARY,
     DUPLICATES_SQL,
+    INDEX_OF_OLDER_ROWS,
     MANIFEST_COLUMNS,
     SUMMARY,
     empty_results,
@@ -29,10 +31,11 @@ from chunkeval.warehouse.tables import (
     parquet_columns,
     projection,
     quote,
+    sql_type,
     summary_tables_sql,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # Each step moves the schema up by one version; an older warehouse is brought up to date on open.
 MIGRATIONS = [
@@ -72,6 +75,10 @@ MIGRATIONS = [
     # v6: the summaries of completed runs live in tables (`_materialize` loads them from the Parquet files);
     # runs write by_corpus.parquet, and older runs' per-corpus summaries are computed from their per-query rows.
     None,  # the tables' DDL is `summary_tables_sql()`
+    # v7: a configuration gains its index (`exact`, `hnsw:…`, `none` for rows that read no vectors), and summaries
+    # the metric ann_recall_at_k and what the index cost; older rows read index `exact` (`none` for bm25 and model
+    # `none`), and NULL for the rest (`_add_columns`)
+    "SELECT 1",
 ]
 
 
@@ -107,6 +114,8 @@ class Schema(Connections, Layout):
                 self._materialize(
                     con, [r for (r,) in con.execute("SELECT run_id FROM runs WHERE status = 'completed'").fetchall()]
                 )
+            if step == 6:
+                self._add_columns(con)
             con.execute("DELETE FROM meta WHERE key = 'schema_version'")
             con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(step + 1)])
             con.execute("COMMIT")
@@ -114,6 +123,16 @@ class Schema(Connections, Layout):
                 self._backfill(con)
         if upto == SCHEMA_VERSION:
             self._create_views(con, rebind=version < SCHEMA_VERSION)
+
+    def _add_columns(self, con) -> None:
+        """The summary tables' columns that their schema gained since they were made (v7: the index)."""
+        for table, schema in (("summaries", SUMMARY), ("corpus_summaries", CORPUS_SUMMARY)):
+            have = {c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE {table})").fetchall()}
+            for field in schema:
+                if field.name not in have:
+                    con.execute(f"ALTER TABLE {table} ADD COLUMN {field.name} {sql_type(field.type)}")
+            older = INDEX_OF_OLDER_ROWS.format(r="retriever", m="model")
+            con.execute(f"UPDATE {table} SET index = {older} WHERE index IS NULL")
 
     def _backfill(self, con) -> None:
         """Manifests for runs and pin files for baselines recorded before v3."""
@@ -195,7 +214,7 @@ class Schema(Connections, Layout):
             source = (
                 f"(SELECT {projection('per_query', names, 'q')} FROM {parquet(files)} q JOIN runs r USING (run_id))"
             )
-            columns = [c for c in names | {"model", "retriever"} if c != "run_id"]
+            columns = [c for c in names | {"model", "retriever", "index"} if c != "run_id"]
             select = summary_sql(source, ["run_id", *CONFIG_KEYS, "corpus_id"], columns, skip_empty_gold=skip)
             con.execute(f"INSERT INTO corpus_summaries BY NAME {select}")
 

@@ -56,7 +56,8 @@ class Results(History):
         path = self._file(run_id, kind)
         if not path.is_file() or not set(columns) <= set(pq.read_schema(path).names):
             table = self.run_file(run_id, kind)  # its errors, or an older run's file read through the views' projection
-            return {c: table[c].to_numpy(zero_copy_only=False) for c in columns}
+            missing = np.full(table.num_rows, np.nan)  # a metric the run did not measure (before it existed)
+            return {c: table[c].to_numpy(zero_copy_only=False) if c in table.column_names else missing for c in columns}
         with self.connect() as con:
             found = con.execute(f"SELECT {', '.join(columns)} FROM read_parquet({quote(path)})").fetchnumpy()
         return {

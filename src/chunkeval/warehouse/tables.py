@@ -52,6 +52,7 @@ _KEYS = {
     "run_id": pa.string(),
     "model": pa.string(),
     "retriever": pa.string(),
+    "index": pa.string(),
     "chunker": pa.string(),
     "chunk_size": pa.int64(),
     "chunk_overlap": pa.int64(),
@@ -63,7 +64,14 @@ _AVERAGES = {
     **{f"{m}_{s}": pa.float64() for m in METRICS for s in ("mean", "std", "micro", "ci_low", "ci_high")},
     "retrieved_tokens_mean": pa.float64(),
 }
-SUMMARY = pa.schema({**_AVERAGES, "n_chunks": pa.int64(), "truncated_chunks": pa.int64()})
+INDEX_STATS = {
+    "index_build_seconds": pa.float64(),
+    "index_bytes": pa.int64(),
+    "latency_p50_ms": pa.float64(),
+    "latency_p95_ms": pa.float64(),
+    "batch_ms_per_query": pa.float64(),
+}
+SUMMARY = pa.schema({**_AVERAGES, "n_chunks": pa.int64(), "truncated_chunks": pa.int64(), **INDEX_STATS})
 CORPUS_SUMMARY = pa.schema({**_AVERAGES, "corpus_id": pa.string()})
 RESULT_FILES = ("per_query", "summary", "by_corpus", "references", "models")
 
@@ -116,8 +124,15 @@ def empty_results() -> dict[str, pa.Table]:
     }
 
 
+_TYPES = {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DOUBLE"}
+
+
+def sql_type(kind: pa.DataType) -> str:
+    return _TYPES[kind]
+
+
 def _ddl(table: str, schema: pa.Schema) -> str:
-    types = {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DOUBLE"}
+    types = _TYPES
     return f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(f'{f.name} {types[f.type]}' for f in schema)});"
 
 
@@ -140,7 +155,11 @@ def parquet(paths: list[Path]) -> str:
     return f"read_parquet([{', '.join(quote(p) for p in paths)}], union_by_name = true)"
 
 
-# results of runs before v4 have no model or retriever column: they were dense, with the model of their settings
+# results of runs before v4 have no model or retriever column: they were dense, with the model of their settings;
+# results of runs before v7 have no index: their dense half was exact, and rows that read no vectors read `none`
+INDEX_OF_OLDER_ROWS = "CASE WHEN {r} = 'bm25' OR {m} = 'none' THEN 'none' ELSE 'exact' END"
+
+
 def projection(kind: str, names: set[str], alias: str) -> str:
     """The columns a view (or a direct read) shows of a results file of `kind` with columns `names`,
     joined to the catalogue row `r`."""
@@ -150,10 +169,15 @@ def projection(kind: str, names: set[str], alias: str) -> str:
         else "json_extract_string(r.settings, '$.model')"
     )
     retriever = f"coalesce({alias}.retriever, 'dense')" if "retriever" in names else "'dense'"
-    drop = ", ".join(c for c in ("run_id", "model", "retriever") if c in names)
+    older = INDEX_OF_OLDER_ROWS.format(r=retriever, m=model)
+    index = f"coalesce({alias}.index, {older})" if "index" in names else older
+    drop = ", ".join(c for c in ("run_id", "model", "retriever", "index") if c in names)
     rest = f"{alias}.* EXCLUDE ({drop})" if drop else f"{alias}.*"
     if kind in ("per_query", "summary", "by_corpus"):
-        return f"r.experiment, r.started_at, r.trigger, {model} AS model, {retriever} AS retriever, {rest}, r.run_id"
+        return (
+            f"r.experiment, r.started_at, r.trigger, {model} AS model, {retriever} AS retriever, {index} AS index, "
+            f"{rest}, r.run_id"
+        )
     if kind == "references":
         ref_model = f"coalesce({alias}.model, 'none')" if "model" in names else "'none'"
         rest = f"{alias}.* EXCLUDE ({', '.join(c for c in ('run_id', 'model') if c in names)})"

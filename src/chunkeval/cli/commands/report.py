@@ -110,26 +110,29 @@ def _rollup(wh, experiment: str, since: str, age) -> int:
 
 def _print_run(wh, run: dict) -> None:
     from chunkeval.analysis.comparisons import TIE_NOTE, ties
-    from chunkeval.report.terminal import format_summary
-    from chunkeval.stats.aggregate import METRICS
+    from chunkeval.report.terminal import approximate, format_index_costs, format_summary, shown_metrics
     from chunkeval.vocabulary import CONFIG_KEYS
 
     summary = wh.summary(run["run_id"])
+    metrics = shown_metrics(summary)  # the index metric only where an index approximates
     print(
         f"run {run['run_id']} of experiment {run['experiment']} ({run['trigger']}), "
         f"{iso(run['started_at'])} to {iso(run['finished_at'])}\n"
     )
     print("macro (mean ± sample std over queries)")
-    print(format_summary(summary, CONFIG_KEYS, metrics=METRICS, tied=ties(wh.query_results(run["run_id"]), METRICS)))
+    print(format_summary(summary, CONFIG_KEYS, metrics=metrics, tied=ties(wh.query_results(run["run_id"]), metrics)))
     print(TIE_NOTE.format(alpha=0.05))
     if (
-        f"{METRICS[0]}_ci_low" in summary.column_names
+        f"{metrics[0]}_ci_low" in summary.column_names
         and summary.num_rows
-        and summary[f"{METRICS[0]}_ci_low"].null_count == 0
+        and summary[f"{metrics[0]}_ci_low"].null_count == 0
     ):
         print("\nmacro mean [95 % bootstrap interval: queries resampled 10,000 times]")
-        print(format_summary(summary, CONFIG_KEYS, metrics=METRICS, intervals=True))
+        print(format_summary(summary, CONFIG_KEYS, metrics=metrics, intervals=True))
     else:
         print("\n(this run was recorded before chunkeval kept intervals: none are shown)")
     print("\nmicro (counts summed over queries before dividing)")
-    print(format_summary(summary, CONFIG_KEYS, metrics=_micro(summary), micro=True))
+    print(format_summary(summary, CONFIG_KEYS, metrics=[m for m in _micro(summary) if m in metrics], micro=True))
+    if approximate(summary):
+        print("\nindexes (build seconds, size, and milliseconds per query: one at a time p50/p95, and batched)")
+        print(format_index_costs(summary, CONFIG_KEYS))

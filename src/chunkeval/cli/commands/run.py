@@ -136,5 +136,10 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     )
     print(format_summary(summary, CONFIG_KEYS, tied=ties(wh.query_results(result["run_id"]), TERMINAL_METRICS)))
     print(TIE_NOTE.format(alpha=0.05))
+    from chunkeval.report.terminal import approximate, format_index_costs
+
+    if approximate(summary):
+        print("\nindexes (build seconds, size, and milliseconds per query: one at a time p50/p95, and batched)")
+        print(format_index_costs(summary, CONFIG_KEYS))
     print(f"\nreport: {result['report']}")
     return 0

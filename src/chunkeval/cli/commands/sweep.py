@@ -28,7 +28,15 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
     from chunkeval.files import check_writable_dir, write_tables
     from chunkeval.paths import cache_dir
-    from chunkeval.report.terminal import TERMINAL_METRICS, beside, check_table_path, format_models, format_summary
+    from chunkeval.report.terminal import (
+        TERMINAL_METRICS,
+        approximate,
+        beside,
+        check_table_path,
+        format_index_costs,
+        format_models,
+        format_summary,
+    )
 
     out = check_table_path(args.out)
     exp = experiment_from_args(args)
@@ -48,4 +56,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     )
     if result.models.num_rows:
         print(format_models(result.models))
+    if approximate(result.summary):
+        print("\nindexes (build seconds, size, and milliseconds per query: one at a time p50/p95, and batched)")
+        print(format_index_costs(result.summary, CONFIG_KEYS))
     return 0

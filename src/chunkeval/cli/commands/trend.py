@@ -92,8 +92,9 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 def _table(rows: list[dict], metric: str) -> str:
     from chunkeval.report.terminal import format_rows
+    from chunkeval.vocabulary import CONFIG_KEYS
 
-    keys = ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
+    keys = list(CONFIG_KEYS)
     if len({r["duplicates"] for r in rows}) > 1:  # changes are only against runs scored the same way
         keys.insert(0, "duplicates")
     cols = ["run_id", "started_at", *keys, metric, "change"]
@@ -104,7 +105,7 @@ def _table(rows: list[dict], metric: str) -> str:
                 r["run_id"],
                 iso(r["started_at"]),
                 *(str(r[k]) for k in keys),
-                f"{r['value']:.3f}",
+                "–" if r["value"] is None else f"{r['value']:.3f}",
                 "" if r["change"] is None else f"{r['change']:+.3f}",
             ]
             for r in rows

@@ -197,6 +197,13 @@ class Embedder:
     def model_loaded(self) -> bool:
         return self._st is not None
 
+    def width(self) -> int:
+        """The width of the model's vectors: the cache's, else that of one text encoded (nothing is cached)."""
+        known = self.cache.width() if self.cache is not None else None
+        if known:
+            return int(known)
+        return int(self._load().encode(["width"], "", 1, False).shape[1])
+
     def _encode(self, texts: list[str], prompt: str = "") -> tuple[np.ndarray, np.ndarray]:
         runner = self._load()
         started = time.perf_counter()

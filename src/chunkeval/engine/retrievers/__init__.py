@@ -28,7 +28,9 @@ BUILTIN = ("dense", "bm25", "hybrid")
 @dataclass(frozen=True)
 class RetrievalRequest:
     """What a retriever is given. Vectors are L2-normalized rows (or None when not embedded);
-    `candidates` holds dense top-N chunk indices (-1 padded) for a reranker, or None."""
+    `candidates` holds dense top-N chunk indices (-1 padded) for a reranker, or None. `search` is how the
+    dense half finds its best chunks: `search(query_vectors, chunk_vectors, depth) -> (indices, scores)`,
+    the experiment's index (`chunkeval.engine.indexes`), or None for the exact top-k."""
 
     query_texts: Sequence[str]
     chunk_texts: Sequence[str]
@@ -36,6 +38,14 @@ class RetrievalRequest:
     query_vectors: np.ndarray | None = None
     chunk_vectors: np.ndarray | None = None
     candidates: np.ndarray | None = None
+    search: Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]] | None = None
+
+
+def vector_top(request: RetrievalRequest, depth: int) -> np.ndarray:
+    """The `depth` nearest chunks of each query by its vectors, through the request's index (exact without one)."""
+    _require_vectors("dense search", request)
+    search = request.search or top_k
+    return search(request.query_vectors, request.chunk_vectors, depth)[0]
 
 
 Retriever = Callable[[RetrievalRequest], np.ndarray]
@@ -91,8 +101,7 @@ def needs_embeddings(name: str) -> bool:
 
 
 def _dense(request: RetrievalRequest) -> np.ndarray:
-    _require_vectors("dense", request)
-    return top_k(request.query_vectors, request.chunk_vectors, request.k)[0]
+    return vector_top(request, request.k)
 
 
 def _bm25(request: RetrievalRequest) -> np.ndarray:
@@ -100,9 +109,8 @@ def _bm25(request: RetrievalRequest) -> np.ndarray:
 
 
 def _hybrid(request: RetrievalRequest, c: float = RRF_K, depth: int = FUSE_DEPTH) -> np.ndarray:
-    _require_vectors("hybrid", request)
     depth = max(depth, request.k)  # so that k chunks can be fused when k exceeds the depth
-    dense = top_k(request.query_vectors, request.chunk_vectors, depth)[0]
+    dense = vector_top(request, depth)
     lexical = bm25_top_k(request.query_texts, request.chunk_texts, depth)
     return rrf([dense, lexical], len(request.chunk_texts), request.k, c)
 
@@ -148,8 +156,7 @@ def _call(name: str, fn: Retriever, request: RetrievalRequest, rows: np.ndarray)
     if n_q == 0 or n_c == 0:
         return np.full((n_q, k), -1, dtype=np.int64)
     if name not in _BUILTINS and request.candidates is None and (depth := _candidate_depth(name, fn)):
-        _require_vectors(name, request)
-        request = replace(request, candidates=top_k(request.query_vectors, request.chunk_vectors, depth)[0])
+        request = replace(request, candidates=vector_top(request, depth))
     return _check(name, fn(request), n_q, n_c, k, rows)
 
 
@@ -196,6 +203,7 @@ def _subset(request: RetrievalRequest, qi: np.ndarray, ci: np.ndarray) -> Retrie
         query_vectors=None if request.query_vectors is None else request.query_vectors[qi],
         chunk_vectors=None if request.chunk_vectors is None else request.chunk_vectors[ci],
         candidates=candidates,
+        search=request.search,
     )
 
 
