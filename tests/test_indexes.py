@@ -4,6 +4,7 @@ server on 127.0.0.1 started here. Oracles: exact top-k by numpy's argsort, and f
 from __future__ import annotations
 
 import csv
+import json
 import os
 import socket
 import subprocess
@@ -25,6 +26,7 @@ from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.indexes import parse_index
 from chunkeval.engine.indexes.measure import measure
 from chunkeval.engine.sweep import Embedders, run_sweep
+from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
 from chunkeval.warehouse import SCHEMA_VERSION, Warehouse
 
@@ -116,6 +118,21 @@ def test_a_shallow_search_loses_recall_measured_as_the_share_of_exact_ids_found(
     np.testing.assert_allclose(found.recall(0), share_found(theirs, exact_ids(q, c, k)))
     stats = found.stats()
     assert stats["index_bytes"] > c.nbytes and stats["latency_p95_ms"] >= stats["latency_p50_ms"] > 0
+
+
+def test_with_own_corpus_each_corpus_gets_its_own_index(own_home):
+    """Queries search their corpus's index only; sizes and build times add up over the corpora."""
+    c, q = unit(1200, 16, 11), unit(90, 16, 12)
+    chunk_groups, query_groups = np.repeat([0, 1, 2], [600, 300, 300]), np.repeat([0, 1, 2], 30)
+    spec = parse_index("ivf:nlist=4:nprobe=1")
+    found = measure(spec, q, c, (5,), query_groups, chunk_groups, ["a", "b", "c"])
+    for g in range(3):
+        rows, cols = query_groups == g, np.flatnonzero(chunk_groups == g)
+        ann, _ = indexes.search(spec, q[rows], c[cols], 5)
+        np.testing.assert_allclose(found.recall(0)[rows], share_found(ann, exact_ids(q[rows], c[cols], 5)))
+    assert found.nbytes == sum(indexes.get(spec, c[chunk_groups == g]).nbytes for g in range(3))
+    with pytest.raises(InputError, match="nlist 400 is above the number of vectors, 300 \\(corpus b\\)"):
+        measure(parse_index("ivf:nlist=400"), q, c, (5,), query_groups, chunk_groups, ["a", "b", "c"])
 
 
 def test_ties_count_as_found():
@@ -330,7 +347,11 @@ def test_a_chroma_server_gone_mid_run_fails_the_run_in_one_line_and_the_rerun_co
     indexes.forget()
     assert main(argv) == 0
     assert sorted(r["status"] for r in wh.runs("chroma-night")) == ["completed", "failed"]
-    summary = wh.summary(wh.last_completed("chroma-night")["run_id"])
+    done = wh.last_completed("chroma-night")
+    import chromadb
+
+    assert json.loads(done["settings"])["index_libraries"] == {"chromadb": chromadb.__version__}  # recorded per run
+    summary = wh.summary(done["run_id"])
     assert {r["index"] for r in summary.to_pylist()} == {"none", parse_index("chroma:ef_search=64").key}
     proxy.close()
 

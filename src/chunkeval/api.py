@@ -107,7 +107,7 @@ def evaluate(
     `corpus_dir` is a folder of .md/.txt files or a mapping corpus_id → text; `questions` a span gold
     CSV (Chroma's format) or a list of {question, references: [{content, start_index, end_index}],
     corpus_id[, query_id]}. `experiment` is an experiment file or mapping to start from. Any other
-    setting is an experiment key (chunker, chunk_sizes, overlaps, k, model, retriever, rrf_k, corpus,
+    setting is an experiment key (chunker, chunk_sizes, overlaps, k, model, retriever, index, rrf_k, corpus,
     own_corpus, skip_empty_gold, duplicates, backend, quantize, precision), given as a value or a list. Embeddings are cached in `cache_dir`
     (default: `$CHUNKEVAL_HOME/cache/embeddings`).
     """

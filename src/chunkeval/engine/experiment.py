@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from chunkeval.engine.chunking import ChunkerSpec
 
 
+# keys a run records beside its settings (not settings: a recorded run's settings are read back without them)
+RECORDED = ("index_libraries",)
+
+
 def whole_number(value, what: str) -> int:
     """A whole number from YAML or a flag: `5` or `"5"`; never `18.9`, `5.0`, `true`, or one past `MAX_INT`."""
     if isinstance(value, bool) or isinstance(value, float):
@@ -138,6 +142,7 @@ class Experiment:
         chunker or retriever must name a module of the mapping's `plugins:` or of `allow` (`--plugin`),
         checked before anything is imported (`chunkeval.engine.plugins`)."""
         names = {f.name for f in fields(cls)}
+        data = {k: v for k, v in data.items() if k not in RECORDED}  # what a run recorded beside its settings
         unknown = sorted(set(data) - names)
         if unknown:
             raise InputError(
@@ -353,6 +358,13 @@ class Experiment:
                         f"with ef {depth} (as faiss and hnswlib do)"
                     )
         return notes
+
+    def recorded_settings(self) -> dict:
+        """The settings a run records: `to_dict`, and the versions of the index libraries it searches with."""
+        from chunkeval.engine.indexes import library_versions
+
+        versions = library_versions(self.index_specs())
+        return {**self.to_dict(), **({"index_libraries": versions} if versions else {})}
 
     def to_dict(self) -> dict:
         data = asdict(self)

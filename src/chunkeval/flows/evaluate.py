@@ -189,7 +189,7 @@ def evaluate(
     wh = warehouse()
     wh.reap()
     fps = fingerprint(exp)
-    settings = exp.to_dict()
+    settings = exp.recorded_settings()
     flow_run_id = flow_run.get_id()
     last = wh.last_completed(exp.name)
     if if_changed and last and all(last[f"{key}_fingerprint"] == fps[key] for key in ("corpus", "gold", "model")):

@@ -136,6 +136,13 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
         ),
         ("retrievers", escape(", ".join(split_list(settings.get("retriever")) or ["dense"]))),
         (
+            "indexes",
+            escape(", ".join(split_list(settings.get("index")) or ["exact"]))
+            + "".join(
+                f" · {escape(lib)} {escape(str(v))}" for lib, v in (settings.get("index_libraries") or {}).items()
+            ),
+        ),
+        (
             "corpora",
             escape(str(settings.get("corpus_dir", "")))
             + (" (" + escape(", ".join(settings.get("corpus") or [])) + ")" if settings.get("corpus") else ""),
