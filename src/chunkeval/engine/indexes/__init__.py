@@ -19,6 +19,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,11 +60,19 @@ class Built:
     n_vectors: int
 
     def search(self, spec: IndexSpec, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        with self.searching(spec) as search:
+            return search(queries, depth)
+
+    @contextmanager
+    def searching(self, spec: IndexSpec):
+        """`(queries, depth) -> (indices, scores)` with `spec`'s search parameters, for many searches."""
         if spec.kind == EXACT:
-            return top_k(queries, self.handle, depth)
-        if spec.kind == "chroma":
-            return self.handle.search(spec, queries, depth)
-        return faiss_kinds.search(self.handle, spec, queries, depth)
+            yield lambda queries, depth: top_k(queries, self.handle, depth)
+        elif spec.kind == "chroma":
+            with self.handle.searching(spec) as search:
+                yield search
+        else:
+            yield lambda queries, depth: faiss_kinds.search(self.handle, spec, queries, depth)
 
 
 _memory: OrderedDict[str, Built] = OrderedDict()

@@ -37,6 +37,7 @@ class ChromaIndex:
         self._client = None
         self._collection = None
         self.build_seconds = 0.0
+        self.count = 0
 
     # ------------------------------------------------------------------ connection
 
@@ -78,7 +79,7 @@ class ChromaIndex:
             except Exception:
                 return False
             if (col.metadata or {}).get("chunkeval_complete") is True:
-                self._collection = col
+                self._collection, self.count = col, col.count()
                 self.build_seconds = float(col.metadata.get("chunkeval_build_seconds", 0.0))
                 return True
             client.delete_collection(self.name)  # a build a killed run left half done
@@ -103,7 +104,7 @@ class ChromaIndex:
                 col.add(ids=[str(i) for i in range(lo, min(lo + step, len(x)))], embeddings=x[lo : lo + step])
             self.build_seconds = time.perf_counter() - started
             col.modify(metadata={"chunkeval_complete": True, "chunkeval_build_seconds": self.build_seconds})
-            self._collection = col
+            self._collection, self.count = col, len(x)
 
     def set_aside(self) -> None:
         """Move a damaged embedded collection's folder out of the way (the next build makes it again)."""
@@ -123,14 +124,25 @@ class ChromaIndex:
 
     def search(self, spec: IndexSpec, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """Chunk indices (-1 padded) and cosine scores of the `depth` best per query, with `spec`'s ef_search."""
+        with self.searching(spec) as search:
+            return search(queries, depth)
+
+    @contextmanager
+    def searching(self, spec: IndexSpec):
+        """`(queries, depth) -> (indices, scores)` with the collection set to `spec`'s ef_search once, for
+        many searches (one query at a time, as latency is measured): no request but the queries'."""
+        with self.errors(), self._ef(spec.get("ef_search")):
+            yield self._query
+
+    def _query(self, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         n_q = len(queries)
         ids = np.full((n_q, depth), -1, dtype=np.int64)
         scores = np.full((n_q, depth), -np.inf, dtype=np.float32)
         if n_q == 0:
             return ids, scores
-        with self.errors(), self._ef(spec.get("ef_search")):
+        with self.errors():
             col = self._collection
-            n = min(depth, col.count())
+            n = min(depth, self.count)  # known since the build: no request per search for it
             step = max(1, min(self.client().get_max_batch_size(), 1000))
             for lo in range(0, n_q, step):
                 found = col.query(
