@@ -16,6 +16,7 @@ from chunkeval.cli import main
 from chunkeval.engine.embedding import Embedder
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.sweep import run_sweep
+from chunkeval.vocabulary import INDEX_TIMES
 from chunkeval.warehouse import Warehouse
 
 TEXTS = [
@@ -94,6 +95,8 @@ def test_a_sweep_over_a_damaged_cache_gives_the_numbers_of_an_undamaged_one(tmp_
     a, b = pq.read_table(tmp_path / "a.parquet"), pq.read_table(tmp_path / "b.parquet")
     assert a.column_names == b.column_names
     for name in a.column_names:
+        if name in INDEX_TIMES:
+            continue  # measured times of the search: they differ run to run
         if pa.types.is_floating(a.schema.field(name).type):
             np.testing.assert_allclose(b[name].to_numpy(), a[name].to_numpy(), atol=1e-9, err_msg=name)
         else:
