@@ -352,6 +352,8 @@ def test_a_chroma_server_gone_mid_run_fails_the_run_in_one_line_and_the_rerun_co
 
     assert json.loads(done["settings"])["index_libraries"] == {"chromadb": chromadb.__version__}  # recorded per run
     summary = wh.summary(done["run_id"])
+    (page,) = [p.read_text() for p in own_home.rglob(f"{done['run_id']}.html")]
+    assert 'id="indexes"' in page and "ann_recall_at_k against p95 latency" in page  # the report's index section
     assert {r["index"] for r in summary.to_pylist()} == {"none", parse_index("chroma:ef_search=64").key}
     proxy.close()
 
