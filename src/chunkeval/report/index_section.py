@@ -43,7 +43,7 @@ def recall_latency_chart(rows: list[dict]) -> str:
         "p95 latency of one query (ms, log scale)",
         "ann_recall_at_k (macro mean, largest k)",
         xticks=ticks,
-        xtick_labels=[f"{t:g}" for t in ticks],
+        xtick_labels=[f"{t:.2g}" for t in ticks],
     )
     kinds = sorted({str(r["index"]).split(":")[0] for r in rows})
     color = {kind: CYCLE[i % len(CYCLE)] for i, kind in enumerate(kinds)}
