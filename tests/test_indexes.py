@@ -277,7 +277,7 @@ class CuttingProxy:
         self.server.close()
 
 
-def small_grid(tmp_path: Path, index: str) -> list[str]:
+def small_grid(tmp_path: Path, index: str, retrievers: str = "dense,bm25") -> list[str]:
     return [
         "--corpus-dir",
         str(DEMO_DIR / "corpora"),
@@ -292,7 +292,7 @@ def small_grid(tmp_path: Path, index: str) -> list[str]:
         "--model",
         "minilm-static",
         "--retriever",
-        "dense,bm25",
+        retrievers,
         "--index",
         index,
     ]
@@ -303,7 +303,7 @@ def test_a_sweep_crosses_the_index_axis_with_every_measure(tmp_path, own_home, s
     share_models(own_home)
     out = tmp_path / "grid.csv"
     grid = f"exact,hnsw:ef_search=500,ivf:nlist=4:nprobe=4,chroma:url={chroma_server}:ef_search=500"
-    assert main(["sweep", *small_grid(tmp_path, grid), "--out", str(out)]) == 0
+    assert main(["sweep", *small_grid(tmp_path, grid, "dense,bm25,hybrid"), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     rows = list(csv.DictReader(out.open()))
     by_index = {}
@@ -321,9 +321,10 @@ def test_a_sweep_crosses_the_index_axis_with_every_measure(tmp_path, own_home, s
                 assert float(r["latency_p95_ms"]) >= float(r["latency_p50_ms"]) > 0
                 assert float(r["batch_ms_per_query"]) > 0
                 assert (r["index_bytes"] == "") == index.startswith("chroma")  # a server's size is not known
-    exact = {r["k"]: r["span_recall_mean"] for r in by_index[("dense", "exact")]}
-    for index in dense:
-        assert {r["k"]: r["span_recall_mean"] for r in by_index[("dense", index)]} == exact
+    for retriever in ("dense", "hybrid"):  # at full depth, the numbers of exact search
+        exact = {r["k"]: r["span_recall_mean"] for r in by_index[(retriever, "exact")]}
+        for index in dense:
+            assert {r["k"]: r["span_recall_mean"] for r in by_index[(retriever, index)]} == exact
     assert "ann_recall" in printed
 
 
