@@ -2,7 +2,8 @@
 
 YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, corpus, chunker,
 chunk_sizes, overlaps, k, model, retriever, rrf_k, own_corpus, skip_empty_gold, duplicates, backend, quantize, precision (model, retriever and
-the other lists take one value or a list). Relative paths are read from the YAML file's folder.
+the other lists take one value or a list), and `models`, a mapping that names served models with their
+settings (`chunkeval.engine.embedding.served`). Relative paths are read from the YAML file's folder.
 """
 
 from __future__ import annotations
@@ -70,13 +71,17 @@ def parse_overlap(value: str, chunk_size: int) -> int:
         raise InputError(f"overlap must be a whole number or a percentage like 10%, got {short(value)}") from None
 
 
-def _relative_models(names: tuple[str, ...], base: Path) -> tuple[str, ...]:
+def _relative_models(names: tuple[str, ...], base: Path, served: tuple = ()) -> tuple[str, ...]:
     """The models of an experiment file, a relative folder read from the file's folder (as every
-    relative path of the file is). Names of bundled or buildable models, and absolute paths, stay."""
+    relative path of the file is). Names of bundled, buildable or served models, and absolute paths, stay."""
     from chunkeval.engine.embedding import registry
+    from chunkeval.engine.embedding.served import is_spec
 
+    named = {s.name for s in served}
     return tuple(
-        str((base / name).resolve()) if not registry.is_named_model(name) and not Path(name).is_absolute() else name
+        name
+        if registry.is_named_model(name) or Path(name).is_absolute() or is_spec(name) or name in named
+        else str((base / name).resolve())
         for name in names
     )
 
@@ -109,6 +114,7 @@ class Experiment:
     quantize: str = "none"  # none or int8 (backends onnx and openvino)
     precision: str = "fp32"  # how the model runs: fp32, bf16 or fp16 (chunkeval.engine.embedding.precision)
     plugins: tuple[str, ...] = ()  # modules whose module:function chunkers and retrievers a file may name
+    models: tuple = ()  # served models named in `models:` (chunkeval.engine.embedding.served.ServedModel)
 
     @classmethod
     def from_dict(
@@ -133,8 +139,10 @@ class Experiment:
                 if not isinstance(value, (str, int, float, list, tuple)):
                     raise InputError(f"{key} must be a name or a list of names, got {value!r}", source)
                 value = tuple(_listed(split_list, value, source))
-                if key == "model" and base is not None:
-                    value = _relative_models(value, base)
+            elif key == "models":
+                from chunkeval.engine.embedding.served import parse_models
+
+                value = parse_models(value, source)
             elif key in ("chunk_sizes", "k"):
                 value = _listed(parse_ints, value, source, key)
             elif key == "rrf_k":
@@ -149,6 +157,8 @@ class Experiment:
                     raise InputError(f"{key} takes one value, got {short(value)}", source)
                 value = str(value)
             values[key] = value
+        if "model" in values and base is not None:
+            values["model"] = _relative_models(values["model"], base, values.get("models", ()))
         if not trusted:  # names only; the registries refuse the standard library when they resolve
             specs = {"chunker": values.get("chunker", ()), "retriever": values.get("retriever", ())}
             plugins.check_allowed(specs, set(values.get("plugins", ())) | set(allow), source)
@@ -218,8 +228,13 @@ class Experiment:
             check_retriever(retriever)
         if self.needs_model():
             from chunkeval.engine.embedding.registry import check_model_runs_on
+            from chunkeval.engine.embedding.served import lookup
 
             for model in self.model:
+                served = lookup(model, self.models)
+                if served is not None:
+                    served.api_key()  # its variable must be set (the key is read again when it is used)
+                    continue
                 check_model(model)
                 check_model_runs_on(model, self.backend, source, self.precision)
         self.grid()
@@ -294,6 +309,9 @@ class Experiment:
         data = asdict(self)
         if not data["plugins"]:
             del data["plugins"]  # settings without plug-ins stay as they were recorded before the key existed
+        data["models"] = {m.name: m.settings() for m in self.models}
+        if not data["models"]:
+            del data["models"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
     def fingerprint(self) -> str:
@@ -301,17 +319,25 @@ class Experiment:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
-def models_fingerprint(exp: Experiment) -> str:
-    """The model fingerprint of a run: the one model's, a hash over several, or `none` when nothing embeds."""
-    from chunkeval.engine.embedding import embedder_fingerprint
+def models_fingerprint(exp: Experiment, probe: str = "run") -> str:
+    """The model fingerprint of a run: the one model's, a hash over several, or `none` when nothing embeds.
+    A served model's is its identity and generation, after probing it as `probe` says (`run`, `interval`
+    or `none`: `chunkeval.engine.embedding.probes`)."""
+    from chunkeval.engine.embedding import embedder_fingerprint, probes
+    from chunkeval.engine.embedding.served import lookup
 
     if not exp.needs_model():
         return "none"
-    prints = [embedder_fingerprint(m, exp.backend, exp.quantize, exp.precision) for m in exp.model]
+    prints = []
+    for m in exp.model:
+        served = lookup(m, exp.models)
+        prints.append(
+            probes.check(served, probe) if served else embedder_fingerprint(m, exp.backend, exp.quantize, exp.precision)
+        )
     return prints[0] if len(prints) == 1 else hashlib.sha256(json.dumps(prints).encode()).hexdigest()
 
 
-def input_fingerprints(exp: Experiment) -> dict[str, str]:
+def input_fingerprints(exp: Experiment, probe: str = "run") -> dict[str, str]:
     """SHA-256 of the experiment's corpora (each file's bytes, by corpus id), its gold file and its models."""
     from chunkeval.engine.inputs import CORPUS_SUFFIXES
     from chunkeval.files import hash_file
@@ -329,4 +355,8 @@ def input_fingerprints(exp: Experiment) -> dict[str, str]:
     ).hexdigest()
     if not Path(exp.questions).is_file():
         raise InputError("file not found", exp.questions)
-    return {"corpus": corpus, "gold": hash_file(Path(exp.questions)).hexdigest(), "model": models_fingerprint(exp)}
+    return {
+        "corpus": corpus,
+        "gold": hash_file(Path(exp.questions)).hexdigest(),
+        "model": models_fingerprint(exp, probe),
+    }

@@ -21,6 +21,8 @@ from chunkeval.engine import retrievers
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, chunk_corpora, needs_embeddings
 from chunkeval.engine.duplicates import Copies, find_copies
 from chunkeval.engine.embedding import Embedder
+from chunkeval.engine.embedding import served as served_models
+from chunkeval.engine.embedding.served import ServedModel
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.inputs import SpanGold, corpus_ids_in, load_corpora, load_span_gold
 from chunkeval.engine.scoring import reference_table, score_chunking, summarize_sweep  # noqa: F401 (re-exported)
@@ -92,6 +94,7 @@ class Embedders:
         self.device = device
         self.backend, self.quantize, self.precision = backend, quantize, precision
         self._by_model = {e.model: e for e in given if e.runs() == (backend, quantize, precision)}
+        self.served: tuple[ServedModel, ...] = ()  # the experiment's `models:` definitions
 
     @classmethod
     def of(cls, embedders: Embedders | Embedder) -> Embedders:
@@ -111,8 +114,9 @@ class Embedders:
         """These embedders where they run the experiment's backend and precision, else new ones that do
         (same cache and device)."""
         if (self.backend, self.quantize, self.precision) == (exp.backend, exp.quantize, exp.precision):
+            self.served = exp.models
             return self
-        return Embedders(
+        embedders = Embedders(
             self.cache_dir,
             self.batch_size,
             tuple(self._by_model.values()),
@@ -121,22 +125,32 @@ class Embedders:
             exp.quantize,
             exp.precision,
         )
+        embedders.served = exp.models
+        return embedders
 
     def __getitem__(self, model: str) -> Embedder:
         if model not in self._by_model:
             self._by_model[model] = Embedder(
-                model, self.cache_dir, self.batch_size, self.device, self.backend, self.quantize, self.precision
+                model,
+                self.cache_dir,
+                self.batch_size,
+                self.device,
+                self.backend,
+                self.quantize,
+                self.precision,
+                served=served_models.lookup(model, self.served),
             )
         return self._by_model[model]
 
-    def count(self, model: str, counters: tuple[int, int, float]) -> None:
+    def count(self, model: str, counters: tuple) -> None:
         """Add what another process embedded for `model` (a Dask worker's shard or chunking) to its counters."""
         embedder = self[model]
         embedder.texts_embedded += counters[0]
         embedder.texts_shared += counters[1]
         embedder.embed_seconds += counters[2]
+        embedder.tokens += counters[3] if len(counters) > 3 else 0
 
-    def counters(self) -> dict[str, tuple[int, int, float]]:
+    def counters(self) -> dict[str, tuple[int, int, float, int]]:
         return {model: e.counters() for model, e in self._by_model.items()}
 
     def embed_function(self, model: str):
@@ -159,15 +173,29 @@ class Embedders:
             {
                 "model": pa.array([e.model for e in used], pa.string()),
                 "model_fingerprint": pa.array([e.fingerprint for e in used], pa.string()),
-                "backend": pa.array([e.backend for e in used], pa.string()),
+                "backend": pa.array([e.served.api if e.served else e.backend for e in used], pa.string()),
                 "quantize": pa.array([e.quantize for e in used], pa.string()),
                 "precision": pa.array([e.precision for e in used], pa.string()),
                 "texts_embedded": pa.array([e.texts_embedded for e in used], pa.int64()),
                 "texts_shared": pa.array([e.texts_shared for e in used], pa.int64()),
                 "embed_seconds": pa.array([e.embed_seconds for e in used], pa.float64()),
                 "texts_per_second": pa.array([e.texts_per_second for e in used], pa.float64()),
+                "tokens": pa.array([e.tokens if e.served else None for e in used], pa.int64()),
+                "cost": pa.array([e.cost for e in used], pa.float64()),
             }
         )
+
+
+def probe_models(exp: Experiment, mode: str = "run") -> None:
+    """Probe the served models of a grid that embeds (`chunkeval.engine.embedding.probes`): the vectors
+    of a model that changed behind its name go to a new cache generation."""
+    from chunkeval.engine.embedding import probes
+
+    if exp.needs_model():
+        for model in exp.model:
+            served = served_models.lookup(model, exp.models)
+            if served is not None:
+                probes.check(served, mode)
 
 
 def load_inputs(exp: Experiment) -> Inputs:
@@ -238,10 +266,11 @@ def embed_shard(
     backend: str,
     quantize: str,
     precision: str = "fp32",
+    served: ServedModel | None = None,
 ) -> dict:
-    """Embed one shard into the cache at `cache_dir` (this process loads the model) and return its
-    counters for `Embedders.count`."""
-    embedder = Embedder(model, cache_dir, batch_size, device, backend, quantize, precision)
+    """Embed one shard into the cache at `cache_dir` (this process loads the model, or sends its texts to
+    the served model) and return its counters for `Embedders.count`."""
+    embedder = Embedder(model, cache_dir, batch_size, device, backend, quantize, precision, served=served)
     embedder.embed(texts, kind)
     return {"model": model, "counters": embedder.counters()}
 
@@ -336,6 +365,7 @@ def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
 def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
     """The whole sweep of an experiment in one process (the flow runs the same steps as tasks)."""
     embedders = Embedders.of(embedders).for_experiment(exp)
+    probe_models(exp)
     inputs = load_inputs(exp)
     chunkings = [chunk_one(inputs.corpora, spec, model, embedders) for spec, model in chunking_jobs(exp)]
     configs = plan(exp, chunkings)

@@ -159,13 +159,15 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
         rows.append([escape(m), escape(label(r)), f"{_num(r[f'{m}_mean'])} ± {_num(r[f'{m}_std'])}", micro])
     speed = (
         _table(
-            ["model", "fingerprint", "texts embedded", "texts per second"],
+            ["model", "fingerprint", "texts embedded", "texts per second", "tokens sent", "cost"],
             [
                 [
                     escape(m["model"]),
                     f"<code>{escape(str(m['model_fingerprint'])[:16])}</code>",
                     str(m["texts_embedded"]),
                     _num(m["texts_per_second"], 1),
+                    "–" if m.get("tokens") is None else str(m["tokens"]),
+                    _num(m.get("cost"), 4),
                 ]
                 for m in models
             ],

@@ -126,7 +126,8 @@ def format_macro_micro(summary: pa.Table, metrics: list[str]) -> str:
 
 
 def format_models(models: pa.Table) -> str:
-    """The models of a run: backend (with int8 and a precision other than fp32), texts embedded and throughput (texts per second; – when nothing was embedded)."""
+    """The models of a run: backend (with int8 and a precision other than fp32), texts embedded and throughput
+    (texts per second; – when nothing was embedded), and for served models the tokens sent and their cost."""
     rows = [
         [
             r["model"],
@@ -137,8 +138,13 @@ def format_models(models: pa.Table) -> str:
             ),
             str(r["texts_embedded"]),
             "–" if r["texts_per_second"] is None else f"{r['texts_per_second']:.1f}",
+            "–" if r.get("tokens") is None else str(r["tokens"]),
+            "–" if r.get("cost") is None else f"{r['cost']:.4f}",
             (r["model_fingerprint"] or "")[:12],
         ]
         for r in models.to_pylist()
     ]
-    return format_rows(["model", "backend", "texts embedded", "texts/s", "fingerprint"], rows)
+    served = any(r[5] != "–" for r in rows)  # tokens and cost are a served model's
+    rows = [r if served else r[:4] + r[6:] for r in rows]
+    header = ["model", "backend", "texts embedded", "texts/s", "tokens", "cost", "fingerprint"]
+    return format_rows(header if served else header[:4] + header[6:], rows)

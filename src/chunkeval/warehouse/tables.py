@@ -102,6 +102,8 @@ def empty_results() -> dict[str, pa.Table]:
             "texts_embedded": pa.int64(),
             "embed_seconds": pa.float64(),
             "texts_per_second": pa.float64(),
+            "tokens": pa.int64(),  # sent to a served model (null for local models and older runs)
+            "cost": pa.float64(),  # of those tokens, at the served model's price
         }
     )
     return {
