@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import subprocess
 import time
@@ -86,6 +87,22 @@ def test_retries_honour_retry_after_and_a_failed_batch_keeps_what_arrived(infini
         again = Embedder("team", tmp_path, served=served(proxy.url, batch_size=4, concurrency=1))
         again.embed(more)
         assert proxy.seen == [(None, 4)] and again.texts_embedded == 4
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [("nan", "not finite"), ("wide", "width 385, not 384"), ("short", "3 vector(s) for 4"), ("html", "not JSON")],
+)
+def test_nothing_is_cached_from_a_bad_response(infinity_server, tmp_path, bad, message):
+    """A bad answer in the middle of a run: an error naming the endpoint; the good batch before it is
+    cached, nothing of the bad one (the width is checked against the cache's)."""
+    texts = [f"{bad} check, text number {i}" for i in range(8)]
+    with Proxy(infinity_server) as proxy:
+        proxy.faults = ["ok", bad]
+        embedder = Embedder("team", tmp_path, served=served(proxy.url, batch_size=4, concurrency=1))
+        with pytest.raises(ServedError, match=f"team: {proxy.url}/embeddings: .*{re.escape(message)}"):
+            embedder.embed(texts)
+    assert sum(pq.read_metadata(p).num_rows for p in tmp_path.glob("*/part-*.parquet")) == 4
 
 
 def test_server_killed_mid_run_then_restarted_rerun_embeds_only_what_is_missing(infinity_server, tmp_path, monkeypatch):

@@ -86,6 +86,7 @@ class Client:
             limits=httpx.Limits(max_connections=served.concurrency + 1, max_keepalive_connections=served.concurrency),
         )
         self.retries = 0
+        self.width: int | None = None  # of the vectors so far (the cache's, or the first answer's)
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -97,7 +98,7 @@ class Client:
             text = text.replace(self.key, "***")
         return ServedError(f"{self.served.name}: {self.served.endpoint}: {text[:300]}")
 
-    def request(self, texts: list[str], width: int | None = None) -> tuple[np.ndarray, int | None]:
+    def request(self, texts: list[str]) -> tuple[np.ndarray, int | None]:
         """(vectors, tokens the server reports or None) for one batch, retried as the module says."""
         import httpx
 
@@ -119,7 +120,7 @@ class Client:
             if response.status_code != 200:
                 tries = f" after {attempt + 1} tries" if attempt else ""
                 raise self._fail(f"HTTP {response.status_code}{tries}: {server_message(response)}")
-            return self._check(response, len(texts), width)
+            return self._check(response, len(texts))
         raise AssertionError("unreachable")
 
     def _wait(self, attempt: int, retry_after: str | None, why: str) -> None:
@@ -132,7 +133,7 @@ class Client:
         log.info("%s: %s; trying again in %.1f s", self.served.endpoint, why, delay)
         time.sleep(delay)
 
-    def _check(self, response, n: int, width: int | None) -> tuple[np.ndarray, int | None]:
+    def _check(self, response, n: int) -> tuple[np.ndarray, int | None]:
         """The response's vectors in input order, every promise checked."""
         kind = response.headers.get("content-type", "")
         try:
@@ -155,9 +156,11 @@ class Client:
         if len(widths) != 1 or -1 in widths:
             raise self._fail("answered embeddings that are not lists of one width (base64 is not read)")
         got = widths.pop()
-        want = self.served.dimensions or width
-        if want is not None and got != want:
-            raise self._fail(f"answered vectors of width {got}, not {want}")
+        with self._lock:
+            want = self.served.dimensions or self.width
+            if want is not None and got != want:
+                raise self._fail(f"answered vectors of width {got}, not {want}")
+            self.width = got
         try:
             vectors = np.asarray(rows, dtype=np.float64)
         except (TypeError, ValueError):
@@ -181,12 +184,13 @@ class Client:
         """Embed `texts`, calling `on_batch(positions, vectors, tokens)` in this thread as each batch
         arrives. On a failure, the batches already in flight are waited for and handed on, then the
         first error is raised."""
+        self.width = self.width or width
         tokens = count_tokens(texts)
         batches = plan_batches(tokens, self.served.batch_size, self.served.max_batch_tokens)
         pool = ThreadPoolExecutor(self.served.concurrency, thread_name_prefix="chunkeval-served")
         error = None
         try:
-            pending = {pool.submit(self.request, [texts[i] for i in b], width): b for b in batches}
+            pending = {pool.submit(self.request, [texts[i] for i in b]): b for b in batches}
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -195,7 +199,6 @@ class Client:
                         error = error or future.exception()
                         continue
                     vectors, used = future.result()
-                    width = vectors.shape[1]
                     on_batch(batch, vectors, used if used is not None else sum(tokens[i] for i in batch))
                 if error is not None:
                     for future in pending:
