@@ -933,9 +933,45 @@ def served_yaml(t: Path, url: str, **settings) -> Path:
     return experiment(t, GOOD_YAML + f"model: [team]\nmodels:\n  team: {{{body}}}\n")
 
 
+# served models (issue 18): name → (the server: a URL, a bad_server mode, or None for none there; the
+# models: entry's settings beyond base_url and model; a piece of the one line)
+SERVED_CASES = {
+    "models entry with an unknown key": (
+        "http://127.0.0.1:9",
+        {"batch": 8},
+        "exp.yaml: models: team: unknown key(s) batch",
+    ),
+    "models base_url with credentials": ("http://user:secret@127.0.0.1:9", {}, "must hold no user, password"),
+    "api_key_env names a variable that is not set": (
+        "http://127.0.0.1:9",
+        {"api_key_env": "CHUNKEVAL_NO_SUCH_KEY"},
+        "the API key variable CHUNKEVAL_NO_SUCH_KEY is not set",
+    ),
+    "concurrency below 1": ("http://127.0.0.1:9", {"concurrency": 0}, "team: concurrency must be at least 1, got 0"),
+    "batch_size below 1": ("http://127.0.0.1:9", {"batch_size": 0}, "team: batch_size must be at least 1, got 0"),
+    "max_batch_tokens below 1": ("http://127.0.0.1:9", {"max_batch_tokens": -5}, "max_batch_tokens must be at least 1"),
+    "served model whose server is not there": (None, {}, "/embeddings: no answer after 1 tries (ConnectError"),
+    "served model answers 401": ("401", {}, "/embeddings: HTTP 401: Incorrect API key provided"),
+    "served model answers 404 (unknown model)": ("404", {}, "/embeddings: HTTP 404: The model does not exist"),
+    "served model answers one vector too few": ("short", {}, "answered 4 vector(s) for 5 input(s)"),
+    "served model answers another width than dimensions": ("wide", {"dimensions": 384}, "width 385, not 384"),
+    "served model answers NaN": ("nan", {}, "answered vectors with numbers that are not finite"),
+}
+
+
+def served_case(server: str | None, settings: dict):
+    def argv(w):
+        url = server if server and server.startswith("http") else f"http://127.0.0.1:{free_port()}"
+        return ["run", served_yaml(w["t"], bad_server(server) if server and url != server else url, **settings)]
+
+    return argv
+
+
+CASES.update(
+    {f"run: {name}": (served_case(server, settings), m) for name, (server, settings, m) in SERVED_CASES.items()}
+)
 CASES.update(
     {
-        # ---------------------------------------------------------------- served models (issue 18)
         "sweep: openai spec without a model": (lambda w: sweep(w["t"], "--model", "openai:"), "write openai:MODEL"),
         "sweep: openai spec with a base URL without a host": (
             lambda w: sweep(w["t"], "--model", "openai:minilm@http://"),
@@ -945,57 +981,9 @@ CASES.update(
             lambda w: sweep(w["t"], "--model", "openai:minilm@http://127.0.0.1:port"),
             "is not a URL",
         ),
-        "run: models entry with an unknown key": (
-            lambda w: ["run", served_yaml(w["t"], "http://127.0.0.1:9", batch=8)],
-            "exp.yaml: models: team: unknown key(s) batch",
-        ),
-        "run: models base_url with credentials": (
-            lambda w: ["run", served_yaml(w["t"], "http://user:secret@127.0.0.1:9")],
-            "must hold no user, password",
-        ),
-        "run: api_key_env names a variable that is not set": (
-            lambda w: ["run", served_yaml(w["t"], "http://127.0.0.1:9", api_key_env="CHUNKEVAL_NO_SUCH_KEY")],
-            "the API key variable CHUNKEVAL_NO_SUCH_KEY is not set",
-        ),
-        "run: concurrency below 1": (
-            lambda w: ["run", served_yaml(w["t"], "http://127.0.0.1:9", concurrency=0)],
-            "models: team: concurrency must be at least 1, got 0",
-        ),
-        "run: batch_size below 1": (
-            lambda w: ["run", served_yaml(w["t"], "http://127.0.0.1:9", batch_size=0)],
-            "models: team: batch_size must be at least 1, got 0",
-        ),
-        "run: max_batch_tokens below 1": (
-            lambda w: ["run", served_yaml(w["t"], "http://127.0.0.1:9", max_batch_tokens=-5)],
-            "models: team: max_batch_tokens must be at least 1, got -5",
-        ),
-        "run: served model whose server is not there": (
-            lambda w: ["run", served_yaml(w["t"], f"http://127.0.0.1:{free_port()}")],
-            "/embeddings: no answer after 1 tries (ConnectError",
-        ),
-        "run: served model answers 401": (
-            lambda w: ["run", served_yaml(w["t"], bad_server("401"))],
-            "/embeddings: HTTP 401: Incorrect API key provided",
-        ),
-        "run: served model answers 404 (unknown model)": (
-            lambda w: ["run", served_yaml(w["t"], bad_server("404"))],
-            "/embeddings: HTTP 404: The model does not exist",
-        ),
         "sweep: served model answers HTML": (
             lambda w: sweep(w["t"], "--model", f"openai:minilm@{bad_server('html')}"),
             "/embeddings: answered text/html that is not JSON",
-        ),
-        "run: served model answers one vector too few": (
-            lambda w: ["run", served_yaml(w["t"], bad_server("short"))],
-            "answered 4 vector(s) for 5 input(s)",
-        ),
-        "run: served model answers another width than dimensions": (
-            lambda w: ["run", served_yaml(w["t"], bad_server("wide"), dimensions=384)],
-            "answered vectors of width 385, not 384",
-        ),
-        "run: served model answers NaN": (
-            lambda w: ["run", served_yaml(w["t"], bad_server("nan"))],
-            "answered vectors with numbers that are not finite",
         ),
     }
 )
