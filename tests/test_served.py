@@ -188,3 +188,5 @@ def test_the_key_is_sent_and_never_written(infinity_server, prefect_server, tmp_
     with Warehouse(home / "warehouse").connect() as con:
         (tokens,) = con.execute("SELECT tokens FROM run_models WHERE model = 'team'").fetchone()
     assert tokens > 0  # the tokens sent, beside texts/s
+    (page,) = [line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("report: ")]
+    assert "as first probed" in Path(page).read_text(encoding="utf-8")  # the model's identity, in the report

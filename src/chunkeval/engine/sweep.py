@@ -182,20 +182,23 @@ class Embedders:
                 "texts_per_second": pa.array([e.texts_per_second for e in used], pa.float64()),
                 "tokens": pa.array([e.tokens if e.served else None for e in used], pa.int64()),
                 "cost": pa.array([e.cost for e in used], pa.float64()),
+                "generation": pa.array([e.generation if e.served else None for e in used], pa.int64()),
             }
         )
 
 
-def probe_models(exp: Experiment, mode: str = "run") -> None:
+def probe_models(exp: Experiment, mode: str = "run") -> list[str]:
     """Probe the served models of a grid that embeds (`chunkeval.engine.embedding.probes`): the vectors
-    of a model that changed behind its name go to a new cache generation."""
+    of a model that changed behind its name go to a new cache generation. Returns the lines that say so."""
     from chunkeval.engine.embedding import probes
 
+    seen = len(probes.CHANGED)
     if exp.needs_model():
         for model in exp.model:
             served = served_models.lookup(model, exp.models)
             if served is not None:
                 probes.check(served, mode)
+    return probes.CHANGED[seen:]
 
 
 def load_inputs(exp: Experiment) -> Inputs:
@@ -365,7 +368,7 @@ def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
 def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
     """The whole sweep of an experiment in one process (the flow runs the same steps as tasks)."""
     embedders = Embedders.of(embedders).for_experiment(exp)
-    probe_models(exp)
+    changed = probe_models(exp)
     inputs = load_inputs(exp)
     chunkings = [chunk_one(inputs.corpora, spec, model, embedders) for spec, model in chunking_jobs(exp)]
     configs = plan(exp, chunkings)
@@ -381,5 +384,5 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
         embedders.table(),
         embedders.texts_embedded,
         embedders.model_loaded,
-        tuple(exp.notes()),
+        tuple(exp.notes() + changed),
     )

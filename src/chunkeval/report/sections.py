@@ -33,6 +33,15 @@ def _num(value, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def _identity(generation) -> str:
+    """What the probes say of a served model: how often the model behind its name changed."""
+    if generation is None:
+        return "–"
+    if generation == 0:
+        return "as first probed"
+    return f"changed behind its name {generation} time(s): vectors of generation {generation}"
+
+
 def _when(value: datetime | None) -> str:
     return "–" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -159,7 +168,7 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
         rows.append([escape(m), escape(label(r)), f"{_num(r[f'{m}_mean'])} ± {_num(r[f'{m}_std'])}", micro])
     speed = (
         _table(
-            ["model", "fingerprint", "texts embedded", "texts per second", "tokens sent", "cost"],
+            ["model", "fingerprint", "texts embedded", "texts per second", "tokens sent", "cost", "identity"],
             [
                 [
                     escape(m["model"]),
@@ -168,6 +177,7 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
                     _num(m["texts_per_second"], 1),
                     "–" if m.get("tokens") is None else str(m["tokens"]),
                     _num(m.get("cost"), 4),
+                    _identity(m.get("generation")),
                 ]
                 for m in models
             ],

@@ -104,6 +104,7 @@ def empty_results() -> dict[str, pa.Table]:
             "texts_per_second": pa.float64(),
             "tokens": pa.int64(),  # sent to a served model (null for local models and older runs)
             "cost": pa.float64(),  # of those tokens, at the served model's price
+            "generation": pa.int64(),  # a served model's cache generation: moved on when it changed behind its name
         }
     )
     return {

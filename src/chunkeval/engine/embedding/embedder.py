@@ -121,7 +121,8 @@ class Embedder:
         if self.served is None and served_models.is_spec(self.model):
             self.served = served_models.parse_spec(self.model)
         if self.served is not None:  # the generation its probes recorded (the run probed it first)
-            self.fingerprint = probes.fingerprint(self.served)
+            self.generation = probes.generation(self.served)  # moved on each time the model changed behind its name
+            self.fingerprint = probes.fingerprint(self.served, self.generation)
             self.prompts = self.served.prompts()
             self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None
             return
