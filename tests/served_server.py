@@ -64,8 +64,8 @@ def healthy(url: str) -> bool:
 class Infinity:
     """`infinity_emb v2` serving one model folder offline on 127.0.0.1 (started and stopped at will)."""
 
-    def __init__(self, folder: Path, log: Path, port: int | None = None, name: str = "minilm"):
-        self.folder, self.log, self.name = folder, log, name
+    def __init__(self, folder: Path, log: Path, port: int | None = None, name: str = "minilm", extra=()):
+        self.folder, self.log, self.name, self.extra = folder, log, name, tuple(extra)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
@@ -75,7 +75,7 @@ class Infinity:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         env.update(HF_HUB_OFFLINE="1", INFINITY_ANONYMOUS_USAGE_STATS="0", DO_NOT_TRACK="1")
         argv = [str(ensure_venv()), "v2", "--model-id", str(self.folder), "--served-model-name", self.name]
-        argv += ["--host", "127.0.0.1", "--port", str(self.port), "--no-model-warmup"]
+        argv += ["--host", "127.0.0.1", "--port", str(self.port), "--no-model-warmup", *self.extra]
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         return self

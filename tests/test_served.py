@@ -69,6 +69,25 @@ def test_served_metrics_equal_the_in_process_model(infinity_server, embedder_fac
     assert [m["tokens"] for m in result.models.to_pylist() if m["model"] != "team"] == [None]
 
 
+def test_prefixes_dimensions_and_the_input_limit_reach_the_server(infinity_server, tmp_path):
+    """A query is sent with its query_prefix, `dimensions` is sent (infinity cuts MiniLM's vectors to it),
+    and a text over max_input_tokens is sent cut to its first tokens and counted as truncated."""
+    plain = Embedder("plain", None, served=served(infinity_server.url))
+    prefixed = Embedder("e5", None, served=served(infinity_server.url, query_prefix="query: "))
+    (asked,), _ = prefixed.embed(["what is chunking?"], kind="query")
+    (written,), _ = plain.embed(["query: what is chunking?"])
+    assert np.dot(asked, written) == pytest.approx(1.0, abs=1e-6)
+    assert prefixed.fingerprint != plain.fingerprint  # the prefixes are part of the identity
+    short, _ = Embedder("small", None, served=served(infinity_server.url, dimensions=128)).embed(["a text"])
+    assert short.shape == (1, 128)
+    long_text = "one two three four five six seven eight nine ten"
+    cut, truncated = Embedder("cut", None, served=served(infinity_server.url, max_input_tokens=3)).embed(
+        [long_text, "one"]
+    )
+    (first3,), _ = plain.embed(["one two three"])
+    assert truncated.tolist() == [True, False] and np.dot(cut[0], first3) == pytest.approx(1.0, abs=1e-6)
+
+
 def test_retries_honour_retry_after_and_a_failed_batch_keeps_what_arrived(infinity_server, tmp_path):
     texts = [f"retry text number {i}" for i in range(8)]
     with Proxy(infinity_server, retry_after="1") as proxy:
@@ -175,9 +194,19 @@ def test_the_key_is_sent_and_never_written(infinity_server, prefect_server, tmp_
         done = subprocess.run(
             [str(BIN / "chunkeval"), "-v", "run", str(exp)], env=env, capture_output=True, text=True, timeout=600
         )
+        sent = len(proxy.seen)
+        skipped = subprocess.run(
+            [str(BIN / "chunkeval"), "run", str(exp), "--if-changed"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert skipped.returncode == 0 and "recorded as skipped" in skipped.stdout, skipped.stdout + skipped.stderr
+    assert len(proxy.seen) == sent  # a skipped --if-changed run sends no request, not even a probe
     assert done.returncode == 0, done.stdout + done.stderr
     assert proxy.seen and all(auth == f"Bearer {key}" for auth, _ in proxy.seen)
-    assert key not in done.stdout + done.stderr
+    assert key not in done.stdout + done.stderr + skipped.stdout + skipped.stderr
     for root in (home, Path(prefect_server["PREFECT_HOME"])):
         for path in root.rglob("*"):
             if path.is_file():

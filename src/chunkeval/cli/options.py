@@ -74,7 +74,9 @@ def _add_retrieval_and_scoring_flags(g) -> None:
     g.add_argument(
         "--model",
         help="comma-separated embedding models: all-MiniLM-L6-v2 (default, bundled), minilm-static "
-        "(built locally on first use), or local sentence-transformers folders",
+        "(built locally on first use), local sentence-transformers folders, served models "
+        "openai:MODEL[@BASE_URL] (an OpenAI-compatible /embeddings endpoint), or names of the experiment "
+        "file's models: mapping",
     )
     g.add_argument("--retriever", help="comma-separated retrievers: dense (default), bm25, hybrid, or module:function")
     g.add_argument("--rrf-k", type=int, help="the constant of hybrid's reciprocal rank fusion (default 60)")
