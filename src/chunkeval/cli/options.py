@@ -14,7 +14,7 @@ from pathlib import Path
 
 from chunkeval.engine.experiment import Experiment, parse_ints, split_flags
 from chunkeval.errors import InputError
-from chunkeval.vocabulary import CONFIG_KEYS, GOLD_FORMATS
+from chunkeval.vocabulary import CONFIG_KEYS, GOLD_FORMATS, NUMBER_KEYS
 
 # --------------------------------------------------------------------------- experiment settings
 
@@ -222,8 +222,9 @@ def config_filter(values: list[str] | None) -> dict:
         key = key.strip()
         if key not in CONFIG_KEYS:
             raise InputError(f"--config keys are {', '.join(CONFIG_KEYS)}; got {key!r}")
+        number = key in NUMBER_KEYS and value.strip() not in ("", "none", "null")  # candidates=none: no reranker
         out[key] = (
-            value.strip() if key in ("model", "retriever", "chunker") else parse_ints(value, f"--config {key}")[0]
+            parse_ints(value, f"--config {key}")[0] if number else (None if key in NUMBER_KEYS else value.strip())
         )
     return out
 

@@ -13,8 +13,9 @@ import pyarrow as pa
 from chunkeval.analysis.regression import REGRESSION_METRICS
 from chunkeval.errors import InputError
 from chunkeval.report import charts
+from chunkeval.report.terminal import rerank_label
 from chunkeval.stats.aggregate import MICRO, MICRO_F1
-from chunkeval.vocabulary import CONFIG_KEYS, METRICS, split_list
+from chunkeval.vocabulary import CONFIG_KEYS, METRICS, shown_keys, split_list
 from chunkeval.warehouse import Warehouse
 
 BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
@@ -23,7 +24,8 @@ BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
 def label(row: dict, with_k: bool = True) -> str:
     """`model retriever chunker size/overlap k=K` (a model folder by its name)."""
     model = Path(str(row.get("model", ""))).name
-    text = f"{model} {row.get('retriever', '')} {row['chunker']} {row['chunk_size']}/{row['chunk_overlap']}".strip()
+    retriever = f"{row.get('retriever', '')}{rerank_label(row)}"
+    text = f"{model} {retriever} {row['chunker']} {row['chunk_size']}/{row['chunk_overlap']}".strip()
     return f"{text} k={row['k']}" if with_k else text
 
 
@@ -194,10 +196,11 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
 def section_grid(summary: list[dict], tied: dict[str, set[tuple]] | None = None) -> str:
     best = best_rows(summary)
     tied = tied or {}
-    header = [escape(k) for k in CONFIG_KEYS] + [escape(m) for m in METRICS] + ["truncated chunks"]
+    shown = shown_keys(summary)  # reranker and candidates where a row reranks
+    header = [escape(k) for k in shown] + [escape(m) for m in METRICS] + ["truncated chunks"]
     rows = []
     for r in summary:
-        row = [(escape(str(r[k])), r[k]) for k in CONFIG_KEYS]
+        row = [(escape("–" if r[k] is None else str(r[k])), r[k]) for k in shown]
         for m in METRICS:
             mark = best.get(m) is r
             text = f"{_num(r[f'{m}_mean'])}<small> ± {_num(r[f'{m}_std'])}</small>"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from chunkeval.errors import InputError
+from chunkeval.vocabulary import NO_RERANKER, shown_keys
 
 TABLE_SUFFIXES = (".csv", ".parquet")
 TERMINAL_METRICS = ("span_recall", "span_precision", "span_iou", "precision_omega", "recall_at_k", "mrr", "ndcg_at_k")
@@ -35,8 +36,19 @@ def check_output_path(path: Path) -> Path:
 
 
 def config_label(row: dict) -> str:
-    """`model/retriever/chunker/size/overlap/k=K`: one configuration, as messages name it."""
-    return f"{row['model']}/{row['retriever']}/{row['chunker']}/{row['chunk_size']}/{row['chunk_overlap']}/k={row['k']}"
+    """`model/retriever[>reranker@candidates]/chunker/size/overlap/k=K`: one configuration, as messages name it."""
+    return (
+        f"{row['model']}/{row['retriever']}{rerank_label(row, '>')}/{row['chunker']}/{row['chunk_size']}/"
+        f"{row['chunk_overlap']}/k={row['k']}"
+    )
+
+
+def rerank_label(row: dict, before: str = " > ") -> str:
+    """`> reranker@candidates` of a configuration that reranks, else ''."""
+    reranker = row.get("reranker")
+    if reranker in (None, NO_RERANKER):
+        return ""
+    return f"{before}{Path(str(reranker)).name}@{row.get('candidates')}"
 
 
 def regression_message(f: dict) -> str:
@@ -99,8 +111,10 @@ def format_summary(
     suffix = "_micro" if micro else "_ci_low" if intervals else "_mean"
     present = [m for m in metrics if f"{m}{suffix}" in summary.column_names]
     rows = []
-    for rec in summary.to_pylist():
-        row = [_cell(rec[k]) for k in keys]
+    records = summary.to_pylist()
+    shown = shown_keys(records, keys)  # reranker and candidates where a row reranks
+    for rec in records:
+        row = [_cell(rec[k]) for k in shown]
         for m in present:
             if micro:
                 row.append(_cell(rec[f"{m}_micro"]))
@@ -111,7 +125,7 @@ def format_summary(
             if tied and not micro and tuple(rec[k] for k in keys) in tied.get(m, ()):
                 row[-1] += "*"
         rows.append(row)
-    return format_rows(list(keys) + present, rows)
+    return format_rows(list(shown) + present, rows)
 
 
 def format_macro_micro(summary: pa.Table, metrics: list[str]) -> str:

@@ -17,13 +17,14 @@ from chunkeval._version import __version__
 from chunkeval.errors import InputError
 from chunkeval.files import write_tables
 from chunkeval.stats.aggregate import summary_sql
-from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, RERANK_KEYS
 from chunkeval.warehouse.db import Connections
 from chunkeval.warehouse.layout import Layout
 from chunkeval.warehouse.tables import (
     DUPLICATES_SQL,
     MANIFEST_COLUMNS,
     SUMMARY,
+    added_keys_sql,
     empty_results,
     parquet,
     parquet_columns,
@@ -32,7 +33,7 @@ from chunkeval.warehouse.tables import (
     summary_tables_sql,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # Each step moves the schema up by one version; an older warehouse is brought up to date on open.
 MIGRATIONS = [
@@ -72,6 +73,8 @@ MIGRATIONS = [
     # v6: the summaries of completed runs live in tables (`_materialize` loads them from the Parquet files);
     # runs write by_corpus.parquet, and older runs' per-corpus summaries are computed from their per-query rows.
     None,  # the tables' DDL is `summary_tables_sql()`
+    # v7: a configuration gains reranker and candidates; older rows read as reranker `none`, candidates null
+    "ADDED_KEYS",  # `added_keys_sql()`
 ]
 
 
@@ -102,7 +105,8 @@ class Schema(Connections, Layout):
             return
         for step in range(version, upto):
             con.execute("BEGIN TRANSACTION")
-            con.execute(MIGRATIONS[step] or summary_tables_sql())
+            step_sql = {None: summary_tables_sql, "ADDED_KEYS": added_keys_sql}.get(MIGRATIONS[step])
+            con.execute(step_sql() if step_sql else MIGRATIONS[step])
             if step == 5:  # the summaries of every completed run so far
                 self._materialize(
                     con, [r for (r,) in con.execute("SELECT run_id FROM runs WHERE status = 'completed'").fetchall()]
@@ -195,7 +199,7 @@ class Schema(Connections, Layout):
             source = (
                 f"(SELECT {projection('per_query', names, 'q')} FROM {parquet(files)} q JOIN runs r USING (run_id))"
             )
-            columns = [c for c in names | {"model", "retriever"} if c != "run_id"]
+            columns = [c for c in names | {"model", "retriever", *RERANK_KEYS} if c != "run_id"]
             select = summary_sql(source, ["run_id", *CONFIG_KEYS, "corpus_id"], columns, skip_empty_gold=skip)
             con.execute(f"INSERT INTO corpus_summaries BY NAME {select}")
 
