@@ -970,23 +970,34 @@ def served_case(server: str | None, settings: dict):
 CASES.update(
     {f"run: {name}": (served_case(server, settings), m) for name, (server, settings, m) in SERVED_CASES.items()}
 )
-CASES.update(
-    {
-        "sweep: openai spec without a model": (lambda w: sweep(w["t"], "--model", "openai:"), "write openai:MODEL"),
-        "sweep: openai spec with a base URL without a host": (
-            lambda w: sweep(w["t"], "--model", "openai:minilm@http://"),
-            "must be http:// or https:// with a host",
-        ),
-        "sweep: openai spec with a port that is no number": (
-            lambda w: sweep(w["t"], "--model", "openai:minilm@http://127.0.0.1:port"),
-            "is not a URL",
-        ),
-        "sweep: served model answers HTML": (
-            lambda w: sweep(w["t"], "--model", f"openai:minilm@{bad_server('html')}"),
-            "/embeddings: answered text/html that is not JSON",
-        ),
-    }
-)
+# sweep flags of served models and rerankers (issue 18): name → (flags, a piece of the one line); a flag
+# `{html}` is the URL of a server that answers HTML
+SWEEP_FLAG_CASES = {
+    "openai spec without a model": (["--model", "openai:"], "write openai:MODEL"),
+    "openai spec with a base URL without a host": (["--model", "openai:m@http://"], "http:// or https:// with a host"),
+    "openai spec with a port that is no number": (["--model", "openai:m@http://127.0.0.1:port"], "is not a URL"),
+    "served model answers HTML": (
+        ["--model", "openai:minilm@{html}"],
+        "/embeddings: answered text/html that is not JSON",
+    ),
+    "a reranker that is no model": (
+        ["--reranker", "none,cohere-rerank", "--candidates", "10"],
+        "reranker 'cohere-rerank' is neither none, an embedding model",
+    ),
+    "candidates below every k": (
+        ["--reranker", "all-MiniLM-L6-v2", "--candidates", "3,4", "--k", "5"],
+        "candidates 3, 4 below every k (5)",
+    ),
+    "candidates below 1": (["--reranker", "all-MiniLM-L6-v2", "--candidates", "0,10"], "candidates must be at least 1"),
+    "a reranker without candidates": (["--reranker", "all-MiniLM-L6-v2"], "a reranker needs candidates"),
+}
+
+
+def sweep_flags_case(flags: list[str]):
+    return lambda w: sweep(w["t"], *(f.replace("{html}", bad_server("html")) if "{html}" in f else f for f in flags))
+
+
+CASES.update({f"sweep: {name}": (sweep_flags_case(flags), m) for name, (flags, m) in SWEEP_FLAG_CASES.items()})
 
 
 def snapshot(*roots: Path) -> dict:

@@ -79,6 +79,14 @@ def _add_retrieval_and_scoring_flags(g) -> None:
         "file's models: mapping",
     )
     g.add_argument("--retriever", help="comma-separated retrievers: dense (default), bm25, hybrid, or module:function")
+    g.add_argument(
+        "--reranker",
+        help="comma-separated rerankers of the first stage's top --candidates: none (default), an embedding model "
+        "(as --model takes them), or a local sentence-transformers CrossEncoder folder",
+    )
+    g.add_argument(
+        "--candidates", help="comma-separated numbers of first-stage chunks a reranker re-scores (at least each k)"
+    )
     g.add_argument("--rrf-k", type=int, help="the constant of hybrid's reciprocal rank fusion (default 60)")
     g.add_argument(
         "--own-corpus",
@@ -128,6 +136,8 @@ SETTING_FLAGS = (
     "k",
     "model",
     "retriever",
+    "reranker",
+    "candidates",
     "rrf_k",
     "own_corpus",
     "skip_empty_gold",
@@ -164,6 +174,8 @@ def experiment_from_args(
         k=parse_ints(args.k, "--k"),
         model=tuple(split_flags(args.model)),
         retriever=tuple(split_flags(args.retriever)),
+        reranker=tuple(split_flags(args.reranker)),
+        candidates=parse_ints(args.candidates, "--candidates"),
         rrf_k=args.rrf_k,
         own_corpus=args.own_corpus,
         skip_empty_gold=args.skip_empty_gold,

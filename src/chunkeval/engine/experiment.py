@@ -19,7 +19,13 @@ from chunkeval.engine import plugins
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, check_name, short, yaml_load
 from chunkeval.paths import DEMO_DIR
-from chunkeval.vocabulary import DEFAULT_MODEL, RUN_SETTINGS, split_flags, split_list  # noqa: F401 (re-exported)
+from chunkeval.vocabulary import (  # noqa: F401 (re-exported)
+    DEFAULT_MODEL,
+    NO_RERANKER,
+    RUN_SETTINGS,
+    split_flags,
+    split_list,
+)
 
 if TYPE_CHECKING:
     from chunkeval.engine.chunking import ChunkerSpec
@@ -80,7 +86,7 @@ def _relative_models(names: tuple[str, ...], base: Path, served: tuple = ()) -> 
     named = {s.name for s in served}
     return tuple(
         name
-        if registry.is_named_model(name) or Path(name).is_absolute() or is_spec(name) or name in named
+        if registry.is_named_model(name) or Path(name).is_absolute() or is_spec(name) or name in named | {NO_RERANKER}
         else str((base / name).resolve())
         for name in names
     )
@@ -115,6 +121,8 @@ class Experiment:
     precision: str = "fp32"  # how the model runs: fp32, bf16 or fp16 (chunkeval.engine.embedding.precision)
     plugins: tuple[str, ...] = ()  # modules whose module:function chunkers and retrievers a file may name
     models: tuple = ()  # served models named in `models:` (chunkeval.engine.embedding.served.ServedModel)
+    reranker: tuple[str, ...] = (NO_RERANKER,)  # none, embedding models, CrossEncoder folders (chunkeval.engine.rerank)
+    candidates: tuple[int, ...] = ()  # first-stage chunks a reranker re-scores
 
     @classmethod
     def from_dict(
@@ -135,7 +143,7 @@ class Experiment:
                 continue
             if key in ("corpus_dir", "questions") and base is not None:
                 value = str((base / str(value)).resolve())
-            if key in ("corpus", "chunker", "overlaps", "model", "retriever", "plugins"):
+            if key in ("corpus", "chunker", "overlaps", "model", "retriever", "plugins", "reranker"):
                 if not isinstance(value, (str, int, float, list, tuple)):
                     raise InputError(f"{key} must be a name or a list of names, got {value!r}", source)
                 value = tuple(_listed(split_list, value, source))
@@ -143,7 +151,7 @@ class Experiment:
                 from chunkeval.engine.embedding.served import parse_models
 
                 value = parse_models(value, source)
-            elif key in ("chunk_sizes", "k"):
+            elif key in ("chunk_sizes", "k", "candidates"):
                 value = _listed(parse_ints, value, source, key)
             elif key == "rrf_k":
                 if isinstance(value, (list, tuple, dict)):
@@ -157,8 +165,9 @@ class Experiment:
                     raise InputError(f"{key} takes one value, got {short(value)}", source)
                 value = str(value)
             values[key] = value
-        if "model" in values and base is not None:
-            values["model"] = _relative_models(values["model"], base, values.get("models", ()))
+        for key in ("model", "reranker"):  # a relative model folder is read from the file's folder
+            if key in values and base is not None:
+                values[key] = _relative_models(values[key], base, values.get("models", ()))
         if not trusted:  # names only; the registries refuse the standard library when they resolve
             specs = {"chunker": values.get("chunker", ()), "retriever": values.get("retriever", ())}
             plugins.check_allowed(specs, set(values.get("plugins", ())) | set(allow), source)
@@ -214,7 +223,8 @@ class Experiment:
                 raise InputError(f"{key} must be at most {MAX_INT}, got {max(values, key=abs)}", source)
         if self.rrf_k < 0:
             raise InputError(f"rrf_k must be 0 or more, got {self.rrf_k}", source)
-        for key in ("model", "retriever", "chunker"):
+        self._check_reranking(source)
+        for key in ("model", "retriever", "chunker", "reranker"):
             values = getattr(self, key)
             if not values:
                 raise InputError(f"an experiment needs at least one {key}", source)
@@ -240,6 +250,39 @@ class Experiment:
         self.grid()
         return self
 
+    def _check_reranking(self, source: str | None) -> None:
+        """Rerankers that are models, candidates of at least 1 where a reranker needs them, and at least
+        one (candidates, k) with candidates ≥ k."""
+        from chunkeval.engine.rerank import check_reranker
+
+        if not self.reranker:
+            raise InputError("an experiment needs at least one reranker (none: no reranking)", source)
+        for reranker in self.reranker:
+            check_reranker(reranker, self.models, source)
+        if any(c < 1 for c in self.candidates):
+            raise InputError(f"candidates must be at least 1, got {min(self.candidates)}", source)
+        if not self.reranks():
+            return
+        if not self.candidates:
+            raise InputError("a reranker needs candidates: how many first-stage chunks it re-scores", source)
+        if max(self.candidates) < min(self.k):
+            raise InputError(
+                f"candidates {', '.join(map(str, self.candidates))} below every k ({', '.join(map(str, self.k))}): "
+                "a reranker keeps at most its candidates, so no combination is left",
+                source,
+            )
+
+    def reranks(self) -> bool:
+        return any(r != NO_RERANKER for r in self.reranker)
+
+    def rerank_grid(self) -> list[tuple[str, int | None]]:
+        """Every (reranker, candidates): `none` once, with no candidates."""
+        return list(
+            dict.fromkeys(
+                (r, None) if r == NO_RERANKER else (r, c) for r in self.reranker for c in (self.candidates or (None,))
+            )
+        )
+
     def checked_for_device(self, device: str | None) -> Experiment:
         """This experiment, where its backend and precision can run on `device` (onnx and openvino run on
         the CPU here; fp16 needs a GPU)."""
@@ -255,11 +298,21 @@ class Experiment:
         return self
 
     def needs_model(self) -> bool:
-        """Whether any chunker or retriever of the grid embeds: bm25 over fixed chunks never loads a model."""
+        """Whether any chunker, retriever or reranker of the grid embeds: bm25 over fixed chunks never loads a model."""
+        return self.first_stage_embeds() or bool(self.embedding_rerankers())
+
+    def first_stage_embeds(self) -> bool:
+        """Whether a chunker or retriever of the grid reads vectors of the model axis."""
         from chunkeval.engine.chunking import needs_embeddings as chunker_needs
         from chunkeval.engine.retrievers import needs_embeddings as retriever_needs
 
         return any(chunker_needs(c) for c in self.chunker) or any(retriever_needs(r) for r in self.retriever)
+
+    def embedding_rerankers(self) -> list[str]:
+        """The rerankers that are embedding models (not none, not a CrossEncoder)."""
+        from chunkeval.engine.rerank import is_cross_encoder
+
+        return [r for r in self.reranker if r != NO_RERANKER and not is_cross_encoder(r)]
 
     def grid(self) -> list[ChunkerSpec]:
         """Every (chunker, size, overlap) setting, validated, without repeats, in the order given."""
@@ -298,6 +351,13 @@ class Experiment:
             notes.append(
                 f"quantize: int8 ({self.backend}): vectors differ from the model's own; docs/backends.md says by how much"
             )
+        if self.reranks():
+            below = sorted({(c, k) for c in self.candidates for k in self.k if c < k})
+            if below:
+                notes.append(
+                    "reranked configurations are not scored where candidates < k: "
+                    + ", ".join(f"candidates {c} at k {k}" for c, k in below)
+                )
         if self.precision != "fp32" and self.needs_model():
             notes.append(
                 f"precision: {self.precision} ({self.backend}): vectors differ from fp32's in the last digits and are "
@@ -309,6 +369,8 @@ class Experiment:
         data = asdict(self)
         if not data["plugins"]:
             del data["plugins"]  # settings without plug-ins stay as they were recorded before the key existed
+        if data["reranker"] == [NO_RERANKER] and not data["candidates"]:
+            del data["reranker"], data["candidates"]  # as settings were recorded before reranking existed
         data["models"] = {m.name: m.settings() for m in self.models}
         if not data["models"]:
             del data["models"]
@@ -325,15 +387,20 @@ def models_fingerprint(exp: Experiment, probe: str = "run") -> str:
     or `none`: `chunkeval.engine.embedding.probes`)."""
     from chunkeval.engine.embedding import embedder_fingerprint, probes
     from chunkeval.engine.embedding.served import lookup
+    from chunkeval.engine.rerank import is_cross_encoder
+    from chunkeval.files import hash_folder
 
-    if not exp.needs_model():
-        return "none"
+    first = list(exp.model) if exp.first_stage_embeds() else []
+    names = first + [r for r in exp.embedding_rerankers() if r not in first]
     prints = []
-    for m in exp.model:
+    for m in names:
         served = lookup(m, exp.models)
         prints.append(
             probes.check(served, probe) if served else embedder_fingerprint(m, exp.backend, exp.quantize, exp.precision)
         )
+    prints += [hash_folder(Path(r).expanduser(), frozenset({"README.md"})) for r in exp.reranker if is_cross_encoder(r)]
+    if not prints:
+        return "none"
     return prints[0] if len(prints) == 1 else hashlib.sha256(json.dumps(prints).encode()).hexdigest()
 
 

@@ -11,7 +11,7 @@ a grid whose chunkers and retrievers need no vectors loads no model, and its row
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,7 @@ from chunkeval.engine.embedding.served import ServedModel
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.inputs import SpanGold, corpus_ids_in, load_corpora, load_span_gold
 from chunkeval.engine.scoring import reference_table, score_chunking, summarize_sweep  # noqa: F401 (re-exported)
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL  # noqa: F401 (re-exported)
+from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANKER  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,8 @@ class Config:
     chunking: int
     model: str
     retriever: str
+    reranker: str = NO_RERANKER  # the first stage's top `candidates` re-scored by it (chunkeval.engine.rerank)
+    candidates: int | None = None
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,7 @@ def probe_models(exp: Experiment, mode: str = "run") -> list[str]:
 
     seen = len(probes.CHANGED)
     if exp.needs_model():
-        for model in exp.model:
+        for model in dict.fromkeys([*exp.model, *exp.embedding_rerankers()]):
             served = served_models.lookup(model, exp.models)
             if served is not None:
                 probes.check(served, mode)
@@ -231,7 +233,13 @@ def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
                 configs += [Config(i, model, retriever) for model in exp.model]
             else:
                 configs.append(Config(i, NO_MODEL, retriever))
-    return configs
+    return [replace(c, reranker=r, candidates=n) for c in configs for r, n in exp.rerank_grid()]
+
+
+def _reranks_with_vectors(config: Config) -> bool:
+    from chunkeval.engine.rerank import is_cross_encoder
+
+    return config.reranker != NO_RERANKER and not is_cross_encoder(config.reranker)
 
 
 def _wanted(configs: list[Config]) -> dict[str, list[int]]:
@@ -240,6 +248,8 @@ def _wanted(configs: list[Config]) -> dict[str, list[int]]:
     for c in configs:
         if retrievers.needs_embeddings(c.retriever) and c.chunking not in wanted.setdefault(c.model, []):
             wanted[c.model].append(c.chunking)
+        if _reranks_with_vectors(c) and c.chunking not in wanted.setdefault(c.reranker, []):
+            wanted[c.reranker].append(c.chunking)  # a bi-encoder reranker reads its own vectors
     return {model: indices for model, indices in wanted.items() if indices}
 
 
@@ -326,7 +336,8 @@ def retrieve(
 
 
 def chunk_stats(chunkings: list[Chunking], configs: list[Config], embedded: Embedded) -> pa.Table:
-    """Per configuration (without k): chunks made, and chunks longer than the model's input."""
+    """Per first-stage configuration (without k or reranking): chunks made, and chunks longer than the model's input."""
+    configs = list(dict.fromkeys(replace(c, reranker=NO_RERANKER, candidates=None) for c in configs))
     specs = [chunkings[c.chunking].spec for c in configs]
     return pa.table(
         {
@@ -342,21 +353,68 @@ def chunk_stats(chunkings: list[Chunking], configs: list[Config], embedded: Embe
 
 
 def score_config(
-    inputs: Inputs, chunkings: list[Chunking], config: Config, embedded: Embedded, exp: Experiment
+    inputs: Inputs,
+    chunkings: list[Chunking],
+    config: Config,
+    embedded: Embedded,
+    exp: Experiment,
+    scorers: dict | None = None,
 ) -> pa.Table:
     """Retrieve once at the largest k, score at every k: one configuration's per-query table."""
     chunking = chunkings[config.chunking]
-    topk = retrieve(inputs, chunking, config, embedded, max(exp.k), exp.own_corpus, exp.rrf_k)
+    ks = exp.k
+    if config.reranker == NO_RERANKER:
+        topk = retrieve(inputs, chunking, config, embedded, max(exp.k), exp.own_corpus, exp.rrf_k)
+    else:  # the first stage's top candidates, re-scored; scored at the k the candidates cover
+        ks = tuple(k for k in exp.k if k <= config.candidates)
+        first = retrieve(inputs, chunking, config, embedded, config.candidates, exp.own_corpus, exp.rrf_k)
+        topk = rerank_top(inputs, chunking, config, embedded, first, max(ks), scorers)
     return score_chunking(
-        inputs.gold, chunking.spec, chunking.chunks, topk, exp.k, config.model, config.retriever, inputs.copies
+        inputs.gold,
+        chunking.spec,
+        chunking.chunks,
+        topk,
+        ks,
+        config.model,
+        config.retriever,
+        inputs.copies,
+        config.reranker,
+        config.candidates,
     )
+
+
+def rerank_top(
+    inputs: Inputs,
+    chunking: Chunking,
+    config: Config,
+    embedded: Embedded,
+    first: np.ndarray,
+    keep: int,
+    scorers: dict | None = None,
+) -> np.ndarray:
+    """The `keep` best of the first stage's candidates by the configuration's reranker."""
+    from chunkeval.engine import rerank
+
+    if _reranks_with_vectors(config):
+        vectors = embedded.chunks[(config.chunking, config.reranker)]
+        scores = rerank.bi_encoder_scores(embedded.queries[config.reranker], vectors, first)
+    else:
+        scorers = {} if scorers is None else scorers
+        if config.reranker not in scorers:
+            from chunkeval.paths import home
+
+            scorers[config.reranker] = rerank.CrossEncoderScorer(config.reranker, home() / "cache" / "rerank")
+        texts = chunking.chunks.texts(inputs.corpora)
+        scores = scorers[config.reranker].scores(list(inputs.gold.questions), texts, first)
+    return rerank.order(first, scores, keep)
 
 
 def score_all(
     inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedded: Embedded, exp: Experiment
 ) -> pa.Table:
     """Every configuration's per-query table, one after the other (each is a few vectorised steps)."""
-    return pa.concat_tables([score_config(inputs, chunkings, c, embedded, exp) for c in configs])
+    scorers: dict = {}  # CrossEncoder rerankers, loaded once for the grid
+    return pa.concat_tables([score_config(inputs, chunkings, c, embedded, exp, scorers) for c in configs])
 
 
 def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
