@@ -133,3 +133,29 @@ def _drain_prefect_workers() -> None:
             await result
 
     run_coro_as_sync(drain())
+
+
+@pytest.fixture(scope="session")
+def infinity_servers(tmp_path_factory):
+    """The session's real OpenAI-compatible embedding servers on 127.0.0.1, started side by side: infinity-emb
+    serving the bundled MiniLM as `minilm`, and another of the same width under the same name (MiniLM with
+    noise in its last layer, for the swap test). Their venv is built once (served_server.py)."""
+    from chunkeval.engine.embedding.folders import bundled_folder
+    from served_server import Infinity, perturbed_minilm
+
+    folder = tmp_path_factory.mktemp("infinity")
+    other = perturbed_minilm(bundled_folder(), folder / "swapped-minilm")
+    servers = [Infinity(bundled_folder(), folder / "server.log"), Infinity(other, folder / "swapped.log")]
+    try:
+        for server in servers:
+            server.launch()
+        yield tuple(server.wait() for server in servers)
+    finally:
+        for server in servers:
+            server.kill()
+
+
+@pytest.fixture(scope="session")
+def infinity_server(infinity_servers):
+    """The bundled MiniLM behind infinity; a test that kills it starts it again before it ends."""
+    return infinity_servers[0]

@@ -33,3 +33,12 @@ def paragraphs(text, chunk_size, chunk_overlap):
 
 def invents_text(text, chunk_size, chunk_overlap):
     return [text[:20], "words that are nowhere in the corpus"]
+
+
+def every_chunk_backwards(request):
+    """Every chunk, the last first (for the check that reranking every chunk gives dense retrieval)."""
+    n = len(request.chunk_texts)
+    order = np.arange(n - 1, -1, -1, dtype=np.int64)[: request.k]
+    out = np.full((len(request.query_texts), request.k), -1, dtype=np.int64)
+    out[:, : len(order)] = order
+    return out

@@ -184,7 +184,7 @@ def test_precision_keys_the_cache_and_fp32_keeps_its_fingerprint(tmp_path):
 def test_a_precision_change_reads_as_a_model_change(tmp_path):
     """A run in bf16 has another model fingerprint: `--if-changed` runs it, `watch` says the model changed,
     and the run's models table, notes and report name the precision."""
-    from chunkeval.engine.experiment import models_fingerprint
+    from chunkeval.engine.fingerprints import models_fingerprint
     from chunkeval.flows.watch import change_events
     from chunkeval.report.terminal import format_models
 

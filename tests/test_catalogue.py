@@ -958,6 +958,92 @@ CASES.update(
 )
 
 
+_BAD_SERVERS: dict[str, str] = {}
+
+
+def bad_server(mode: str) -> str:
+    """The URL of a server that answers every request as `mode` says (401, 404, html, nan, short, wide;
+    served_server.Proxy with nothing behind it), started on first use and kept for the session."""
+    if mode not in _BAD_SERVERS:
+        from served_server import Proxy
+
+        _BAD_SERVERS[mode] = Proxy(mode=mode).__enter__().url
+    return _BAD_SERVERS[mode]
+
+
+def served_yaml(t: Path, url: str, **settings) -> Path:
+    entry = {"base_url": url, "model": "minilm", "max_retries": 0, **settings}
+    body = ", ".join(f"{k}: {json.dumps(v)}" for k, v in entry.items())
+    return experiment(t, GOOD_YAML + f"model: [team]\nmodels:\n  team: {{{body}}}\n")
+
+
+# served models (issue 18): name → (the server: a URL, a bad_server mode, or None for none there; the
+# models: entry's settings beyond base_url and model; a piece of the one line)
+SERVED_CASES = {
+    "models entry with an unknown key": (
+        "http://127.0.0.1:9",
+        {"batch": 8},
+        "exp.yaml: models: team: unknown key(s) batch",
+    ),
+    "models base_url with credentials": ("http://user:secret@127.0.0.1:9", {}, "must hold no user, password"),
+    "api_key_env names a variable that is not set": (
+        "http://127.0.0.1:9",
+        {"api_key_env": "CHUNKEVAL_NO_SUCH_KEY"},
+        "the API key variable CHUNKEVAL_NO_SUCH_KEY is not set",
+    ),
+    "concurrency below 1": ("http://127.0.0.1:9", {"concurrency": 0}, "team: concurrency must be at least 1, got 0"),
+    "batch_size below 1": ("http://127.0.0.1:9", {"batch_size": 0}, "team: batch_size must be at least 1, got 0"),
+    "max_batch_tokens below 1": ("http://127.0.0.1:9", {"max_batch_tokens": -5}, "max_batch_tokens must be at least 1"),
+    "served model whose server is not there": (None, {}, "/embeddings: no answer after 1 tries (ConnectError"),
+    "served model answers 401": ("401", {}, "/embeddings: HTTP 401: Incorrect API key provided"),
+    "served model answers 404 (unknown model)": ("404", {}, "/embeddings: HTTP 404: The model does not exist"),
+    "served model answers one vector too few": ("short", {}, "answered 4 vector(s) for 5 input(s)"),
+    "served model answers another width than dimensions": ("wide", {"dimensions": 384}, "width 385, not 384"),
+    "served model answers NaN": ("nan", {}, "answered vectors with numbers that are not finite"),
+}
+
+
+def served_case(server: str | None, settings: dict):
+    def argv(w):
+        url = server if server and server.startswith("http") else f"http://127.0.0.1:{free_port()}"
+        return ["run", served_yaml(w["t"], bad_server(server) if server and url != server else url, **settings)]
+
+    return argv
+
+
+CASES.update(
+    {f"run: {name}": (served_case(server, settings), m) for name, (server, settings, m) in SERVED_CASES.items()}
+)
+# sweep flags of served models and rerankers (issue 18): name → (flags, a piece of the one line); a flag
+# `{html}` is the URL of a server that answers HTML
+SWEEP_FLAG_CASES = {
+    "openai spec without a model": (["--model", "openai:"], "write openai:MODEL"),
+    "openai spec with a base URL without a host": (["--model", "openai:m@http://"], "http:// or https:// with a host"),
+    "openai spec with a port that is no number": (["--model", "openai:m@http://127.0.0.1:port"], "is not a URL"),
+    "served model answers HTML": (
+        ["--model", "openai:minilm@{html}"],
+        "/embeddings: answered text/html that is not JSON",
+    ),
+    "a reranker that is no model": (
+        ["--reranker", "none,cohere-rerank", "--candidates", "10"],
+        "reranker 'cohere-rerank' is neither none, an embedding model",
+    ),
+    "candidates below every k": (
+        ["--reranker", "all-MiniLM-L6-v2", "--candidates", "3,4", "--k", "5"],
+        "candidates 3, 4 below every k (5)",
+    ),
+    "candidates below 1": (["--reranker", "all-MiniLM-L6-v2", "--candidates", "0,10"], "candidates must be at least 1"),
+    "a reranker without candidates": (["--reranker", "all-MiniLM-L6-v2"], "a reranker needs candidates"),
+}
+
+
+def sweep_flags_case(flags: list[str]):
+    return lambda w: sweep(w["t"], *(f.replace("{html}", bad_server("html")) if "{html}" in f else f for f in flags))
+
+
+CASES.update({f"sweep: {name}": (sweep_flags_case(flags), m) for name, (flags, m) in SWEEP_FLAG_CASES.items()})
+
+
 def snapshot(*roots: Path) -> dict:
     """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes)."""
     files = sorted(

@@ -50,7 +50,17 @@ def test_sweep_on_the_shared_data(chroma, tmp_path, capsys):
     )
     assert code == 0, err
     summary = pq.read_table(out)
-    assert summary.column_names[:7] == ["model", "retriever", "index", "chunker", "chunk_size", "chunk_overlap", "k"]
+    assert summary.column_names[:9] == [
+        "model",
+        "retriever",
+        "index",
+        "reranker",
+        "candidates",
+        "chunker",
+        "chunk_size",
+        "chunk_overlap",
+        "k",
+    ]
     assert set(summary["model"].to_pylist()) == {"all-MiniLM-L6-v2"} and set(summary["retriever"].to_pylist()) == {
         "dense"
     }

@@ -14,7 +14,8 @@ import pytest
 import chunkeval
 from chunkeval.cli import main
 from chunkeval.engine.embedding import Embedder, model_fingerprint, resolve_model
-from chunkeval.engine.experiment import Experiment, input_fingerprints
+from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.fingerprints import input_fingerprints
 from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
@@ -30,7 +31,7 @@ def small(**settings) -> Experiment:
 def test_models_and_retrievers_are_axes_of_one_grid(shared_home, minilm_static):
     exp = small(model=("all-MiniLM-L6-v2", "minilm-static"), retriever=("dense", "bm25", "hybrid"))
     result = run_sweep(exp, Embedders(shared_home / "cache" / "embeddings"))
-    assert result.summary.column_names[:6] == CONFIG_KEYS
+    assert result.summary.column_names[: len(CONFIG_KEYS)] == CONFIG_KEYS
     configs = {(r["model"], r["retriever"]) for r in result.summary.to_pylist()}
     # vectors are read by dense and hybrid, once per model; bm25 over fixed chunks depends on no model
     assert configs == {
@@ -213,7 +214,7 @@ def test_python_api_sweeps_from_values_and_paths(shared_home):
     )
     assert res.summary.num_rows == 2 * 2 * 2
     frame = res.to_pandas()
-    assert list(frame.columns[:6]) == CONFIG_KEYS
+    assert list(frame.columns[: len(CONFIG_KEYS)]) == CONFIG_KEYS
     assert frame["span_recall_mean"].max() == 1.0
     assert res.to_pandas("per_query").shape[0] == 8 and res.by_corpus.num_rows == 8
     from_paths = chunkeval.evaluate(

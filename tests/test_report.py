@@ -13,7 +13,8 @@ import pytest
 
 from chunkeval.cli import main
 from chunkeval.engine.embedding import Embedder, resolve_model
-from chunkeval.engine.experiment import Experiment, input_fingerprints
+from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.fingerprints import input_fingerprints
 from chunkeval.engine.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.charts import pareto_front

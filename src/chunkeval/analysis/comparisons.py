@@ -30,7 +30,9 @@ def select(per_query: pa.Table, config: dict) -> pa.Table:
     """The rows of a per-query table whose settings equal `config` (all rows for an empty one)."""
     mask = None
     for key, value in config.items():
-        eq = pc.equal(per_query[key], pa.scalar(value, per_query.schema.field(key).type))
+        column = per_query[key]
+        # a null setting (candidates without a reranker) matches null
+        eq = pc.is_null(column) if value is None else pc.equal(column, pa.scalar(value, column.type))
         mask = eq if mask is None else pc.and_(mask, eq)
     return per_query.filter(mask) if mask is not None else per_query
 

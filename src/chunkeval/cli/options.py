@@ -74,7 +74,9 @@ def _add_retrieval_and_scoring_flags(g) -> None:
     g.add_argument(
         "--model",
         help="comma-separated embedding models: all-MiniLM-L6-v2 (default, bundled), minilm-static "
-        "(built locally on first use), or local sentence-transformers folders",
+        "(built locally on first use), local sentence-transformers folders, served models "
+        "openai:MODEL[@BASE_URL] (an OpenAI-compatible /embeddings endpoint), or names of the experiment "
+        "file's models: mapping",
     )
     g.add_argument("--retriever", help="comma-separated retrievers: dense (default), bm25, hybrid, or module:function")
     g.add_argument(
@@ -82,6 +84,14 @@ def _add_retrieval_and_scoring_flags(g) -> None:
         help="comma-separated indexes the dense half of dense and hybrid searches: exact (default), "
         "hnsw[:m=16][:ef_construction=200][:ef_search=64], ivf:nlist=1024[:nprobe=16][:pq_m=48], "
         "chroma[:url=http://HOST:PORT][:m=…][:ef_search=…] (docs/indexes.md)",
+    )
+    g.add_argument(
+        "--reranker",
+        help="comma-separated rerankers of the first stage's top --candidates: none (default), an embedding model "
+        "(as --model takes them), or a local sentence-transformers CrossEncoder folder",
+    )
+    g.add_argument(
+        "--candidates", help="comma-separated numbers of first-stage chunks a reranker re-scores (at least each k)"
     )
     g.add_argument("--rrf-k", type=int, help="the constant of hybrid's reciprocal rank fusion (default 60)")
     g.add_argument(
@@ -133,6 +143,8 @@ SETTING_FLAGS = (
     "model",
     "retriever",
     "index",
+    "reranker",
+    "candidates",
     "rrf_k",
     "own_corpus",
     "skip_empty_gold",
@@ -170,6 +182,8 @@ def experiment_from_args(
         model=tuple(split_flags(args.model)),
         retriever=tuple(split_flags(args.retriever)),
         index=tuple(split_flags(args.index)),
+        reranker=tuple(split_flags(args.reranker)),
+        candidates=parse_ints(args.candidates, "--candidates"),
         rrf_k=args.rrf_k,
         own_corpus=args.own_corpus,
         skip_empty_gold=args.skip_empty_gold,
@@ -228,7 +242,10 @@ def config_filter(values: list[str] | None) -> dict:
         key = key.strip()
         if key not in CONFIG_KEYS:
             raise InputError(f"--config keys are {', '.join(CONFIG_KEYS)}; got {key!r}")
-        out[key] = parse_ints(value, f"--config {key}")[0] if key in NUMBER_KEYS else value.strip()
+        number = key in NUMBER_KEYS and value.strip() not in ("", "none", "null")  # candidates=none: no reranker
+        out[key] = (
+            parse_ints(value, f"--config {key}")[0] if number else (None if key in NUMBER_KEYS else value.strip())
+        )
     return out
 
 

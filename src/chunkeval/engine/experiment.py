@@ -2,7 +2,8 @@
 
 YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, corpus, chunker,
 chunk_sizes, overlaps, k, model, retriever, index, rrf_k, own_corpus, skip_empty_gold, duplicates, backend, quantize, precision (model, retriever and
-the other lists take one value or a list). Relative paths are read from the YAML file's folder.
+the other lists take one value or a list), and `models`, a mapping that names served models with their
+settings (`chunkeval.engine.embedding.served`). Relative paths are read from the YAML file's folder.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from chunkeval.engine import plugins
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, check_name, short, yaml_load
 from chunkeval.paths import DEMO_DIR
-from chunkeval.vocabulary import DEFAULT_MODEL, RUN_SETTINGS, split_flags, split_list  # noqa: F401 (re-exported)
+from chunkeval.vocabulary import (  # noqa: F401 (re-exported)
+    DEFAULT_MODEL,
+    NO_RERANKER,
+    RUN_SETTINGS,
+    split_flags,
+    split_list,
+)
 
 if TYPE_CHECKING:
     from chunkeval.engine.chunking import ChunkerSpec
@@ -93,13 +100,17 @@ def _index_values(value, source) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _relative_models(names: tuple[str, ...], base: Path) -> tuple[str, ...]:
+def _relative_models(names: tuple[str, ...], base: Path, served: tuple = ()) -> tuple[str, ...]:
     """The models of an experiment file, a relative folder read from the file's folder (as every
-    relative path of the file is). Names of bundled or buildable models, and absolute paths, stay."""
+    relative path of the file is). Names of bundled, buildable or served models, and absolute paths, stay."""
     from chunkeval.engine.embedding import registry
+    from chunkeval.engine.embedding.served import is_spec
 
+    named = {s.name for s in served}
     return tuple(
-        str((base / name).resolve()) if not registry.is_named_model(name) and not Path(name).is_absolute() else name
+        name
+        if registry.is_named_model(name) or Path(name).is_absolute() or is_spec(name) or name in named | {NO_RERANKER}
+        else str((base / name).resolve())
         for name in names
     )
 
@@ -133,6 +144,9 @@ class Experiment:
     quantize: str = "none"  # none or int8 (backends onnx and openvino)
     precision: str = "fp32"  # how the model runs: fp32, bf16 or fp16 (chunkeval.engine.embedding.precision)
     plugins: tuple[str, ...] = ()  # modules whose module:function chunkers and retrievers a file may name
+    models: tuple = ()  # served models named in `models:` (chunkeval.engine.embedding.served.ServedModel)
+    reranker: tuple[str, ...] = (NO_RERANKER,)  # none, embedding models, CrossEncoder folders (chunkeval.engine.rerank)
+    candidates: tuple[int, ...] = ()  # first-stage chunks a reranker re-scores
 
     @classmethod
     def from_dict(
@@ -157,13 +171,15 @@ class Experiment:
                 continue
             if key in ("corpus_dir", "questions") and base is not None:
                 value = str((base / str(value)).resolve())
-            if key in ("corpus", "chunker", "overlaps", "model", "retriever", "plugins"):
+            if key in ("corpus", "chunker", "overlaps", "model", "retriever", "plugins", "reranker"):
                 if not isinstance(value, (str, int, float, list, tuple)):
                     raise InputError(f"{key} must be a name or a list of names, got {value!r}", source)
                 value = tuple(_listed(split_list, value, source))
-                if key == "model" and base is not None:
-                    value = _relative_models(value, base)
-            elif key in ("chunk_sizes", "k"):
+            elif key == "models":
+                from chunkeval.engine.embedding.served import parse_models
+
+                value = parse_models(value, source)
+            elif key in ("chunk_sizes", "k", "candidates"):
                 value = _listed(parse_ints, value, source, key)
             elif key == "rrf_k":
                 if isinstance(value, (list, tuple, dict)):
@@ -177,6 +193,9 @@ class Experiment:
                     raise InputError(f"{key} takes one value, got {short(value)}", source)
                 value = str(value)
             values[key] = value
+        for key in ("model", "reranker"):  # a relative model folder is read from the file's folder
+            if key in values and base is not None:
+                values[key] = _relative_models(values[key], base, values.get("models", ()))
         if not trusted:  # names only; the registries refuse the standard library when they resolve
             specs = {"chunker": values.get("chunker", ()), "retriever": values.get("retriever", ())}
             plugins.check_allowed(specs, set(values.get("plugins", ())) | set(allow), source)
@@ -232,7 +251,10 @@ class Experiment:
                 raise InputError(f"{key} must be at most {MAX_INT}, got {max(values, key=abs)}", source)
         if self.rrf_k < 0:
             raise InputError(f"rrf_k must be 0 or more, got {self.rrf_k}", source)
-        for key in ("model", "retriever", "chunker"):
+        from chunkeval.engine.rerank import check_reranking
+
+        check_reranking(self, source)
+        for key in ("model", "retriever", "chunker", "reranker"):
             values = getattr(self, key)
             if not values:
                 raise InputError(f"an experiment needs at least one {key}", source)
@@ -244,37 +266,39 @@ class Experiment:
 
         for retriever in self.retriever:
             check_retriever(retriever)
-        resolved = self._resolved_index(source)
+        from chunkeval.engine.indexes.axis import resolve_axis
+
+        resolved = resolve_axis(self.index, self.retriever, source)
         if self.needs_model():
             from chunkeval.engine.embedding.registry import check_model_runs_on
+            from chunkeval.engine.embedding.served import lookup
 
             for model in self.model:
+                served = lookup(model, self.models)
+                if served is not None:
+                    served.api_key()  # its variable must be set (the key is read again when it is used)
+                    continue
                 check_model(model)
                 check_model_runs_on(model, self.backend, source, self.precision)
         self.grid()
         return self if resolved == self.index else replace(self, index=resolved)
-
-    def _resolved_index(self, source) -> tuple[str, ...]:
-        """The index settings with the library's defaults filled in; an error where no retriever reads vectors."""
-        from chunkeval.engine.indexes import parse_indexes
-        from chunkeval.engine.retrievers import needs_embeddings
-
-        if not self.index:
-            raise InputError("an experiment needs at least one index (exact is chunkeval's exact search)", source)
-        specs = parse_indexes(self.index, source)
-        if any(s.approximate for s in specs) and not any(needs_embeddings(r) for r in self.retriever):
-            raise InputError(
-                f"index {', '.join(s.key for s in specs if s.approximate)} given, but no retriever of the grid reads "
-                f"vectors ({', '.join(self.retriever)}): use dense or hybrid",
-                source,
-            )
-        return tuple(s.text for s in specs)
 
     def index_specs(self):
         """The index axis as `IndexSpec`s, in the order given."""
         from chunkeval.engine.indexes import parse_index
 
         return [parse_index(text) for text in self.index]
+
+    def reranks(self) -> bool:
+        return any(r != NO_RERANKER for r in self.reranker)
+
+    def rerank_grid(self) -> list[tuple[str, int | None]]:
+        """Every (reranker, candidates): `none` once, with no candidates."""
+        return list(
+            dict.fromkeys(
+                (r, None) if r == NO_RERANKER else (r, c) for r in self.reranker for c in (self.candidates or (None,))
+            )
+        )
 
     def checked_for_device(self, device: str | None) -> Experiment:
         """This experiment, where its backend and precision can run on `device` (onnx and openvino run on
@@ -291,11 +315,21 @@ class Experiment:
         return self
 
     def needs_model(self) -> bool:
-        """Whether any chunker or retriever of the grid embeds: bm25 over fixed chunks never loads a model."""
+        """Whether any chunker, retriever or reranker of the grid embeds: bm25 over fixed chunks never loads a model."""
+        return self.first_stage_embeds() or bool(self.embedding_rerankers())
+
+    def first_stage_embeds(self) -> bool:
+        """Whether a chunker or retriever of the grid reads vectors of the model axis."""
         from chunkeval.engine.chunking import needs_embeddings as chunker_needs
         from chunkeval.engine.retrievers import needs_embeddings as retriever_needs
 
         return any(chunker_needs(c) for c in self.chunker) or any(retriever_needs(r) for r in self.retriever)
+
+    def embedding_rerankers(self) -> list[str]:
+        """The rerankers that are embedding models (not none, not a CrossEncoder)."""
+        from chunkeval.engine.rerank import is_cross_encoder
+
+        return [r for r in self.reranker if r != NO_RERANKER and not is_cross_encoder(r)]
 
     def grid(self) -> list[ChunkerSpec]:
         """Every (chunker, size, overlap) setting, validated, without repeats, in the order given."""
@@ -334,30 +368,21 @@ class Experiment:
             notes.append(
                 f"quantize: int8 ({self.backend}): vectors differ from the model's own; docs/backends.md says by how much"
             )
+        if self.reranks():
+            below = sorted({(c, k) for c in self.candidates for k in self.k if c < k})
+            if below:
+                notes.append(
+                    "reranked configurations are not scored where candidates < k: "
+                    + ", ".join(f"candidates {c} at k {k}" for c, k in below)
+                )
         if self.precision != "fp32" and self.needs_model():
             notes.append(
                 f"precision: {self.precision} ({self.backend}): vectors differ from fp32's in the last digits and are "
                 "cached apart; docs/backends.md says by how much"
             )
-        return notes + self.index_notes()
+        from chunkeval.engine.indexes.axis import axis_notes
 
-    def index_notes(self) -> list[str]:
-        """Where an index searches deeper than its ef_search asks (faiss and hnswlib raise ef to the depth)."""
-        from chunkeval.engine.retrievers import needs_embeddings
-        from chunkeval.engine.retrievers.hybrid import FUSE_DEPTH
-
-        depths = {"dense": max(self.k), "hybrid": max(FUSE_DEPTH, max(self.k))}
-        notes = []
-        for spec in self.index_specs():
-            ef = spec.get("ef_search")
-            for retriever in self.retriever:
-                depth = depths.get(retriever)
-                if ef is not None and depth is not None and needs_embeddings(retriever) and ef < depth:
-                    notes.append(
-                        f"index {spec.key}: {retriever} searches {depth} deep, above ef_search {ef}: the search runs "
-                        f"with ef {depth} (as faiss and hnswlib do)"
-                    )
-        return notes
+        return notes + axis_notes(self.index_specs(), self.retriever, self.k)
 
     def recorded_settings(self) -> dict:
         """The settings a run records: `to_dict`, and the versions of the index libraries it searches with."""
@@ -372,44 +397,13 @@ class Experiment:
             del data["index"]  # settings of exact search stay as they were recorded before the key existed
         if not data["plugins"]:
             del data["plugins"]  # settings without plug-ins stay as they were recorded before the key existed
+        if data["reranker"] == [NO_RERANKER] and not data["candidates"]:
+            del data["reranker"], data["candidates"]  # as settings were recorded before reranking existed
+        data["models"] = {m.name: m.settings() for m in self.models}
+        if not data["models"]:
+            del data["models"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
     def fingerprint(self) -> str:
         """Hash of the settings (not the data): two runs of the same experiment settings share it."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
-
-
-def models_fingerprint(exp: Experiment) -> str:
-    """The model fingerprint of a run: the one model's, a hash over several, or `none` when nothing embeds."""
-    from chunkeval.engine.embedding import embedder_fingerprint
-
-    if not exp.needs_model():
-        return "none"
-    prints = [embedder_fingerprint(m, exp.backend, exp.quantize, exp.precision) for m in exp.model]
-    from chunkeval.engine.indexes import library_versions
-
-    versions = library_versions(exp.index_specs())  # an index library's new version may answer differently
-    if versions:
-        return hashlib.sha256(json.dumps([prints, versions]).encode()).hexdigest()
-    return prints[0] if len(prints) == 1 else hashlib.sha256(json.dumps(prints).encode()).hexdigest()
-
-
-def input_fingerprints(exp: Experiment) -> dict[str, str]:
-    """SHA-256 of the experiment's corpora (each file's bytes, by corpus id), its gold file and its models."""
-    from chunkeval.engine.inputs import CORPUS_SUFFIXES
-    from chunkeval.files import hash_file
-
-    folder = Path(exp.corpus_dir)
-    if not folder.is_dir():
-        raise InputError("corpus folder not found", folder)
-    files = {p.stem: p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES}
-    wanted = list(exp.corpus) or sorted(files)
-    missing = [c for c in wanted if c not in files]
-    if missing:
-        raise InputError(f"no corpus named {', '.join(missing)}", folder)
-    corpus = hashlib.sha256(
-        json.dumps({c: hash_file(files[c]).hexdigest() for c in wanted}, sort_keys=True).encode()
-    ).hexdigest()
-    if not Path(exp.questions).is_file():
-        raise InputError("file not found", exp.questions)
-    return {"corpus": corpus, "gold": hash_file(Path(exp.questions)).hexdigest(), "model": models_fingerprint(exp)}

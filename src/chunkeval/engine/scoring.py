@@ -16,7 +16,7 @@ from chunkeval.engine import metrics as M
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, count_tokens
 from chunkeval.engine.duplicates import Copies, credited_copies
 from chunkeval.engine.inputs import SpanGold
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL
+from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANKER, NUMBER_KEYS
 
 
 def span_scoring(
@@ -52,9 +52,14 @@ def score_chunking(
     model: str = NO_MODEL,
     retriever: str = "dense",
     copies: Copies | None = None,
+    reranker: str = NO_RERANKER,
+    candidates: int | None = None,
+    index: str = "exact",
 ) -> pa.Table:
     """Per-query span, set and rank metrics of one configuration at every k (topk holds the largest k);
     with `copies`, a reference's copies get credit (`chunkeval.engine.duplicates`)."""
+    values = {"model": model, "retriever": retriever, "index": index, "reranker": reranker, "candidates": candidates}
+    values.update(chunker=spec.chunker, chunk_size=spec.chunk_size, chunk_overlap=spec.chunk_overlap)
     relevance, span_metrics = span_scoring(gold, topk, chunks, copies)
     omega = M.safe_div(relevance.covered_all, relevance.omega_union)
     parts = []
@@ -64,16 +69,16 @@ def score_chunking(
         judged = M.judge_topk(topk[:, :k], relevance.keys, relevance.n_relevant, len(chunks))
         ranks = M.rank_metrics(judged, k)
         columns = {
-            "model": pa.array([model] * n, pa.string()),
-            "retriever": pa.array([retriever] * n, pa.string()),
-            "chunker": pa.array([spec.chunker] * n),
-            "chunk_size": pa.array(np.full(n, spec.chunk_size)),
-            "chunk_overlap": pa.array(np.full(n, spec.chunk_overlap)),
-            "k": pa.array(np.full(n, k)),
-            "query_id": pa.array(gold.query_ids),
-            "corpus_id": pa.array(gold.corpus_ids),
-            "has_gold": pa.array(spans["ref_chars"] > 0),
+            key: pa.array([{**values, "k": k}[key]] * n, pa.int64() if key in NUMBER_KEYS else pa.string())
+            for key in CONFIG_KEYS
         }
+        columns.update(
+            {
+                "query_id": pa.array(gold.query_ids),
+                "corpus_id": pa.array(gold.corpus_ids),
+                "has_gold": pa.array(spans["ref_chars"] > 0),
+            }
+        )
         columns.update({name: pa.array(spans[name]) for name in M.SPAN_METRICS if name in spans})
         columns["precision_omega"] = pa.array(omega)
         columns.update({name: pa.array(ranks[name]) for name in M.RANK_METRICS})

@@ -11,7 +11,7 @@ a grid whose chunkers and retrievers need no vectors loads no model, and its row
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +20,9 @@ import pyarrow as pa
 from chunkeval.engine import retrievers
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, chunk_corpora, needs_embeddings
 from chunkeval.engine.duplicates import Copies, find_copies
+from chunkeval.engine.embedders import Embedders, probe_models  # noqa: F401 (re-exported: sweep.Embedders)
 from chunkeval.engine.embedding import Embedder
+from chunkeval.engine.embedding.served import ServedModel
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.indexes import NO_INDEX, IndexSpec
 from chunkeval.engine.indexes import search as index_search
@@ -28,7 +30,7 @@ from chunkeval.engine.indexes.measure import STATS as INDEX_STATS
 from chunkeval.engine.indexes.measure import measure as measure_index
 from chunkeval.engine.inputs import SpanGold, corpus_ids_in, load_corpora, load_span_gold
 from chunkeval.engine.scoring import reference_table, score_chunking, summarize_sweep  # noqa: F401 (re-exported)
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL  # noqa: F401 (re-exported)
+from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANKER  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,9 @@ class Config:
     def index_key(self) -> str:
         return self.index.key if self.index is not None else NO_INDEX
 
+    reranker: str = NO_RERANKER  # the first stage's top `candidates` re-scored by it (chunkeval.engine.rerank)
+    candidates: int | None = None
+
 
 @dataclass(frozen=True)
 class Embedded:
@@ -81,103 +86,6 @@ class SweepResult:
     texts_embedded: int
     model_loaded: bool
     notes: tuple[str, ...] = ()
-
-
-class Embedders:
-    """One `Embedder` per model, made when first asked for: a grid that needs no vectors makes none.
-    Every model runs on one backend in one precision (`for_experiment` picks the experiment's)."""
-
-    def __init__(
-        self,
-        cache_dir: Path | None = None,
-        batch_size: int | None = 32,
-        given: tuple[Embedder, ...] = (),
-        device: str | None = None,
-        backend: str = "torch",
-        quantize: str = "none",
-        precision: str = "fp32",
-    ):
-        self.cache_dir = cache_dir
-        self.batch_size = batch_size
-        self.device = device
-        self.backend, self.quantize, self.precision = backend, quantize, precision
-        self._by_model = {e.model: e for e in given if e.runs() == (backend, quantize, precision)}
-
-    @classmethod
-    def of(cls, embedders: Embedders | Embedder) -> Embedders:
-        if isinstance(embedders, Embedders):
-            return embedders
-        return cls(
-            embedders.cache_dir,
-            embedders.batch_size,
-            (embedders,),
-            embedders.device,
-            embedders.backend,
-            embedders.quantize,
-            embedders.precision,
-        )
-
-    def for_experiment(self, exp: Experiment) -> Embedders:
-        """These embedders where they run the experiment's backend and precision, else new ones that do
-        (same cache and device)."""
-        if (self.backend, self.quantize, self.precision) == (exp.backend, exp.quantize, exp.precision):
-            return self
-        return Embedders(
-            self.cache_dir,
-            self.batch_size,
-            tuple(self._by_model.values()),
-            self.device,
-            exp.backend,
-            exp.quantize,
-            exp.precision,
-        )
-
-    def __getitem__(self, model: str) -> Embedder:
-        if model not in self._by_model:
-            self._by_model[model] = Embedder(
-                model, self.cache_dir, self.batch_size, self.device, self.backend, self.quantize, self.precision
-            )
-        return self._by_model[model]
-
-    def count(self, model: str, counters: tuple[int, int, float]) -> None:
-        """Add what another process embedded for `model` (a Dask worker's shard or chunking) to its counters."""
-        embedder = self[model]
-        embedder.texts_embedded += counters[0]
-        embedder.texts_shared += counters[1]
-        embedder.embed_seconds += counters[2]
-
-    def counters(self) -> dict[str, tuple[int, int, float]]:
-        return {model: e.counters() for model, e in self._by_model.items()}
-
-    def embed_function(self, model: str):
-        """`texts -> vectors` of one model, through its cache: what a semantic chunker is given."""
-        return lambda texts: self[model].embed(list(texts))[0]
-
-    @property
-    def texts_embedded(self) -> int:
-        return sum(e.texts_embedded for e in self._by_model.values())
-
-    @property
-    def model_loaded(self) -> bool:
-        return any(e.model_loaded for e in self._by_model.values())
-
-    def table(self) -> pa.Table:
-        """Per model used: its fingerprint, texts embedded, of those the texts whose model input (after
-        truncation) equalled an earlier text's and so shared its vector, seconds spent and throughput."""
-        used = list(self._by_model.values())
-        return pa.table(
-            {
-                "model": pa.array([e.model for e in used], pa.string()),
-                "model_fingerprint": pa.array([e.fingerprint for e in used], pa.string()),
-                "backend": pa.array([e.backend for e in used], pa.string()),
-                "quantize": pa.array([e.quantize for e in used], pa.string()),
-                "precision": pa.array([e.precision for e in used], pa.string()),
-                "texts_embedded": pa.array([e.texts_embedded for e in used], pa.int64()),
-                "texts_shared": pa.array([e.texts_shared for e in used], pa.int64()),
-                "embed_seconds": pa.array([e.embed_seconds for e in used], pa.float64()),
-                "texts_per_second": pa.array([e.texts_per_second for e in used], pa.float64()),
-            }
-        )
 
 
 def load_inputs(exp: Experiment) -> Inputs:
@@ -216,7 +124,13 @@ def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
                 configs += (
                     [Config(i, model, retriever, spec) for spec in specs] if reads else [Config(i, model, retriever)]
                 )
-    return configs
+    return [replace(c, reranker=r, candidates=n) for c in configs for r, n in exp.rerank_grid()]
+
+
+def _reranks_with_vectors(config: Config) -> bool:
+    from chunkeval.engine.rerank import is_cross_encoder
+
+    return config.reranker != NO_RERANKER and not is_cross_encoder(config.reranker)
 
 
 def check_indexes_fit(
@@ -251,6 +165,8 @@ def _wanted(configs: list[Config]) -> dict[str, list[int]]:
     for c in configs:
         if retrievers.needs_embeddings(c.retriever) and c.chunking not in wanted.setdefault(c.model, []):
             wanted[c.model].append(c.chunking)
+        if _reranks_with_vectors(c) and c.chunking not in wanted.setdefault(c.reranker, []):
+            wanted[c.reranker].append(c.chunking)  # a bi-encoder reranker reads its own vectors
     return {model: indices for model, indices in wanted.items() if indices}
 
 
@@ -280,10 +196,11 @@ def embed_shard(
     backend: str,
     quantize: str,
     precision: str = "fp32",
+    served: ServedModel | None = None,
 ) -> dict:
-    """Embed one shard into the cache at `cache_dir` (this process loads the model) and return its
-    counters for `Embedders.count`."""
-    embedder = Embedder(model, cache_dir, batch_size, device, backend, quantize, precision)
+    """Embed one shard into the cache at `cache_dir` (this process loads the model, or sends its texts to
+    the served model) and return its counters for `Embedders.count`."""
+    embedder = Embedder(model, cache_dir, batch_size, device, backend, quantize, precision, served=served)
     embedder.embed(texts, kind)
     return {"model": model, "counters": embedder.counters()}
 
@@ -347,11 +264,17 @@ def groups_of(inputs: Inputs, chunking: Chunking, own_corpus: bool) -> dict:
     }
 
 
+def first_stage(config: Config) -> Config:
+    """The configuration without its reranking: what chunk and index statistics are kept by."""
+    return replace(config, reranker=NO_RERANKER, candidates=None)
+
+
 def chunk_stats(
-    chunkings: list[Chunking], configs: list[Config], embedded: Embedded, index_stats: pa.Table | None = None
+    chunkings: list[Chunking], configs: list[Config], embedded: Embedded, index_stats: dict | None = None
 ) -> pa.Table:
-    """Per configuration (without k): chunks made, chunks longer than the model's input, and what its index
-    cost (`index_stats`, from `score_all`; null for rows that search no index)."""
+    """Per first-stage configuration (without k or reranking): chunks made, chunks longer than the model's
+    input, and what its index cost (`index_stats`, from `score_all`; null for rows that search no index)."""
+    configs = list(dict.fromkeys(first_stage(c) for c in configs))
     specs = [chunkings[c.chunking].spec for c in configs]
     columns = {
         "model": pa.array([c.model for c in configs], pa.string()),
@@ -363,57 +286,110 @@ def chunk_stats(
         "n_chunks": [len(chunkings[c.chunking].chunks) for c in configs],
         "truncated_chunks": [embedded.truncated.get((c.chunking, c.model), 0) for c in configs],
     }
-    stats = index_stats.to_pylist() if index_stats is not None else [{}] * len(configs)
     for name in INDEX_STATS:
         kind = pa.int64() if name == "index_bytes" else pa.float64()
-        columns[name] = pa.array([row.get(name) for row in stats], kind)
+        columns[name] = pa.array([(index_stats or {}).get(c, {}).get(name) for c in configs], kind)
     return pa.table(columns)
 
 
 def score_config(
-    inputs: Inputs, chunkings: list[Chunking], config: Config, embedded: Embedded, exp: Experiment
+    inputs: Inputs,
+    chunkings: list[Chunking],
+    config: Config,
+    embedded: Embedded,
+    exp: Experiment,
+    scorers: dict | None = None,
+    measured: dict | None = None,
 ) -> tuple[pa.Table, dict]:
     """Retrieve once at the largest k, score at every k: one configuration's per-query table (with its
-    `index` and `ann_recall_at_k`), and what its index cost (`chunkeval.engine.indexes.measure`)."""
+    `index` and `ann_recall_at_k`), and what its index cost (`chunkeval.engine.indexes.measure`, measured
+    once per chunking, model and index in `measured`: dense, hybrid and reranked rows share it)."""
     chunking = chunkings[config.chunking]
-    topk = retrieve(inputs, chunking, config, embedded, max(exp.k), exp.own_corpus, exp.rrf_k)
+    ks = exp.k
+    if config.reranker == NO_RERANKER:
+        topk = retrieve(inputs, chunking, config, embedded, max(exp.k), exp.own_corpus, exp.rrf_k)
+    else:  # the first stage's top candidates, re-scored; scored at the k the candidates cover
+        ks = tuple(k for k in exp.k if k <= config.candidates)
+        first = retrieve(inputs, chunking, config, embedded, config.candidates, exp.own_corpus, exp.rrf_k)
+        topk = rerank_top(inputs, chunking, config, embedded, first, max(ks), scorers)
     table = score_chunking(
-        inputs.gold, chunking.spec, chunking.chunks, topk, exp.k, config.model, config.retriever, inputs.copies
+        inputs.gold,
+        chunking.spec,
+        chunking.chunks,
+        topk,
+        ks,
+        config.model,
+        config.retriever,
+        inputs.copies,
+        config.reranker,
+        config.candidates,
+        config.index_key,
     )
-    ks = sorted(set(exp.k))
-    table = table.add_column(2, "index", pa.array([config.index_key] * table.num_rows, pa.string()))
     if config.index is None:
         nothing = pa.nulls(table.num_rows, pa.float64())
         for name in ("ann_recall_at_k", "ann_found", "ann_depth"):
             table = table.append_column(name, nothing)
         return table, {}
-    groups = groups_of(inputs, chunking, exp.own_corpus)
-    found = measure_index(
-        config.index,
-        embedded.queries[config.model],
-        embedded.chunks[(config.chunking, config.model)],
-        tuple(ks),
-        group_names=chunking.chunks.corpus_names,
-        **groups,
-    )
-    table = table.append_column("ann_recall_at_k", pa.array(np.concatenate([found.recall(i) for i in range(len(ks))])))
-    table = table.append_column("ann_found", pa.array(found.found.reshape(-1)))
-    table = table.append_column("ann_depth", pa.array(found.depth.reshape(-1)))
+    every = tuple(sorted(set(exp.k)))
+    key = (config.chunking, config.model, config.index)
+    measured = {} if measured is None else measured
+    if key not in measured:
+        measured[key] = measure_index(
+            config.index,
+            embedded.queries[config.model],
+            embedded.chunks[(config.chunking, config.model)],
+            every,
+            group_names=chunking.chunks.corpus_names,
+            **groups_of(inputs, chunking, exp.own_corpus),
+        )
+    found = measured[key]
+    rows = [every.index(k) for k in sorted(set(ks))]  # the k this configuration is scored at, in its table's order
+    table = table.append_column("ann_recall_at_k", pa.array(np.concatenate([found.recall(i) for i in rows])))
+    table = table.append_column("ann_found", pa.array(found.found[rows].reshape(-1)))
+    table = table.append_column("ann_depth", pa.array(found.depth[rows].reshape(-1)))
     return table, found.stats()
+
+
+def rerank_top(
+    inputs: Inputs,
+    chunking: Chunking,
+    config: Config,
+    embedded: Embedded,
+    first: np.ndarray,
+    keep: int,
+    scorers: dict | None = None,
+) -> np.ndarray:
+    """The `keep` best of the first stage's candidates by the configuration's reranker."""
+    from chunkeval.engine import rerank
+
+    if _reranks_with_vectors(config):
+        vectors = embedded.chunks[(config.chunking, config.reranker)]
+        scores = rerank.bi_encoder_scores(embedded.queries[config.reranker], vectors, first)
+    else:
+        scorers = {} if scorers is None else scorers
+        if config.reranker not in scorers:
+            from chunkeval.paths import home
+
+            scorers[config.reranker] = rerank.CrossEncoderScorer(config.reranker, home() / "cache" / "rerank")
+        texts = chunking.chunks.texts(inputs.corpora)
+        scores = scorers[config.reranker].scores(list(inputs.gold.questions), texts, first)
+    return rerank.order(first, scores, keep)
 
 
 def score_all(
     inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedded: Embedded, exp: Experiment
-) -> tuple[pa.Table, pa.Table]:
-    """Every configuration's per-query table, one after the other (each is a few vectorised steps), and
-    per configuration what its index cost (one row per configuration, in `configs`' order)."""
-    scored = [score_config(inputs, chunkings, c, embedded, exp) for c in configs]
-    stats = pa.Table.from_pylist([s for _, s in scored], schema=_stats_schema())
-    return pa.concat_tables([t for t, _ in scored]), stats
-
-
-def _stats_schema() -> pa.Schema:
-    return pa.schema({name: pa.int64() if name == "index_bytes" else pa.float64() for name in INDEX_STATS})
+) -> tuple[pa.Table, dict]:
+    """Every configuration's per-query table, one after the other (each is a few vectorised steps), and per
+    first-stage configuration what its index cost."""
+    scorers: dict = {}  # CrossEncoder rerankers, loaded once for the grid
+    measured: dict = {}  # index measures, once per chunking, model and index
+    stats: dict = {}
+    tables = []
+    for c in configs:
+        table, cost = score_config(inputs, chunkings, c, embedded, exp, scorers, measured)
+        tables.append(table)
+        stats.setdefault(first_stage(c), cost)
+    return pa.concat_tables(tables), stats
 
 
 def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
@@ -425,6 +401,7 @@ def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
 def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
     """The whole sweep of an experiment in one process (the flow runs the same steps as tasks)."""
     embedders = Embedders.of(embedders).for_experiment(exp)
+    changed = probe_models(exp)
     inputs = load_inputs(exp)
     chunkings = [chunk_one(inputs.corpora, spec, model, embedders) for spec, model in chunking_jobs(exp)]
     configs = plan(exp, chunkings)
@@ -443,5 +420,5 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
         embedders.table(),
         embedders.texts_embedded,
         embedders.model_loaded,
-        tuple(exp.notes()),
+        tuple(exp.notes() + changed),
     )

@@ -20,7 +20,8 @@ from prefect.runtime import flow_run
 from chunkeval import progress
 from chunkeval.engine import gold_check, sweep
 from chunkeval.engine.chunking import ChunkerSpec
-from chunkeval.engine.experiment import Experiment, input_fingerprints
+from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.fingerprints import input_fingerprints
 from chunkeval.engine.metrics import METRICS
 from chunkeval.engine.runners import TaskRunner
 from chunkeval.errors import Fault, InputError
@@ -39,8 +40,9 @@ def warehouse() -> Warehouse:
 
 
 @task(**IO_TASK)
-def fingerprint(exp: Experiment) -> dict:
-    return input_fingerprints(exp)
+def fingerprint(exp: Experiment, probe: str = "run") -> dict:
+    """The fingerprints of the experiment's inputs; its served models probed as `probe` says."""
+    return input_fingerprints(exp, probe)
 
 
 @task(**IO_TASK)
@@ -54,7 +56,7 @@ def chunk(corpora: dict, spec: ChunkerSpec, model: str | None, embedders: sweep.
     before = embedders.counters()
     chunking = sweep.chunk_one(corpora, spec, model, embedders)
     after = embedders.counters()
-    return chunking, {m: tuple(a - b for a, b in zip(c, before.get(m, (0, 0, 0.0)))) for m, c in after.items()}
+    return chunking, {m: tuple(a - b for a, b in zip(c, before.get(m, (0, 0, 0.0, 0)))) for m, c in after.items()}
 
 
 @task(**IO_TASK)
@@ -70,6 +72,7 @@ def embed_shard(model: str, kind: str, texts: list, embedders: sweep.Embedders) 
         embedders.backend,
         embedders.quantize,
         embedders.precision,
+        embedders[model].served,
     )
 
 
@@ -188,11 +191,14 @@ def evaluate(
     exp = Experiment.resolve(experiment)
     wh = warehouse()
     wh.reap()
-    fps = fingerprint(exp)
+    fps = fingerprint(exp, "none" if if_changed else "run")  # a skipped run sends no request
     settings = exp.recorded_settings()
     flow_run_id = flow_run.get_id()
     last = wh.last_completed(exp.name)
-    if if_changed and last and all(last[f"{key}_fingerprint"] == fps[key] for key in ("corpus", "gold", "model")):
+    unchanged = last and all(last[f"{key}_fingerprint"] == fps[key] for key in ("corpus", "gold", "model"))
+    if if_changed and not unchanged:
+        fps = fingerprint(exp)  # it runs: its served models are probed
+    if if_changed and unchanged:
         run_id = wh.record_skipped(exp.name, fps, trigger, settings, flow_run_id)
         logger.info(
             "experiment %s: corpus, gold set and model unchanged since run %s; skipped", exp.name, last["run_id"]

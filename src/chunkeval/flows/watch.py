@@ -39,7 +39,7 @@ def watch(experiments: list[str] = ["demo"]) -> dict[str, list[str]]:  # noqa: B
     emitted = {}
     for ref in experiments:
         exp = Experiment.resolve(ref)
-        fps = fingerprint(exp)
+        fps = fingerprint(exp, "interval")  # a served model is probed at most once per its probe_interval
         events = changes(exp.name, fps)
         for event in events:
             emit_event(

@@ -13,8 +13,9 @@ import pyarrow as pa
 from chunkeval.analysis.regression import REGRESSION_METRICS
 from chunkeval.errors import InputError
 from chunkeval.report import charts
+from chunkeval.report.terminal import rerank_label
 from chunkeval.stats.aggregate import MICRO, MICRO_F1
-from chunkeval.vocabulary import CONFIG_KEYS, INDEX_METRICS, METRICS, split_list
+from chunkeval.vocabulary import CONFIG_KEYS, INDEX_METRICS, METRICS, shown_keys, split_list
 from chunkeval.warehouse import Warehouse
 
 BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
@@ -25,7 +26,8 @@ def label(row: dict, with_k: bool = True) -> str:
     model = Path(str(row.get("model", ""))).name
     index = row.get("index")
     searched = f" {index}" if index not in (None, "exact", "none") else ""
-    text = f"{model} {row.get('retriever', '')}{searched} {row['chunker']} {row['chunk_size']}/{row['chunk_overlap']}".strip()
+    retriever = f"{row.get('retriever', '')}{searched}{rerank_label(row)}"
+    text = f"{model} {retriever} {row['chunker']} {row['chunk_size']}/{row['chunk_overlap']}".strip()
     return f"{text} k={row['k']}" if with_k else text
 
 
@@ -33,6 +35,15 @@ def _num(value, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return "–"
     return f"{value:.{digits}f}"
+
+
+def _identity(generation) -> str:
+    """What the probes say of a served model: how often the model behind its name changed."""
+    if generation is None:
+        return "–"
+    if generation == 0:
+        return "as first probed"
+    return f"changed behind its name {generation} time(s): vectors of generation {generation}"
 
 
 def _when(value: datetime | None) -> str:
@@ -168,13 +179,16 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
         rows.append([escape(m), escape(label(r)), f"{_num(r[f'{m}_mean'])} ± {_num(r[f'{m}_std'])}", micro])
     speed = (
         _table(
-            ["model", "fingerprint", "texts embedded", "texts per second"],
+            ["model", "fingerprint", "texts embedded", "texts per second", "tokens sent", "cost", "identity"],
             [
                 [
                     escape(m["model"]),
                     f"<code>{escape(str(m['model_fingerprint'])[:16])}</code>",
                     str(m["texts_embedded"]),
                     _num(m["texts_per_second"], 1),
+                    "–" if m.get("tokens") is None else str(m["tokens"]),
+                    _num(m.get("cost"), 4),
+                    _identity(m.get("generation")),
                 ]
                 for m in models
             ],
@@ -193,10 +207,11 @@ def section_grid(summary: list[dict], tied: dict[str, set[tuple]] | None = None)
     tied = tied or {}
     approximate = any(r.get("index") not in (None, "exact", "none") for r in summary)
     metrics = [m for m in METRICS if m not in INDEX_METRICS or approximate]  # else every value is 1 or –
-    header = [escape(k) for k in CONFIG_KEYS] + [escape(m) for m in metrics] + ["truncated chunks"]
+    shown = shown_keys(summary)  # reranker and candidates where a row reranks
+    header = [escape(k) for k in shown] + [escape(m) for m in metrics] + ["truncated chunks"]
     rows = []
     for r in summary:
-        row = [(escape(str(r[k])), r[k]) for k in CONFIG_KEYS]
+        row = [(escape("–" if r[k] is None else str(r[k])), r[k]) for k in shown]
         for m in metrics:
             mark = best.get(m) is r
             text = f"{_num(r[f'{m}_mean'])}<small> ± {_num(r[f'{m}_std'])}</small>"

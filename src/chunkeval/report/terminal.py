@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from chunkeval.errors import InputError
-from chunkeval.vocabulary import INDEX_METRICS, METRICS
+from chunkeval.vocabulary import INDEX_METRICS, METRICS, NO_RERANKER, RERANK_KEYS, shown_keys
 
 TABLE_SUFFIXES = (".csv", ".parquet")
 TERMINAL_METRICS = ("span_recall", "span_precision", "span_iou", "precision_omega", "recall_at_k", "mrr", "ndcg_at_k")
@@ -36,14 +36,22 @@ def check_output_path(path: Path) -> Path:
 
 
 def config_label(row: dict) -> str:
-    """`model/retriever[/index]/chunker/size/overlap/k=K`: one configuration, as messages name it (the index
-    where it is an approximate one)."""
+    """`model/retriever[/index][>reranker@candidates]/chunker/size/overlap/k=K`: one configuration, as messages
+    name it (the index where it is an approximate one)."""
     index = row.get("index")
     searched = f"/{index}" if index not in (None, "exact", "none") else ""
     return (
-        f"{row['model']}/{row['retriever']}{searched}/{row['chunker']}/{row['chunk_size']}/{row['chunk_overlap']}"
-        f"/k={row['k']}"
+        f"{row['model']}/{row['retriever']}{searched}{rerank_label(row, '>')}/{row['chunker']}/{row['chunk_size']}/"
+        f"{row['chunk_overlap']}/k={row['k']}"
     )
+
+
+def rerank_label(row: dict, before: str = " > ") -> str:
+    """`> reranker@candidates` of a configuration that reranks, else ''."""
+    reranker = row.get("reranker")
+    if reranker in (None, NO_RERANKER):
+        return ""
+    return f"{before}{Path(str(reranker)).name}@{row.get('candidates')}"
 
 
 def approximate(summary: pa.Table) -> bool:
@@ -65,11 +73,12 @@ def format_index_costs(summary: pa.Table, keys: list[str]) -> str:
     """What each index cost, once per configuration without its k: build seconds, MiB, latency of one query
     (p50, p95) and of a batch (per query), in milliseconds."""
     have = [c for c in INDEX_COLUMNS if c in summary.column_names]
+    keys = [k for k in keys if k != "k" and k not in RERANK_KEYS]  # an index serves every k and reranking
     seen, rows = set(), []
     for rec in summary.to_pylist():
         if rec.get("index") in (None, "none"):
             continue
-        key = tuple(rec[k] for k in keys if k != "k")
+        key = tuple(rec[k] for k in keys)
         if key in seen:
             continue
         seen.add(key)
@@ -81,7 +90,7 @@ def format_index_costs(summary: pa.Table, keys: list[str]) -> str:
             else:
                 cells.append(_cell(value) if c != "index_build_seconds" or value is None else f"{value:.2f}")
         rows.append([_cell(v) for v in key] + cells)
-    header = [k for k in keys if k != "k"] + [c.replace("index_bytes", "index_mib") for c in have]
+    header = keys + [c.replace("index_bytes", "index_mib") for c in have]
     return format_rows(header, rows)
 
 
@@ -147,8 +156,10 @@ def format_summary(
         metrics = shown_metrics(summary, TERMINAL_METRICS + INDEX_METRICS)
     present = [m for m in metrics if f"{m}{suffix}" in summary.column_names]
     rows = []
-    for rec in summary.to_pylist():
-        row = [_cell(rec[k]) for k in keys]
+    records = summary.to_pylist()
+    shown = shown_keys(records, keys)  # reranker and candidates where a row reranks
+    for rec in records:
+        row = [_cell(rec[k]) for k in shown]
         for m in present:
             if micro:
                 row.append(_cell(rec[f"{m}_micro"]))
@@ -159,7 +170,7 @@ def format_summary(
             if tied and not micro and tuple(rec[k] for k in keys) in tied.get(m, ()):
                 row[-1] += "*"
         rows.append(row)
-    return format_rows(list(keys) + present, rows)
+    return format_rows(list(shown) + present, rows)
 
 
 def format_macro_micro(summary: pa.Table, metrics: list[str]) -> str:
@@ -174,7 +185,8 @@ def format_macro_micro(summary: pa.Table, metrics: list[str]) -> str:
 
 
 def format_models(models: pa.Table) -> str:
-    """The models of a run: backend (with int8 and a precision other than fp32), texts embedded and throughput (texts per second; – when nothing was embedded)."""
+    """The models of a run: backend (with int8 and a precision other than fp32), texts embedded and throughput
+    (texts per second; – when nothing was embedded), and for served models the tokens sent and their cost."""
     rows = [
         [
             r["model"],
@@ -185,8 +197,13 @@ def format_models(models: pa.Table) -> str:
             ),
             str(r["texts_embedded"]),
             "–" if r["texts_per_second"] is None else f"{r['texts_per_second']:.1f}",
+            "–" if r.get("tokens") is None else str(r["tokens"]),
+            "–" if r.get("cost") is None else f"{r['cost']:.4f}",
             (r["model_fingerprint"] or "")[:12],
         ]
         for r in models.to_pylist()
     ]
-    return format_rows(["model", "backend", "texts embedded", "texts/s", "fingerprint"], rows)
+    served = any(r[5] != "–" for r in rows)  # tokens and cost are a served model's
+    rows = [r if served else r[:4] + r[6:] for r in rows]
+    header = ["model", "backend", "texts embedded", "texts/s", "tokens", "cost", "fingerprint"]
+    return format_rows(header if served else header[:4] + header[6:], rows)

@@ -32,7 +32,7 @@ def summarize(per_query: pa.Table, by: list[str], intervals: bool = True) -> pa.
 
 
 def _key_strings(table: pa.Table, by: list[str]) -> pa.Array:
-    parts = [pc.cast(table[k], pa.string()) for k in by]
+    parts = [pc.fill_null(pc.cast(table[k], pa.string()), "\x00") for k in by]  # a null key is a key too
     return pc.binary_join_element_wise(*parts, "\x1f") if len(parts) > 1 else parts[0]
 
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from chunkeval.errors import InputError
 from chunkeval.stats.aggregate import METRICS, summary_sql
-from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, RERANK_KEYS
 from chunkeval.warehouse.migrations import Schema
 from chunkeval.warehouse.tables import (
     DUPLICATES_SQL,
@@ -117,11 +117,15 @@ class History(Schema):
         for key, value in (config or {}).items():
             if key not in CONFIG_KEYS:
                 raise InputError(f"config keys are {', '.join(CONFIG_KEYS)}; got {key!r}")
-            where.append(f"{key} = ?")
+            where.append(f"{key} IS NOT DISTINCT FROM ?")  # candidates is null without a reranker
             params.append(value)
         if configs:  # any of these configurations (each a full key)
             where.append(
-                "(" + " OR ".join("(" + " AND ".join(f"{k} = ?" for k in CONFIG_KEYS) + ")" for _ in configs) + ")"
+                "("
+                + " OR ".join(
+                    "(" + " AND ".join(f"{k} IS NOT DISTINCT FROM ?" for k in CONFIG_KEYS) + ")" for _ in configs
+                )
+                + ")"
             )
             params += [c[k] for c in configs for k in CONFIG_KEYS]
         return " AND ".join(where), params
@@ -154,7 +158,7 @@ class History(Schema):
                 f"(SELECT {projection('per_query', names, 'q')}, {DUPLICATES_SQL.format(t='r.')} AS duplicates "
                 f"FROM {parquet(files)} q JOIN runs r USING (run_id))"
             )
-            columns = [c for c in names | {"model", "retriever", "duplicates"} if c != "run_id"]
+            columns = [c for c in names | {"model", "retriever", "duplicates", *RERANK_KEYS} if c != "run_id"]
             sql = summary_sql(
                 source, ["duplicates", *CONFIG_KEYS], columns, skip, extra=("count(DISTINCT run_id) AS n_runs",)
             )

@@ -17,7 +17,7 @@ from chunkeval._version import __version__
 from chunkeval.errors import InputError
 from chunkeval.files import write_tables
 from chunkeval.stats.aggregate import summary_sql
-from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, RERANK_KEYS
 from chunkeval.warehouse.db import Connections
 from chunkeval.warehouse.layout import Layout
 from chunkeval.warehouse.tables import (
@@ -26,6 +26,7 @@ from chunkeval.warehouse.tables import (
     INDEX_OF_OLDER_ROWS,
     MANIFEST_COLUMNS,
     SUMMARY,
+    added_keys_sql,
     empty_results,
     parquet,
     parquet_columns,
@@ -77,8 +78,9 @@ MIGRATIONS = [
     None,  # the tables' DDL is `summary_tables_sql()`
     # v7: a configuration gains its index (`exact`, `hnsw:…`, `none` for rows that read no vectors), and summaries
     # the metric ann_recall_at_k and what the index cost; older rows read index `exact` (`none` for bm25 and model
-    # `none`), and NULL for the rest (`_add_columns`)
-    "SELECT 1",
+    # `none`), and NULL for the rest (`_add_columns`); and it gains reranker and candidates: older rows read as
+    # reranker `none`, candidates null
+    "ADDED_KEYS",  # `added_keys_sql()`, then `_add_columns`
 ]
 
 
@@ -109,7 +111,8 @@ class Schema(Connections, Layout):
             return
         for step in range(version, upto):
             con.execute("BEGIN TRANSACTION")
-            con.execute(MIGRATIONS[step] or summary_tables_sql())
+            step_sql = {None: summary_tables_sql, "ADDED_KEYS": added_keys_sql}.get(MIGRATIONS[step])
+            con.execute(step_sql() if step_sql else MIGRATIONS[step])
             if step == 5:  # the summaries of every completed run so far
                 self._materialize(
                     con, [r for (r,) in con.execute("SELECT run_id FROM runs WHERE status = 'completed'").fetchall()]
@@ -214,7 +217,7 @@ class Schema(Connections, Layout):
             source = (
                 f"(SELECT {projection('per_query', names, 'q')} FROM {parquet(files)} q JOIN runs r USING (run_id))"
             )
-            columns = [c for c in names | {"model", "retriever", "index"} if c != "run_id"]
+            columns = [c for c in names | {"model", "retriever", "index", *RERANK_KEYS} if c != "run_id"]
             select = summary_sql(source, ["run_id", *CONFIG_KEYS, "corpus_id"], columns, skip_empty_gold=skip)
             con.execute(f"INSERT INTO corpus_summaries BY NAME {select}")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from chunkeval.vocabulary import METRICS, RUN_SETTINGS
+from chunkeval.vocabulary import METRICS, RERANK_KEYS, RUN_SETTINGS
 
 STATUSES = ("running", "completed", "failed", "skipped")
 TRIGGERS = ("manual", "schedule", "event")
@@ -53,6 +53,8 @@ _KEYS = {
     "model": pa.string(),
     "retriever": pa.string(),
     "index": pa.string(),
+    "reranker": pa.string(),
+    "candidates": pa.int64(),
     "chunker": pa.string(),
     "chunk_size": pa.int64(),
     "chunk_overlap": pa.int64(),
@@ -110,6 +112,9 @@ def empty_results() -> dict[str, pa.Table]:
             "texts_embedded": pa.int64(),
             "embed_seconds": pa.float64(),
             "texts_per_second": pa.float64(),
+            "tokens": pa.int64(),  # sent to a served model (null for local models and older runs)
+            "cost": pa.float64(),  # of those tokens, at the served model's price
+            "generation": pa.int64(),  # a served model's cache generation: moved on when it changed behind its name
         }
     )
     return {
@@ -127,13 +132,31 @@ def empty_results() -> dict[str, pa.Table]:
 _TYPES = {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DOUBLE"}
 
 
-def sql_type(kind: pa.DataType) -> str:
-    return _TYPES[kind]
+def _column_sql(field: pa.Field) -> str:
+    """A column's type, and the default of a key that older summaries lack (RERANK_KEYS)."""
+    default = RERANK_KEYS.get(field.name)
+    return f"{_TYPES[field.type]}{f' DEFAULT {sql_literal(default)}' if default is not None else ''}"
 
 
 def _ddl(table: str, schema: pa.Schema) -> str:
-    types = _TYPES
-    return f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(f'{f.name} {types[f.type]}' for f in schema)});"
+    return f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(f'{f.name} {_column_sql(f)}' for f in schema)});"
+
+
+def added_keys_sql() -> str:
+    """The configuration keys added after the summary tables were made (v7: reranker, candidates)."""
+    return "".join(
+        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {_column_sql(SUMMARY.field(name))};"
+        for table in ("summaries", "corpus_summaries")
+        for name in RERANK_KEYS
+    )
+
+
+def sql_literal(value) -> str:
+    return "NULL" if value is None else "'" + str(value).replace("'", "''") + "'"
+
+
+def sql_type(kind: pa.DataType) -> str:
+    return _TYPES[kind]
 
 
 def summary_tables_sql() -> str:
@@ -171,12 +194,18 @@ def projection(kind: str, names: set[str], alias: str) -> str:
     retriever = f"coalesce({alias}.retriever, 'dense')" if "retriever" in names else "'dense'"
     older = INDEX_OF_OLDER_ROWS.format(r=retriever, m=model)
     index = f"coalesce({alias}.index, {older})" if "index" in names else older
-    drop = ", ".join(c for c in ("run_id", "model", "retriever", "index") if c in names)
+    # keys added later read as their value for older runs (reranker `none`, candidates null)
+    later = ", ".join(
+        f"CAST({f'coalesce({alias}.{key}, {sql_literal(value)})' if key in names else sql_literal(value)} "
+        f"AS {_TYPES[_KEYS[key]]}) AS {key}"
+        for key, value in RERANK_KEYS.items()
+    )
+    drop = ", ".join(c for c in ("run_id", "model", "retriever", "index", *RERANK_KEYS) if c in names)
     rest = f"{alias}.* EXCLUDE ({drop})" if drop else f"{alias}.*"
     if kind in ("per_query", "summary", "by_corpus"):
         return (
             f"r.experiment, r.started_at, r.trigger, {model} AS model, {retriever} AS retriever, {index} AS index, "
-            f"{rest}, r.run_id"
+            f"{later}, {rest}, r.run_id"
         )
     if kind == "references":
         ref_model = f"coalesce({alias}.model, 'none')" if "model" in names else "'none'"

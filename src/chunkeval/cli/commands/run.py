@@ -75,15 +75,16 @@ def named_experiment(name: str, defining: bool, warehouse: WarehouseAccess, allo
     )
 
 
-def preflight(exp: Experiment) -> None:
-    """Everything a run reads, checked before Prefect starts or a catalogue row is written."""
-    from chunkeval.engine.experiment import input_fingerprints
+def preflight(exp: Experiment, if_changed: bool = False) -> None:
+    """Everything a run reads, checked before Prefect starts or a catalogue row is written (served models
+    answer their probes; with --if-changed, a run that may be skipped sends them no request)."""
+    from chunkeval.engine.fingerprints import input_fingerprints
     from chunkeval.engine.sweep import load_inputs
     from chunkeval.files import check_writable_dir
     from chunkeval.paths import home
 
     check_writable_dir(home(), "the cache and warehouse ($CHUNKEVAL_HOME)")
-    input_fingerprints(exp)
+    input_fingerprints(exp, "none" if if_changed else "run")
     load_inputs(exp)
 
 
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.engine.runners import check_task_runner, cluster_workers, parse_task_runner
 
     runner = check_task_runner(parse_task_runner(args.task_runner))
-    preflight(exp)
+    preflight(exp, args.if_changed)
     shards = cluster_workers(runner) if runner.distributed else 0
     from chunkeval.progress import quiet_prefect, show_progress
 

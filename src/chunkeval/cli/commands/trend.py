@@ -92,9 +92,9 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 def _table(rows: list[dict], metric: str) -> str:
     from chunkeval.report.terminal import format_rows
-    from chunkeval.vocabulary import CONFIG_KEYS
+    from chunkeval.vocabulary import shown_keys
 
-    keys = list(CONFIG_KEYS)
+    keys = shown_keys(rows)
     if len({r["duplicates"] for r in rows}) > 1:  # changes are only against runs scored the same way
         keys.insert(0, "duplicates")
     cols = ["run_id", "started_at", *keys, metric, "change"]

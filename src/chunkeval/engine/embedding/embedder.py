@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from chunkeval import progress
+from chunkeval.engine.embedding import probes
+from chunkeval.engine.embedding import served as served_models
 from chunkeval.engine.embedding.backends import is_transformer
 from chunkeval.engine.embedding.cache import EmbeddingCache, text_hash
 from chunkeval.engine.embedding.precision import check_device as check_precision_device
@@ -109,11 +111,21 @@ class Embedder:
 
     embed_seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    served: served_models.ServedModel | None = None  # a model behind an /embeddings endpoint (`openai:` or `models:`)
+    tokens: int = 0  # tokens sent to a served model (its server's count, else cl100k's)
 
     def __post_init__(self):
         from chunkeval.engine.embedding.backends import check_backend
 
         check_backend(self.backend, self.quantize, precision=self.precision)
+        if self.served is None and served_models.is_spec(self.model):
+            self.served = served_models.parse_spec(self.model)
+        if self.served is not None:  # the generation its probes recorded (the run probed it first)
+            self.generation = probes.generation(self.served)  # moved on each time the model changed behind its name
+            self.fingerprint = probes.fingerprint(self.served, self.generation)
+            self.prompts = self.served.prompts()
+            self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None
+            return
         check_model_runs_on(self.model, "torch", None, self.precision)  # a static model runs in fp32 only
         self.fingerprint = embedder_fingerprint(self.model, self.backend, self.quantize, self.precision)
         self.prompts = model_prompts(self.model)
@@ -132,9 +144,15 @@ class Embedder:
         """(backend, quantize, precision): how this embedder runs its model."""
         return self.backend, self.quantize, self.precision
 
-    def counters(self) -> tuple[int, int, float]:
-        """(texts embedded, of those shared, seconds): what `Embedders.count` adds up across processes."""
-        return self.texts_embedded, self.texts_shared, self.embed_seconds
+    def counters(self) -> tuple[int, int, float, int]:
+        """(texts embedded, of those shared, seconds, tokens sent): what `Embedders.count` adds up across processes."""
+        return self.texts_embedded, self.texts_shared, self.embed_seconds, self.tokens
+
+    @property
+    def cost(self) -> float | None:
+        """What the tokens sent cost, where the served model has a price."""
+        price = self.served.price_per_million_tokens if self.served is not None else None
+        return None if price is None else self.tokens * price / 1e6
 
     def missing(self, texts: list[str], kind: str = "document") -> list[str]:
         """The distinct texts among `texts` whose vectors the cache lacks (all of them without a cache)."""
@@ -233,6 +251,8 @@ class Embedder:
         hashes = [text_hash(prompt + t) for t in texts]
         unique = list(dict.fromkeys(hashes))
         first_text = dict(zip(hashes, texts))
+        if self.served is not None:
+            return self._embed_served(hashes, unique, first_text, prompt)
         if self.cache is None:
             vectors, truncated = self._encode([first_text[h] for h in unique], prompt)
             pos = {h: i for i, h in enumerate(unique)}
@@ -249,4 +269,49 @@ class Embedder:
             self.cache.add(part, vectors, truncated)
         if missing:
             progress.step("embedding", len(missing), len(missing))
+        return self.cache.get(self.cache.rows(hashes))
+
+    def _embed_served(self, hashes: list[str], unique: list[str], first_text: dict, prompt: str):
+        """What the cache lacks, sent to the served model; each response's vectors cached as it arrives
+        (in part files of up to `flush_every` texts, and whatever has arrived when a request fails)."""
+        from chunkeval.engine.embedding.client import Client, cut_texts
+
+        if self.cache is not None:
+            self.cache.refresh()
+            missing = [h for h, r in zip(unique, self.cache.rows(unique)) if r < 0]
+        else:
+            missing = unique
+        got: dict[str, tuple[np.ndarray, bool]] = {}
+        if missing:
+            log.info("embedding %d new text(s) of %d with %s", len(missing), len(unique), self.served.endpoint)
+            inputs, cut = cut_texts([prompt + first_text[h] for h in missing], self.served.max_input_tokens)
+            held: list[tuple[list[int], np.ndarray]] = []
+
+            def flush() -> None:
+                if held and self.cache is not None:
+                    rows = [i for positions, _ in held for i in positions]
+                    self.cache.add([missing[i] for i in rows], np.concatenate([v for _, v in held]), cut[rows])
+                held.clear()
+
+            def arrived(positions: list[int], vectors: np.ndarray, tokens: int) -> None:
+                held.append((positions, vectors))
+                for i, v in zip(positions, vectors):
+                    got[missing[i]] = (v, bool(cut[i]))
+                self.texts_embedded += len(positions)
+                self.tokens += tokens
+                progress.step("embedding", len(got), len(missing))
+                if sum(len(p) for p, _ in held) >= self.flush_every:
+                    flush()
+
+            client = Client(self.served)
+            started = time.perf_counter()
+            try:
+                client.embed(inputs, arrived, self.cache.width() if self.cache is not None else None)
+            finally:
+                self.embed_seconds += time.perf_counter() - started
+                client.close()
+                flush()
+        if self.cache is None:
+            vectors = np.stack([got[h][0] for h in hashes]) if hashes else np.zeros((0, 0), dtype=np.float32)
+            return vectors, np.fromiter((got[h][1] for h in hashes), dtype=bool, count=len(hashes))
         return self.cache.get(self.cache.rows(hashes))

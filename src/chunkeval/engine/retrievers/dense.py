@@ -42,12 +42,9 @@ def top_k(
     score = np.full((n_q, k), -np.inf, dtype=np.float32)
     if n_c == 0 or n_q == 0:
         return index, score
-    buffer = np.empty((min(_BLOCK, n_q), n_c), dtype=np.result_type(queries.dtype, chunks.dtype))
     threads = _threads() if n_c > max(_TILE, width) and n_q > 1 else 1
     with ThreadPoolExecutor(threads) as pool:
-        for lo in range(0, n_q, _BLOCK):
-            block = queries[lo : lo + _BLOCK]
-            sims = np.matmul(block, chunks.T, out=buffer[: len(block)])  # BLAS uses every core here
+        for lo, sims in score_blocks(queries, chunks):
             if query_groups is not None:
                 _mask_other_groups(sims, query_groups[lo : lo + _BLOCK], chunk_groups)
             # The choice is per row: the rows of the block are shared among threads (numpy releases the GIL).
@@ -57,6 +54,19 @@ def top_k(
                 score[lo + part.start : lo + part.stop, :width] = val
     index[~np.isfinite(score)] = -1
     return index, score
+
+
+def score_blocks(queries: np.ndarray, chunks: np.ndarray):
+    """(first query, scores of a block of queries against every chunk) for each block: one matrix
+    product into a buffer reused from block to block (so a block's scores are good until the next is
+    asked for). `top_k` and the bi-encoder reranker read the same products, bit for bit."""
+    queries, chunks = np.asarray(queries), np.asarray(chunks)
+    if len(queries) == 0 or len(chunks) == 0:
+        return
+    buffer = np.empty((min(_BLOCK, len(queries)), len(chunks)), dtype=np.result_type(queries.dtype, chunks.dtype))
+    for lo in range(0, len(queries), _BLOCK):
+        block = queries[lo : lo + _BLOCK]
+        yield lo, np.matmul(block, chunks.T, out=buffer[: len(block)])  # BLAS uses every core here
 
 
 def _threads() -> int:

@@ -1,0 +1,68 @@
+"""The fingerprints of a run's inputs: its corpora, its gold set, and its models (a served model's after
+probing it; the index libraries' versions where the grid searches an approximate index). `--if-changed` and
+the on-change deployment compare them with the last completed run's."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from chunkeval.errors import InputError
+
+if TYPE_CHECKING:
+    from chunkeval.engine.experiment import Experiment
+
+
+def models_fingerprint(exp: Experiment, probe: str = "run") -> str:
+    """The model fingerprint of a run: the one model's, a hash over several, or `none` when nothing embeds.
+    A served model's is its identity and generation, after probing it as `probe` says (`run`, `interval`
+    or `none`: `chunkeval.engine.embedding.probes`)."""
+    from chunkeval.engine.embedding import embedder_fingerprint, probes
+    from chunkeval.engine.embedding.served import lookup
+    from chunkeval.engine.rerank import is_cross_encoder
+    from chunkeval.files import hash_folder
+
+    first = list(exp.model) if exp.first_stage_embeds() else []
+    names = first + [r for r in exp.embedding_rerankers() if r not in first]
+    prints = []
+    for m in names:
+        served = lookup(m, exp.models)
+        prints.append(
+            probes.check(served, probe) if served else embedder_fingerprint(m, exp.backend, exp.quantize, exp.precision)
+        )
+    prints += [hash_folder(Path(r).expanduser(), frozenset({"README.md"})) for r in exp.reranker if is_cross_encoder(r)]
+    if not prints:
+        return "none"
+    from chunkeval.engine.indexes import library_versions
+
+    versions = library_versions(exp.index_specs())  # an index library's new version may answer differently
+    if versions:
+        return hashlib.sha256(json.dumps([prints, versions]).encode()).hexdigest()
+    return prints[0] if len(prints) == 1 else hashlib.sha256(json.dumps(prints).encode()).hexdigest()
+
+
+def input_fingerprints(exp: Experiment, probe: str = "run") -> dict[str, str]:
+    """SHA-256 of the experiment's corpora (each file's bytes, by corpus id), its gold file and its models."""
+    from chunkeval.engine.inputs import CORPUS_SUFFIXES
+    from chunkeval.files import hash_file
+
+    folder = Path(exp.corpus_dir)
+    if not folder.is_dir():
+        raise InputError("corpus folder not found", folder)
+    files = {p.stem: p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES}
+    wanted = list(exp.corpus) or sorted(files)
+    missing = [c for c in wanted if c not in files]
+    if missing:
+        raise InputError(f"no corpus named {', '.join(missing)}", folder)
+    corpus = hashlib.sha256(
+        json.dumps({c: hash_file(files[c]).hexdigest() for c in wanted}, sort_keys=True).encode()
+    ).hexdigest()
+    if not Path(exp.questions).is_file():
+        raise InputError("file not found", exp.questions)
+    return {
+        "corpus": corpus,
+        "gold": hash_file(Path(exp.questions)).hexdigest(),
+        "model": models_fingerprint(exp, probe),
+    }

@@ -1,0 +1,206 @@
+"""A real OpenAI-compatible embedding server for the served-model tests: infinity-emb 0.0.78 in a venv of
+its own (it pins numpy < 2, sentence-transformers < 4, transformers <= 5.0), built once and reused, and
+a small proxy in front of it that can drop connections, kill the server, and answer what a failing
+server answers (429, 5xx, HTML, bad vectors) for the retry and bad-input tests.
+
+The venv lives at $CHUNKEVAL_INFINITY_VENV, by default ~/.cache/chunkeval/infinity-0.0.78 (CI caches
+that folder between steps); it is built whole in a folder beside it and renamed, under a lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from prefect_server import free_port, wait_for
+
+INFINITY = "infinity-emb[server,torch]==0.0.78"
+TORCH = "torch==2.13.0"  # installed first: infinity's torch>=2.2.1 would otherwise pull the CUDA wheels
+
+
+def venv_dir() -> Path:
+    default = Path.home() / ".cache" / "chunkeval" / "infinity-0.0.78"
+    return Path(os.environ.get("CHUNKEVAL_INFINITY_VENV") or default)
+
+
+def ensure_venv() -> Path:
+    """The infinity venv's `infinity_emb`, built on first use (minutes, once per machine or CI cache)."""
+    final = venv_dir()
+    exe = final / "bin" / "infinity_emb"
+    if exe.is_file():
+        return exe
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.parent / f".{final.name}.lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if exe.is_file():
+            return exe
+        shutil.rmtree(final, ignore_errors=True)  # venvs hold their own path: built in place, marked done last
+        subprocess.run([sys.executable, "-m", "venv", str(final)], check=True)
+        pip = [str(final / "bin" / "python"), "-m", "pip", "install", "-q"]
+        subprocess.run([*pip, TORCH], check=True)
+        subprocess.run([*pip, INFINITY], check=True)
+    return exe
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+class Infinity:
+    """`infinity_emb v2` serving one model folder offline on 127.0.0.1 (started and stopped at will)."""
+
+    def __init__(self, folder: Path, log: Path, port: int | None = None, name: str = "minilm", extra=()):
+        self.folder, self.log, self.name, self.extra = folder, log, name, tuple(extra)
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def launch(self) -> Infinity:
+        """Start the server (no warm-up: a few seconds sooner) without waiting for it."""
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        env.update(HF_HUB_OFFLINE="1", INFINITY_ANONYMOUS_USAGE_STATS="0", DO_NOT_TRACK="1")
+        argv = [str(ensure_venv()), "v2", "--model-id", str(self.folder), "--served-model-name", self.name]
+        argv += ["--host", "127.0.0.1", "--port", str(self.port), "--no-model-warmup", *self.extra]
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def wait(self) -> Infinity:
+        wait_for(lambda: healthy(self.url), 180, f"infinity serving {self.folder}", self.proc)
+        return self
+
+    def start(self) -> Infinity:
+        return self.launch().wait()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+        self.proc = None
+
+
+class Proxy:
+    """An HTTP server on 127.0.0.1 in front of `upstream` (or of nothing). `faults` is a list of what the
+    next requests meet, one each: an HTTP status (`429`, `503`: answered by the proxy, with Retry-After
+    for 429), `drop` (the connection closed with no answer), `kill` (the upstream server killed, then the
+    connection dropped). `mode` answers every request: `html`, `401`, `404`, `nan`, `short`, `wide`.
+    It records each request's Authorization header and input count."""
+
+    def __init__(self, upstream: Infinity | None = None, mode: str | None = None, retry_after: str = "1"):
+        self.upstream, self.mode, self.retry_after = upstream, mode, retry_after
+        self.faults: list[str] = []
+        self.seen: list[tuple[str | None, int]] = []
+        self.lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self._answer(200, b'{"ok": true}')
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                request = json.loads(body or b"{}")
+                with proxy.lock:
+                    proxy.seen.append((self.headers.get("Authorization"), len(request.get("input", []))))
+                    fault = proxy.faults.pop(0) if proxy.faults else proxy.mode
+                if fault == "kill":
+                    proxy.upstream.kill()
+                    fault = "drop"
+                if fault == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                if fault is not None and fault.isdigit():
+                    headers = {"Retry-After": proxy.retry_after} if fault == "429" else {}
+                    message = {"401": "Incorrect API key provided", "404": "The model does not exist"}
+                    text = message.get(fault, "the server is busy")
+                    return self._answer(int(fault), json.dumps({"error": {"message": text}}).encode(), headers)
+                if fault == "html":
+                    return self._answer(200, b"<html><body>Sign in</body></html>", {}, "text/html")
+                if fault in ("nan", "short", "wide"):
+                    n = len(request["input"]) - (fault == "short")
+                    width = 385 if fault == "wide" else 384
+                    rows = [{"index": i, "embedding": [0.1] * width} for i in range(n)]
+                    text = json.dumps({"data": rows})
+                    return self._answer(200, text.replace("0.1]", "NaN]").encode() if fault == "nan" else text.encode())
+                try:
+                    request = urllib.request.Request(
+                        proxy.upstream.url + self.path, body, {"Content-Type": "application/json"}, method="POST"
+                    )
+                    with urllib.request.urlopen(request, timeout=120) as r:
+                        status, payload = r.status, r.read()
+                except urllib.error.HTTPError as exc:
+                    status, payload = exc.code, exc.read()
+                except OSError:  # the server is gone: the connection is dropped, as the server's would be
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                self._answer(status, payload)
+
+            def _answer(self, status, payload, headers=None, kind="application/json"):
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(payload)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Proxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def perturbed_minilm(source: Path, out: Path, scale: float = 0.05) -> Path:
+    """A copy of MiniLM whose last layer's weights carry noise: another model of the same width."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(source, out, dirs_exist_ok=True)
+    weights = load_file(str(source / "model.safetensors"))
+    generator = torch.Generator().manual_seed(18)
+    for name, tensor in weights.items():
+        if ".layer.5." in name and tensor.dtype.is_floating_point:
+            noise = torch.randn(tensor.shape, generator=generator, dtype=tensor.dtype)
+            weights[name] = tensor + scale * tensor.std() * noise
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+def wait_until(check, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.1)
+
+
+if __name__ == "__main__":  # .ci/run builds the venv before the suite (a no-op where it is cached)
+    print(ensure_venv())
