@@ -196,8 +196,8 @@ def stacked_histogram(
 def gold_histograms(refs_per_question: dict[str, np.ndarray], ref_tokens: dict[str, np.ndarray]) -> str:
     """References per question, and reference length in tokens, one series per corpus."""
     corpora = list(refs_per_question)
-    top = max((int(v.max()) for v in refs_per_question.values() if len(v)), default=1)
-    longest = max((int(v.max()) for v in ref_tokens.values() if len(v)), default=1)
+    top = max([int(v.max()) for v in refs_per_question.values() if len(v)] + [1])  # at least one bin, always
+    longest = max([int(v.max()) for v in ref_tokens.values() if len(v)] + [1])
     panels = [
         (
             "references per question",

@@ -1,4 +1,4 @@
-"""TODO docstring"""
+"""The report's gold-set section: references per question, their lengths, and the gold-set check."""
 
 from __future__ import annotations
 
@@ -12,9 +12,17 @@ from chunkeval.report import charts
 from chunkeval.report.sections import _num, _table, label
 from chunkeval.vocabulary import CONFIG_KEYS
 
+NO_REFERENCES = (
+    "<p>This run was recorded without span references (document-level gold, or recorded through the Python API "
+    "without its reference table): there are no references per question or reference lengths to show.</p>"
+)
+
 
 def section_gold(refs: pa.Table, per_query: pa.Table, check: dict | None = None, settings: dict | None = None) -> str:
+    """The gold set of a run: references per question and their lengths, and the gold-set check's findings."""
     settings = settings or {}
+    if not refs.num_rows:
+        return f'<section id="gold"><h2>5. The gold set</h2>{NO_REFERENCES}{gold_check_html(check, settings)}</section>'
     first = (
         {k: refs[k][0].as_py() for k in ("model", "chunker", "chunk_size", "chunk_overlap")} if refs.num_rows else {}
     )
