@@ -50,6 +50,7 @@ def ws(tmp_path, recorded, monkeypatch):
     and CHUNKEVAL_HOME pointing at the recorded warehouse."""
     home, run_id, credit_run_id, disjoint_run_id = recorded
     monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
+    monkeypatch.setenv("CHUNKEVAL_LOCK_TIMEOUT", "120")  # restored after the cases that change it
     corpus = tmp_path / "corpora"
     corpus.mkdir()
     (corpus / "doc.md").write_text("Alpha beta gamma. Delta epsilon zeta. " * 20, encoding="utf-8")
@@ -669,6 +670,39 @@ CASES = {
         lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "warehouse", "repair"][1:],
         "nothing to repair",
     ),
+    "warehouse snapshot: folder missing": (
+        lambda w: ["warehouse", "snapshot", w["t"] / "none" / "snap.duckdb"],
+        "the snapshot's folder does not exist",
+    ),
+    "warehouse snapshot: under a regular file": (
+        lambda w: ["warehouse", "snapshot", w["t"] / "plain" / "snap.duckdb"],
+        "the snapshot's folder does not exist",
+    ),
+    "warehouse snapshot: a folder": (lambda w: ["warehouse", "snapshot", w["t"]], "the snapshot path is a folder"),
+    "warehouse snapshot: no warehouse": (
+        lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "warehouse", "snapshot", "s.db"][
+            1:
+        ],
+        "no warehouse here yet",
+    ),
+    "sql: not read-only": (lambda w: ["sql", "DELETE FROM runs"], "only reads (SELECT, WITH …, EXPLAIN)"),
+    "sql: copies out": (lambda w: ["sql", f"COPY runs TO '{w['t']}/out.csv'"], "the statement is a COPY"),
+    "sql: does not parse": (lambda w: ["sql", "SELEC 1"], "the query does not parse: Parser Error"),
+    "sql: two statements": (lambda w: ["sql", "SELECT 1; SELECT 2"], "give one statement, got 2"),
+    "sql: unknown table": (lambda w: ["sql", "SELECT * FROM nosuch"], "the query failed: Catalog Error"),
+    "sql: json and csv": (lambda w: ["sql", "SELECT 1", "--json", "--csv"], "not allowed with argument"),
+    "sql: no warehouse": (
+        lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "sql", "SELECT 1"][1:],
+        "no warehouse here yet",
+    ),
+    "runs: lock timeout not a number": (
+        lambda w: [os.environ.__setitem__("CHUNKEVAL_LOCK_TIMEOUT", "soon"), "runs"][1:],
+        "CHUNKEVAL_LOCK_TIMEOUT must be a number of seconds, 0 or more, got 'soon'",
+    ),
+    "runs: lock timeout negative": (
+        lambda w: [os.environ.__setitem__("CHUNKEVAL_LOCK_TIMEOUT", "-1"), "runs"][1:],
+        "CHUNKEVAL_LOCK_TIMEOUT must be a number of seconds",
+    ),
     "unknown command": (lambda w: ["frobnicate"], "invalid choice: 'frobnicate'"),
 }
 
@@ -927,7 +961,7 @@ def snapshot(*roots: Path) -> dict:
 
 
 def catalogue_rows(home: Path) -> list:
-    wh = Warehouse(home / "warehouse")
+    wh = Warehouse(home / "warehouse", lock_timeout=120)  # whatever a case sets CHUNKEVAL_LOCK_TIMEOUT to
     if not wh.exists():
         return []
     with wh.connect() as con:
@@ -950,6 +984,8 @@ def test_the_catalogue_is_large_enough():
         "report",
         "baseline",
         "warehouse repair",
+        "warehouse snapshot",
+        "sql",
         "compare",
         "gold check",
     } <= commands

@@ -27,7 +27,7 @@ from chunkeval.errors import Fault, InputError
 from chunkeval.faults import checkpoint
 from chunkeval.paths import cache_dir
 from chunkeval.report.html import report_path, write_report
-from chunkeval.warehouse import Warehouse
+from chunkeval.warehouse import LockTimeout, Warehouse
 
 # Inputs are large arrays: no task caching (its keys would hash them), results stay in memory.
 TASK = dict(cache_policy=NO_CACHE, persist_result=False)
@@ -118,8 +118,14 @@ def store(
     refs: pa.Table,
     models: pa.Table,
     gold: dict,
-) -> None:
-    warehouse().complete_run(run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus)
+) -> str | None:
+    """The run recorded; where another process held the warehouse past the lock timeout, the reason (the
+    results are kept and the next command records them), returned rather than raised: no retry waits again."""
+    try:
+        warehouse().complete_run(run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus)
+    except LockTimeout as exc:
+        return str(exc)
+    return None
 
 
 def with_task_runner(runner: TaskRunner):
@@ -226,7 +232,7 @@ def evaluate(
         refs = references(inputs, chunkings)
         summary, by_corpus = summarize(per_query, chunkings, configs, embedded, exp.skip_empty_gold)
         progress.step("storing")
-        store(
+        held = store(
             run_id,
             per_query,
             summary,
@@ -236,6 +242,8 @@ def evaluate(
             embedders.table(),
             check_gold(inputs, exp),
         )
+        if held:
+            raise LockTimeout(held)
     except BaseException as exc:
         wh.fail_run(run_id, "".join(traceback.format_exception_only(exc)).strip())
         raise

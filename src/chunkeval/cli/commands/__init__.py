@@ -18,9 +18,10 @@ from chunkeval.cli.commands import (
     run,
     runs,
     serve,
+    sql,
     sweep,
     trend,
     warehouse,
 )
 
-COMMANDS = (run, runs, trend, report, baseline, compare, gold, warehouse, serve, sweep, evaluate_run)
+COMMANDS = (run, runs, trend, report, baseline, compare, gold, sql, warehouse, serve, sweep, evaluate_run)
