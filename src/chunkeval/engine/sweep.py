@@ -23,6 +23,7 @@ from chunkeval.engine.duplicates import Copies, find_copies
 from chunkeval.engine.embedding import Embedder
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.inputs import SpanGold, corpus_ids_in, load_corpora, load_span_gold
+from chunkeval.engine.retrieved import retrieved_table
 from chunkeval.engine.scoring import reference_table, score_chunking, summarize_sweep  # noqa: F401 (re-exported)
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL  # noqa: F401 (re-exported)
 
@@ -71,6 +72,8 @@ class SweepResult:
     texts_embedded: int
     model_loaded: bool
     notes: tuple[str, ...] = ()
+    retrieved: pa.Table | None = None  # what every configuration retrieved (`chunkeval.engine.retrieved`)
+    corpora: dict | None = None  # the texts the run read, by corpus id
 
 
 class Embedders:
@@ -310,21 +313,39 @@ def chunk_stats(chunkings: list[Chunking], configs: list[Config], embedded: Embe
 
 
 def score_config(
-    inputs: Inputs, chunkings: list[Chunking], config: Config, embedded: Embedded, exp: Experiment
+    inputs: Inputs,
+    chunkings: list[Chunking],
+    config: Config,
+    embedded: Embedded,
+    exp: Experiment,
+    kept: list | None = None,
 ) -> pa.Table:
-    """Retrieve once at the largest k, score at every k: one configuration's per-query table."""
+    """Retrieve once at the largest k, score at every k: one configuration's per-query table. With `kept`,
+    its retrieved lists (`chunkeval.engine.retrieved`) are appended to it."""
     chunking = chunkings[config.chunking]
     topk = retrieve(inputs, chunking, config, embedded, max(exp.k), exp.own_corpus, exp.rrf_k)
-    return score_chunking(
+    per_query = score_chunking(
         inputs.gold, chunking.spec, chunking.chunks, topk, exp.k, config.model, config.retriever, inputs.copies
     )
+    if kept is not None:
+        dense = config.retriever == "dense"  # its score is the cosine; the others give ranks only
+        vectors = (embedded.queries.get(config.model), embedded.chunks.get((config.chunking, config.model)))
+        kept.append(
+            retrieved_table(inputs.gold, chunking.chunks, topk, per_query, inputs.copies, *(vectors if dense else ()))
+        )
+    return per_query
 
 
 def score_all(
-    inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedded: Embedded, exp: Experiment
+    inputs: Inputs,
+    chunkings: list[Chunking],
+    configs: list[Config],
+    embedded: Embedded,
+    exp: Experiment,
+    kept: list | None = None,
 ) -> pa.Table:
     """Every configuration's per-query table, one after the other (each is a few vectorised steps)."""
-    return pa.concat_tables([score_config(inputs, chunkings, c, embedded, exp) for c in configs])
+    return pa.concat_tables([score_config(inputs, chunkings, c, embedded, exp, kept) for c in configs])
 
 
 def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
@@ -340,7 +361,8 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
     chunkings = [chunk_one(inputs.corpora, spec, model, embedders) for spec, model in chunking_jobs(exp)]
     configs = plan(exp, chunkings)
     embedded = embed_all(inputs, chunkings, configs, embedders)
-    per_query = score_all(inputs, chunkings, configs, embedded, exp)
+    kept = []
+    per_query = score_all(inputs, chunkings, configs, embedded, exp, kept)
     summary, by_corpus = summarize_sweep(per_query, chunk_stats(chunkings, configs, embedded), exp.skip_empty_gold)
     references = reference_tables(inputs, chunkings)
     return SweepResult(
@@ -352,4 +374,6 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
         embedders.texts_embedded,
         embedders.model_loaded,
         tuple(exp.notes()),
+        pa.concat_tables(kept),
+        dict(inputs.corpora),
     )
