@@ -81,8 +81,13 @@ def embed(inputs: sweep.Inputs, chunkings: list, configs: list, embedders: sweep
 # Scoring is one task for every configuration: each takes milliseconds of vectorised work, so a task
 # per configuration bought nothing but the orchestration's own cost (a state round trip per task).
 @task(**TASK)
-def score(inputs: sweep.Inputs, chunkings: list, configs: list, embedded: sweep.Embedded, exp: Experiment) -> pa.Table:
-    return sweep.score_all(inputs, chunkings, configs, embedded, exp)
+def score(
+    inputs: sweep.Inputs, chunkings: list, configs: list, embedded: sweep.Embedded, exp: Experiment
+) -> tuple[pa.Table, pa.Table]:
+    """Every configuration's per-query table, and what each retrieved (kept with the run)."""
+    kept = []
+    per_query = sweep.score_all(inputs, chunkings, configs, embedded, exp, kept)
+    return per_query, pa.concat_tables(kept)
 
 
 @task(**TASK)
@@ -118,11 +123,15 @@ def store(
     refs: pa.Table,
     models: pa.Table,
     gold: dict,
+    retrieved: pa.Table,
+    corpora: dict,
 ) -> str | None:
     """The run recorded; where another process held the warehouse past the lock timeout, the reason (the
     results are kept and the next command records them), returned rather than raised: no retry waits again."""
     try:
-        warehouse().complete_run(run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus)
+        warehouse().complete_run(
+            run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus, retrieved, corpora
+        )
     except LockTimeout as exc:
         return str(exc)
     return None
@@ -228,7 +237,7 @@ def evaluate(
             sum(embedded.truncated.values()),
         )
         progress.step("scoring")
-        per_query = score(inputs, chunkings, configs, embedded, exp)
+        per_query, retrieved = score(inputs, chunkings, configs, embedded, exp)
         refs = references(inputs, chunkings)
         summary, by_corpus = summarize(per_query, chunkings, configs, embedded, exp.skip_empty_gold)
         progress.step("storing")
@@ -241,6 +250,8 @@ def evaluate(
             refs,
             embedders.table(),
             check_gold(inputs, exp),
+            retrieved,
+            inputs.corpora,
         )
         if held:
             raise LockTimeout(held)

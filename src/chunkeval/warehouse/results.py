@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -97,6 +98,28 @@ class Results(History):
         path.replace(path.with_name(path.name + ".corrupt"))
         logging.getLogger("chunkeval").warning("%s: damaged (%s); moved aside to %s.corrupt", path, problem, path.name)
         return None
+
+    def retrieved_file(self, run_id: str) -> Path:
+        """The retrieved lists' file of a completed run; one line naming the run where it has none."""
+        run = self.run(run_id)
+        if run["status"] != "completed":
+            raise InputError(f"run {run_id} is {run['status']}: only completed runs have results")
+        path = self._file(run_id, "retrieved")
+        if not path.is_file():
+            raise InputError(
+                f"run {run_id} was recorded before chunkeval kept retrieved lists (or without them): "
+                "there is nothing to show; runs recorded from now on keep them"
+            )
+        return path
+
+    def retrieved(self, run_id: str, query_ids: list[str] | None = None) -> pa.Table:
+        """A completed run's retrieved lists (of `query_ids` only, when given)."""
+        path = self.retrieved_file(run_id)
+        where = "" if query_ids is None else "WHERE list_contains(?::VARCHAR[], query_id)"
+        with self.connect() as con:
+            return con.sql(
+                f"SELECT * FROM read_parquet({quote(path)}) {where}", params=[] if query_ids is None else [query_ids]
+            ).to_arrow_table()
 
     def models(self, run_id: str) -> pa.Table:
         """The models of a run: fingerprint, texts embedded, throughput (empty for runs before v4)."""

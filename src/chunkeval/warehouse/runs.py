@@ -122,12 +122,18 @@ class Lifecycle(History):
         models: pa.Table | None = None,
         gold_check: dict | None = None,
         by_corpus: pa.Table | None = None,
+        retrieved: pa.Table | None = None,
+        corpora: dict[str, str] | None = None,
     ) -> None:
         """Write the run's files (each whole or not at all), its manifest, then mark it completed.
         `gold_check` is the gold-set check's findings on the run's inputs (`chunkeval gold check`); without
-        `by_corpus` (the sweep's per-corpus summary) it is computed from `per_query`."""
+        `by_corpus` (the sweep's per-corpus summary) it is computed from `per_query`. `retrieved` (what
+        every configuration retrieved) and `corpora` (the texts the run read: a copy of each version is
+        kept, `layout`) are what `chunkeval inspect` and `diff` show."""
         folder = self.results / run_id
         folder.mkdir(parents=True, exist_ok=True)
+        if corpora is not None:
+            self._keep_corpora(run_id, corpora)
         if gold_check is not None:
             write_text(folder / "gold_check.json", json.dumps(gold_check, indent=1))
         run_col = lambda t: t.append_column("run_id", pa.array([run_id] * t.num_rows, pa.string()))  # noqa: E731
@@ -136,6 +142,8 @@ class Lifecycle(History):
             tables[folder / "references.parquet"] = run_col(references)
         if models is not None:
             tables[folder / "models.parquet"] = run_col(models)
+        if retrieved is not None:
+            tables[folder / "retrieved.parquet"] = retrieved
         if by_corpus is None:
             settings = (self.read_manifest(run_id) or self.run(run_id))["settings"]  # the manifest needs no lock
             skip = bool(json.loads(settings or "{}").get("skip_empty_gold"))
