@@ -37,10 +37,11 @@ def recorded(tmp_path_factory, embedder_factory):
     )
     disjoint = wh.begin_run("cat", {}, "manual", exp.to_dict())
     wh.complete_run(disjoint, renamed, result.summary, 0, result.references)
+    kept = {"retrieved": result.retrieved, "corpora": result.corpora}  # the disjoint run predates retrieved lists
     credit = wh.begin_run("cat", {}, "manual", exp.with_overrides(duplicates="credit").to_dict())  # scored otherwise
-    wh.complete_run(credit, result.per_query, result.summary, result.texts_embedded, result.references)
+    wh.complete_run(credit, result.per_query, result.summary, result.texts_embedded, result.references, **kept)
     run_id = wh.begin_run("cat", {}, "manual", exp.to_dict())
-    wh.complete_run(run_id, result.per_query, result.summary, result.texts_embedded, result.references)
+    wh.complete_run(run_id, result.per_query, result.summary, result.texts_embedded, result.references, **kept)
     return home, run_id, credit, disjoint
 
 
@@ -670,6 +671,42 @@ CASES = {
         lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "warehouse", "repair"][1:],
         "nothing to repair",
     ),
+    "inspect: unknown run": (lambda w: ["inspect", "--run", "nosuch", "--query", "q"], "no run 'nosuch'"),
+    "inspect: unknown query": (
+        lambda w: ["inspect", "--run", w["run_id"], "--query", "nosuch"],
+        "has no question 'nosuch'",
+    ),
+    "inspect: configuration not in the run": (
+        lambda w: ["inspect", "--run", w["run_id"], "--query", "lighthouses:1", "--config", "chunk_size=999"],
+        "no configuration of run",
+    ),
+    "inspect: unknown configuration key": (
+        lambda w: ["inspect", "--run", w["run_id"], "--query", "lighthouses:1", "--config", "size=1"],
+        "--config keys are",
+    ),
+    "inspect: run recorded before retrieved lists": (
+        lambda w: ["inspect", "--run", w["disjoint_run_id"], "--query", "other-lighthouses:1"],
+        "was recorded before chunkeval kept retrieved lists",
+    ),
+    "inspect: no query": (lambda w: ["inspect", "--run", w["run_id"]], "the following arguments are required: --query"),
+    "diff: one run": (lambda w: ["diff", "--run", w["run_id"]], "diff takes two runs: --run A --run B"),
+    "diff: unknown run": (lambda w: ["diff", "--run", w["run_id"], "--run", "nosuch"], "no run 'nosuch'"),
+    "diff: runs scored otherwise": (
+        lambda w: ["diff", "--run", w["credit_run_id"], "--run", w["run_id"]],
+        "duplicates: credit",
+    ),
+    "diff: run recorded before retrieved lists": (
+        lambda w: ["diff", "--run", w["disjoint_run_id"], "--run", w["run_id"]],
+        "was recorded before chunkeval kept retrieved lists",
+    ),
+    "diff: unknown metric": (
+        lambda w: ["diff", "--run", w["run_id"], "--run", w["run_id"], "--metric", "accuracy"],
+        "accuracy",
+    ),
+    "diff: configuration not shared": (
+        lambda w: ["diff", "--run", w["credit_run_id"], "--run", w["credit_run_id"], "--config", "chunk_size=999"],
+        "no configuration",
+    ),
     "warehouse snapshot: folder missing": (
         lambda w: ["warehouse", "snapshot", w["t"] / "none" / "snap.duckdb"],
         "the snapshot's folder does not exist",
@@ -986,6 +1023,8 @@ def test_the_catalogue_is_large_enough():
         "warehouse repair",
         "warehouse snapshot",
         "sql",
+        "inspect",
+        "diff",
         "compare",
         "gold check",
     } <= commands

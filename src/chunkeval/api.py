@@ -321,3 +321,34 @@ def regressions(
     if baseline is not None:
         wh.run(baseline)
     return wh.regressions(experiment, metrics, threshold, baseline, alpha)
+
+
+class Inspection(dict):
+    """`inspect`'s document (as `chunkeval inspect --json` prints it), shown as the command shows it in a
+    terminal, and in Jupyter with the shared characters highlighted."""
+
+    def __repr__(self) -> str:
+        from chunkeval.report.inspect import format_inspect
+
+        return format_inspect(self)
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        from chunkeval.report.inspect import MARK, format_inspect
+
+        text = escape(format_inspect(self)).replace(MARK[0], "<mark>").replace(MARK[1], "</mark>")
+        return f'<pre style="white-space: pre-wrap">{text}</pre>'
+
+
+def inspect(run_id: str, query_id: str, config: Mapping | None = None) -> Inspection:
+    """One question of a run recorded in the warehouse under `$CHUNKEVAL_HOME`, as `chunkeval inspect
+    --json` gives it: `{query_id, question, references: [{corpus_id, start, end, text, context}], configs:
+    [{configuration keys…, retrieved: [{rank, chunk_id, corpus_id, start, end, score, relevant, grade, text,
+    overlaps}]}]}`, for the configurations with the settings of `config`."""
+    from chunkeval.report.inspect import inspect_doc
+    from chunkeval.warehouse import Warehouse
+
+    wh = Warehouse.at_home(must_exist=True)
+    with wh.session():
+        return Inspection(inspect_doc(wh, run_id, query_id, dict(config or {})))

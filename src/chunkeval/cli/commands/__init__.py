@@ -12,8 +12,10 @@ COMMANDS lists them in the order `chunkeval --help` shows them.
 from chunkeval.cli.commands import (
     baseline,
     compare,
+    diff,
     evaluate_run,
     gold,
+    inspect,
     report,
     run,
     runs,
@@ -24,4 +26,19 @@ from chunkeval.cli.commands import (
     warehouse,
 )
 
-COMMANDS = (run, runs, trend, report, baseline, compare, gold, sql, warehouse, serve, sweep, evaluate_run)
+COMMANDS = (
+    run,
+    runs,
+    trend,
+    report,
+    inspect,
+    diff,
+    baseline,
+    compare,
+    gold,
+    sql,
+    warehouse,
+    serve,
+    sweep,
+    evaluate_run,
+)
