@@ -168,6 +168,7 @@ def test_trend_report_fails_on_a_real_regression(tmp_path, own_home):
     assert falls, "a model that reads 16 word pieces must lose quality"
     with pytest.raises(RegressionDetected):
         trend_report(experiments=[worse])
+    assert list((home() / "warehouse" / "reports" / "quality").glob("diff-*.html")), "the diff beside the reports"
     # the same verdict from the command line
     from chunkeval.cli import main
 

@@ -136,6 +136,21 @@ def test_diff_says_which_questions_changed_and_what_they_retrieved(kept, capsys)
     assert out.startswith(f"diff of run {a} (a) → run {b} (b)") and "mrr" in out and "k=1" not in out
 
 
+def test_diff_as_one_offline_page(kept, tmp_path, capsys):
+    a, b, _ = kept
+    page = tmp_path / "diff.html"
+    assert main(["diff", "--run", a, "--run", b, "--html", str(page)]) == 0
+    assert f"diff page: {page}" in capsys.readouterr().out
+    html = page.read_text(encoding="utf-8")
+    assert "default-src 'none'" in html and "<mark>" in html and "<script" not in html
+    assert html.count("<div class=sides>") == json_count(a, b, capsys) > 0  # each changed question, side by side
+
+
+def json_count(a: str, b: str, capsys) -> int:
+    assert main(["diff", "--run", a, "--run", b, "--json"]) == 0
+    return sum(len(d["queries"]) for d in json.loads(capsys.readouterr().out))
+
+
 def test_a_corpus_copy_goes_with_the_last_run_that_read_it(two_runs, tmp_path, monkeypatch, capsys):
     home, a, b, _ = two_runs
     copy = tmp_path / "home"

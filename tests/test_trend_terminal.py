@@ -5,7 +5,9 @@ A real warehouse of 35 nights of one real sweep, the last one worse on mrr."""
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -33,7 +35,16 @@ def nights(tmp_path_factory, embedder_factory):
         for night in range(NIGHTS):
             run_id = wh.begin_run("night", {}, "schedule", exp.to_dict(), started_at=first + timedelta(days=night))
             per_query = worse if night == NIGHTS - 1 else result.per_query
-            wh.complete_run(run_id, per_query, result.summary, 0, result.references, by_corpus=result.by_corpus)
+            wh.complete_run(
+                run_id,
+                per_query,
+                result.summary,
+                0,
+                result.references,
+                by_corpus=result.by_corpus,
+                retrieved=result.retrieved,
+                corpora=result.corpora,
+            )
             ids.append(run_id)
     return home, ids
 
@@ -75,9 +86,18 @@ def test_the_regression_check_prints_its_verdict_and_the_table_only_with_v(night
     argv = ["trend", "--experiment", "night", "--metric", "mrr", "--fail-on-regression"]
     assert main(argv) == 1
     captured = capsys.readouterr()
+    page = (
+        Path(os.environ["CHUNKEVAL_HOME"])
+        / "warehouse"
+        / "reports"
+        / "night"
+        / f"diff-{night_home[-2]}-{night_home[-1]}.html"
+    )
     assert captured.out.splitlines() == [
-        f"REGRESSION: mrr fell in 1 configuration(s), run {night_home[-1]} against {night_home[-2]}"
+        f"REGRESSION: mrr fell in 1 configuration(s), run {night_home[-1]} against {night_home[-2]}",
+        f"diff: {page}",
     ]
+    assert "<mark>" in page.read_text(encoding="utf-8")  # the questions that got worse, what they retrieved
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("chunkeval: regression: mrr of ") and "lost most:" in err[0]
     assert main(["-v", *argv]) == 1

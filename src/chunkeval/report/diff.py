@@ -6,9 +6,13 @@ question that changed what it retrieved before and after, worse ones first.
 
 from __future__ import annotations
 
+from html import escape
+from pathlib import Path
+
 from chunkeval.analysis.comparisons import RESULT_FIELDS
 from chunkeval.analysis.regression import REGRESSION_METRICS
 from chunkeval.errors import InputError
+from chunkeval.files import write_text
 from chunkeval.report.inspect import _Texts, config_line, format_items, lists_by_config, retrieved_items
 from chunkeval.report.terminal import printable
 from chunkeval.vocabulary import CONFIG_KEYS
@@ -116,3 +120,76 @@ def format_diff(docs: list[dict], run_a: str, run_b: str, colour: bool = False) 
         if len(d["queries"]) > len(shown):
             lines.append(f"  … and {len(d['queries']) - len(shown)} more changed question(s): --json gives them all")
     return "\n".join(lines)
+
+
+def _item_html(item: dict) -> str:
+    """One retrieved chunk: rank, id, score, relevance, and its text with the shared characters marked."""
+    text, at, parts = item["text"], 0, []
+    if text is None:
+        parts.append("<em>text not kept</em>")
+    else:
+        for s, e in item["overlaps"]:
+            s, e = max(s - item["start"], at), min(e - item["start"], len(text))
+            if e > s:
+                parts += [escape(text[at:s]), "<mark>", escape(text[s:e]), "</mark>"]
+                at = e
+        parts.append(escape(text[at:]))
+    score = "–" if item["score"] is None else f"{item['score']:.3f}"
+    verdict = "relevant" if item["relevant"] else "not relevant"
+    return (
+        f"<li><b>#{item['rank']}</b> <code>{escape(item['chunk_id'])}</code> score {score}, {verdict}"
+        f"<div class=chunk>{''.join(parts)}</div></li>"
+    )
+
+
+def diff_page(docs: list[dict], run_a: str, run_b: str, experiment: str) -> str:
+    """The diff as one offline page: per configuration its counts and test, then each changed question
+    with its retrieved lists side by side (a before, b after), worse first. Every text is escaped."""
+    from chunkeval.report.html import STYLE
+
+    body = []
+    for d in docs:
+        body.append(
+            f"<h2>{escape(config_line(d))}</h2><p>{escape(d['metric'])} {_number(d['mean_a'])} → "
+            f"{_number(d['mean_b'])}; difference {_number(d['mean_diff'])} [{_number(d['ci_low'])}, "
+            f"{_number(d['ci_high'])}], Holm p = {_number(d['p_adjusted'])}"
+            f"{', significant' if d['significant'] else ''}. {d['worse']} worse, {d['better']} better, "
+            f"{d['unchanged']} unchanged.</p>"
+        )
+        for q in d["queries"]:
+            sides = "".join(
+                f"<div><h4>{title}</h4><ol class=items>{''.join(_item_html(i) for i in q[key])}</ol></div>"
+                for title, key in ((f"a: {escape(run_a)}", "retrieved_a"), (f"b: {escape(run_b)}", "retrieved_b"))
+            )
+            body.append(
+                f"<h3>{escape(q['query_id'])}: {escape(q['question'] or '')} ({q['a']:.3f} → {q['b']:.3f})</h3>"
+                f"<div class=sides>{sides}</div>"
+            )
+    style = STYLE + (
+        ".sides{display:grid;grid-template-columns:1fr 1fr;gap:1rem}.items{padding-left:1rem;list-style:none}"
+        ".chunk{font-size:.8rem;white-space:pre-wrap;border-left:3px solid #dde3ea;padding-left:.5rem;margin:.2rem 0 .6rem}"
+        "mark{background:#c8f0d8}"
+    )
+    title = f"chunkeval diff: {escape(experiment)}, run {escape(run_a)} → {escape(run_b)}"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<meta name="viewport" content="width=device-width, initial-scale=1"><title>{title}</title><style>{style}</style></head>
+<body><h1>{title}</h1>{"".join(body) or "<p>The runs share no configuration.</p>"}</body></html>
+"""
+
+
+def diff_path(root, experiment: str, run_a: str, run_b: str) -> Path:
+    """Where a diff of two runs is kept beside the reports: `reports/<experiment>/diff-<A>-<B>.html`."""
+    return Path(root) / "reports" / experiment / f"diff-{run_a}-{run_b}.html"
+
+
+def write_diff(wh, run_a: str, run_b: str, path, config: dict | None = None, metric: str | None = None) -> Path:
+    """Build the diff page of two runs and write it whole; returns the path."""
+    path = Path(path)
+    with wh.session():
+        docs = diff_doc(wh, run_a, run_b, config, metric)
+        experiment = wh.run(run_b)["experiment"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, diff_page(docs, run_a, run_b, experiment))
+    return path

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from chunkeval.cli.options import add_config, add_json, add_run, config_filter
 from chunkeval.cli.output import print_json
@@ -25,6 +26,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_config(p, "only configurations with these settings, e.g. chunk_size=200,k=5")
     p.add_argument("--metric", help="the per-query metric (default: the first of the regression rule's, span_recall)")
     add_json(p, "print a JSON list with one object per configuration")
+    p.add_argument("--html", metavar="OUT.html", help="also write the diff as one offline HTML page")
     p.set_defaults(func=run)
     return p
 
@@ -37,9 +39,21 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         raise InputError("diff takes two runs: --run A --run B")
     if args.metric is not None:
         check_metric(args.metric)
-    docs = diff_doc(warehouse(), args.run[0], args.run[1], config_filter(args.config), args.metric)
+    if args.html:
+        from chunkeval.report.terminal import check_output_path
+
+        check_output_path(args.html)
+    wh = warehouse()
+    docs = diff_doc(wh, args.run[0], args.run[1], config_filter(args.config), args.metric)
+    if args.html:
+        from chunkeval.files import write_text
+        from chunkeval.report.diff import diff_page
+
+        write_text(Path(args.html), diff_page(docs, args.run[0], args.run[1], wh.run(args.run[1])["experiment"]))
     if args.json:
         print_json(docs)
     else:
         print(format_diff(docs, args.run[0], args.run[1], colour=sys.stdout.isatty()))
+    if args.html:
+        print(f"diff page: {args.html}", file=sys.stderr if args.json else sys.stdout)
     return 0

@@ -118,9 +118,24 @@ def _verdict(wh, args: argparse.Namespace, config: dict) -> int:
         )
         return 0
     print(f"REGRESSION: {args.metric} fell in {len(falls)} configuration(s), {against}", file=out)
+    print(_diff_link(wh, args, config, reference, newest["run_id"]), file=out)
     for f in falls:
         print(regression_message(f), file=sys.stderr)
     return 1
+
+
+def _diff_link(wh, args: argparse.Namespace, config: dict, reference: str, newest: str) -> str:
+    """Write the diff of the reference run and the newest (`reports/<experiment>/diff-<A>-<B>.html`) and
+    say where it is, or why there is none."""
+    from chunkeval.report.diff import diff_path, write_diff
+
+    try:
+        path = write_diff(
+            wh, reference, newest, diff_path(wh.root, args.experiment, reference, newest), config, args.metric
+        )
+    except InputError as exc:
+        return f"no diff: {exc}"
+    return f"diff: {path}"
 
 
 def write_json_rows(rows: list[dict]) -> None:
