@@ -187,3 +187,17 @@ def test_diff_of_runs_of_different_experiments_is_one_line(two_runs, tmp_path, m
     assert main(["diff", "--run", a, "--run", other]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "of different experiments" in err[0]
+
+
+def test_the_report_drills_down_into_every_question(kept):
+    from chunkeval.report.html import build_report
+
+    _, b, _ = kept
+    wh = Warehouse.at_home()
+    html = build_report(wh, "kept", b, config={"k": 3})
+    failures = html[
+        html.index('<section id="failures">') : html.index("</section>", html.index('<section id="failures">'))
+    ]
+    assert failures.count("<details") == 28 and failures.count('<details id="q-0" open>') == 1
+    assert failures.count('<a href="#q-') == 28 and "<mark>" in failures and 'class="sortable"' in failures
+    assert "Retrieved at k = 3" in failures and "lighthouses:" in failures

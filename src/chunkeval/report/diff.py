@@ -13,24 +13,22 @@ from chunkeval.analysis.comparisons import RESULT_FIELDS
 from chunkeval.analysis.regression import REGRESSION_METRICS
 from chunkeval.errors import InputError
 from chunkeval.files import write_text
-from chunkeval.report.inspect import _Texts, config_line, format_items, lists_by_config, retrieved_items
+from chunkeval.report.inspect import (
+    ITEM_STYLE,
+    PAGE_STYLE,
+    _Texts,
+    config_line,
+    format_items,
+    item_html,
+    lists_by_config,
+    references_by_query,
+    retrieved_items,
+)
 from chunkeval.report.terminal import printable
 from chunkeval.vocabulary import CONFIG_KEYS
 
 UNCHANGED = 1e-9  # a change of at most this much is no change
 SHOWN_QUERIES = 10  # changed questions a terminal shows per configuration
-
-
-def _references(wh, run_id: str) -> tuple[dict[str, str], dict[str, list[dict]]]:
-    """The run's question texts and each question's references `{corpus_id, start, end}`."""
-    questions, spans = {}, {}
-    for r in wh.references(run_id).to_pylist():
-        questions[r["query_id"]] = r["question"]
-        spans.setdefault(r["query_id"], set()).add((r["corpus_id"], r["ref_start"], r["ref_end"]))
-    return questions, {
-        q: [{"corpus_id": c, "start": s, "end": e} for c, s, e in sorted(found, key=lambda x: (x[1], x[2], x[0]))]
-        for q, found in spans.items()
-    }
 
 
 def _values(wh, run_id: str, metric: str) -> dict[tuple, dict[str, float]]:
@@ -57,7 +55,7 @@ def diff_doc(wh, run_a: str, run_b: str, config: dict | None = None, metric: str
             f"runs {run_a} and {run_b} share no configuration" + (f" matching --config {wanted}" if wanted else "")
         )
     values = {run_a: _values(wh, run_a, metric), run_b: _values(wh, run_b, metric)}
-    refs = {run_a: _references(wh, run_a), run_b: _references(wh, run_b)}
+    refs = {run_a: references_by_query(wh, run_a), run_b: references_by_query(wh, run_b)}
     out, changed_ids = [], set()
     for c in comparisons:
         keys = {k: c["a"][k] for k in CONFIG_KEYS if k in c["a"]}
@@ -122,31 +120,9 @@ def format_diff(docs: list[dict], run_a: str, run_b: str, colour: bool = False) 
     return "\n".join(lines)
 
 
-def _item_html(item: dict) -> str:
-    """One retrieved chunk: rank, id, score, relevance, and its text with the shared characters marked."""
-    text, at, parts = item["text"], 0, []
-    if text is None:
-        parts.append("<em>text not kept</em>")
-    else:
-        for s, e in item["overlaps"]:
-            s, e = max(s - item["start"], at), min(e - item["start"], len(text))
-            if e > s:
-                parts += [escape(text[at:s]), "<mark>", escape(text[s:e]), "</mark>"]
-                at = e
-        parts.append(escape(text[at:]))
-    score = "–" if item["score"] is None else f"{item['score']:.3f}"
-    verdict = "relevant" if item["relevant"] else "not relevant"
-    return (
-        f"<li><b>#{item['rank']}</b> <code>{escape(item['chunk_id'])}</code> score {score}, {verdict}"
-        f"<div class=chunk>{''.join(parts)}</div></li>"
-    )
-
-
 def diff_page(docs: list[dict], run_a: str, run_b: str, experiment: str) -> str:
     """The diff as one offline page: per configuration its counts and test, then each changed question
     with its retrieved lists side by side (a before, b after), worse first. Every text is escaped."""
-    from chunkeval.report.html import STYLE
-
     body = []
     for d in docs:
         body.append(
@@ -158,18 +134,14 @@ def diff_page(docs: list[dict], run_a: str, run_b: str, experiment: str) -> str:
         )
         for q in d["queries"]:
             sides = "".join(
-                f"<div><h4>{title}</h4><ol class=items>{''.join(_item_html(i) for i in q[key])}</ol></div>"
+                f"<div><h4>{title}</h4><ol class=items>{''.join(item_html(i) for i in q[key])}</ol></div>"
                 for title, key in ((f"a: {escape(run_a)}", "retrieved_a"), (f"b: {escape(run_b)}", "retrieved_b"))
             )
             body.append(
                 f"<h3>{escape(q['query_id'])}: {escape(q['question'] or '')} ({q['a']:.3f} → {q['b']:.3f})</h3>"
                 f"<div class=sides>{sides}</div>"
             )
-    style = STYLE + (
-        ".sides{display:grid;grid-template-columns:1fr 1fr;gap:1rem}.items{padding-left:1rem;list-style:none}"
-        ".chunk{font-size:.8rem;white-space:pre-wrap;border-left:3px solid #dde3ea;padding-left:.5rem;margin:.2rem 0 .6rem}"
-        "mark{background:#c8f0d8}"
-    )
+    style = PAGE_STYLE + ITEM_STYLE + ".sides{display:grid;grid-template-columns:1fr 1fr;gap:1rem}"
     title = f"chunkeval diff: {escape(experiment)}, run {escape(run_a)} → {escape(run_b)}"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

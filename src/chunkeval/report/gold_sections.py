@@ -127,7 +127,9 @@ def gold_check_html(check: dict | None, settings: dict) -> str:
     return "".join(parts)
 
 
-def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table) -> str:
+def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table, drilldown: str = "") -> str:
+    """Questions with zero recall and references that straddle a chunk boundary, then `drilldown` (the
+    per-question view of what was retrieved, `report.drilldown`)."""
     questions = {r["query_id"]: r["question"] for r in refs.to_pylist()}
     rows = [r for r in per_query.to_pylist() if all(r[k] == chosen[k] for k in CONFIG_KEYS)]
     zero = [
@@ -164,5 +166,5 @@ def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table) -> str:
         f'<section id="failures"><h2>6. Failure analysis at {escape(label(chosen))}</h2>'
         f"<h3>Questions with zero recall ({len(zero)} of {len(rows)})</h3>{zero_html}"
         f"<h3>References that straddle a chunk boundary ({len(straddling)} of {len(mine)})</h3>"
-        f"<p>No single chunk holds these whole: the usual reason for partial recall.</p>{straddle_html}</section>"
+        f"<p>No single chunk holds these whole: the usual reason for partial recall.</p>{straddle_html}{drilldown}</section>"
     )

@@ -7,6 +7,8 @@ corpus version the run read (`warehouse.layout`), never from another version."""
 
 from __future__ import annotations
 
+from html import escape
+
 import pyarrow as pa
 
 from chunkeval.errors import InputError
@@ -14,6 +16,11 @@ from chunkeval.report.terminal import printable
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS
 
 CONTEXT = 200  # characters of context on each side of a reference
+ITEM_STYLE = (  # retrieved chunks in HTML (the report's drill-down, the diff page)
+    ".items{padding-left:1rem;list-style:none}mark{background:#c8f0d8}details{margin:.3rem 0}summary{cursor:pointer}"
+    ".chunk{font-size:.8rem;white-space:pre-wrap;border-left:3px solid #dde3ea;padding-left:.5rem;margin:.2rem 0 .6rem}"
+)
+PAGE_STYLE = "body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:1200px;color:#1d232a;padding:0 1rem}"
 MARK = ("[[", "]]")
 COLOUR = ("\x1b[1;32m", "\x1b[0m")
 
@@ -25,13 +32,17 @@ def configurations(per_query: pa.Table, config: dict) -> list[dict]:
     return [dict(zip(keys, c)) for c in sorted(found) if all(dict(zip(keys, c)).get(k) == v for k, v in config.items())]
 
 
-def _references(wh, run_id: str, query_id: str) -> tuple[str | None, list[dict]]:
-    """(question, its references `{corpus_id, start, end}` in order) from the run's reference table."""
-    refs = wh.references(run_id)
-    rows = [r for r in refs.to_pylist() if r["query_id"] == query_id]
-    question = rows[0]["question"] if rows else None
-    spans = sorted({(r["corpus_id"], r["ref_start"], r["ref_end"]) for r in rows}, key=lambda s: (s[1], s[2], s[0]))
-    return question, [{"corpus_id": c, "start": s, "end": e} for c, s, e in spans]
+def references_by_query(wh, run_id: str) -> tuple[dict[str, str], dict[str, list[dict]]]:
+    """The run's question texts, and each question's references `{corpus_id, start, end}` in order (from
+    the run's reference table: one row per chunking and reference)."""
+    questions, spans = {}, {}
+    for r in wh.references(run_id).to_pylist():
+        questions[r["query_id"]] = r["question"]
+        spans.setdefault(r["query_id"], set()).add((r["corpus_id"], r["ref_start"], r["ref_end"]))
+    return questions, {
+        q: [{"corpus_id": c, "start": s, "end": e} for c, s, e in sorted(found, key=lambda x: (x[1], x[2], x[0]))]
+        for q, found in spans.items()
+    }
 
 
 def overlaps(corpus_id: str, start: int, end: int, references: list[dict]) -> list[list[int]]:
@@ -106,7 +117,8 @@ def inspect_doc(wh, run_id: str, query_id: str, config: dict | None = None) -> d
     if not configs:
         wanted = ",".join(f"{k}={v}" for k, v in (config or {}).items())
         raise InputError(f"no configuration of run {run_id} matches --config {wanted}")
-    question, references = _references(wh, run_id, query_id)
+    questions, by_query = references_by_query(wh, run_id)
+    question, references = questions.get(query_id), by_query.get(query_id, [])
     texts = _Texts(wh, run_id)
     for ref in references:
         ref["text"] = texts(ref["corpus_id"], ref["start"], ref["end"])
@@ -166,3 +178,23 @@ def format_inspect(doc: dict, colour: bool = False) -> str:
         lines.append(f"{config_line(c)}: {len(c['retrieved'])} retrieved")
         lines += format_items(c["retrieved"], colour)
     return "\n".join(lines)
+
+
+def item_html(item: dict) -> str:
+    """One retrieved chunk: rank, id, score, relevance, and its text with the shared characters marked."""
+    text, at, parts = item["text"], 0, []
+    if text is None:
+        parts.append("<em>text not kept</em>")
+    else:
+        for s, e in item["overlaps"]:
+            s, e = max(s - item["start"], at), min(e - item["start"], len(text))
+            if e > s:
+                parts += [escape(text[at:s]), "<mark>", escape(text[s:e]), "</mark>"]
+                at = e
+        parts.append(escape(text[at:]))
+    score = "–" if item["score"] is None else f"{item['score']:.3f}"
+    verdict = "relevant" if item["relevant"] else "not relevant"
+    return (
+        f"<li><b>#{item['rank']}</b> <code>{escape(item['chunk_id'])}</code> score {score}, {verdict}"
+        f"<div class=chunk>{''.join(parts)}</div></li>"
+    )
