@@ -97,7 +97,7 @@ def build_report(
         section_distributions(summary, per_query),
         section_gold(refs, per_query, wh.gold_check(run_id), settings),
         section_failures(chosen, per_query, refs, drilldown(wh, run_id, chosen, per_query)),
-        section_budget(per_query),
+        section_budget(per_query, chosen),
         section_trend(wh, experiment, trend_configs, threshold),
     ]
     nav = "".join(
