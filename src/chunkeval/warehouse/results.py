@@ -118,7 +118,8 @@ class Results(History):
         where = "" if query_ids is None else "WHERE list_contains(?::VARCHAR[], query_id)"
         with self.connect() as con:
             return con.sql(
-                f"SELECT * FROM read_parquet({quote(path)}) {where}", params=[] if query_ids is None else [query_ids]
+                f'SELECT * EXCLUDE (length), start + length AS "end" FROM read_parquet({quote(path)}) {where}',
+                params=[] if query_ids is None else [query_ids],
             ).to_arrow_table()
 
     def models(self, run_id: str) -> pa.Table:

@@ -13,6 +13,7 @@ import uuid
 from datetime import datetime
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from chunkeval._version import __version__
 from chunkeval.errors import InputError
@@ -142,8 +143,6 @@ class Lifecycle(History):
             tables[folder / "references.parquet"] = run_col(references)
         if models is not None:
             tables[folder / "models.parquet"] = run_col(models)
-        if retrieved is not None:
-            tables[folder / "retrieved.parquet"] = retrieved
         if by_corpus is None:
             settings = (self.read_manifest(run_id) or self.run(run_id))["settings"]  # the manifest needs no lock
             skip = bool(json.loads(settings or "{}").get("skip_empty_gold"))
@@ -152,6 +151,10 @@ class Lifecycle(History):
                 [k for k in CONFIG_KEYS if k in per_query.column_names] + ["corpus_id"],
             )
         tables[folder / "by_corpus.parquet"] = run_col(by_corpus)
+        if retrieved is not None:  # [start, end) kept as start and length, zstd: half the bytes of snappy's end
+            length = pc.subtract(retrieved["end"], retrieved["start"]).cast(pa.int32())
+            stored = retrieved.drop_columns(["end"]).append_column("length", length)
+            write_tables({folder / "retrieved.parquet": stored}, compression="zstd")
         write_tables(tables, point="results")
         try:
             self._update(run_id, status="completed", finished_at=utc_now(), texts_embedded=int(texts_embedded))
