@@ -671,6 +671,11 @@ CASES = {
         lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "warehouse", "repair"][1:],
         "nothing to repair",
     ),
+    "run: mlflow URI not http": (lambda w: ["run", "--mlflow", "file:///tmp/mlruns"], "--mlflow takes the http(s) URI"),
+    "run: mlflow URI not a server": (
+        lambda w: ["run", "--mlflow", f"http://127.0.0.1:{free_port()}"],
+        "--mlflow: no MLflow server answers at http://127.0.0.1:",
+    ),
     "inspect: unknown run": (lambda w: ["inspect", "--run", "nosuch", "--query", "q"], "no run 'nosuch'"),
     "inspect: unknown query": (
         lambda w: ["inspect", "--run", w["run_id"], "--query", "nosuch"],
