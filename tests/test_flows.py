@@ -168,7 +168,8 @@ def test_trend_report_fails_on_a_real_regression(tmp_path, own_home):
     assert falls, "a model that reads 16 word pieces must lose quality"
     with pytest.raises(RegressionDetected):
         trend_report(experiments=[worse])
-    assert list((home() / "warehouse" / "reports" / "quality").glob("diff-*.html")), "the diff beside the reports"
+    (diff,) = (home() / "warehouse" / "reports" / "quality").glob("diff-*.html")  # the diff beside the reports,
+    assert diff.as_uri() in (home() / "warehouse" / "reports" / "quality.html").read_text(encoding="utf-8")  # linked
     # the same verdict from the command line
     from chunkeval.cli import main
 

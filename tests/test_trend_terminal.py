@@ -98,6 +98,11 @@ def test_the_regression_check_prints_its_verdict_and_the_table_only_with_v(night
         f"diff: {page}",
     ]
     assert "<mark>" in page.read_text(encoding="utf-8")  # the questions that got worse, what they retrieved
+    from chunkeval.report.html import build_report
+
+    assert f'<a href="{page.as_uri()}">the diff of run' in build_report(
+        Warehouse.at_home(), "night"
+    )  # the report links it
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("chunkeval: regression: mrr of ") and "lost most:" in err[0]
     assert main(["-v", *argv]) == 1

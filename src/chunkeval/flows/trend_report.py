@@ -80,10 +80,11 @@ def trend_report(
                 table=[{k: str(v) for k, v in r.items()} for r in rows],
                 description=f"chunkeval trend of experiment {name}: macro means per completed run",
             )
+        falls = regressions(name, metrics, threshold, baseline, alpha)
+        link = diff(name, falls[0]["reference_run_id"], falls[0]["run_id"]) if falls else None  # the page links it
         written = page(name, threshold)
         if written:
             logger.info("experiment %s: report written to %s", name, written)
-        falls = regressions(name, metrics, threshold, baseline, alpha)
         if falls:
             emit_event(
                 event="chunkeval.regression.detected",
@@ -96,7 +97,6 @@ def trend_report(
             )
             for r in falls:
                 logger.error("experiment %s: %s", name, regression_message(r))
-            link = diff(name, falls[0]["reference_run_id"], falls[0]["run_id"])
             if link:
                 create_link_artifact(
                     key=artifact_key(name, "diff"),

@@ -304,7 +304,14 @@ def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold
     legend = _table(
         ["#", "run", "started"], [[str(i + 1), escape(run_id), _when(when)] for i, (when, run_id) in enumerate(runs)]
     )
-    regress = problem or (
+    diff = (wh.root / "reports" / experiment / f"diff-{falls[0]['reference_run_id']}-{newest}.html") if falls else None
+    link = (
+        f'<p>What changed: <a href="{escape(diff.as_uri())}">the diff of run {escape(falls[0]["reference_run_id"])} '
+        f"→ {escape(newest)}</a> (the questions that got worse and what they retrieved before and after).</p>"
+        if diff is not None and diff.is_file()
+        else ""
+    )
+    regress = problem or link + (
         _table(
             [
                 "metric",
