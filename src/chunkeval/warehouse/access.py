@@ -36,12 +36,15 @@ class Access(Schema):
         if statements[0].type not in READING:
             kind = statements[0].type.name
             raise InputError(f"`chunkeval sql` only reads (SELECT, WITH …, EXPLAIN): the statement is a {kind}")
-        self.read_only = True  # the views are the file's own: a migration needs a command that writes
-        with self.connect() as con:
-            try:
-                return con.sql(sql).to_arrow_table()
-            except duckdb.Error as exc:
-                raise InputError(f"the query failed: {_first_line(exc)}") from None
+        was, self.read_only = self.read_only, True  # the views are the file's own: a migration needs a writer
+        try:
+            with self.connect() as con:
+                try:
+                    return con.sql(sql).to_arrow_table()
+                except duckdb.Error as exc:
+                    raise InputError(f"the query failed: {_first_line(exc)}") from None
+        finally:
+            self.read_only = was
 
     def snapshot(self, out: Path) -> dict:
         """Copy the catalogue's tables, and every view materialised as a table (the per-run results the
