@@ -37,10 +37,11 @@ def recorded(tmp_path_factory, embedder_factory):
     )
     disjoint = wh.begin_run("cat", {}, "manual", exp.to_dict())
     wh.complete_run(disjoint, renamed, result.summary, 0, result.references)
+    kept = {"retrieved": result.retrieved, "corpora": result.corpora}  # the disjoint run predates retrieved lists
     credit = wh.begin_run("cat", {}, "manual", exp.with_overrides(duplicates="credit").to_dict())  # scored otherwise
-    wh.complete_run(credit, result.per_query, result.summary, result.texts_embedded, result.references)
+    wh.complete_run(credit, result.per_query, result.summary, result.texts_embedded, result.references, **kept)
     run_id = wh.begin_run("cat", {}, "manual", exp.to_dict())
-    wh.complete_run(run_id, result.per_query, result.summary, result.texts_embedded, result.references)
+    wh.complete_run(run_id, result.per_query, result.summary, result.texts_embedded, result.references, **kept)
     return home, run_id, credit, disjoint
 
 
@@ -50,6 +51,7 @@ def ws(tmp_path, recorded, monkeypatch):
     and CHUNKEVAL_HOME pointing at the recorded warehouse."""
     home, run_id, credit_run_id, disjoint_run_id = recorded
     monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
+    monkeypatch.setenv("CHUNKEVAL_LOCK_TIMEOUT", "120")  # restored after the cases that change it
     corpus = tmp_path / "corpora"
     corpus.mkdir()
     (corpus / "doc.md").write_text("Alpha beta gamma. Delta epsilon zeta. " * 20, encoding="utf-8")
@@ -709,6 +711,80 @@ CASES = {
         lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "warehouse", "repair"][1:],
         "nothing to repair",
     ),
+    "run: mlflow URI not http": (lambda w: ["run", "--mlflow", "file:///tmp/mlruns"], "--mlflow takes the http(s) URI"),
+    "run: mlflow URI not a server": (
+        lambda w: ["run", "--mlflow", f"http://127.0.0.1:{free_port()}"],
+        "--mlflow: no MLflow server answers at http://127.0.0.1:",
+    ),
+    "inspect: unknown run": (lambda w: ["inspect", "--run", "nosuch", "--query", "q"], "no run 'nosuch'"),
+    "inspect: unknown query": (
+        lambda w: ["inspect", "--run", w["run_id"], "--query", "nosuch"],
+        "has no question 'nosuch'",
+    ),
+    "inspect: configuration not in the run": (
+        lambda w: ["inspect", "--run", w["run_id"], "--query", "lighthouses:1", "--config", "chunk_size=999"],
+        "no configuration of run",
+    ),
+    "inspect: unknown configuration key": (
+        lambda w: ["inspect", "--run", w["run_id"], "--query", "lighthouses:1", "--config", "size=1"],
+        "--config keys are",
+    ),
+    "inspect: run recorded before retrieved lists": (
+        lambda w: ["inspect", "--run", w["disjoint_run_id"], "--query", "other-lighthouses:1"],
+        "was recorded before chunkeval kept retrieved lists",
+    ),
+    "inspect: no query": (lambda w: ["inspect", "--run", w["run_id"]], "the following arguments are required: --query"),
+    "diff: one run": (lambda w: ["diff", "--run", w["run_id"]], "diff takes two runs: --run A --run B"),
+    "diff: unknown run": (lambda w: ["diff", "--run", w["run_id"], "--run", "nosuch"], "no run 'nosuch'"),
+    "diff: runs scored otherwise": (
+        lambda w: ["diff", "--run", w["credit_run_id"], "--run", w["run_id"]],
+        "duplicates: credit",
+    ),
+    "diff: run recorded before retrieved lists": (
+        lambda w: ["diff", "--run", w["disjoint_run_id"], "--run", w["run_id"]],
+        "was recorded before chunkeval kept retrieved lists",
+    ),
+    "diff: unknown metric": (
+        lambda w: ["diff", "--run", w["run_id"], "--run", w["run_id"], "--metric", "accuracy"],
+        "accuracy",
+    ),
+    "diff: configuration not shared": (
+        lambda w: ["diff", "--run", w["credit_run_id"], "--run", w["credit_run_id"], "--config", "chunk_size=999"],
+        "no configuration",
+    ),
+    "warehouse snapshot: folder missing": (
+        lambda w: ["warehouse", "snapshot", w["t"] / "none" / "snap.duckdb"],
+        "the snapshot's folder does not exist",
+    ),
+    "warehouse snapshot: under a regular file": (
+        lambda w: ["warehouse", "snapshot", w["t"] / "plain" / "snap.duckdb"],
+        "the snapshot's folder does not exist",
+    ),
+    "warehouse snapshot: a folder": (lambda w: ["warehouse", "snapshot", w["t"]], "the snapshot path is a folder"),
+    "warehouse snapshot: no warehouse": (
+        lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "warehouse", "snapshot", "s.db"][
+            1:
+        ],
+        "no warehouse here yet",
+    ),
+    "sql: not read-only": (lambda w: ["sql", "DELETE FROM runs"], "only reads (SELECT, WITH …, EXPLAIN)"),
+    "sql: copies out": (lambda w: ["sql", f"COPY runs TO '{w['t']}/out.csv'"], "the statement is a COPY"),
+    "sql: does not parse": (lambda w: ["sql", "SELEC 1"], "the query does not parse: Parser Error"),
+    "sql: two statements": (lambda w: ["sql", "SELECT 1; SELECT 2"], "give one statement, got 2"),
+    "sql: unknown table": (lambda w: ["sql", "SELECT * FROM nosuch"], "the query failed: Catalog Error"),
+    "sql: json and csv": (lambda w: ["sql", "SELECT 1", "--json", "--csv"], "not allowed with argument"),
+    "sql: no warehouse": (
+        lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(w["t"] / "fresh")), "sql", "SELECT 1"][1:],
+        "no warehouse here yet",
+    ),
+    "runs: lock timeout not a number": (
+        lambda w: [os.environ.__setitem__("CHUNKEVAL_LOCK_TIMEOUT", "soon"), "runs"][1:],
+        "CHUNKEVAL_LOCK_TIMEOUT must be a number of seconds, 0 or more, got 'soon'",
+    ),
+    "runs: lock timeout negative": (
+        lambda w: [os.environ.__setitem__("CHUNKEVAL_LOCK_TIMEOUT", "-1"), "runs"][1:],
+        "CHUNKEVAL_LOCK_TIMEOUT must be a number of seconds",
+    ),
     "unknown command": (lambda w: ["frobnicate"], "invalid choice: 'frobnicate'"),
 }
 
@@ -1057,7 +1133,7 @@ def snapshot(*roots: Path) -> dict:
 
 
 def catalogue_rows(home: Path) -> list:
-    wh = Warehouse(home / "warehouse")
+    wh = Warehouse(home / "warehouse", lock_timeout=120)  # whatever a case sets CHUNKEVAL_LOCK_TIMEOUT to
     if not wh.exists():
         return []
     with wh.connect() as con:
@@ -1080,6 +1156,10 @@ def test_the_catalogue_is_large_enough():
         "report",
         "baseline",
         "warehouse repair",
+        "warehouse snapshot",
+        "sql",
+        "inspect",
+        "diff",
         "compare",
         "gold check",
     } <= commands

@@ -95,6 +95,8 @@ def test_evaluate_records_a_run_and_publishes_its_table(tmp_path, own_home):
     assert run["corpus_fingerprint"] and run["gold_fingerprint"] and run["model_fingerprint"]
     assert wh.summary(result["run_id"]).num_rows == 4
     assert wh.query_results(result["run_id"]).num_rows == 4 * 28
+    kept = wh.retrieved(result["run_id"])  # what every configuration retrieved, and the texts it read
+    assert kept.num_rows > 0 and set(kept["corpus_id"].to_pylist()) <= set(wh.corpus_versions(result["run_id"]))
 
     async def artifact():
         async with get_client() as client:
@@ -166,6 +168,8 @@ def test_trend_report_fails_on_a_real_regression(tmp_path, own_home):
     assert falls, "a model that reads 16 word pieces must lose quality"
     with pytest.raises(RegressionDetected):
         trend_report(experiments=[worse])
+    (diff,) = (home() / "warehouse" / "reports" / "quality").glob("diff-*.html")  # the diff beside the reports,
+    assert diff.as_uri() in (home() / "warehouse" / "reports" / "quality.html").read_text(encoding="utf-8")  # linked
     # the same verdict from the command line
     from chunkeval.cli import main
 

@@ -196,3 +196,31 @@ def test_the_page_in_headless_chromium(page, tmp_path):
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert "<title>chunkeval: rep</title>" in dom.stdout  # the question's script never ran
     assert "&lt;script&gt;document.title='pwned'&lt;/script&gt;" in dom.stdout  # it is shown as text
+
+
+SECTIONS = ("summary", "grid", "tradeoff", "distributions", "gold", "failures", "budget", "trend")
+CHARTED = ("tradeoff", "distributions", "gold", "budget", "trend")  # sections whose SVG charts must show
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
+def test_every_section_renders_in_chromium_with_its_charts(page, tmp_path):
+    """A screenshot per section (the page with the other sections hidden): each is drawn, and each chart
+    section shows coloured marks (lines, points, bars), not an empty frame."""
+    html = page.read_text(encoding="utf-8")
+    for section in SECTIONS:
+        alone = tmp_path / f"{section}.html"
+        only = f"<style>section{{display:none}}section#{section}{{display:block}}nav,h1,body>p{{display:none}}</style>"
+        alone.write_text(html.replace("</head>", only + "</head>", 1), encoding="utf-8")
+        shot = tmp_path / f"{section}.png"
+        run = subprocess.run(
+            ["chromium", *CHROMIUM_FLAGS, "--window-size=1280,1400", f"--screenshot={shot}", alone.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0 and shot.exists(), (section, run.stderr[-2000:])
+        pixels = matplotlib.image.imread(shot)[..., :3]
+        assert (pixels < 0.95).any(axis=2).mean() > 0.005, f"section {section} is blank"
+        if section in CHARTED:
+            colour = pixels.max(axis=2) - pixels.min(axis=2)  # saturation: ink and grey frames have none
+            assert (colour > 0.25).sum() > 200, f"the charts of section {section} are empty"

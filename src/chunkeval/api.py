@@ -4,7 +4,8 @@
 
     res = chunkeval.evaluate("corpora/", "questions.csv", chunker=["fixed_token", "cluster_semantic"],
                           chunk_sizes=[200, 400], k=[1, 5], retriever=["dense", "bm25", "hybrid"])
-    res.summary.to_pandas()          # or res.to_polars("per_query"), res.by_corpus, res.models
+    res                              # the summary as a table (HTML in Jupyter)
+    res.to_pandas()                  # or res.to_polars("per_query"), res.by_corpus, res.models
 
     scores = chunkeval.score({"q1": ["c3", "c7"]}, {"q1": ["c7", "c1", "c3"]}, k=3)
     scores.summary.to_pandas()
@@ -48,13 +49,56 @@ class Results:
             raise InputError(f"no table {name!r}; choose summary, per_query, by_corpus or models")
         return table
 
+    def _tables(self) -> list[str]:
+        return [n for n in ("summary", "per_query", "by_corpus", "models") if isinstance(getattr(self, n), pa.Table)]
+
+    def __repr__(self) -> str:
+        from chunkeval.report.notebook import results_text
+
+        return results_text(self.summary, self.per_query, self._tables())
+
+    def _repr_html_(self) -> str:
+        from chunkeval.report.notebook import results_html
+
+        return results_html(self.summary, self.per_query, self._tables())
+
     def to_pandas(self, name: str = "summary"):
-        return self.table(name).to_pandas()
+        table = self.table(name)
+        optional("pandas", "Results.to_pandas")
+        return table.to_pandas()
 
     def to_polars(self, name: str = "summary"):
-        import polars
+        table = self.table(name)
+        return optional("polars", "Results.to_polars").from_arrow(table)
 
-        return polars.from_arrow(self.table(name))
+
+class MissingLibrary(InputError, ImportError):
+    """An optional library that a call needs is not installed: one line saying what to install."""
+
+
+def optional(module: str, what: str):
+    """The optional library `module`, or `MissingLibrary` naming what to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingLibrary(f"{what} needs {module}, which is not installed: pip install {module}") from None
+
+
+class Comparisons(list):
+    """`compare`'s list of comparisons (each a dict, as `chunkeval compare --json` prints it), shown as a
+    table in a terminal and in Jupyter."""
+
+    def __repr__(self) -> str:
+        from chunkeval.report.notebook import comparisons_text
+
+        return comparisons_text(self)
+
+    def _repr_html_(self) -> str:
+        from chunkeval.report.notebook import comparisons_html
+
+        return comparisons_html(self)
 
 
 def _corpus_folder(corpora: str | Path | Mapping[str, str], scratch: Path) -> str:
@@ -216,8 +260,9 @@ def compare(
     config: Mapping | None = None,
     all_pairs: bool = False,
     alpha: float = 0.05,
-) -> list[dict]:
-    """Paired comparisons, as `chunkeval compare --json` prints them (definitions: docs/statistics.md).
+) -> Comparisons:
+    """Paired comparisons, as `chunkeval compare --json` prints them (definitions: docs/statistics.md), in
+    a list that shows itself as a table (`Comparisons`).
 
     `a` and `b` are `Results` (of `evaluate` or `score`), per-query Arrow tables, or ids of runs recorded
     in the warehouse under `$CHUNKEVAL_HOME`. With one side, each configuration is compared with the best
@@ -237,13 +282,17 @@ def compare(
             raise InputError("compare two recorded runs by their ids, or two results held in memory")
         from chunkeval.warehouse import Warehouse
 
-        return Warehouse.at_home(must_exist=True).compare(
-            metric, [a] + ([b] if b else []), config=config, all_pairs=all_pairs, alpha=alpha
+        return Comparisons(
+            Warehouse.at_home(must_exist=True).compare(
+                metric, [a] + ([b] if b else []), config=config, all_pairs=all_pairs, alpha=alpha
+            )
         )
     first = C.matching(_per_query(a, metric, "a"), config, "a")
     if b is None:
-        return C.within_run(first, metric, "a", all_pairs, alpha)
-    return C.across_runs(first, C.matching(_per_query(b, metric, "b"), config, "b"), metric, "a", "b", alpha)
+        return Comparisons(C.within_run(first, metric, "a", all_pairs, alpha))
+    return Comparisons(
+        C.across_runs(first, C.matching(_per_query(b, metric, "b"), config, "b"), metric, "a", "b", alpha)
+    )
 
 
 def regressions(
@@ -272,3 +321,34 @@ def regressions(
     if baseline is not None:
         wh.run(baseline)
     return wh.regressions(experiment, metrics, threshold, baseline, alpha)
+
+
+class Inspection(dict):
+    """`inspect`'s document (as `chunkeval inspect --json` prints it), shown as the command shows it in a
+    terminal, and in Jupyter with the shared characters highlighted."""
+
+    def __repr__(self) -> str:
+        from chunkeval.report.inspect import format_inspect
+
+        return format_inspect(self)
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        from chunkeval.report.inspect import MARK, format_inspect
+
+        text = escape(format_inspect(self)).replace(MARK[0], "<mark>").replace(MARK[1], "</mark>")
+        return f'<pre style="white-space: pre-wrap">{text}</pre>'
+
+
+def inspect(run_id: str, query_id: str, config: Mapping | None = None) -> Inspection:
+    """One question of a run recorded in the warehouse under `$CHUNKEVAL_HOME`, as `chunkeval inspect
+    --json` gives it: `{query_id, question, references: [{corpus_id, start, end, text, context}], configs:
+    [{configuration keys…, retrieved: [{rank, chunk_id, corpus_id, start, end, score, relevant, grade, text,
+    overlaps}]}]}`, for the configurations with the settings of `config`."""
+    from chunkeval.report.inspect import inspect_doc
+    from chunkeval.warehouse import Warehouse
+
+    wh = Warehouse.at_home(must_exist=True)
+    with wh.session():
+        return Inspection(inspect_doc(wh, run_id, query_id, dict(config or {})))

@@ -66,6 +66,10 @@ def pair(a: dict[str, float], b: dict[str, float]) -> tuple[np.ndarray, np.ndarr
     )
 
 
+MEASURED = ("mean_a", "mean_b", "mean_diff", "ci_low", "ci_high", "p_ttest", "p_permutation")
+RESULT_FIELDS = (*MEASURED, "p_adjusted", "significant")  # the numbers of a comparison, in this order
+
+
 def compare(a: dict[str, float], b: dict[str, float], side_a: dict, side_b: dict, metric: str, seed: int = 0) -> dict:
     """One paired comparison (p_adjusted is filled by `adjust`)."""
     x, y, unmatched = pair(a, b)
@@ -78,10 +82,7 @@ def compare(a: dict[str, float], b: dict[str, float], side_a: dict, side_b: dict
         "metric": metric,
         "n_queries": int(result["n_queries"]),
         "n_unmatched": unmatched,
-        **{
-            k: float(result[k])
-            for k in ("mean_a", "mean_b", "mean_diff", "ci_low", "ci_high", "p_ttest", "p_permutation")
-        },
+        **{k: float(result[k]) for k in MEASURED},
         "p_adjusted": float("nan"),
     }
 

@@ -29,6 +29,7 @@ from chunkeval.engine.indexes import search as index_search
 from chunkeval.engine.indexes.measure import STATS as INDEX_STATS
 from chunkeval.engine.indexes.measure import measure as measure_index
 from chunkeval.engine.inputs import SpanGold, corpus_ids_in, load_corpora, load_span_gold
+from chunkeval.engine.retrieved import retrieved_table
 from chunkeval.engine.scoring import reference_table, score_chunking, summarize_sweep  # noqa: F401 (re-exported)
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANKER  # noqa: F401 (re-exported)
 
@@ -86,6 +87,8 @@ class SweepResult:
     texts_embedded: int
     model_loaded: bool
     notes: tuple[str, ...] = ()
+    retrieved: pa.Table | None = None  # what every configuration retrieved (`chunkeval.engine.retrieved`)
+    corpora: dict | None = None  # the texts the run read, by corpus id
 
 
 def load_inputs(exp: Experiment) -> Inputs:
@@ -300,10 +303,12 @@ def score_config(
     exp: Experiment,
     scorers: dict | None = None,
     measured: dict | None = None,
+    kept: list | None = None,
 ) -> tuple[pa.Table, dict]:
     """Retrieve once at the largest k, score at every k: one configuration's per-query table (with its
     `index` and `ann_recall_at_k`), and what its index cost (`chunkeval.engine.indexes.measure`, measured
-    once per chunking, model and index in `measured`: dense, hybrid and reranked rows share it)."""
+    once per chunking, model and index in `measured`: dense, hybrid and reranked rows share it). With
+    `kept`, its retrieved lists (`chunkeval.engine.retrieved`) are appended to it."""
     chunking = chunkings[config.chunking]
     ks = exp.k
     if config.reranker == NO_RERANKER:
@@ -325,6 +330,12 @@ def score_config(
         config.candidates,
         config.index_key,
     )
+    if kept is not None:
+        dense = config.retriever == "dense"  # its score is the cosine; the others give ranks only
+        vectors = (embedded.queries.get(config.model), embedded.chunks.get((config.chunking, config.model)))
+        kept.append(
+            retrieved_table(inputs.gold, chunking.chunks, topk, table, inputs.copies, *(vectors if dense else ()))
+        )
     if config.index is None:
         nothing = pa.nulls(table.num_rows, pa.float64())
         for name in ("ann_recall_at_k", "ann_found", "ann_depth"):
@@ -377,16 +388,21 @@ def rerank_top(
 
 
 def score_all(
-    inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedded: Embedded, exp: Experiment
+    inputs: Inputs,
+    chunkings: list[Chunking],
+    configs: list[Config],
+    embedded: Embedded,
+    exp: Experiment,
+    kept: list | None = None,
 ) -> tuple[pa.Table, dict]:
     """Every configuration's per-query table, one after the other (each is a few vectorised steps), and per
-    first-stage configuration what its index cost."""
+    first-stage configuration what its index cost; with `kept`, what each retrieved."""
     scorers: dict = {}  # CrossEncoder rerankers, loaded once for the grid
     measured: dict = {}  # index measures, once per chunking, model and index
     stats: dict = {}
     tables = []
     for c in configs:
-        table, cost = score_config(inputs, chunkings, c, embedded, exp, scorers, measured)
+        table, cost = score_config(inputs, chunkings, c, embedded, exp, scorers, measured, kept)
         tables.append(table)
         stats.setdefault(first_stage(c), cost)
     return pa.concat_tables(tables), stats
@@ -407,7 +423,8 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
     configs = plan(exp, chunkings)
     check_indexes_fit(inputs, chunkings, configs, embedders, exp.own_corpus)
     embedded = embed_all(inputs, chunkings, configs, embedders)
-    per_query, index_stats = score_all(inputs, chunkings, configs, embedded, exp)
+    kept = []
+    per_query, index_stats = score_all(inputs, chunkings, configs, embedded, exp, kept)
     summary, by_corpus = summarize_sweep(
         per_query, chunk_stats(chunkings, configs, embedded, index_stats), exp.skip_empty_gold
     )
@@ -421,4 +438,6 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
         embedders.texts_embedded,
         embedders.model_loaded,
         tuple(exp.notes() + changed),
+        pa.concat_tables(kept),
+        dict(inputs.corpora),
     )

@@ -28,7 +28,7 @@ from chunkeval.errors import Fault, InputError
 from chunkeval.faults import checkpoint
 from chunkeval.paths import cache_dir
 from chunkeval.report.html import report_path, write_report
-from chunkeval.warehouse import Warehouse
+from chunkeval.warehouse import LockTimeout, Warehouse
 
 # Inputs are large arrays: no task caching (its keys would hash them), results stay in memory.
 TASK = dict(cache_policy=NO_CACHE, persist_result=False)
@@ -84,9 +84,14 @@ def embed(inputs: sweep.Inputs, chunkings: list, configs: list, embedders: sweep
 # Scoring is one task for every configuration: each takes milliseconds of vectorised work, so a task
 # per configuration bought nothing but the orchestration's own cost (a state round trip per task).
 @task(**TASK)
-def score(inputs: sweep.Inputs, chunkings: list, configs: list, embedded: sweep.Embedded, exp: Experiment) -> tuple:
-    """Per-query rows of every configuration, and what each configuration's index cost."""
-    return sweep.score_all(inputs, chunkings, configs, embedded, exp)
+def score(
+    inputs: sweep.Inputs, chunkings: list, configs: list, embedded: sweep.Embedded, exp: Experiment
+) -> tuple[pa.Table, dict, pa.Table]:
+    """Every configuration's per-query table, what each configuration's index cost, and what each
+    retrieved (kept with the run)."""
+    kept = []
+    per_query, index_stats = sweep.score_all(inputs, chunkings, configs, embedded, exp, kept)
+    return per_query, index_stats, pa.concat_tables(kept)
 
 
 @task(**TASK)
@@ -108,7 +113,7 @@ def report(experiment: str, run_id: str) -> str:
 @task(**TASK)
 def summarize(
     per_query: pa.Table,
-    index_stats: pa.Table,
+    index_stats: dict,
     chunkings: list,
     configs: list,
     embedded: sweep.Embedded,
@@ -128,8 +133,18 @@ def store(
     refs: pa.Table,
     models: pa.Table,
     gold: dict,
-) -> None:
-    warehouse().complete_run(run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus)
+    retrieved: pa.Table,
+    corpora: dict,
+) -> str | None:
+    """The run recorded; where another process held the warehouse past the lock timeout, the reason (the
+    results are kept and the next command records them), returned rather than raised: no retry waits again."""
+    try:
+        warehouse().complete_run(
+            run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus, retrieved, corpora
+        )
+    except LockTimeout as exc:
+        return str(exc)
+    return None
 
 
 def with_task_runner(runner: TaskRunner):
@@ -237,11 +252,11 @@ def evaluate(
             sum(embedded.truncated.values()),
         )
         progress.step("scoring")
-        per_query, index_stats = score(inputs, chunkings, configs, embedded, exp)
+        per_query, index_stats, retrieved = score(inputs, chunkings, configs, embedded, exp)
         refs = references(inputs, chunkings)
         summary, by_corpus = summarize(per_query, index_stats, chunkings, configs, embedded, exp.skip_empty_gold)
         progress.step("storing")
-        store(
+        held = store(
             run_id,
             per_query,
             summary,
@@ -250,7 +265,11 @@ def evaluate(
             refs,
             embedders.table(),
             check_gold(inputs, exp),
+            retrieved,
+            inputs.corpora,
         )
+        if held:
+            raise LockTimeout(held)
     except BaseException as exc:
         wh.fail_run(run_id, "".join(traceback.format_exception_only(exc)).strip())
         raise

@@ -1,20 +1,25 @@
 """The `trend-report` flow: trend tables and the HTML page per experiment, regressions flagged.
 
 A metric of a configuration that fell by more than `threshold` against the previous completed run
-(or the pinned baseline) emits `chunkeval.regression.detected` and fails the flow run.
+(or the pinned baseline) emits `chunkeval.regression.detected`, writes the diff of the two runs
+(`reports/<experiment>/diff-<A>-<B>.html`, a link artifact) and fails the flow run.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import flow, task
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import create_link_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 from prefect.logging import get_run_logger
 
 from chunkeval.analysis.regression import DEFAULT_THRESHOLD, REGRESSION_METRICS
 from chunkeval.engine.experiment import Experiment
+from chunkeval.errors import InputError
 from chunkeval.flows.evaluate import artifact_key, warehouse
+from chunkeval.report.diff import diff_path, write_diff
 from chunkeval.report.html import report_path, write_report
 from chunkeval.report.terminal import regression_message
 
@@ -45,6 +50,17 @@ def regressions(
     return warehouse().regressions(experiment, metrics, threshold, baseline, alpha)
 
 
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def diff(experiment: str, reference: str, newest: str) -> str | None:
+    """The diff page of the reference run and the newest, beside the reports; None where either run was
+    recorded before retrieved lists were kept."""
+    wh = warehouse()
+    try:
+        return str(write_diff(wh, reference, newest, diff_path(wh.root, experiment, reference, newest)))
+    except InputError:
+        return None
+
+
 @flow(name="trend-report", log_prints=True)
 def trend_report(
     experiments: list[str] = ["demo"],  # noqa: B006 (Prefect shows the default; never mutated)
@@ -64,10 +80,11 @@ def trend_report(
                 table=[{k: str(v) for k, v in r.items()} for r in rows],
                 description=f"chunkeval trend of experiment {name}: macro means per completed run",
             )
+        falls = regressions(name, metrics, threshold, baseline, alpha)
+        link = diff(name, falls[0]["reference_run_id"], falls[0]["run_id"]) if falls else None  # the page links it
         written = page(name, threshold)
         if written:
             logger.info("experiment %s: report written to %s", name, written)
-        falls = regressions(name, metrics, threshold, baseline, alpha)
         if falls:
             emit_event(
                 event="chunkeval.regression.detected",
@@ -80,6 +97,14 @@ def trend_report(
             )
             for r in falls:
                 logger.error("experiment %s: %s", name, regression_message(r))
+            if link:
+                create_link_artifact(
+                    key=artifact_key(name, "diff"),
+                    link=Path(link).as_uri(),
+                    link_text=f"what changed: run {falls[0]['reference_run_id']} → {falls[0]['run_id']}",
+                    description=f"The diff of experiment {name}'s newest run against its reference run: the "
+                    "questions that got worse and what they retrieved before and after (a file on this machine)",
+                )
         found[name] = falls
     if any(found.values()):
         raise RegressionDetected(

@@ -79,13 +79,16 @@ def tradeoff(
     colors = viridis((tokens - lo) / (hi - lo) if hi > lo else np.full(len(tokens), 0.5))
     for name, x, y, r, p, t, c in zip(labels, ax.px(recall), ax.py(precision), recall, precision, tokens, colors):
         svg.circle(x, y, 4.5, c, "#000", f"{name}: recall {r:.3f}, precision {p:.3f}, {t:.0f} tokens")
-    placed: list[tuple[float, float, float]] = []  # (left, right, baseline) of the labels written
-    for i, x, y in zip(front, fx, fy):  # the front's labels: leftwards near the right edge, never on top of each other
+    # (left, right, baseline) of what is written inside the plot: the legend first, then the front's labels
+    placed: list[tuple[float, float, float]] = [(ax.left + ax.width - 95, ax.left + ax.width, ax.top + 10)]
+    for i, x, y in zip(front, fx, fy):  # leftwards near the right edge, never on top of each other
         width, left_side = text_width(labels[i], 8), x > ax.left + 0.7 * ax.width
         x0 = x - 5 - width if left_side else x + 5
         y = y - 5
         while any(abs(y - b) < 10 and x0 < right and left < x0 + width for left, right, b in placed):
             y += 10
+        if y > ax.top + ax.height - 4 or x0 < ax.left or x0 + width > ax.left + ax.width:
+            continue  # no room inside the plot: dropped (the point keeps its tooltip)
         placed.append((x0, x0 + width, y))
         svg.text(x - 5 if left_side else x + 5, y, labels[i], 8, "end" if left_side else "start")
     legend(svg, ax.left + ax.width - 95, ax.top + 10, [("Pareto front", "crimson", "line")])
@@ -196,8 +199,8 @@ def stacked_histogram(
 def gold_histograms(refs_per_question: dict[str, np.ndarray], ref_tokens: dict[str, np.ndarray]) -> str:
     """References per question, and reference length in tokens, one series per corpus."""
     corpora = list(refs_per_question)
-    top = max((int(v.max()) for v in refs_per_question.values() if len(v)), default=1)
-    longest = max((int(v.max()) for v in ref_tokens.values() if len(v)), default=1)
+    top = max([int(v.max()) for v in refs_per_question.values() if len(v)] + [1])  # at least one bin, always
+    longest = max([int(v.max()) for v in ref_tokens.values() if len(v)] + [1])
     panels = [
         (
             "references per question",
@@ -260,10 +263,37 @@ def series_line(svg: Svg, ax: Axes, x, y, color, name: str, dots: bool, what: st
                 svg.circle(xi, yi, 2.6, color, title=f"{name}: {b:.4f} at {what}{tick_label(a)}")
 
 
-def budget_curves(budgets: list[int], curves: dict[str, np.ndarray], intervals: dict[str, tuple] | None = None) -> str:
-    """Span recall reachable within each retrieved-token budget, one line per chunking; with the
-    intervals given, each line carries its 95 % bootstrap band."""
+BUDGET_LINES = 5  # chunkings drawn as lines (those on or nearest the front), besides the one the reader picked
+OTHERS = "#9aa5b1"
+
+
+def budget_lines(curves: dict[str, np.ndarray], chosen: str | None = None, most: int = BUDGET_LINES) -> list[str]:
+    """The chunkings worth a line of their own: those on the Pareto front of the budget chart (best span
+    recall at some budget), then those nearest it (smallest largest shortfall from the best), at most
+    `most`, and the reader's `chosen` one; in the order of `curves`."""
     names = list(curves)
+    if len(names) <= most + 1:
+        return names
+    values = np.nan_to_num(np.vstack([np.asarray(curves[n], dtype=np.float64) for n in names]), nan=0.0)
+    shortfall = (values.max(axis=0) - values).max(axis=1)  # 0 for a curve that is best at every budget
+    on_front = (values >= values.max(axis=0) - 1e-12).any(axis=1)
+    order = sorted(range(len(names)), key=lambda i: (not on_front[i], shortfall[i], names[i]))
+    keep = set(order[:most]) | ({names.index(chosen)} if chosen in curves else set())
+    return [n for i, n in enumerate(names) if i in keep]
+
+
+def budget_curves(
+    budgets: list[int],
+    curves: dict[str, np.ndarray],
+    intervals: dict[str, tuple] | None = None,
+    chosen: str | None = None,
+) -> str:
+    """Span recall reachable within each retrieved-token budget: a line (with its 95 % bootstrap band) for
+    each chunking on or near the Pareto front and for the `chosen` one; the others summarised as one grey
+    band from their lowest to their highest recall at each budget."""
+    drawn = budget_lines(curves, chosen)
+    rest = [n for n in curves if n not in drawn]
+    names = drawn + ([f"{len(rest)} other chunkings (their range)"] if rest else [])
     columns = 3
     entry_width = max((text_width(n, 9) for n in names), default=0) + 30
     rows = math.ceil(len(names) / columns)
@@ -282,14 +312,26 @@ def budget_curves(budgets: list[int], curves: dict[str, np.ndarray], intervals: 
         xticks=budgets,
         xtick_labels=[str(b) for b in budgets],
     )
-    for k, name in enumerate(names):
-        color = CYCLE[k % len(CYCLE)]
+    if rest:
+        values = np.vstack([np.asarray(curves[n], dtype=np.float64) for n in rest])
+        low, high = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
+        px = ax.px(np.asarray(budgets, dtype=np.float64))
+        svg.add(
+            f'<g class="others"><title>{len(rest)} other chunkings: span recall from '
+            + escape(", ".join(f"{a:.2f}–{b:.2f}" for a, b in zip(low, high)))
+            + " at the budgets</title>"
+        )
+        svg.polygon(np.concatenate([px, px[::-1]]), np.concatenate([ax.py(high), ax.py(low)[::-1]]), OTHERS, 0.35)
+        svg.add("</g>")
+    colors = {n: CYCLE[k % len(CYCLE)] for k, n in enumerate(drawn)}
+    for name in drawn:
         if intervals and name in intervals:
-            band(svg, ax, budgets, *intervals[name], color)
-        series_line(svg, ax, budgets, curves[name], color, name, dots=True, what="budget ")
-    legend(
-        svg, 70, 20 + 300 + 58, [(n, CYCLE[k % len(CYCLE)], "line") for k, n in enumerate(names)], columns, entry_width
-    )
+            band(svg, ax, budgets, *intervals[name], colors[name])
+        series_line(svg, ax, budgets, curves[name], colors[name], name, dots=True, what="budget ")
+    entries = [(n + (" (chosen)" if n == chosen else ""), colors[n], "line") for n in drawn]
+    if rest:
+        entries.append((names[-1], OTHERS, "box"))
+    legend(svg, 70, 20 + 300 + 58, entries, columns, entry_width)
     return svg.render()
 
 

@@ -1,4 +1,4 @@
-"""TODO docstring"""
+"""The report's gold-set section: references per question, their lengths, and the gold-set check."""
 
 from __future__ import annotations
 
@@ -12,9 +12,17 @@ from chunkeval.report import charts
 from chunkeval.report.sections import _num, _table, label
 from chunkeval.vocabulary import CONFIG_KEYS
 
+NO_REFERENCES = (
+    "<p>This run was recorded without span references (document-level gold, or recorded through the Python API "
+    "without its reference table): there are no references per question or reference lengths to show.</p>"
+)
+
 
 def section_gold(refs: pa.Table, per_query: pa.Table, check: dict | None = None, settings: dict | None = None) -> str:
+    """The gold set of a run: references per question and their lengths, and the gold-set check's findings."""
     settings = settings or {}
+    if not refs.num_rows:
+        return f'<section id="gold"><h2>5. The gold set</h2>{NO_REFERENCES}{gold_check_html(check, settings)}</section>'
     first = (
         {k: refs[k][0].as_py() for k in ("model", "chunker", "chunk_size", "chunk_overlap")} if refs.num_rows else {}
     )
@@ -119,7 +127,9 @@ def gold_check_html(check: dict | None, settings: dict) -> str:
     return "".join(parts)
 
 
-def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table) -> str:
+def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table, drilldown: str = "") -> str:
+    """Questions with zero recall and references that straddle a chunk boundary, then `drilldown` (the
+    per-question view of what was retrieved, `report.drilldown`)."""
     questions = {r["query_id"]: r["question"] for r in refs.to_pylist()}
     rows = [r for r in per_query.to_pylist() if all(r[k] == chosen[k] for k in CONFIG_KEYS)]
     zero = [
@@ -156,5 +166,5 @@ def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table) -> str:
         f'<section id="failures"><h2>6. Failure analysis at {escape(label(chosen))}</h2>'
         f"<h3>Questions with zero recall ({len(zero)} of {len(rows)})</h3>{zero_html}"
         f"<h3>References that straddle a chunk boundary ({len(straddling)} of {len(mine)})</h3>"
-        f"<p>No single chunk holds these whole: the usual reason for partial recall.</p>{straddle_html}</section>"
+        f"<p>No single chunk holds these whole: the usual reason for partial recall.</p>{straddle_html}{drilldown}</section>"
     )

@@ -16,8 +16,10 @@ from chunkeval.analysis.regression import DEFAULT_THRESHOLD
 from chunkeval.errors import InputError
 from chunkeval.faults import checkpoint
 from chunkeval.files import write_text
+from chunkeval.report.drilldown import drilldown
 from chunkeval.report.gold_sections import section_failures, section_gold
 from chunkeval.report.index_section import section_indexes
+from chunkeval.report.inspect import ITEM_STYLE
 from chunkeval.report.sections import (
     _when,
     best_rows,
@@ -96,8 +98,8 @@ def build_report(
         section_indexes(summary),
         section_distributions(summary, per_query),
         section_gold(refs, per_query, wh.gold_check(run_id), settings),
-        section_failures(chosen, per_query, refs),
-        section_budget(per_query),
+        section_failures(chosen, per_query, refs, drilldown(wh, run_id, chosen, per_query)),
+        section_budget(per_query, chosen),
         section_trend(wh, experiment, trend_configs, threshold),
     ]
     nav = "".join(
@@ -118,7 +120,7 @@ def build_report(
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
-<meta name="viewport" content="width=device-width, initial-scale=1"><title>{title}</title><style>{STYLE}</style></head>
+<meta name="viewport" content="width=device-width, initial-scale=1"><title>{title}</title><style>{STYLE}{ITEM_STYLE}</style></head>
 <body><h1>{title}</h1><p>Run {escape(run_id)}, {_when(run["started_at"])}. Written by chunkeval {escape(__version__)}.</p>
 <nav>{nav}</nav>
 {"".join(sections)}

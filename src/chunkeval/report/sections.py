@@ -269,14 +269,17 @@ def section_distributions(summary: list[dict], per_query: pa.Table) -> str:
     )
 
 
-def section_budget(per_query: pa.Table) -> str:
+def section_budget(per_query: pa.Table, chosen: dict | None = None) -> str:
     budgets = budgets_for(per_query)
     curves, intervals = budget_table(per_query, budgets)
+    picked = label(chosen, with_k=False) if chosen else None
     return (
         '<section id="budget"><h2>7. Recall against retrieved-token budget</h2><p>For each chunking, the span recall a query '
         "reaches with the largest evaluated k whose retrieved chunks fit the budget: which chunking finds the most of the answer "
-        "for the same context cost. Bands are the 95 % bootstrap intervals of the means (queries resampled).</p>"
-        f"{charts.budget_curves(budgets, curves, intervals)}</section>"
+        f"for the same context cost. The chunkings on or nearest the front (the best at some budget), at most "
+        f"{charts.BUDGET_LINES}, and the chosen one are drawn as lines with the 95 % bootstrap intervals of their means "
+        "(queries resampled) as bands; the others are one grey band from their lowest to their highest recall.</p>"
+        f"{charts.budget_curves(budgets, curves, intervals, picked)}</section>"
     )
 
 
@@ -330,7 +333,14 @@ def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold
     legend = _table(
         ["#", "run", "started"], [[str(i + 1), escape(run_id), _when(when)] for i, (when, run_id) in enumerate(runs)]
     )
-    regress = problem or (
+    diff = (wh.root / "reports" / experiment / f"diff-{falls[0]['reference_run_id']}-{newest}.html") if falls else None
+    link = (
+        f'<p>What changed: <a href="{escape(diff.as_uri())}">the diff of run {escape(falls[0]["reference_run_id"])} '
+        f"→ {escape(newest)}</a> (the questions that got worse and what they retrieved before and after).</p>"
+        if diff is not None and diff.is_file()
+        else ""
+    )
+    regress = problem or link + (
         _table(
             [
                 "metric",

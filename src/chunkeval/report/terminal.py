@@ -140,6 +140,17 @@ def format_rows(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def format_table(table: pa.Table) -> str:
+    """Any Arrow table (a query's rows) as aligned text: numbers to six significant digits, NULL as –."""
+
+    def cell(value) -> str:
+        if isinstance(value, float) and not math.isnan(value):
+            return f"{value:.6g}"
+        return _cell(value)
+
+    return format_rows(table.column_names, [[cell(v) for v in row.values()] for row in table.to_pylist()])
+
+
 def format_summary(
     summary: pa.Table,
     keys: list[str],

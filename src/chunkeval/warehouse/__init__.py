@@ -23,6 +23,7 @@ Layout under `$CHUNKEVAL_HOME/warehouse/` (schema: docs/warehouse.md):
 | `runs` | `Lifecycle` | begin, complete, fail, skip, reap |
 | `baselines` | `Baselines` | pins, reference runs, compare and regressions (rules: `chunkeval.analysis.regression`) |
 | `maintenance` | `Maintenance` | repair, delete, prune |
+| `access` | `Access` | a read-only query for people (`chunkeval sql`), a self-contained snapshot |
 
 Each job is a class that extends the jobs it uses (`Schema(Connections, Layout)`, `History(Schema)`, …,
 `Maintenance(Lifecycle, Baselines)`), as the package's layers do: a reader of one module sees in its
@@ -36,7 +37,9 @@ from pathlib import Path
 
 from chunkeval.analysis.regression import DEFAULT_THRESHOLD, REGRESSION_METRICS
 from chunkeval.errors import InputError
+from chunkeval.warehouse.access import Access
 from chunkeval.warehouse.baselines import Baselines
+from chunkeval.warehouse.db import LockTimeout, lock_timeout_setting
 from chunkeval.warehouse.history import History
 from chunkeval.warehouse.maintenance import Maintenance
 from chunkeval.warehouse.migrations import MIGRATIONS, SCHEMA_VERSION, Schema
@@ -54,6 +57,7 @@ from chunkeval.warehouse.tables import (
 __all__ = [
     "DEFAULT_THRESHOLD",  # the regression rule's, re-exported: chunkeval.analysis.regression
     "DUPLICATES_SQL",
+    "LockTimeout",
     "MANIFEST_COLUMNS",
     "MIGRATIONS",
     "REGRESSION_METRICS",  # likewise
@@ -66,16 +70,17 @@ __all__ = [
 ]
 
 
-class Warehouse(Maintenance, Lifecycle, Baselines, Results, History, Schema):
+class Warehouse(Maintenance, Lifecycle, Baselines, Results, Access, History, Schema):
     """The warehouse under `root`: `chunkeval.duckdb`, `results/<run_id>/`, `baselines/<experiment>.json`.
-    Every operation opens a short-lived connection, waiting up to `lock_timeout` seconds while another
-    process holds the file (a command that only reads asks inside one `session()`)."""
+    Every operation opens a short-lived connection, waiting up to `lock_timeout` seconds (by default
+    `$CHUNKEVAL_LOCK_TIMEOUT`, else 120) while another process holds the file (a command that only reads asks
+    inside one `session()`)."""
 
-    def __init__(self, root: Path, lock_timeout: float = 120.0):
+    def __init__(self, root: Path, lock_timeout: float | None = None):
         self.root = Path(root)
         self.db_path = self.root / "chunkeval.duckdb"
         self.results = self.root / "results"
-        self.lock_timeout = lock_timeout
+        self.lock_timeout = lock_timeout_setting() if lock_timeout is None else lock_timeout
         self._ready = False  # the schema is brought up to date on the first connection
         self._session = None  # the connection of an open `session()`
 

@@ -1,13 +1,18 @@
 """Connections to the catalogue file: short-lived, waiting while another process holds it, and a
 damaged file reported (one line naming it and the repair command), never used.
 
-DuckDB lets one process write a database file at a time, so every operation opens a short-lived
-connection, retrying while another process holds the lock: two runs at once both get recorded. A command
-that only reads asks everything inside one `session()`, so that it opens the file once.
+DuckDB lets one process write a database file at a time, and no writer in while any other process holds
+it, read-only or not. So every operation opens a short-lived connection, retrying while another process
+holds the lock (two runs at once both get recorded): it says once which process holds it, and after
+`CHUNKEVAL_LOCK_TIMEOUT` seconds (default 120) ends with one line naming the holder and what to do
+(`LockTimeout`, exit status 2). A command that only reads asks everything inside one `session()`, so that
+it opens the file once.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import random
 import re
 import time
@@ -20,6 +25,11 @@ import pyarrow as pa
 from chunkeval.errors import Fault, InputError
 
 _LOCKED = re.compile(r"could not set lock|conflicting lock", re.I)
+_HOLDER = re.compile(r"lock is held in (?P<program>.*?) \(PID (?P<pid>\d+)\)")
+LOCK_TIMEOUT_ENV = "CHUNKEVAL_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT = 120.0
+
+log = logging.getLogger("chunkeval")
 _DAMAGE = re.compile(
     r"corrupt|checksum|not a valid duckdb|invalid database|database file .*(truncated|too small)", re.I
 )
@@ -29,6 +39,30 @@ _NO_SPACE = re.compile(r"no space left|disk full|could not write.*space", re.I)
 
 class Damaged(InputError):
     """The catalogue file is damaged, as DuckDB reports it (a checksum, a header): what `repair` repairs."""
+
+
+class LockTimeout(InputError):
+    """Another process held the catalogue file for longer than this one waits: one line, exit status 2."""
+
+
+def lock_timeout_setting() -> float:
+    """`$CHUNKEVAL_LOCK_TIMEOUT`: how many seconds to wait for another process's hold on the warehouse."""
+    raw = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_LOCK_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (0 <= value < float("inf")):
+        raise InputError(f"{LOCK_TIMEOUT_ENV} must be a number of seconds, 0 or more, got {raw!r}")
+    return value
+
+
+def lock_holder(exc: Exception) -> str:
+    """The process DuckDB names as the holder of a lock: `process 1791 (/usr/bin/python3)`."""
+    found = _HOLDER.search(str(exc))
+    return f"process {found['pid']} ({found['program']})" if found else "another process"
 
 
 def fault(exc: Exception, path: Path) -> Fault | None:
@@ -75,6 +109,7 @@ class Connections:
                 fault(exc, self.root) or InputError(f"cannot create the warehouse folder ({exc.strerror})", self.root)
             ) from None
         deadline = time.monotonic() + self.lock_timeout
+        said = False
         while True:
             try:
                 con = duckdb.connect(str(self.db_path), read_only=self.read_only)
@@ -82,17 +117,27 @@ class Connections:
             except duckdb.Error as exc:
                 locked = _LOCKED.search(str(exc)) is not None
                 if locked and time.monotonic() < deadline:
+                    if not said:
+                        log.warning(
+                            "the warehouse is held by %s; waiting up to %g s for it (%s)",
+                            lock_holder(exc),
+                            self.lock_timeout,
+                            LOCK_TIMEOUT_ENV,
+                        )
+                        said = True
                     time.sleep(random.uniform(0.02, 0.2))
                     continue
-                if existed and not self.read_only and _READ_ONLY.search(str(exc)):
+                if existed and not self.read_only and not locked and _READ_ONLY.search(str(exc)):
                     self.read_only = True  # a healthy file on a read-only volume: every read works
                     continue
                 if not existed:
                     self._remove_stub()
-                raise exc if locked else self._opening_error(exc) from None
+                raise (self._lock_timeout(exc) if locked else self._opening_error(exc)) from None
         try:
             if not self._ready:
                 self._migrate(con)
+                if not self.read_only:
+                    self._settle(con)
                 self._ready = True
             yield con
         except duckdb.Error as exc:
@@ -112,6 +157,14 @@ class Connections:
                 path.unlink()
             except OSError:
                 pass
+
+    def _lock_timeout(self, exc: Exception) -> LockTimeout:
+        return LockTimeout(
+            f"{lock_holder(exc)} held the warehouse for more than {self.lock_timeout:g} s "
+            f"({LOCK_TIMEOUT_ENV}): close that process's connection (a DuckDB shell or notebook) and run again; "
+            "to look at the warehouse without blocking runs use `chunkeval sql` or `chunkeval warehouse snapshot`",
+            self.db_path,
+        )
 
     def _opening_error(self, exc: Exception) -> InputError:
         """Why the file did not open: damage only when DuckDB says so, else the fault, else the reason."""
@@ -136,6 +189,10 @@ class Connections:
 
     def _migrate(self, con) -> None:  # pragma: no cover - `migrations.Schema` gives the real one
         raise NotImplementedError
+
+    def _settle(self, con) -> None:
+        """What the first writable connection of a process does after the migrations: `runs.Lifecycle`
+        records runs that could not record themselves (their manifests say how they ended)."""
 
     def _damaged(self, exc: Exception) -> InputError:
         reason = str(exc).splitlines()[0]

@@ -50,6 +50,12 @@ class History(Schema):
             sql += f" LIMIT {int(limit)}"
         return self._dicts(sql, params)
 
+    def count_runs(self, experiment: str, status: str) -> int:
+        """How many runs of the experiment have the status."""
+        return self._dicts("SELECT count(*) AS n FROM runs WHERE experiment = ? AND status = ?", [experiment, status])[
+            0
+        ]["n"]
+
     def has_run(self, run_id: str) -> bool:
         """Whether the catalogue holds the run (deleted runs are gone from it)."""
         return bool(self._dicts("SELECT 1 AS x FROM runs WHERE run_id = ?", [run_id]))

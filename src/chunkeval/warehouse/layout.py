@@ -1,17 +1,30 @@
 """The warehouse's files on disk, beside the catalogue: each run's folder `results/<run_id>/` (its Parquet
-files, `manifest.json`, `gold_check.json`) and the pins `baselines/<experiment>.json`. The manifests and
-pins are what `repair` rebuilds a catalogue from. No connection is opened here."""
+files, `manifest.json`, `gold_check.json`, `corpora.json`), the pins `baselines/<experiment>.json`, and
+the corpus texts runs read. The manifests and pins are what `repair` rebuilds a catalogue from. No
+connection is opened here.
+
+Corpus texts are kept as long as a run that read them: `corpora/<sha256>.txt.gz`, each corpus text once
+per version (named by the SHA-256 of its UTF-8 bytes, gzip-compressed), and `results/<run_id>/corpora.json`
+mapping the run's corpus ids to them. A copy is read back only when its bytes hash to its name, so a run's
+offsets never meet another version's text. `collect_corpora` removes the copies no kept run names (after
+delete and prune), leaving one written or reused in the last `GRACE_S` seconds to a run being recorded.
+"""
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import os
 import shutil
+import time
 from datetime import datetime
 from pathlib import Path
 
 from chunkeval.files import write_text
 from chunkeval.warehouse.tables import MANIFEST_COLUMNS, STATUSES
+
+GRACE_S = 600.0  # a corpus copy this young is never collected: a run may be recording itself with it
 
 
 class Layout:
@@ -75,3 +88,66 @@ class Layout:
             }
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    @property
+    def corpora_dir(self) -> Path:
+        return self.root / "corpora"
+
+    def _keep_corpora(self, run_id: str, corpora: dict[str, str]) -> None:
+        """Name the run's corpus versions in its folder first, then make sure each copy exists (a reused
+        copy is touched, so that a collection running meanwhile leaves it)."""
+        names = {cid: hashlib.sha256(text.encode("utf-8")).hexdigest() for cid, text in corpora.items()}
+        folder = self.results / run_id
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text(folder / "corpora.json", json.dumps(names, indent=1, sort_keys=True))
+        self.corpora_dir.mkdir(parents=True, exist_ok=True)
+        for cid, digest in names.items():
+            path = self.corpora_dir / f"{digest}.txt.gz"
+            if path.is_file():
+                os.utime(path)
+                continue
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            try:
+                tmp.write_bytes(gzip.compress(corpora[cid].encode("utf-8"), compresslevel=6, mtime=0))
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+
+    def corpus_versions(self, run_id: str) -> dict[str, str]:
+        """corpus id → SHA-256 of the text the run read (empty for runs recorded before texts were kept)."""
+        try:
+            found = json.loads((self.results / run_id / "corpora.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def corpus_text(self, run_id: str, corpus_id: str, _cache: dict | None = None) -> str | None:
+        """The text of a corpus as the run read it, or None where no intact copy of that version is kept."""
+        digest = self.corpus_versions(run_id).get(corpus_id)
+        if digest is None:
+            return None
+        try:
+            text = gzip.decompress((self.corpora_dir / f"{digest}.txt.gz").read_bytes())
+        except (OSError, EOFError, gzip.BadGzipFile):
+            return None
+        return text.decode("utf-8") if hashlib.sha256(text).hexdigest() == digest else None
+
+    def collect_corpora(self) -> list[str]:
+        """Remove the corpus copies no kept run names (older than `GRACE_S`); the removed names."""
+        if not self.corpora_dir.is_dir():
+            return []
+        copies = {p.name.split(".")[0]: p for p in self.corpora_dir.glob("*.txt.gz")}
+        named = set()
+        if self.results.is_dir():
+            for folder in self.results.iterdir():
+                if folder.is_dir() and not folder.name.startswith(".deleting-"):
+                    named.update(self.corpus_versions(folder.name).values())
+        now, removed = time.time(), []
+        for digest, path in copies.items():
+            try:
+                if digest not in named and now - path.stat().st_mtime > GRACE_S:
+                    path.unlink()
+                    removed.append(digest)
+            except OSError:
+                pass
+        return removed

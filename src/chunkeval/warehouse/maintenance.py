@@ -124,6 +124,7 @@ class Maintenance(Lifecycle, Baselines):
             con.execute("COMMIT")
         for run_id in ids:
             self._remove_folder(run_id)
+        self.collect_corpora()  # the corpus copies only these runs read
         return ids
 
     def prune(

@@ -107,7 +107,7 @@ class Schema(Connections, Layout):
                     "cannot take: open it once where it can be written",
                     self.db_path,
                 )
-            self._create_views(con, rebind=True, temporary=True)
+            self._create_views(con, temporary=True)  # the file's own views serve where it has not moved
             return
         for step in range(version, upto):
             con.execute("BEGIN TRANSACTION")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -57,13 +58,10 @@ class Results(History):
         if not path.is_file() or not set(columns) <= set(pq.read_schema(path).names):
             table = self.run_file(run_id, kind)  # its errors, or an older run's file read through the views' projection
             missing = np.full(table.num_rows, np.nan)  # a metric the run did not measure (before it existed)
-            return {c: table[c].to_numpy(zero_copy_only=False) if c in table.column_names else missing for c in columns}
+            return {c: _numpy(table[c]) if c in table.column_names else missing for c in columns}
         with self.connect() as con:
             found = con.execute(f"SELECT {', '.join(columns)} FROM read_parquet({quote(path)})").fetchnumpy()
-        return {
-            c: v.filled(np.nan) if isinstance(v, np.ma.MaskedArray) and v.dtype.kind == "f" else np.asarray(v)
-            for c, v in found.items()
-        }
+        return {c: _unmasked(v) for c, v in found.items()}
 
     def _question_texts(self, run_id: str) -> list[tuple[str, str]]:
         """(query_id, question) of a run's gold set."""
@@ -99,6 +97,52 @@ class Results(History):
         logging.getLogger("chunkeval").warning("%s: damaged (%s); moved aside to %s.corrupt", path, problem, path.name)
         return None
 
+    def retrieved_file(self, run_id: str) -> Path:
+        """The retrieved lists' file of a completed run; one line naming the run where it has none."""
+        run = self.run(run_id)
+        if run["status"] != "completed":
+            raise InputError(f"run {run_id} is {run['status']}: only completed runs have results")
+        path = self._file(run_id, "retrieved")
+        if not path.is_file():
+            raise InputError(
+                f"run {run_id} was recorded before chunkeval kept retrieved lists (or without them): "
+                "there is nothing to show; runs recorded from now on keep them"
+            )
+        return path
+
+    def retrieved(self, run_id: str, query_ids: list[str] | None = None) -> pa.Table:
+        """A completed run's retrieved lists (of `query_ids` only, when given)."""
+        path = self.retrieved_file(run_id)
+        where = "" if query_ids is None else "WHERE list_contains(?::VARCHAR[], query_id)"
+        with self.connect() as con:
+            return con.sql(
+                f'SELECT * EXCLUDE (length), start + length AS "end" FROM read_parquet({quote(path)}) {where}',
+                params=[] if query_ids is None else [query_ids],
+            ).to_arrow_table()
+
     def models(self, run_id: str) -> pa.Table:
         """The models of a run: fingerprint, texts embedded, throughput (empty for runs before v4)."""
         return self.run_file(run_id, "models", "ORDER BY model")
+
+
+def _unmasked(values) -> np.ndarray:
+    """A column of DuckDB's fetchnumpy: NULL as NaN in a float column, as None in any other (a null key such
+    as `candidates` of a row that was not reranked must equal None, as the configuration says it)."""
+    if not isinstance(values, np.ma.MaskedArray):
+        return np.asarray(values)
+    if values.dtype.kind == "f":
+        return values.filled(np.nan)
+    if not np.ma.getmaskarray(values).any():
+        return np.asarray(values.data)
+    out = np.asarray(values.data).astype(object)
+    out[np.ma.getmaskarray(values)] = None
+    return out
+
+
+def _numpy(column) -> np.ndarray:
+    """An Arrow column as numpy, with the same reading of NULL as `_unmasked`."""
+    import pyarrow as pa
+
+    if column.null_count and not pa.types.is_floating(column.type):
+        return np.asarray(column.to_pylist(), dtype=object)
+    return column.to_numpy(zero_copy_only=False)

@@ -1,6 +1,8 @@
 """A run's life in the warehouse: begun (its catalogue row and manifest), completed (its files, then its
 manifest, then its row and summaries in one transaction), failed, skipped, or settled by `reap` after its
-process died. Every change of status is written to the manifest first, then to the catalogue."""
+process died. Every change of status is written to the manifest first, then to the catalogue; a run that
+could not reach the catalogue (another process held it past the lock timeout) is recorded from its
+manifest by the next process that opens the warehouse for writing (`_settle`)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import uuid
 from datetime import datetime
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from chunkeval._version import __version__
 from chunkeval.errors import InputError
@@ -18,6 +21,7 @@ from chunkeval.faults import checkpoint
 from chunkeval.files import pid_alive, write_tables, write_text
 from chunkeval.stats.summaries import summarize
 from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.warehouse.db import LockTimeout
 from chunkeval.warehouse.history import History
 from chunkeval.warehouse.tables import MANIFEST_COLUMNS, TRIGGERS, utc_now
 
@@ -33,12 +37,27 @@ class Lifecycle(History):
         if changes.get("status") == "completed":
             checkpoint("catalogue")
         with self.connect() as con:
-            con.execute("BEGIN TRANSACTION")
-            if changes.get("status") == "completed":  # its summaries become visible with its status
-                self._materialize(con, [run_id])
-            assignments = ", ".join(f"{c} = ?" for c in changes)
-            con.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*changes.values(), run_id])
-            con.execute("COMMIT")
+            self._apply(con, run_id, changes)
+
+    def _apply(self, con, run_id: str, changes: dict) -> None:
+        """A change of a run's catalogue row, in one transaction (with its summaries when it completed)."""
+        con.execute("BEGIN TRANSACTION")
+        if changes.get("status") == "completed":  # its summaries become visible with its status
+            self._materialize(con, [run_id])
+        assignments = ", ".join(f"{c} = ?" for c in changes)
+        con.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*changes.values(), run_id])
+        con.execute("COMMIT")
+
+    def _settle(self, con) -> None:
+        """Runs whose manifest says how they ended while the catalogue still says running (their process
+        could not reach the catalogue): recorded as their manifest says, a completed one with its summaries."""
+        for (run_id,) in con.execute("SELECT run_id FROM runs WHERE status = 'running'").fetchall():
+            manifest = self.read_manifest(run_id)
+            if manifest is None or manifest["status"] == "running":
+                continue
+            if manifest["status"] == "completed" and not self._has_results(run_id):
+                continue
+            self._apply(con, run_id, {c: manifest[c] for c in ("status", "finished_at", "texts_embedded", "error")})
 
     def begin_run(
         self,
@@ -74,7 +93,11 @@ class Lifecycle(History):
             "host": socket.gethostname(),
         }
         self._write_manifest(row)
-        self._insert(row)
+        try:
+            self._insert(row)
+        except LockTimeout:
+            self._remove_folder(row["run_id"])  # never begun: no manifest left for `repair` to find
+            raise
         return row["run_id"]
 
     def _insert(self, row: dict, con=None) -> None:
@@ -100,12 +123,18 @@ class Lifecycle(History):
         models: pa.Table | None = None,
         gold_check: dict | None = None,
         by_corpus: pa.Table | None = None,
+        retrieved: pa.Table | None = None,
+        corpora: dict[str, str] | None = None,
     ) -> None:
         """Write the run's files (each whole or not at all), its manifest, then mark it completed.
         `gold_check` is the gold-set check's findings on the run's inputs (`chunkeval gold check`); without
-        `by_corpus` (the sweep's per-corpus summary) it is computed from `per_query`."""
+        `by_corpus` (the sweep's per-corpus summary) it is computed from `per_query`. `retrieved` (what
+        every configuration retrieved) and `corpora` (the texts the run read: a copy of each version is
+        kept, `layout`) are what `chunkeval inspect` and `diff` show."""
         folder = self.results / run_id
         folder.mkdir(parents=True, exist_ok=True)
+        if corpora is not None:
+            self._keep_corpora(run_id, corpora)
         if gold_check is not None:
             write_text(folder / "gold_check.json", json.dumps(gold_check, indent=1))
         run_col = lambda t: t.append_column("run_id", pa.array([run_id] * t.num_rows, pa.string()))  # noqa: E731
@@ -115,18 +144,37 @@ class Lifecycle(History):
         if models is not None:
             tables[folder / "models.parquet"] = run_col(models)
         if by_corpus is None:
-            skip = bool(json.loads(self.run(run_id)["settings"] or "{}").get("skip_empty_gold"))
+            settings = (self.read_manifest(run_id) or self.run(run_id))["settings"]  # the manifest needs no lock
+            skip = bool(json.loads(settings or "{}").get("skip_empty_gold"))
             by_corpus = summarize(
                 per_query if skip or "has_gold" not in per_query.column_names else per_query.drop_columns(["has_gold"]),
                 [k for k in CONFIG_KEYS if k in per_query.column_names] + ["corpus_id"],
             )
         tables[folder / "by_corpus.parquet"] = run_col(by_corpus)
+        if retrieved is not None:  # [start, end) kept as start and length, zstd: half the bytes of snappy's end
+            length = pc.subtract(retrieved["end"], retrieved["start"]).cast(pa.int32())
+            stored = retrieved.drop_columns(["end"]).append_column("length", length)
+            write_tables({folder / "retrieved.parquet": stored}, compression="zstd")
         write_tables(tables, point="results")
-        self._update(run_id, status="completed", finished_at=utc_now(), texts_embedded=int(texts_embedded))
+        try:
+            self._update(run_id, status="completed", finished_at=utc_now(), texts_embedded=int(texts_embedded))
+        except LockTimeout as exc:
+            raise LockTimeout(
+                f"{exc.message}; run {run_id} is complete and its results are kept: the next chunkeval command "
+                "that opens the warehouse records it",
+                exc.path,
+            ) from None
 
     def fail_run(self, run_id: str, error: str) -> None:
-        if self.run(run_id)["status"] == "running":
+        """Record a running run failed (its manifest first). Where the catalogue is held past the lock
+        timeout, the manifest says so and the next command that opens the warehouse records it."""
+        manifest = self.read_manifest(run_id)
+        if (manifest or self.run(run_id))["status"] != "running":
+            return
+        try:
             self._update(run_id, status="failed", finished_at=utc_now(), error=error[:2000])
+        except LockTimeout:
+            pass  # the manifest says failed: `_settle` records it
 
     def reap(self) -> int:
         """Settle runs of this host whose process has died (kill -9, power loss): a run whose manifest

@@ -12,15 +12,33 @@ COMMANDS lists them in the order `chunkeval --help` shows them.
 from chunkeval.cli.commands import (
     baseline,
     compare,
+    diff,
     evaluate_run,
     gold,
+    inspect,
     report,
     run,
     runs,
     serve,
+    sql,
     sweep,
     trend,
     warehouse,
 )
 
-COMMANDS = (run, runs, trend, report, baseline, compare, gold, warehouse, serve, sweep, evaluate_run)
+COMMANDS = (
+    run,
+    runs,
+    trend,
+    report,
+    inspect,
+    diff,
+    baseline,
+    compare,
+    gold,
+    sql,
+    warehouse,
+    serve,
+    sweep,
+    evaluate_run,
+)

@@ -42,6 +42,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "one worker per core), dask:N (of N workers) or dask=tcp://HOST:PORT (an existing cluster's scheduler); "
         "needs pip install 'chunkeval[dask]'",
     )
+    p.add_argument(
+        "--mlflow",
+        metavar="URI",
+        help="also publish the run to this MLflow tracking server (http://HOST:PORT): settings as params, each "
+        "configuration a nested run with its means as metrics, the report and summary as artifacts; "
+        "needs pip install 'chunkeval[mlflow]'",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -92,6 +99,12 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.report.terminal import format_summary
     from chunkeval.vocabulary import CONFIG_KEYS
 
+    if args.mlflow:
+        from chunkeval.cli.mlflow_export import check_server
+
+        args.mlflow = check_server(
+            args.mlflow
+        )  # before anything is read or built: a URI that is no server is bad input
     if args.experiment_file:
         exp = experiment_from_args(args, name=args.experiment)
     else:
@@ -143,4 +156,11 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         print("\nindexes (build seconds, size, and milliseconds per query: one at a time p50/p95, and batched)")
         print(format_index_costs(summary, CONFIG_KEYS))
     print(f"\nreport: {result['report']}")
+    if args.mlflow:
+        from pathlib import Path
+
+        from chunkeval.cli.mlflow_export import log_run
+
+        mlflow_run = log_run(args.mlflow, wh, result["run_id"], Path(result["report"]))
+        print(f"published to MLflow at {args.mlflow}: run {mlflow_run} (one nested run per configuration)")
     return 0

@@ -15,11 +15,12 @@ from chunkeval.cli.options import (
     check_at_least_one,
     config_filter,
 )
-from chunkeval.cli.output import iso, print_json
+from chunkeval.cli.output import iso
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
 
 WAREHOUSE_SESSION = True  # only reads
+SHOWN_RUNS = 30  # runs a terminal shows by default
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -35,13 +36,21 @@ def add_parser(sub) -> argparse.ArgumentParser:
         p,
         "only configurations with these settings, e.g. chunk_size=200,k=5 (keys: chunker, chunk_size, chunk_overlap, k)",
     )
-    p.add_argument("--last", type=int, metavar="N", help="only the last N completed runs")
-    add_json(p, "print JSON rows (run_id, started_at, configuration, value, change)")
+    window = p.add_mutually_exclusive_group()
+    window.add_argument(
+        "--last",
+        type=int,
+        metavar="N",
+        help=f"only the last N completed runs (in a terminal the last {SHOWN_RUNS} unless --all; --json gives all)",
+    )
+    window.add_argument("--all", action="store_true", help="every completed run, also in a terminal")
+    add_json(p, "print JSON rows (run_id, started_at, configuration, value, change): every run unless --last")
     p.add_argument(
         "--fail-on-regression",
         action="store_true",
-        help="exit 1 when the metric fell in the newest run, against the baseline or the previous run, by more than "
-        "--threshold and significantly (paired t-test over the queries, Holm over the configurations, --alpha)",
+        help="print the verdict and the regressions (the table only with -v) and exit 1 when the metric fell in "
+        "the newest run, against the baseline or the previous run, by more than --threshold and significantly "
+        "(paired t-test over the queries, Holm over the configurations, --alpha)",
     )
     add_threshold(p, "the smallest fall that matters (absolute, default 0.02)")
     add_alpha(p)
@@ -56,7 +65,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.analysis.comparisons import check_alpha, check_threshold
-    from chunkeval.report.terminal import regression_message
     from chunkeval.stats.aggregate import check_metric
 
     check_metric(args.metric)
@@ -68,26 +76,75 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if args.baseline:
         wh.run(args.baseline)
     config = config_filter(args.config)
-    rows = wh.trend(args.experiment, args.metric, config, args.last)
+    shown = args.last or (None if args.all or args.json else SHOWN_RUNS)
+    rows = wh.trend(args.experiment, args.metric, config, shown)
     if config and not rows and wh.last_completed(args.experiment):
         raise InputError(
             f"no configuration of experiment {args.experiment!r} matches --config "
             + ",".join(f"{k}={v}" for k, v in config.items())
         )
     if args.json:
-        print_json([{**r, "started_at": iso(r["started_at"])} for r in rows])
-    elif rows:
-        print(_table(rows, args.metric))
-    else:
+        write_json_rows([{**r, "started_at": iso(r["started_at"])} for r in rows])
+    elif not rows:
         print(f"no completed run of experiment {args.experiment!r} with {args.metric}")
+    elif args.verbose or not args.fail_on_regression:
+        print(_table(rows, args.metric))
+        left_out = wh.count_runs(args.experiment, "completed") - len({r["run_id"] for r in rows})
+        if left_out > 0 and shown:
+            print(f"({left_out} earlier completed run(s) not shown: --last N or --all shows them)")
     if args.fail_on_regression:
-        falls = wh.regressions(args.experiment, [args.metric], args.threshold, args.baseline, args.alpha)
-        falls = [f for f in falls if all(f[k] == v for k, v in config.items())]
-        for f in falls:
-            print(regression_message(f), file=sys.stderr)
-        if falls:
-            return 1
+        return _verdict(wh, args, config)
     return 0
+
+
+def _verdict(wh, args: argparse.Namespace, config: dict) -> int:
+    """The regression check's verdict on stdout, each regression (with the questions that lost most) on
+    stderr; 1 when there is one."""
+    from chunkeval.report.terminal import regression_message
+
+    falls = wh.regressions(args.experiment, [args.metric], args.threshold, args.baseline, args.alpha)
+    falls = [f for f in falls if all(f[k] == v for k, v in config.items())]
+    newest = wh.last_completed(args.experiment)
+    reference = (args.baseline or wh.reference_run(args.experiment, newest["run_id"])) if newest else None
+    out = sys.stderr if args.json else sys.stdout  # JSON on stdout stays one document
+    if newest is None or reference is None or reference == newest["run_id"]:
+        print(f"no regression check: experiment {args.experiment!r} has no run to compare with yet", file=out)
+        return 0
+    against = f"run {newest['run_id']} against {reference}"
+    if not falls:
+        print(
+            f"no regression of {args.metric} in {against} (threshold {args.threshold:g}, alpha {args.alpha:g})",
+            file=out,
+        )
+        return 0
+    print(f"REGRESSION: {args.metric} fell in {len(falls)} configuration(s), {against}", file=out)
+    print(_diff_link(wh, args, config, reference, newest["run_id"]), file=out)
+    for f in falls:
+        print(regression_message(f), file=sys.stderr)
+    return 1
+
+
+def _diff_link(wh, args: argparse.Namespace, config: dict, reference: str, newest: str) -> str:
+    """Write the diff of the reference run and the newest (`reports/<experiment>/diff-<A>-<B>.html`) and
+    say where it is, or why there is none."""
+    from chunkeval.report.diff import diff_path, write_diff
+
+    try:
+        path = write_diff(
+            wh, reference, newest, diff_path(wh.root, args.experiment, reference, newest), config, args.metric
+        )
+    except InputError as exc:
+        return f"no diff: {exc}"
+    return f"diff: {path}"
+
+
+def write_json_rows(rows: list[dict]) -> None:
+    """A JSON list, one row object per line, written in one pass (each row by the C encoder; json.dump
+    with an indent encodes in Python, seconds for 100,000 rows)."""
+    import json
+
+    body = ",\n  ".join(json.dumps(r) for r in rows)
+    sys.stdout.write(f"[\n  {body}\n]\n" if rows else "[]\n")
 
 
 def _table(rows: list[dict], metric: str) -> str:

@@ -1,4 +1,5 @@
-"""`chunkeval warehouse repair`: a damaged catalogue rebuilt from the run manifests and pins."""
+"""`chunkeval warehouse repair`: a damaged catalogue rebuilt from the run manifests and pins;
+`chunkeval warehouse snapshot OUT.duckdb`: a self-contained copy to explore without holding runs up."""
 
 from __future__ import annotations
 
@@ -6,12 +7,17 @@ import argparse
 
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
+from chunkeval.limits import check_path_length
 
 WAREHOUSE_SESSION = False  # a repair may move the catalogue file aside: no connection may stay open
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("warehouse", help="look after the warehouse: `warehouse repair` rebuilds a damaged catalogue")
+    p = sub.add_parser(
+        "warehouse",
+        help="look after the warehouse: `warehouse repair` rebuilds a damaged catalogue, "
+        "`warehouse snapshot` copies it to explore",
+    )
     wsub = p.add_subparsers(dest="warehouse_command", metavar="command", required=True)
     w = wsub.add_parser(
         "repair",
@@ -20,7 +26,28 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "A readable catalogue is kept; only manifests missing for older runs are written.",
     )
     w.set_defaults(func=repair)
+    s = wsub.add_parser(
+        "snapshot",
+        help="write a self-contained DuckDB file of the warehouse (one moment) to explore without blocking runs",
+        description="Copy the catalogue's tables, and every view materialised as a table (the per-run results "
+        "that query_results, gold_references and run_models read from Parquet included), into OUT: consistent "
+        "at one moment, linked to nothing, and open as long as one likes while runs go on. The warehouse is "
+        "held only while it is copied.",
+    )
+    s.add_argument("out", metavar="OUT.duckdb", help="the file to write (replaced whole if it exists)")
+    s.set_defaults(func=snapshot)
     return p
+
+
+def snapshot(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+    check_path_length(args.out, "OUT.duckdb")
+    done = warehouse().snapshot(args.out)
+    print(
+        f"snapshot of {done['runs']} run(s) written to {done['path']} ({done['bytes'] / 1e6:.1f} MB, "
+        f"{len(done['tables'])} tables: {', '.join(done['tables'])}); open it with duckdb, e.g. "
+        f"duckdb {done['path']} -c 'SELECT * FROM config_summary'"
+    )
+    return 0
 
 
 def repair(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:

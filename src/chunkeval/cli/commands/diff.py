@@ -1,0 +1,59 @@
+"""`chunkeval diff`: what changed between two recorded runs, question by question."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from chunkeval.cli.options import add_config, add_json, add_run, config_filter
+from chunkeval.cli.output import print_json
+from chunkeval.cli.session import WarehouseAccess
+from chunkeval.errors import InputError
+
+WAREHOUSE_SESSION = True  # only reads
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "diff",
+        help="what changed between two runs: questions better, worse or unchanged, and what they retrieved",
+        description="For each configuration two runs of one experiment share: the questions that got better, worse "
+        "or stayed on --metric (a change of at most 1e-9 is none), the paired test of the difference (as compare), "
+        "and for each question that changed the chunks it retrieved before (a) and after (b), worse ones first.",
+    )
+    add_run(p, "a completed run: give two, the earlier (a) first", many=True)
+    add_config(p, "only configurations with these settings, e.g. chunk_size=200,k=5")
+    p.add_argument("--metric", help="the per-query metric (default: the first of the regression rule's, span_recall)")
+    add_json(p, "print a JSON list with one object per configuration")
+    p.add_argument("--html", metavar="OUT.html", help="also write the diff as one offline HTML page")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+    from chunkeval.report.diff import diff_doc, format_diff
+    from chunkeval.stats.aggregate import check_metric
+
+    if not args.run or len(args.run) != 2:
+        raise InputError("diff takes two runs: --run A --run B")
+    if args.metric is not None:
+        check_metric(args.metric)
+    if args.html:
+        from chunkeval.report.terminal import check_output_path
+
+        check_output_path(args.html)
+    wh = warehouse()
+    docs = diff_doc(wh, args.run[0], args.run[1], config_filter(args.config), args.metric)
+    if args.html:
+        from chunkeval.files import write_text
+        from chunkeval.report.diff import diff_page
+
+        write_text(Path(args.html), diff_page(docs, args.run[0], args.run[1], wh.run(args.run[1])["experiment"]))
+    if args.json:
+        print_json(docs)
+    else:
+        print(format_diff(docs, args.run[0], args.run[1], colour=sys.stdout.isatty()))
+    if args.html:
+        print(f"diff page: {args.html}", file=sys.stderr if args.json else sys.stdout)
+    return 0

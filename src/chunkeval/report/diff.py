@@ -1,0 +1,167 @@
+"""What changed between two recorded runs: for each configuration they share, the questions that got
+better, worse or stayed on a metric, the paired test of the difference (as `compare`), and for each
+question that changed what it retrieved before and after, worse ones first.
+
+`diff_doc` gives the data (`chunkeval diff --json`), `format_diff` the text a terminal shows."""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+
+from chunkeval.analysis.comparisons import RESULT_FIELDS
+from chunkeval.analysis.regression import REGRESSION_METRICS
+from chunkeval.errors import InputError
+from chunkeval.files import write_text
+from chunkeval.report.inspect import (
+    ITEM_STYLE,
+    PAGE_STYLE,
+    _Texts,
+    config_line,
+    format_items,
+    item_html,
+    lists_by_config,
+    references_by_query,
+    retrieved_items,
+)
+from chunkeval.report.terminal import printable
+from chunkeval.vocabulary import CONFIG_KEYS
+
+UNCHANGED = 1e-9  # a change of at most this much is no change
+SHOWN_QUERIES = 10  # changed questions a terminal shows per configuration
+
+
+def _values(wh, run_id: str, metric: str) -> dict[tuple, dict[str, float]]:
+    """configuration → query_id → the metric, of one run."""
+    found = wh.run_columns(run_id, "per_query", [*CONFIG_KEYS, "query_id", metric])
+    out: dict[tuple, dict[str, float]] = {}
+    for i in range(len(found["query_id"])):
+        key = tuple(found[k][i].item() if hasattr(found[k][i], "item") else found[k][i] for k in CONFIG_KEYS)
+        out.setdefault(key, {})[str(found["query_id"][i])] = float(found[metric][i])
+    return out
+
+
+def diff_doc(wh, run_a: str, run_b: str, config: dict | None = None, metric: str | None = None) -> list[dict]:
+    """One object per configuration both runs have (with the settings of `config`): its keys, `metric`,
+    `better`, `worse`, `unchanged`, compare's fields, and `queries` that changed, worse first."""
+    metric = metric or REGRESSION_METRICS[0]
+    config = dict(config or {})
+    for run_id in (run_a, run_b):
+        wh.retrieved_file(run_id)  # its errors first: unknown or unfinished run, or no retrieved lists kept
+    comparisons = wh.compare(metric, [run_a, run_b], config=config)
+    if not comparisons:
+        wanted = ",".join(f"{k}={v}" for k, v in config.items())
+        raise InputError(
+            f"runs {run_a} and {run_b} share no configuration" + (f" matching --config {wanted}" if wanted else "")
+        )
+    values = {run_a: _values(wh, run_a, metric), run_b: _values(wh, run_b, metric)}
+    refs = {run_a: references_by_query(wh, run_a), run_b: references_by_query(wh, run_b)}
+    out, changed_ids = [], set()
+    for c in comparisons:
+        keys = {k: c["a"][k] for k in CONFIG_KEYS if k in c["a"]}
+        before, after = values[run_a].get(tuple(keys.values()), {}), values[run_b].get(tuple(keys.values()), {})
+        both = sorted(set(before) & set(after))
+        change = {q: after[q] - before[q] for q in both}
+        moved = sorted((q for q in both if abs(change[q]) > UNCHANGED), key=lambda q: (change[q], q))
+        changed_ids.update(moved)
+        out.append(
+            {
+                **keys,
+                "metric": metric,
+                "better": sum(change[q] > UNCHANGED for q in both),
+                "worse": sum(change[q] < -UNCHANGED for q in both),
+                "unchanged": sum(abs(change[q]) <= UNCHANGED for q in both),
+                **{f: c.get(f) for f in RESULT_FIELDS},
+                "queries": [{"query_id": q, "a": before[q], "b": after[q]} for q in moved],
+            }
+        )
+    lists = {r: wh.retrieved(r, sorted(changed_ids)) for r in (run_a, run_b)} if changed_ids else {}
+    texts = {r: _Texts(wh, r) for r in (run_a, run_b)}
+    for doc in out:
+        keys = {k: doc[k] for k in CONFIG_KEYS if k in doc}
+        for q in doc["queries"]:
+            q["question"] = refs[run_b][0].get(q["query_id"]) or refs[run_a][0].get(q["query_id"])
+            for side, run_id in (("retrieved_a", run_a), ("retrieved_b", run_b)):
+                rows = lists_by_config(lists[run_id], [keys], q["query_id"])[0]
+                q[side] = retrieved_items(rows, refs[run_id][1].get(q["query_id"], []), texts[run_id])
+        doc["queries"] = [
+            {k: q[k] for k in ("query_id", "question", "a", "b", "retrieved_a", "retrieved_b")} for q in doc["queries"]
+        ]
+    return out
+
+
+def _number(value, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def format_diff(docs: list[dict], run_a: str, run_b: str, colour: bool = False) -> str:
+    """The terminal's view of `diff_doc`: per configuration its counts and test, then the questions that
+    changed most (worse first), each with its retrieved lists before and after."""
+    lines = [f"diff of run {run_a} (a) → run {run_b} (b)"]
+    for d in docs:
+        lines.append("")
+        lines.append(
+            f"{config_line(d)}: {d['metric']} {_number(d['mean_a'])} → {_number(d['mean_b'])} "
+            f"(difference {_number(d['mean_diff'])} [{_number(d['ci_low'])}, {_number(d['ci_high'])}], Holm p = "
+            f"{_number(d['p_adjusted'], 3)}{', significant' if d['significant'] else ''}); "
+            f"{d['worse']} worse, {d['better']} better, {d['unchanged']} unchanged"
+        )
+        shown = d["queries"][:SHOWN_QUERIES]
+        for q in shown:
+            lines.append(
+                f"  {printable(q['query_id'])} {printable(q['question'] or '')!r}: {q['a']:.3f} → {q['b']:.3f}"
+            )
+            lines.append("    a retrieved:")
+            lines += format_items(q["retrieved_a"], colour, indent="      ")
+            lines.append("    b retrieved:")
+            lines += format_items(q["retrieved_b"], colour, indent="      ")
+        if len(d["queries"]) > len(shown):
+            lines.append(f"  … and {len(d['queries']) - len(shown)} more changed question(s): --json gives them all")
+    return "\n".join(lines)
+
+
+def diff_page(docs: list[dict], run_a: str, run_b: str, experiment: str) -> str:
+    """The diff as one offline page: per configuration its counts and test, then each changed question
+    with its retrieved lists side by side (a before, b after), worse first. Every text is escaped."""
+    body = []
+    for d in docs:
+        body.append(
+            f"<h2>{escape(config_line(d))}</h2><p>{escape(d['metric'])} {_number(d['mean_a'])} → "
+            f"{_number(d['mean_b'])}; difference {_number(d['mean_diff'])} [{_number(d['ci_low'])}, "
+            f"{_number(d['ci_high'])}], Holm p = {_number(d['p_adjusted'])}"
+            f"{', significant' if d['significant'] else ''}. {d['worse']} worse, {d['better']} better, "
+            f"{d['unchanged']} unchanged.</p>"
+        )
+        for q in d["queries"]:
+            sides = "".join(
+                f"<div><h4>{title}</h4><ol class=items>{''.join(item_html(i) for i in q[key])}</ol></div>"
+                for title, key in ((f"a: {escape(run_a)}", "retrieved_a"), (f"b: {escape(run_b)}", "retrieved_b"))
+            )
+            body.append(
+                f"<h3>{escape(q['query_id'])}: {escape(q['question'] or '')} ({q['a']:.3f} → {q['b']:.3f})</h3>"
+                f"<div class=sides>{sides}</div>"
+            )
+    style = PAGE_STYLE + ITEM_STYLE + ".sides{display:grid;grid-template-columns:1fr 1fr;gap:1rem}"
+    title = f"chunkeval diff: {escape(experiment)}, run {escape(run_a)} → {escape(run_b)}"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<meta name="viewport" content="width=device-width, initial-scale=1"><title>{title}</title><style>{style}</style></head>
+<body><h1>{title}</h1>{"".join(body) or "<p>The runs share no configuration.</p>"}</body></html>
+"""
+
+
+def diff_path(root, experiment: str, run_a: str, run_b: str) -> Path:
+    """Where a diff of two runs is kept beside the reports: `reports/<experiment>/diff-<A>-<B>.html`."""
+    return Path(root) / "reports" / experiment / f"diff-{run_a}-{run_b}.html"
+
+
+def write_diff(wh, run_a: str, run_b: str, path, config: dict | None = None, metric: str | None = None) -> Path:
+    """Build the diff page of two runs and write it whole; returns the path."""
+    path = Path(path)
+    with wh.session():
+        docs = diff_doc(wh, run_a, run_b, config, metric)
+        experiment = wh.run(run_b)["experiment"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, diff_page(docs, run_a, run_b, experiment))
+    return path

@@ -1,0 +1,104 @@
+"""What a notebook or a terminal shows of results held in Python: a summary as a readable table (text for
+`repr`, an escaped HTML table for Jupyter's `_repr_html_`), and paired comparisons likewise."""
+
+from __future__ import annotations
+
+import math
+from html import escape
+
+import pyarrow as pa
+
+from chunkeval.report.terminal import TERMINAL_METRICS, format_rows
+from chunkeval.vocabulary import CONFIG_KEYS
+
+SHOWN_ROWS = 20  # configurations or comparisons shown; the rest are counted
+SHOWN_METRICS = 7
+COMPARISON_FIELDS = ("metric", "mean_a", "mean_b", "mean_diff", "ci_low", "ci_high", "p_adjusted", "significant")
+
+
+def _number(value, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _summary_cells(summary: pa.Table) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of a summary: its configuration keys, then mean ± std of the main metrics."""
+    names = summary.column_names
+    keys = [k for k in CONFIG_KEYS if k in names]
+    means = [c[: -len("_mean")] for c in names if c.endswith("_mean")]
+    metrics = ([m for m in TERMINAL_METRICS if m in means] or means)[:SHOWN_METRICS]
+    rows = [
+        [_number(rec[k]) for k in keys]
+        + [f"{_number(rec[f'{m}_mean'])}±{_number(rec.get(f'{m}_std'))}" for m in metrics]
+        for rec in summary.slice(0, SHOWN_ROWS).to_pylist()
+    ]
+    return keys + metrics, rows
+
+
+def _more(total: int, what: str) -> str:
+    return f"… and {total - SHOWN_ROWS} more {what}" if total > SHOWN_ROWS else ""
+
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def results_title(summary: pa.Table, per_query: pa.Table, tables: list[str]) -> str:
+    queries = len(set(per_query["query_id"].to_pylist())) if "query_id" in per_query.column_names else 0
+    return (
+        f"chunkeval Results: {summary.num_rows} configuration(s), {queries} question(s); "
+        f"tables {', '.join(tables)} (macro mean ± std)"
+    )
+
+
+def results_text(summary: pa.Table, per_query: pa.Table, tables: list[str]) -> str:
+    header, rows = _summary_cells(summary)
+    more = _more(summary.num_rows, "configuration(s): .summary has them all")
+    return "\n".join(filter(None, [results_title(summary, per_query, tables), format_rows(header, rows), more]))
+
+
+def results_html(summary: pa.Table, per_query: pa.Table, tables: list[str]) -> str:
+    header, rows = _summary_cells(summary)
+    more = _more(summary.num_rows, "configuration(s): .summary has them all")
+    return (
+        f"<div><p><b>{escape(results_title(summary, per_query, tables))}</b></p>{_html_table(header, rows)}"
+        + (f"<p>{escape(more)}</p>" if more else "")
+        + "</div>"
+    )
+
+
+def _side(value) -> str:
+    """A side of a comparison: a configuration (`k=v, …`), a run or a name."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def _comparison_cells(comparisons: list[dict]) -> tuple[list[str], list[list[str]]]:
+    header = ["a", "b", *COMPARISON_FIELDS]
+    rows = [
+        [_side(c.get("a")), _side(c.get("b"))]
+        + [_number(c.get(f), 4 if f.startswith("p_") else 3) for f in COMPARISON_FIELDS]
+        for c in comparisons[:SHOWN_ROWS]
+    ]
+    return header, rows
+
+
+def comparisons_text(comparisons: list[dict]) -> str:
+    header, rows = _comparison_cells(comparisons)
+    title = f"chunkeval comparisons: {len(comparisons)} paired comparison(s)"
+    return "\n".join(filter(None, [title, format_rows(header, rows) if rows else "", _more(len(comparisons), "")]))
+
+
+def comparisons_html(comparisons: list[dict]) -> str:
+    header, rows = _comparison_cells(comparisons)
+    more = _more(len(comparisons), "")
+    return (
+        f"<div><p><b>chunkeval comparisons: {len(comparisons)} paired comparison(s)</b></p>"
+        f"{_html_table(header, rows)}" + (f"<p>{escape(more)}</p>" if more else "") + "</div>"
+    )

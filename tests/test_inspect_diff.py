@@ -1,0 +1,203 @@
+"""What was retrieved, kept: two real bm25 runs of the demo, the second after a corpus changed; `inspect`
+shows a question with the text of the version each run read, `diff` what changed between the runs, and
+the corpus copies go with the last run that needs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+import pytest
+
+import chunkeval
+from chunkeval.analysis.comparisons import RESULT_FIELDS
+from chunkeval.cli import main
+from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.sweep import run_sweep
+from chunkeval.paths import DEMO_DIR
+from chunkeval.warehouse import Warehouse
+
+DISTRACTOR = (
+    "\n\n## Later towers\n\nThe first stone lighthouse on the northern coast was finished long after the harbour "
+    "lights, people say; what it burned on its first night is not recorded here, nor when it was finished.\n"
+)
+
+
+def record(wh: Warehouse, exp: Experiment, embedder) -> str:
+    result = run_sweep(exp, embedder)
+    run_id = wh.begin_run(exp.name, {}, "manual", exp.to_dict())
+    wh.complete_run(
+        run_id,
+        result.per_query,
+        result.summary,
+        0,
+        result.references,
+        by_corpus=result.by_corpus,
+        retrieved=result.retrieved,
+        corpora=result.corpora,
+    )
+    return run_id
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory, embedder_factory):
+    root = tmp_path_factory.mktemp("kept")
+    shutil.copytree(DEMO_DIR / "corpora", root / "corpora")
+    shutil.copy(DEMO_DIR / "questions.csv", root / "questions.csv")
+    exp = Experiment.from_dict(
+        {
+            "name": "kept",
+            "corpus_dir": str(root / "corpora"),
+            "questions": str(root / "questions.csv"),
+            "chunker": ["fixed_token"],
+            "chunk_sizes": [100],
+            "overlaps": [0],
+            "k": [1, 3],
+            "retriever": ["bm25"],
+        }
+    )
+    wh = Warehouse(root / "home" / "warehouse")
+    lighthouses = root / "corpora" / "lighthouses.md"
+    before = lighthouses.read_text(encoding="utf-8")
+    a = record(wh, exp, embedder_factory())
+    lighthouses.write_text(before + DISTRACTOR, encoding="utf-8")  # the corpus changes between the nights
+    b = record(wh, exp, embedder_factory())
+    return root / "home", a, b, before
+
+
+@pytest.fixture()
+def kept(two_runs, monkeypatch):
+    home, a, b, before = two_runs
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
+    return a, b, before
+
+
+def test_inspect_gives_the_question_its_references_and_what_each_configuration_retrieved(kept, capsys):
+    a, _, before = kept
+    assert main(["inspect", "--run", a, "--query", "lighthouses:1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {"query_id", "question", "references", "configs"} and doc["query_id"] == "lighthouses:1"
+    assert doc["question"].startswith("When was the first stone lighthouse")
+    ref = doc["references"][0]
+    assert ref["text"] == before[ref["start"] : ref["end"]] and ref["text"] in ref["context"]
+    assert len(ref["context"]) <= len(ref["text"]) + 400
+    assert [(c["k"], len(c["retrieved"])) for c in doc["configs"]] == [(1, 1), (3, 3)]
+    for item in doc["configs"][1]["retrieved"]:
+        assert set(item) == {
+            "rank",
+            "chunk_id",
+            "corpus_id",
+            "start",
+            "end",
+            "score",
+            "relevant",
+            "grade",
+            "text",
+            "overlaps",
+        }
+        assert item["chunk_id"] == f"{item['corpus_id']}:{item['start']}-{item['end']}"
+        if item["corpus_id"] == "lighthouses":  # the text of the version run a read, though the file changed since
+            assert item["text"] == before[item["start"] : item["end"]]
+        assert item["relevant"] == bool(item["overlaps"]) and item["grade"] == (1.0 if item["relevant"] else 0.0)
+        assert all(item["start"] <= s < e <= item["end"] for s, e in item["overlaps"])
+    assert doc["configs"][0]["retrieved"] == doc["configs"][1]["retrieved"][:1]  # k 1 reads the first rank
+    assert main(["inspect", "--run", a, "--query", "lighthouses:1", "--config", "k=3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("question lighthouses:1: When was") and "[[" in out and "]]" in out
+    assert "k=3: 3 retrieved" in out and "k=1:" not in out
+
+
+def test_inspect_from_python(kept):
+    a, _, _ = kept
+    found = chunkeval.inspect(a, "lighthouses:1", config={"k": 1})
+    assert found["configs"][0]["k"] == 1 and repr(found).startswith("question lighthouses:1")
+    assert "<mark>" in found._repr_html_()
+
+
+def test_diff_says_which_questions_changed_and_what_they_retrieved(kept, capsys):
+    a, b, _ = kept
+    assert main(["diff", "--run", a, "--run", b, "--json"]) == 0
+    docs = json.loads(capsys.readouterr().out)
+    assert [d["k"] for d in docs] == [1, 3]
+    for d in docs:
+        assert d["metric"] == "span_recall" and d["better"] + d["worse"] + d["unchanged"] == 28
+        assert set(RESULT_FIELDS) <= set(d)  # compare's fields
+        assert len(d["queries"]) == d["better"] + d["worse"]
+        changes = [q["b"] - q["a"] for q in d["queries"]]
+        assert changes == sorted(changes)  # worse first
+        for q in d["queries"]:
+            assert set(q) == {"query_id", "question", "a", "b", "retrieved_a", "retrieved_b"}
+            assert len(q["retrieved_a"]) == len(q["retrieved_b"]) == d["k"]
+    assert sum(d["worse"] + d["better"] for d in docs) > 0, "the distractor must move some question"
+    assert main(["diff", "--run", a, "--run", b, "--config", "k=3", "--metric", "mrr"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"diff of run {a} (a) → run {b} (b)") and "mrr" in out and "k=1" not in out
+
+
+def test_diff_as_one_offline_page(kept, tmp_path, capsys):
+    a, b, _ = kept
+    page = tmp_path / "diff.html"
+    assert main(["diff", "--run", a, "--run", b, "--html", str(page)]) == 0
+    assert f"diff page: {page}" in capsys.readouterr().out
+    html = page.read_text(encoding="utf-8")
+    assert "default-src 'none'" in html and "<mark>" in html and "<script" not in html
+    assert html.count("<div class=sides>") == json_count(a, b, capsys) > 0  # each changed question, side by side
+
+
+def json_count(a: str, b: str, capsys) -> int:
+    assert main(["diff", "--run", a, "--run", b, "--json"]) == 0
+    return sum(len(d["queries"]) for d in json.loads(capsys.readouterr().out))
+
+
+def test_a_corpus_copy_goes_with_the_last_run_that_read_it(two_runs, tmp_path, monkeypatch, capsys):
+    home, a, b, _ = two_runs
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(copy))
+    wh = Warehouse(copy / "warehouse")
+    versions_a, versions_b = wh.corpus_versions(a), wh.corpus_versions(b)
+    assert versions_a["lighthouses"] != versions_b["lighthouses"]
+    assert {k for k in versions_a if versions_a[k] == versions_b[k]} == {"honeybees", "sourdough"}
+    old = time.time() - 3600  # written an hour ago: no run is recording itself with them
+    for path in wh.corpora_dir.iterdir():
+        os.utime(path, (old, old))
+    assert main(["runs", "delete", a]) == 0
+    left = {p.name.split(".")[0] for p in wh.corpora_dir.iterdir()}
+    assert left == set(versions_b.values())
+    assert wh.corpus_text(b, "lighthouses").endswith(DISTRACTOR)
+    assert main(["inspect", "--run", a, "--query", "lighthouses:1"]) == 2
+    assert "no run" in capsys.readouterr().err
+
+
+def test_diff_of_runs_of_different_experiments_is_one_line(two_runs, tmp_path, monkeypatch, capsys, embedder_factory):
+    home, a, _, _ = two_runs
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(copy))
+    wh = Warehouse(copy / "warehouse")
+    other = record(
+        wh,
+        Experiment(
+            name="other", chunker=("fixed_token",), chunk_sizes=(100,), overlaps=("0",), k=(1,), retriever=("bm25",)
+        ),
+        embedder_factory(),
+    )
+    assert main(["diff", "--run", a, "--run", other]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "of different experiments" in err[0]
+
+
+def test_the_report_drills_down_into_every_question(kept):
+    from chunkeval.report.html import build_report
+
+    _, b, _ = kept
+    wh = Warehouse.at_home()
+    html = build_report(wh, "kept", b, config={"k": 3})
+    failures = html[
+        html.index('<section id="failures">') : html.index("</section>", html.index('<section id="failures">'))
+    ]
+    assert failures.count("<details") == 28 and failures.count('<details id="q-0" open>') == 1
+    assert failures.count('<a href="#q-') == 28 and "<mark>" in failures and 'class="sortable"' in failures
+    assert "Retrieved at k = 3" in failures and "lighthouses:" in failures

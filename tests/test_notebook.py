@@ -1,0 +1,81 @@
+"""Results and comparisons in a terminal and in Jupyter: a readable table, escaped HTML, and a missing
+optional library named in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pyarrow as pa
+
+import chunkeval
+from chunkeval.api import Results
+
+GOLD = {"q1": ["a", "b"], "q2": ["c"]}
+RUN = {"q1": ["a", "x"], "q2": ["y", "c"]}
+
+
+def test_results_show_their_summary_as_a_table():
+    res = chunkeval.score(GOLD, RUN, k=2)
+    text = repr(res)
+    lines = text.splitlines()
+    assert lines[0].startswith("chunkeval Results: 1 configuration(s), 2 question(s); tables summary, per_query")
+    assert lines[1].split() == ["k", "recall_at_k", "mrr", "ndcg_at_k"]
+    assert lines[3].split()[:3] == ["2", "0.750±0.354", "0.750±0.354"]
+    assert "Schema" not in text and "pyarrow" not in text
+    html = res._repr_html_()
+    assert html.startswith("<div>") and "<th>mrr</th>" in html and "<td>0.750±0.354</td>" in html
+
+
+def test_many_configurations_are_counted_and_every_text_is_escaped():
+    n = 45
+    summary = pa.table(
+        {
+            "chunker": ["<script>x</script>"] * n,
+            "chunk_size": list(range(n)),
+            "k": [5] * n,
+            "mrr_mean": [0.5] * n,
+            "mrr_std": [0.1] * n,
+        }
+    )
+    res = Results(summary, pa.table({"query_id": ["q1", "q2"]}))
+    assert "… and 25 more configuration(s)" in repr(res)
+    assert len(repr(res).splitlines()) == 1 + 2 + 20 + 1
+    html = res._repr_html_()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_comparisons_show_as_a_table_and_stay_a_list_of_dicts():
+    res = chunkeval.score(GOLD, RUN, k=2)
+    found = chunkeval.compare(res, res, metric="mrr")
+    assert isinstance(found, list) and found[0]["metric"] == "mrr"
+    assert json.loads(json.dumps(found))[0]["mean_diff"] == 0
+    lines = repr(found).splitlines()
+    assert lines[0] == "chunkeval comparisons: 1 paired comparison(s)"
+    assert lines[1].split()[:4] == ["a", "b", "metric", "mean_a"]
+    assert "k=2, run_id=a" in lines[3]
+    assert "<th>p_adjusted</th>" in found._repr_html_()
+
+
+def test_a_missing_optional_library_is_one_line_saying_what_to_install():
+    code = (
+        "import sys\n"
+        "class Absent:  # pandas and polars as if not installed\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.partition('.')[0] in ('pandas', 'polars'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}')\n"
+        "sys.meta_path.insert(0, Absent())\n"
+        "import chunkeval\n"
+        "res = chunkeval.score({'q': ['a']}, {'q': ['a']}, k=1)\n"
+        "for call in (res.to_pandas, res.to_polars):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except ImportError as exc:\n"
+        "        print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == [
+        "Results.to_pandas needs pandas, which is not installed: pip install pandas",
+        "Results.to_polars needs polars, which is not installed: pip install polars",
+    ]
