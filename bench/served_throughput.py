@@ -58,7 +58,7 @@ def main() -> None:
     from embedding_backends import sample_texts
     from served_server import Infinity
 
-    texts = sample_texts(args.data, "all-MiniLM-L6-v2", args.texts)
+    texts = sample_texts(args.data, "all-MiniLM-L6-v2", args.texts)[: args.texts]  # distinct chunks of the corpora
     rows = []
 
     local = Embedder(cache_dir=None)

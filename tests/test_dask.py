@@ -24,7 +24,12 @@ def run_in(home, monkeypatch, exp_file: str, runner: TaskRunner, shards: int) ->
 
 def per_query(wh: Warehouse, run_id: str) -> dict[str, np.ndarray]:
     table = wh.query_results(run_id).sort_by([(k, "ascending") for k in [*CONFIG_KEYS, "query_id"]])
-    return {c: table[c].to_numpy(zero_copy_only=False) for c in table.column_names if c != "run_id"}
+    keys = {*CONFIG_KEYS, "query_id", "corpus_id"}  # as Python values: a null candidates equals null
+    return {
+        c: table[c].to_pylist() if c in keys else table[c].to_numpy(zero_copy_only=False)
+        for c in table.column_names
+        if c != "run_id"
+    }
 
 
 @pytest.mark.usefixtures("prefect_api")
