@@ -27,7 +27,10 @@ RANK_METRICS = (
     "precision", "recall", "f1", "precision_at_k", "recall_at_k", "hit_rate", "mrr", "map", "ndcg_at_k",
 )  # fmt: skip
 INDEX_METRICS = ("ann_recall_at_k",)  # what an approximate index loses against exact search (docs/indexes.md)
-METRICS = SPAN_METRICS + RANK_METRICS + INDEX_METRICS
+# documents ranked by their best chunk (MaxP), against document-level gold (qrels); null under span gold,
+# as span metrics are null under document gold
+DOC_METRICS = ("doc_ndcg_at_k", "doc_recall_at_k", "doc_precision_at_k", "doc_mrr", "doc_map")
+METRICS = SPAN_METRICS + RANK_METRICS + INDEX_METRICS + DOC_METRICS
 
 
 def check_metric(metric: str) -> str:

@@ -16,7 +16,7 @@ from chunkeval.engine import metrics as M
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, count_tokens
 from chunkeval.engine.duplicates import Copies, credited_copies
 from chunkeval.engine.inputs import SpanGold
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL
+from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, DOC_METRICS, NO_MODEL
 
 
 def span_scoring(
@@ -43,6 +43,21 @@ def span_scoring(
     return M.chunk_relevance(every, ref, chunks), spans
 
 
+def key_columns(gold, spec: ChunkerSpec, model: str, retriever: str, k: int) -> dict[str, pa.Array]:
+    """The columns that say which configuration, depth, query and corpus a per-query row is of."""
+    n = gold.n_queries
+    return {
+        "model": pa.array([model] * n, pa.string()),
+        "retriever": pa.array([retriever] * n, pa.string()),
+        "chunker": pa.array([spec.chunker] * n),
+        "chunk_size": pa.array(np.full(n, spec.chunk_size)),
+        "chunk_overlap": pa.array(np.full(n, spec.chunk_overlap)),
+        "k": pa.array(np.full(n, k)),
+        "query_id": pa.array(gold.query_ids),
+        "corpus_id": pa.array(gold.corpus_ids),
+    }
+
+
 def score_chunking(
     gold: SpanGold,
     spec: ChunkerSpec,
@@ -63,17 +78,7 @@ def score_chunking(
         spans = span_metrics(k)
         judged = M.judge_topk(topk[:, :k], relevance.keys, relevance.n_relevant, len(chunks))
         ranks = M.rank_metrics(judged, k)
-        columns = {
-            "model": pa.array([model] * n, pa.string()),
-            "retriever": pa.array([retriever] * n, pa.string()),
-            "chunker": pa.array([spec.chunker] * n),
-            "chunk_size": pa.array(np.full(n, spec.chunk_size)),
-            "chunk_overlap": pa.array(np.full(n, spec.chunk_overlap)),
-            "k": pa.array(np.full(n, k)),
-            "query_id": pa.array(gold.query_ids),
-            "corpus_id": pa.array(gold.corpus_ids),
-            "has_gold": pa.array(spans["ref_chars"] > 0),
-        }
+        columns = {**key_columns(gold, spec, model, retriever, k), "has_gold": pa.array(spans["ref_chars"] > 0)}
         columns.update({name: pa.array(spans[name]) for name in M.SPAN_METRICS if name in spans})
         columns["precision_omega"] = pa.array(omega)
         columns.update({name: pa.array(ranks[name]) for name in M.RANK_METRICS})
@@ -88,6 +93,7 @@ def score_chunking(
         columns.update(
             {name: pa.array(ranks[name]) for name in ("tp", "fp", "fn", "n_retrieved", "n_relevant", "hits_at_k")}
         )
+        columns.update({name: pa.nulls(n, pa.float64()) for name in DOC_METRICS})  # measured under document gold
         parts.append(pa.table(columns))
     return pa.concat_tables(parts)
 

@@ -35,7 +35,7 @@ from chunkeval.warehouse.tables import (
     summary_tables_sql,
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # Each step moves the schema up by one version; an older warehouse is brought up to date on open.
 MIGRATIONS = [
@@ -79,6 +79,9 @@ MIGRATIONS = [
     # the metric ann_recall_at_k and what the index cost; older rows read index `exact` (`none` for bm25 and model
     # `none`), and NULL for the rest (`_add_columns`)
     "SELECT 1",
+    # v8: summaries gain the document-level metrics (doc_ndcg_at_k, …) of runs over document gold (qrels); older
+    # rows read NULL (`_add_columns`)
+    "SELECT 1",
 ]
 
 
@@ -114,7 +117,7 @@ class Schema(Connections, Layout):
                 self._materialize(
                     con, [r for (r,) in con.execute("SELECT run_id FROM runs WHERE status = 'completed'").fetchall()]
                 )
-            if step == 6:
+            if step in (6, 7):
                 self._add_columns(con)
             con.execute("DELETE FROM meta WHERE key = 'schema_version'")
             con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(step + 1)])
@@ -125,7 +128,8 @@ class Schema(Connections, Layout):
             self._create_views(con, rebind=version < SCHEMA_VERSION)
 
     def _add_columns(self, con) -> None:
-        """The summary tables' columns that their schema gained since they were made (v7: the index)."""
+        """The summary tables' columns that their schema gained since they were made (v7: the index; v8: the
+        document-level metrics)."""
         for table, schema in (("summaries", SUMMARY), ("corpus_summaries", CORPUS_SUMMARY)):
             have = {c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE {table})").fetchall()}
             for field in schema:
