@@ -54,6 +54,16 @@ def _add_input_and_chunking_flags(g) -> None:
     g.add_argument(
         "--questions", help="span gold set: CSV with question, references, corpus_id (default: the demo questions)"
     )
+    g.add_argument(
+        "--beir",
+        metavar="DIR",
+        help="document gold from a BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv (docs/formats.md)",
+    )
+    g.add_argument("--split", help="the qrels of --beir: qrels/<split>.tsv (default test)")
+    g.add_argument("--queries", help="document gold: a JSONL file of queries (_id, text), judged by --qrels")
+    g.add_argument(
+        "--qrels", help="document gold for --corpus-dir: BEIR's TSV (query-id, corpus-id, score) or TREC qrels"
+    )
     add_corpus_filter(g, "only these corpora (default: every corpus in the folder)")
     g.add_argument(
         "--chunker",
@@ -125,6 +135,10 @@ def _add_retrieval_and_scoring_flags(g) -> None:
 SETTING_FLAGS = (
     "corpus_dir",
     "questions",
+    "beir",
+    "split",
+    "queries",
+    "qrels",
     "corpus",
     "chunker",
     "chunk_sizes",
@@ -162,6 +176,10 @@ def experiment_from_args(
         name=name,
         corpus_dir=args.corpus_dir,
         questions=args.questions,
+        beir=args.beir,
+        split=args.split,
+        queries=args.queries,
+        qrels=args.qrels,
         corpus=tuple(split_flags(args.corpus)),
         chunker=tuple(split_flags(args.chunker)),
         chunk_sizes=parse_ints(args.chunk_sizes, "--chunk-sizes"),

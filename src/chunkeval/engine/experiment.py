@@ -1,6 +1,6 @@
 """An experiment: a name plus everything a sweep takes. Immutable; given as flags or a YAML file.
 
-YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, corpus, chunker,
+YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, beir, split, queries, qrels, corpus, chunker,
 chunk_sizes, overlaps, k, model, retriever, index, rrf_k, own_corpus, skip_empty_gold, duplicates, backend, quantize, precision (model, retriever and
 the other lists take one value or a list). Relative paths are read from the YAML file's folder.
 """
@@ -133,6 +133,15 @@ class Experiment:
     quantize: str = "none"  # none or int8 (backends onnx and openvino)
     precision: str = "fp32"  # how the model runs: fp32, bf16 or fp16 (chunkeval.engine.embedding.precision)
     plugins: tuple[str, ...] = ()  # modules whose module:function chunkers and retrievers a file may name
+    beir: str = ""  # a BEIR folder: document-level gold (chunkeval.engine.documents)
+    split: str = "test"  # the qrels of a BEIR folder: qrels/<split>.tsv
+    queries: str = ""  # with qrels and corpus_dir: document-level gold for any corpus
+    qrels: str = ""
+
+    @property
+    def doc_gold(self) -> bool:
+        """Whether the gold set judges documents (qrels) rather than spans."""
+        return bool(self.beir or self.qrels)
 
     @classmethod
     def from_dict(
@@ -155,7 +164,7 @@ class Experiment:
             if key == "index":
                 values[key] = _index_values(value, source)
                 continue
-            if key in ("corpus_dir", "questions") and base is not None:
+            if key in ("corpus_dir", "questions", "beir", "queries", "qrels") and base is not None:
                 value = str((base / str(value)).resolve())
             if key in ("corpus", "chunker", "overlaps", "model", "retriever", "plugins"):
                 if not isinstance(value, (str, int, float, list, tuple)):
@@ -252,7 +261,8 @@ class Experiment:
                 check_model(model)
                 check_model_runs_on(model, self.backend, source, self.precision)
         self.grid()
-        return self if resolved == self.index else replace(self, index=resolved)
+        checked = checked_doc_gold(self, source)
+        return checked if resolved == checked.index else replace(checked, index=resolved)
 
     def _resolved_index(self, source) -> tuple[str, ...]:
         """The index settings with the library's defaults filled in; an error where no retriever reads vectors."""
@@ -339,6 +349,11 @@ class Experiment:
                 f"precision: {self.precision} ({self.backend}): vectors differ from fp32's in the last digits and are "
                 "cached apart; docs/backends.md says by how much"
             )
+        if self.doc_gold:
+            notes.append(
+                "document gold: a chunk counts with its document's grade, so chunk-level rank and set metrics "
+                "penalise small chunks; doc_* metrics rank documents by their best chunk (MaxP; docs/metrics.md)"
+            )
         return notes + self.index_notes()
 
     def index_notes(self) -> list[str]:
@@ -372,11 +387,45 @@ class Experiment:
             del data["index"]  # settings of exact search stay as they were recorded before the key existed
         if not data["plugins"]:
             del data["plugins"]  # settings without plug-ins stay as they were recorded before the key existed
+        for key in ("beir", "queries", "qrels"):
+            if not data[key]:
+                del data[key]  # runs of span gold stay as they were recorded before document gold existed
+        if not self.beir:
+            del data["split"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
     def fingerprint(self) -> str:
         """Hash of the settings (not the data): two runs of the same experiment settings share it."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def checked_doc_gold(exp: Experiment, source) -> Experiment:
+    """Document gold (beir, or queries with qrels) excludes span gold and the settings only span gold has;
+    the span gold file of the defaults is dropped."""
+    if exp.queries and not exp.qrels:
+        raise InputError("queries are judged by qrels: give qrels with queries", source)
+    if not exp.doc_gold:
+        return exp
+    if exp.beir and (exp.queries or exp.qrels):
+        raise InputError("beir names its own queries and qrels: give beir, or queries and qrels", source)
+    if exp.qrels and not exp.queries:
+        raise InputError("qrels judge the queries of a queries file: give queries with qrels", source)
+    given = "beir" if exp.beir else "qrels"
+    if exp.questions and exp.questions != Experiment.questions:
+        raise InputError(
+            f"questions (span gold) and {given} (document gold) cannot be scored in one experiment", source
+        )
+    for key, value in (("corpus", exp.corpus), ("own_corpus", exp.own_corpus)):
+        if value:
+            raise InputError(f"{key} is a setting of span gold; it cannot be used with {given}", source)
+    if exp.duplicates != RUN_SETTINGS["duplicates"]:
+        raise InputError(f"duplicates is a setting of span gold; it cannot be used with {given}", source)
+    if not exp.split or any(c in exp.split for c in "/\\") or exp.split.startswith("."):
+        raise InputError(f"split must be a qrels file name without folder or suffix, got {exp.split!r}", source)
+    changes = {"questions": ""}
+    if exp.beir:
+        changes["corpus_dir"] = ""
+    return replace(exp, **changes)
 
 
 def models_fingerprint(exp: Experiment) -> str:
@@ -399,6 +448,11 @@ def input_fingerprints(exp: Experiment) -> dict[str, str]:
     from chunkeval.engine.inputs import CORPUS_SUFFIXES
     from chunkeval.files import hash_file
 
+    if exp.doc_gold:
+        from chunkeval.engine.documents import doc_gold_fingerprints
+
+        return {**doc_gold_fingerprints(exp.beir, exp.split, exp.corpus_dir, exp.queries, exp.qrels),
+                "model": models_fingerprint(exp)}  # fmt: skip
     folder = Path(exp.corpus_dir)
     if not folder.is_dir():
         raise InputError("corpus folder not found", folder)

@@ -19,6 +19,8 @@ import pyarrow as pa
 
 from chunkeval.engine import retrievers
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, chunk_corpora, needs_embeddings
+from chunkeval.engine.doc_metrics import retrieval_depth, score_documents
+from chunkeval.engine.documents import DocGold, load_document_gold
 from chunkeval.engine.duplicates import Copies, find_copies
 from chunkeval.engine.embedding import Embedder
 from chunkeval.engine.experiment import Experiment
@@ -33,8 +35,8 @@ from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL  # noqa: F
 
 @dataclass(frozen=True)
 class Inputs:
-    corpora: dict[str, str]
-    gold: SpanGold
+    corpora: dict[str, str]  # corpus id → text; under document gold, document id → text
+    gold: SpanGold | DocGold
     copies: Copies | None = None  # every copy of every reference, with `duplicates: credit`
 
 
@@ -181,6 +183,9 @@ class Embedders:
 
 
 def load_inputs(exp: Experiment) -> Inputs:
+    if exp.doc_gold:
+        docs, gold = load_document_gold(exp.beir, exp.split, exp.corpus_dir, exp.queries, exp.qrels)
+        return Inputs(docs.texts, gold)
     corpora = load_corpora(Path(exp.corpus_dir), list(exp.corpus) or None)
     gold = load_span_gold(Path(exp.questions), corpora, corpus_ids_in(Path(exp.corpus_dir)))
     return Inputs(corpora, gold, find_copies(gold, corpora) if exp.duplicates == "credit" else None)
@@ -376,10 +381,17 @@ def score_config(
     """Retrieve once at the largest k, score at every k: one configuration's per-query table (with its
     `index` and `ann_recall_at_k`), and what its index cost (`chunkeval.engine.indexes.measure`)."""
     chunking = chunkings[config.chunking]
-    topk = retrieve(inputs, chunking, config, embedded, max(exp.k), exp.own_corpus, exp.rrf_k)
-    table = score_chunking(
-        inputs.gold, chunking.spec, chunking.chunks, topk, exp.k, config.model, config.retriever, inputs.copies
-    )
+    if isinstance(inputs.gold, DocGold):  # deep enough for MaxP to find k documents
+        depth = retrieval_depth(max(exp.k), len(chunking.chunks))
+        topk = retrieve(inputs, chunking, config, embedded, depth, exp.own_corpus, exp.rrf_k)
+        table, _ = score_documents(
+            inputs.gold, chunking.spec, chunking.chunks, topk, exp.k, config.model, config.retriever
+        )
+    else:
+        topk = retrieve(inputs, chunking, config, embedded, max(exp.k), exp.own_corpus, exp.rrf_k)
+        table = score_chunking(
+            inputs.gold, chunking.spec, chunking.chunks, topk, exp.k, config.model, config.retriever, inputs.copies
+        )
     ks = sorted(set(exp.k))
     table = table.add_column(2, "index", pa.array([config.index_key] * table.num_rows, pa.string()))
     if config.index is None:
@@ -417,9 +429,11 @@ def _stats_schema() -> pa.Schema:
 
 
 def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
-    return pa.concat_tables(
-        [reference_table(inputs.gold, inputs.corpora, c.spec, c.chunks, c.model) for c in chunkings]
-    )
+    gold = inputs.gold
+    if isinstance(gold, DocGold):  # no span references: the table's columns, no rows
+        none = np.zeros(0, np.int64)
+        gold = SpanGold(gold.query_ids, gold.questions, gold.corpus_ids, none, none, none)
+    return pa.concat_tables([reference_table(gold, inputs.corpora, c.spec, c.chunks, c.model) for c in chunkings])
 
 
 def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:

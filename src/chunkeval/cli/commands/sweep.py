@@ -29,10 +29,10 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.files import check_writable_dir, write_tables
     from chunkeval.paths import cache_dir
     from chunkeval.report.terminal import (
-        TERMINAL_METRICS,
         approximate,
         beside,
         check_table_path,
+        default_metrics,
         format_index_costs,
         format_models,
         format_summary,
@@ -47,16 +47,35 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     )
     for note in result.notes:
         print(f"note: {note}")
-    print(format_summary(result.summary, CONFIG_KEYS, tied=ties(result.per_query, TERMINAL_METRICS)))
+    doc_runs = write_doc_runs(result.per_query, out.with_name(f"{out.stem}.doc_runs"))
+    tied = ties(result.per_query, default_metrics(result.summary))
+    print(format_summary(result.summary, CONFIG_KEYS, tied=tied))
     print(TIE_NOTE.format(alpha=0.05))
     truncated = sum(result.summary["truncated_chunks"].to_pylist()) // max(len(exp.k), 1)
     print(
         f"\n{result.texts_embedded} text(s) embedded; {truncated} chunk(s) longer than the model's input were "
         f"embedded from their beginning; results in {out} and {beside(out, 'per_query').name}, {beside(out, 'by_corpus').name}"
     )
+    if doc_runs:
+        print(f"document rankings (MaxP, top k) as TREC run files: {doc_runs}")
     if result.models.num_rows:
         print(format_models(result.models))
     if approximate(result.summary):
         print("\nindexes (build seconds, size, and milliseconds per query: one at a time p50/p95, and batched)")
         print(format_index_costs(result.summary, CONFIG_KEYS))
     return 0
+
+
+def write_doc_runs(per_query, folder):
+    """Under document gold, each configuration's top-k document ranking as a TREC run file in `folder`."""
+    from chunkeval.engine.doc_metrics import trec_runs
+    from chunkeval.engine.sweep import CONFIG_KEYS
+    from chunkeval.files import write_text
+
+    runs = trec_runs(per_query, CONFIG_KEYS)
+    if not runs:
+        return None
+    folder.mkdir(exist_ok=True)
+    for name, text in runs.items():
+        write_text(folder / name, text)
+    return folder
