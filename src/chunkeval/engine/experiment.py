@@ -313,6 +313,9 @@ class Experiment:
 
         specs = []
         for chunker in self.chunker:
+            if chunker == "none":  # the whole document: one setting, whatever the sizes and overlaps
+                specs.append(ChunkerSpec(chunker, 0, 0).validate())
+                continue
             no_overlap = needs_embeddings(chunker)  # semantic chunkers take none: once per size, at overlap 0
             for size in self.chunk_sizes:
                 for overlap in self.overlaps:
