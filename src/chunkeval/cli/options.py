@@ -67,7 +67,7 @@ def _add_input_and_chunking_flags(g) -> None:
     add_corpus_filter(g, "only these corpora (default: every corpus in the folder)")
     g.add_argument(
         "--chunker",
-        help="comma-separated chunkers: fixed_token, fixed_char, recursive_token, cluster_semantic, "
+        help="comma-separated chunkers: fixed_token, fixed_char, recursive_token, none (the whole document), cluster_semantic, "
         "semantic_breakpoint, or module:function (a chunker or a text splitter)",
     )
     g.add_argument(
@@ -113,6 +113,11 @@ def _add_retrieval_and_scoring_flags(g) -> None:
         "(positional, the default) or the copy the retrieved chunks cover most (credit); docs/metrics.md",
     )
     g.add_argument(
+        "--relevance",
+        help="which chunks are relevant to span gold: overlap (a character of a reference; the default), coverage:F "
+        "(a share F of some reference) or contains (a whole reference); set and rank metrics follow it (docs/metrics.md)",
+    )
+    g.add_argument(
         "--backend",
         choices=("torch", "onnx", "openvino"),
         help="who runs the embedding model: torch (default, sentence-transformers), onnx (onnxruntime) or openvino; "
@@ -151,6 +156,7 @@ SETTING_FLAGS = (
     "own_corpus",
     "skip_empty_gold",
     "duplicates",
+    "relevance",
     "backend",
     "quantize",
     "precision",
@@ -192,6 +198,7 @@ def experiment_from_args(
         own_corpus=args.own_corpus,
         skip_empty_gold=args.skip_empty_gold,
         duplicates=args.duplicates,
+        relevance=args.relevance,
         backend=args.backend,
         quantize=args.quantize,
         precision=args.precision,

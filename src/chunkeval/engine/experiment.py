@@ -129,6 +129,7 @@ class Experiment:
     own_corpus: bool = False
     skip_empty_gold: bool = False
     duplicates: str = RUN_SETTINGS["duplicates"]  # a run setting (chunkeval.vocabulary)
+    relevance: str = RUN_SETTINGS["relevance"]  # a run setting: overlap, coverage:F or contains
     backend: str = "torch"  # who runs the embedding model's transformer: torch, onnx or openvino (chunkeval.engine.embedding.backends)
     quantize: str = "none"  # none or int8 (backends onnx and openvino)
     precision: str = "fp32"  # how the model runs: fp32, bf16 or fp16 (chunkeval.engine.embedding.precision)
@@ -233,6 +234,9 @@ class Experiment:
 
         if self.duplicates not in MODES:
             raise InputError(f"duplicates must be {' or '.join(MODES)}, got {self.duplicates!r}", source)
+        from chunkeval.engine.metrics import share_held
+
+        _listed(share_held, self.relevance, source)
         from chunkeval.engine.embedding.backends import check_backend
 
         check_backend(self.backend, self.quantize, source, self.precision)
@@ -339,6 +343,10 @@ class Experiment:
     def notes(self) -> list[str]:
         """What a reader of the results must know about how they were computed."""
         notes = self.overlap_notes()
+        if self.relevance != RUN_SETTINGS["relevance"]:
+            notes.append(
+                f"relevance: {self.relevance} (set and rank metrics count the chunks this rule makes relevant)"
+            )
         if self.duplicates == "credit":
             notes.append(
                 "duplicates: credit (a reference's identical copies in its corpus count as found; docs/metrics.md)"
@@ -390,6 +398,8 @@ class Experiment:
             del data["index"]  # settings of exact search stay as they were recorded before the key existed
         if not data["plugins"]:
             del data["plugins"]  # settings without plug-ins stay as they were recorded before the key existed
+        if data["relevance"] == RUN_SETTINGS["relevance"]:
+            del data["relevance"]  # runs of the default rule stay as they were recorded before the setting existed
         for key in ("beir", "queries", "qrels"):
             if not data[key]:
                 del data[key]  # runs of span gold stay as they were recorded before document gold existed
@@ -421,8 +431,9 @@ def checked_doc_gold(exp: Experiment, source) -> Experiment:
     for key, value in (("corpus", exp.corpus), ("own_corpus", exp.own_corpus)):
         if value:
             raise InputError(f"{key} is a setting of span gold; it cannot be used with {given}", source)
-    if exp.duplicates != RUN_SETTINGS["duplicates"]:
-        raise InputError(f"duplicates is a setting of span gold; it cannot be used with {given}", source)
+    for key in RUN_SETTINGS:
+        if getattr(exp, key) != RUN_SETTINGS[key]:
+            raise InputError(f"{key} is a setting of span gold; it cannot be used with {given}", source)
     if not exp.split or any(c in exp.split for c in "/\\") or exp.split.startswith("."):
         raise InputError(f"split must be a qrels file name without folder or suffix, got {exp.split!r}", source)
     changes = {"questions": ""}

@@ -20,14 +20,14 @@ from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, DOC_METRICS, NO_MOD
 
 
 def span_scoring(
-    gold: SpanGold, topk: np.ndarray, chunks: Chunks, copies: Copies | None = None
+    gold: SpanGold, topk: np.ndarray, chunks: Chunks, copies: Copies | None = None, relevance: str = "overlap"
 ) -> tuple[M.ChunkRelevance, Callable[[int], dict[str, np.ndarray]]]:
-    """The chunk relevance of the configuration, and `k -> span metrics of the top k`: positional
-    without `copies`, credit with them."""
+    """The chunk relevance of the configuration under the `relevance` rule, and `k -> span metrics of the top
+    k`: positional without `copies`, credit with them."""
     if copies is None:
         ref = M.reference_chars(gold, chunks.corpus_names)
         first = M.first_covering_rank(ref, topk, chunks)
-        return M.chunk_relevance(gold, ref, chunks), lambda k: M.span_metrics(ref, first, topk, chunks, k)
+        return M.chunk_relevance(gold, ref, chunks, relevance), lambda k: M.span_metrics(ref, first, topk, chunks, k)
     every = copies.gold_set(gold)
     ref = M.reference_chars(every, chunks.corpus_names)
     first = M.first_covering_rank(ref, topk, chunks)  # once for the characters of every copy
@@ -40,7 +40,7 @@ def span_scoring(
         picked = M.ReferenceChars(query, ref.corpus[keep], pos, M.first_of_each(query, pos), ref.n_queries)
         return M.span_metrics(picked, first[keep], topk, chunks, k)
 
-    return M.chunk_relevance(every, ref, chunks), spans
+    return M.chunk_relevance(every, ref, chunks, relevance), spans
 
 
 def key_columns(gold, spec: ChunkerSpec, model: str, retriever: str, k: int) -> dict[str, pa.Array]:
@@ -67,10 +67,12 @@ def score_chunking(
     model: str = NO_MODEL,
     retriever: str = "dense",
     copies: Copies | None = None,
+    rule: str = "overlap",
 ) -> pa.Table:
     """Per-query span, set and rank metrics of one configuration at every k (topk holds the largest k);
-    with `copies`, a reference's copies get credit (`chunkeval.engine.duplicates`)."""
-    relevance, span_metrics = span_scoring(gold, topk, chunks, copies)
+    with `copies`, a reference's copies get credit (`chunkeval.engine.duplicates`); set and rank metrics
+    count the chunks relevant under the relevance `rule` (`metrics.share_held`)."""
+    relevance, span_metrics = span_scoring(gold, topk, chunks, copies, rule)
     omega = M.safe_div(relevance.covered_all, relevance.omega_union)
     parts = []
     n = gold.n_queries

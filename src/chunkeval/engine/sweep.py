@@ -390,8 +390,9 @@ def score_config(
     else:
         topk = retrieve(inputs, chunking, config, embedded, max(exp.k), exp.own_corpus, exp.rrf_k)
         table = score_chunking(
-            inputs.gold, chunking.spec, chunking.chunks, topk, exp.k, config.model, config.retriever, inputs.copies
-        )
+            inputs.gold, chunking.spec, chunking.chunks, topk, exp.k, config.model, config.retriever, inputs.copies,
+            exp.relevance,
+        )  # fmt: skip
     ks = sorted(set(exp.k))
     table = table.add_column(2, "index", pa.array([config.index_key] * table.num_rows, pa.string()))
     if config.index is None:
