@@ -218,3 +218,21 @@ def test_chunker_none_makes_one_chunk_per_document_of_span_gold_too():
     assert chunks.ids() == ["a:0-13", "b:0-4"]
     with pytest.raises(InputError, match="takes chunk_size 0"):
         ChunkerSpec("none", 10, 0).validate()
+
+
+def test_the_evaluate_flow_records_a_document_gold_run_with_its_run_files_and_report(
+    beir, tmp_path, monkeypatch, prefect_api
+):
+    from chunkeval.flows.evaluate import evaluate
+    from chunkeval.warehouse import Warehouse
+
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
+    settings = {"name": "tiny", "beir": str(beir), "retriever": "bm25", "chunker": ["none"], "k": [3]}
+    result = evaluate(experiment=settings)
+    wh = Warehouse(tmp_path / "home" / "warehouse")
+    summary = wh.summary(result["run_id"]).to_pylist()
+    assert len(summary) == 1 and summary[0]["doc_ndcg_at_k_mean"] > 0 and summary[0]["span_recall_mean"] is None
+    files = list((wh.results / result["run_id"] / "doc_runs").iterdir())
+    assert [f.name for f in files] == ["none_bm25_none_none_0_0_3.trec"]
+    page = Path(result["report"]).read_text()
+    assert "doc_ndcg_at_k" in page and 'href="#budget"' not in page

@@ -9,6 +9,7 @@ when fewer distinct documents were found, as in trec_eval). Everything is vector
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,7 +18,7 @@ import pyarrow as pa
 from chunkeval.engine import metrics as M
 from chunkeval.engine.documents import DocGold
 from chunkeval.engine.scoring import key_columns
-from chunkeval.vocabulary import DOC_METRICS, SPAN_METRICS
+from chunkeval.vocabulary import CONFIG_KEYS, DOC_METRICS, SPAN_METRICS
 
 if TYPE_CHECKING:
     from chunkeval.engine.chunking import ChunkerSpec, Chunks
@@ -134,6 +135,20 @@ def trec_runs(per_query: pa.Table, keys: list[str]) -> dict[str, str]:
         tag = "/".join(map(str, config))
         runs.setdefault(config, []).extend(trec_run_lines([qid], [docs], tag.replace(" ", "_")))
     return {_file_name(config): "\n".join(lines) + "\n" for config, lines in runs.items()}
+
+
+def write_doc_runs(per_query: pa.Table, folder: Path) -> Path | None:
+    """Under document gold, each configuration's top-k document ranking (MaxP) as a TREC run file in `folder`
+    (None, and nothing written, for span gold)."""
+    from chunkeval.files import write_text
+
+    runs = trec_runs(per_query, CONFIG_KEYS)
+    if not runs:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in runs.items():
+        write_text(folder / name, text)
+    return folder
 
 
 def _file_name(config: tuple) -> str:

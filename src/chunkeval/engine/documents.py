@@ -20,8 +20,11 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from chunkeval.engine.inputs import (
     CORPUS_SUFFIXES,
+    SpanGold,
     _finite,
     _nonempty,
     _query_id,
@@ -49,6 +52,11 @@ class DocGold:
     @property
     def n_queries(self) -> int:
         return len(self.query_ids)
+
+    def without_spans(self) -> SpanGold:
+        """The queries as a span gold set of no references: what the checks and tables of references read."""
+        none = np.zeros(0, np.int64)
+        return SpanGold(self.query_ids, self.questions, self.corpus_ids, none, none, none, self.source)
 
 
 @dataclass(frozen=True)

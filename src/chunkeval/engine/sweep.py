@@ -430,10 +430,7 @@ def _stats_schema() -> pa.Schema:
 
 
 def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
-    gold = inputs.gold
-    if isinstance(gold, DocGold):  # no span references: the table's columns, no rows
-        none = np.zeros(0, np.int64)
-        gold = SpanGold(gold.query_ids, gold.questions, gold.corpus_ids, none, none, none)
+    gold = inputs.gold.without_spans() if isinstance(inputs.gold, DocGold) else inputs.gold  # columns, no rows
     return pa.concat_tables([reference_table(gold, inputs.corpora, c.spec, c.chunks, c.model) for c in chunkings])
 
 

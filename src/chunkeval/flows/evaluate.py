@@ -20,6 +20,7 @@ from prefect.runtime import flow_run
 from chunkeval import progress
 from chunkeval.engine import gold_check, sweep
 from chunkeval.engine.chunking import ChunkerSpec
+from chunkeval.engine.doc_metrics import write_doc_runs
 from chunkeval.engine.experiment import Experiment, input_fingerprints
 from chunkeval.engine.metrics import METRICS
 from chunkeval.engine.runners import TaskRunner
@@ -126,7 +127,9 @@ def store(
     models: pa.Table,
     gold: dict,
 ) -> None:
-    warehouse().complete_run(run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus)
+    wh = warehouse()
+    write_doc_runs(per_query, wh.results / run_id / "doc_runs")  # document gold: the TREC run files, before completion
+    wh.complete_run(run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus)
 
 
 def with_task_runner(runner: TaskRunner):

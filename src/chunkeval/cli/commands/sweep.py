@@ -25,6 +25,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.analysis.comparisons import TIE_NOTE, ties
+    from chunkeval.engine.doc_metrics import write_doc_runs
     from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
     from chunkeval.files import check_writable_dir, write_tables
     from chunkeval.paths import cache_dir
@@ -64,18 +65,3 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         print("\nindexes (build seconds, size, and milliseconds per query: one at a time p50/p95, and batched)")
         print(format_index_costs(result.summary, CONFIG_KEYS))
     return 0
-
-
-def write_doc_runs(per_query, folder):
-    """Under document gold, each configuration's top-k document ranking as a TREC run file in `folder`."""
-    from chunkeval.engine.doc_metrics import trec_runs
-    from chunkeval.engine.sweep import CONFIG_KEYS
-    from chunkeval.files import write_text
-
-    runs = trec_runs(per_query, CONFIG_KEYS)
-    if not runs:
-        return None
-    folder.mkdir(exist_ok=True)
-    for name, text in runs.items():
-        write_text(folder / name, text)
-    return folder
