@@ -1014,6 +1014,14 @@ CASES.update(
             lambda w: sweep(w["t"], "--relevance", "coverage:1.5"),
             "relevance must be overlap, coverage:F with F in (0, 1], or contains; got 'coverage:1.5'",
         ),
+        "sweep: qrels naming an unknown document with --strict": (
+            lambda w: beir_sweep(w["t"], BEIR_DOC, BEIR_QUERY, BEIR_QRELS + "q1\td9\t1\n", "--strict"),
+            "test.tsv: row 2: names an unknown document 'd9'",
+        ),
+        "sweep: qrels naming an unknown query with --strict": (
+            lambda w: beir_sweep(w["t"], BEIR_DOC, BEIR_QUERY, BEIR_QRELS + "q7\td1\t1\n", "--strict"),
+            "test.tsv: row 2: names an unknown query 'q7'",
+        ),
         "sweep: qrels line with three fields": (
             lambda w: beir_sweep(w["t"], qrels="q1 0 d1\n"),
             "test.tsv: row 1: qrels must be BEIR's TSV",

@@ -64,6 +64,12 @@ def _add_input_and_chunking_flags(g) -> None:
     g.add_argument(
         "--qrels", help="document gold for --corpus-dir: BEIR's TSV (query-id, corpus-id, score) or TREC qrels"
     )
+    g.add_argument(
+        "--strict",
+        action="store_true",
+        default=None,
+        help="document gold: a qrels row naming an unknown query or document is an error (default: left out, counted)",
+    )
     add_corpus_filter(g, "only these corpora (default: every corpus in the folder)")
     g.add_argument(
         "--chunker",
@@ -144,6 +150,7 @@ SETTING_FLAGS = (
     "split",
     "queries",
     "qrels",
+    "strict",
     "corpus",
     "chunker",
     "chunk_sizes",
@@ -186,6 +193,7 @@ def experiment_from_args(
         split=args.split,
         queries=args.queries,
         qrels=args.qrels,
+        strict=args.strict,
         corpus=tuple(split_flags(args.corpus)),
         chunker=tuple(split_flags(args.chunker)),
         chunk_sizes=parse_ints(args.chunk_sizes, "--chunk-sizes"),

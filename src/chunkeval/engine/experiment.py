@@ -138,6 +138,7 @@ class Experiment:
     split: str = "test"  # the qrels of a BEIR folder: qrels/<split>.tsv
     queries: str = ""  # with qrels and corpus_dir: document-level gold for any corpus
     qrels: str = ""
+    strict: bool = False  # a qrels row naming an unknown query or document is an error, not left out
 
     @property
     def doc_gold(self) -> bool:
@@ -179,7 +180,7 @@ class Experiment:
                 if isinstance(value, (list, tuple, dict)):
                     raise InputError(f"rrf_k takes one whole number, got {short(value)}", source)
                 value = _listed(whole_number, value, source, key)
-            elif key in ("own_corpus", "skip_empty_gold"):
+            elif key in ("own_corpus", "skip_empty_gold", "strict"):
                 if not isinstance(value, bool):
                     raise InputError(f"{key} must be true or false, got {value!r}", source)
             else:
@@ -400,7 +401,7 @@ class Experiment:
             del data["plugins"]  # settings without plug-ins stay as they were recorded before the key existed
         if data["relevance"] == RUN_SETTINGS["relevance"]:
             del data["relevance"]  # runs of the default rule stay as they were recorded before the setting existed
-        for key in ("beir", "queries", "qrels"):
+        for key in ("beir", "queries", "qrels", "strict"):
             if not data[key]:
                 del data[key]  # runs of span gold stay as they were recorded before document gold existed
         if not self.beir:

@@ -184,7 +184,7 @@ class Embedders:
 
 def load_inputs(exp: Experiment) -> Inputs:
     if exp.doc_gold:
-        docs, gold = load_document_gold(exp.beir, exp.split, exp.corpus_dir, exp.queries, exp.qrels)
+        docs, gold = load_document_gold(exp.beir, exp.split, exp.corpus_dir, exp.queries, exp.qrels, exp.strict)
         return Inputs(docs.texts, gold)
     corpora = load_corpora(Path(exp.corpus_dir), list(exp.corpus) or None)
     gold = load_span_gold(Path(exp.questions), corpora, corpus_ids_in(Path(exp.corpus_dir)))
