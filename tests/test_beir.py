@@ -236,3 +236,23 @@ def test_the_evaluate_flow_records_a_document_gold_run_with_its_run_files_and_re
     assert [f.name for f in files] == ["none_bm25_none_none_0_0_3.trec"]
     page = Path(result["report"]).read_text()
     assert "doc_ndcg_at_k" in page and 'href="#budget"' not in page
+
+
+def test_evaluate_run_scores_a_chunk_run_against_document_qrels_by_maxp(tmp_path, capsys):
+    """The worked example of docs/metrics.md as files: chunks of B, A, B, C, D (document ids holding `:`)."""
+    from chunkeval.cli.main import main
+
+    gold = tmp_path / "qrels.tsv"
+    gold.write_text("query-id\tcorpus-id\tscore\nq\tx:A\t2\nq\tx:C\t1\nq\tx:E\t1\n")
+    chunks = ["x:B:0-10", "x:A:5-9", "x:B:10-20", "x:C:0-3", "x:D:0-3"]
+    run = tmp_path / "run.jsonl"
+    run.write_text(json.dumps({"query_id": "q", "retrieved_chunk_ids": chunks}) + "\n")
+    argv = ["evaluate-run", "--gold", str(gold), "--run", str(run), "--format", "doc-qrels", "--k", "3", "--json"]
+    assert main(argv) == 0
+    macro = json.loads(capsys.readouterr().out)["macro"]
+    assert macro["doc_ndcg_at_k"] == pytest.approx(0.5627272554209044, abs=1e-9)
+    assert macro["doc_recall_at_k"] == pytest.approx(2 / 3) and macro["doc_mrr"] == 0.5
+    assert macro["doc_map"] == pytest.approx((1 / 2 + 2 / 3) / 3)
+    run.write_text(json.dumps({"query_id": "q", "retrieved_chunk_ids": ["x:B"]}) + "\n")
+    assert main(argv) == 2
+    assert "'x:B' is not a chunk id <doc_id>:<start>-<end>" in capsys.readouterr().err

@@ -1022,6 +1022,16 @@ CASES.update(
             lambda w: beir_sweep(w["t"], BEIR_DOC, BEIR_QUERY, BEIR_QRELS + "q7\td1\t1\n", "--strict"),
             "test.tsv: row 2: names an unknown query 'q7'",
         ),
+        "evaluate-run: doc-qrels with a run item that is not a chunk id": (
+            lambda w: evaluate_run(
+                w["t"],
+                write(w["t"] / "qrels.tsv", BEIR_QRELS),
+                write(w["t"] / "run.jsonl", '{"query_id": "q1", "retrieved_chunk_ids": ["d1"]}\n'),
+                "--format",
+                "doc-qrels",
+            ),
+            "run.jsonl: query 'q1': 'd1' is not a chunk id <doc_id>:<start>-<end>",
+        ),
         "sweep: qrels line with three fields": (
             lambda w: beir_sweep(w["t"], qrels="q1 0 d1\n"),
             "test.tsv: row 1: qrels must be BEIR's TSV",

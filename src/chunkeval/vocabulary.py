@@ -50,7 +50,8 @@ def check_metrics(metrics: list[str]) -> list[str]:
 
 
 # the gold and run file formats of evaluate-run and compare
-GOLD_FORMATS = ("auto", "chunk-ids", "strings", "trec")
+# doc-qrels: document qrels (BEIR TSV or TREC) with a run of chunk ids, its documents ranked by MaxP
+GOLD_FORMATS = ("auto", "chunk-ids", "strings", "trec", "doc-qrels")
 
 
 # --------------------------------------------------------------------------- how list settings are written

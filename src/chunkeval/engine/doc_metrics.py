@@ -16,14 +16,12 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval.engine import metrics as M
-from chunkeval.engine.documents import DocGold
+from chunkeval.engine.documents import DOC_DEPTH, DocGold
 from chunkeval.engine.scoring import key_columns
 from chunkeval.vocabulary import CONFIG_KEYS, DOC_METRICS, SPAN_METRICS
 
 if TYPE_CHECKING:
     from chunkeval.engine.chunking import ChunkerSpec, Chunks
-
-DOC_DEPTH = 1000  # how deep in the chunk ranking MaxP looks for k distinct documents
 
 
 def retrieval_depth(k_max: int, n_chunks: int) -> int:

@@ -24,10 +24,13 @@ import numpy as np
 
 from chunkeval.engine.inputs import (
     CORPUS_SUFFIXES,
+    Qrels,
+    Run,
     SpanGold,
     _finite,
     _nonempty,
     _query_id,
+    load_chunk_run,
     read_jsonl_rows,
     read_text,
 )
@@ -36,6 +39,7 @@ from chunkeval.errors import InputError
 log = logging.getLogger("chunkeval")
 
 BEIR_FILES = ("corpus.jsonl", "queries.jsonl")
+DOC_DEPTH = 1000  # how deep in a chunk ranking MaxP looks for k distinct documents
 
 
 @dataclass(frozen=True)
@@ -237,3 +241,39 @@ def doc_gold_fingerprints(beir: str, split: str, corpus_dir: str, queries: str, 
         if not path.is_file():
             raise InputError("file not found", path)
     return {"corpus": _hash(files), "gold": _hash([Path(queries), Path(qrels)])}
+
+
+# --------------------------------------------------------------------------- evaluate-run: chunk runs, document qrels
+
+
+def chunk_document(chunk_id: str) -> str | None:
+    """The document of a chunk id `<doc_id>:<start>-<end>`, read from the right (a document id may hold `:`)."""
+    head, sep, span = chunk_id.rpartition(":")
+    start, dash, end = span.partition("-")
+    return head if sep and head and dash and start.isdigit() and end.isdigit() else None
+
+
+def load_doc_qrels_and_chunk_run(gold_path: Path, run_path: Path, k: int) -> tuple[Qrels, Run]:
+    """Document qrels (BEIR's TSV or TREC) and a run of chunk ids (`query_id, retrieved_chunk_ids`), the run's
+    chunks turned into MaxP document lists: each document at the rank of its best chunk, the first k distinct
+    documents of the first `DOC_DEPTH` chunks."""
+    judgments: dict[str, dict[str, float]] = {}
+    for row, qid, doc, grade in read_qrels(Path(gold_path)):
+        judged = judgments.setdefault(qid, {})
+        if doc in judged:
+            raise InputError(f"query {qid!r} judges document {doc!r} twice", gold_path, row)
+        judged[doc] = grade
+    gold = Qrels(judgments, {}, str(gold_path))
+    chunks = load_chunk_run(Path(run_path), gold)
+    ranked = {}
+    for qid, items in chunks.ranked.items():
+        docs: dict[str, None] = {}
+        for item in items[:DOC_DEPTH]:
+            doc = chunk_document(item)
+            if doc is None:
+                raise InputError(f"query {qid!r}: {item!r} is not a chunk id <doc_id>:<start>-<end>", run_path)
+            docs.setdefault(doc)
+            if len(docs) == k:
+                break
+        ranked[qid] = list(docs)
+    return gold, Run(ranked, chunks.source)
