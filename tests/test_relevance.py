@@ -46,3 +46,26 @@ def test_a_rule_outside_the_three_is_refused(rule):
 def test_the_rule_is_recorded_only_where_it_is_not_the_default():
     assert "relevance" not in Experiment.from_dict({}).to_dict()
     assert Experiment.from_dict({"relevance": "contains"}).to_dict()["relevance"] == "contains"
+
+
+def test_runs_of_different_rules_are_never_compared_nor_trended_together(tmp_path, monkeypatch):
+    from chunkeval.engine.sweep import Embedders, run_sweep
+    from chunkeval.warehouse import Warehouse
+
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path))
+    exp = Experiment(name="rel", chunker=("fixed_token",), chunk_sizes=(100,), k=(3,), retriever=("bm25",))
+    wh = Warehouse.at_home()
+    ids = []
+    for rule in ("overlap", "contains"):
+        ruled = exp.with_overrides(relevance=rule)
+        result = run_sweep(ruled, Embedders(tmp_path / "cache"))
+        run_id = wh.begin_run("rel", {}, "manual", ruled.to_dict())
+        wh.complete_run(run_id, result.per_query, result.summary, 0, result.references, result.models)
+        ids.append(run_id)
+    overlap, contains = (wh.summary(i).to_pylist()[0] for i in ids)
+    assert overlap["span_recall_mean"] == contains["span_recall_mean"]  # span metrics do not follow the rule
+    assert contains["precision_mean"] < overlap["precision_mean"]
+    assert wh.reference_run("rel", ids[1]) is None
+    with pytest.raises(InputError, match="never compared"):
+        wh.regressions("rel", ["precision"], 0.0, baseline=ids[0])
+    assert all(row["change"] is None for row in wh.trend("rel", "precision"))

@@ -31,6 +31,7 @@ from chunkeval.warehouse.tables import (
     parquet_columns,
     projection,
     quote,
+    run_setting_sql,
     sql_type,
     summary_tables_sql,
 )
@@ -156,22 +157,25 @@ class Schema(Connections, Layout):
         footer of every file). `temporary`: views of this connection alone, on a warehouse it cannot write."""
         view_kind = "TEMP VIEW" if temporary else "VIEW"
         duplicates = DUPLICATES_SQL.format(t="r.")
+        relevance = run_setting_sql("relevance", "r.")
         for view, table in (("config_summary", "summaries"), ("corpus_summary", "corpus_summaries")):
             con.execute(f"""
                 CREATE OR REPLACE {view_kind} {view} AS
-                SELECT {projection("summary", set(SUMMARY.names), "s")}, {duplicates} AS duplicates
+                SELECT {projection("summary", set(SUMMARY.names), "s")}, {duplicates} AS duplicates,
+                       {relevance} AS relevance
                 FROM {table} s JOIN runs r USING (run_id)
                 WHERE r.status = 'completed'""")
         con.execute(f"""
             CREATE OR REPLACE {view_kind} trend AS
             WITH long AS (
-                UNPIVOT (SELECT experiment, run_id, started_at, duplicates, {", ".join(CONFIG_KEYS)}, COLUMNS('_mean$')
+                UNPIVOT (SELECT experiment, run_id, started_at, duplicates, relevance, {", ".join(CONFIG_KEYS)},
+                                COLUMNS('_mean$')
                          FROM config_summary)
                 ON COLUMNS('_mean$') INTO NAME metric VALUE value)
-            SELECT experiment, run_id, started_at, duplicates, {", ".join(CONFIG_KEYS)},
+            SELECT experiment, run_id, started_at, duplicates, relevance, {", ".join(CONFIG_KEYS)},
                    regexp_replace(metric, '_mean$', '') AS metric, value,
-                   -- the change against the previous run scored the same way (never across duplicates settings)
-                   value - lag(value) OVER (PARTITION BY experiment, duplicates, {", ".join(CONFIG_KEYS)}, metric
+                   -- the change against the previous run scored the same way (never across run settings)
+                   value - lag(value) OVER (PARTITION BY experiment, duplicates, relevance, {", ".join(CONFIG_KEYS)}, metric
                                             ORDER BY started_at, run_id) AS change
             FROM long""")
         where = (con.execute("SELECT value FROM meta WHERE key = 'results_path'").fetchall() or [None])[0]
