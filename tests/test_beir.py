@@ -147,6 +147,8 @@ def test_a_corpus_folder_with_queries_and_trec_qrels(tmp_path):
     corpora = tmp_path / "corpora"
     corpora.mkdir()
     (corpora / "keeper.md").write_text("The lighthouse keeper trims the lamp every evening before dusk.\n")
+    (corpora / "notes" / "deep").mkdir(parents=True)
+    (corpora / "notes" / "deep" / "lamp.txt").write_text("Oil lamps smoke when the wick is cut unevenly.\n")
     (corpora / "misc.jsonl").write_text(
         json.dumps({"id": "orchard", "title": "Orchards", "text": "Apple trees need pruning in late winter."})
         + "\n"
@@ -162,6 +164,10 @@ def test_a_corpus_folder_with_queries_and_trec_qrels(tmp_path):
     exp = Experiment.from_dict(
         {"corpus_dir": str(corpora), "queries": str(queries), "qrels": str(qrels), "retriever": "bm25", "k": [2]}
     )
+    from chunkeval.engine.documents import load_documents
+
+    docs = load_documents(corpora)  # a subfolder is a corpus of the files under it, named by their paths
+    assert docs.corpus_of == {"keeper": "keeper", "notes/deep/lamp": "notes", "orchard": "misc", "harbor": "misc"}
     result = run_sweep(exp, Embedders())
     row = result.per_query.to_pylist()[0]
     assert result.per_query.num_rows == 1 and row["query_id"] == "a" and row["corpus_id"] == "misc"

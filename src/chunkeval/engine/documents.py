@@ -4,7 +4,8 @@
   `text`) and `qrels/<split>.tsv` (`query-id`, `corpus-id`, `score`, a header row). It is one corpus, named
   by the folder.
 - A corpus folder with `--queries` and `--qrels`: a top-level `.md`/`.txt` file is a corpus of one document
-  named by its stem; a top-level `.jsonl` file is a corpus of its documents (`_id` or `id`, optional
+  named by its stem; a top-level subfolder a corpus of the files under it (`document_files`); a top-level
+  `.jsonl` file is a corpus of its documents (`_id` or `id`, optional
   `title`, `text`). Qrels are BEIR's TSV (with its header) or TREC qrels (`qid 0 docid grade`).
 
 A document's text is BEIR's `title + " " + text`, stripped; chunk offsets are into that text. Qrels rows
@@ -98,21 +99,35 @@ def _add_document(into: Documents, doc: str, text: str, corpus: str, path: Path,
     into.corpus_of[doc] = corpus
 
 
+def document_files(folder: Path) -> list[tuple[Path, str, str]]:
+    """(file, corpus, document id) of a corpus folder's files: a top-level .md/.txt file is a corpus of one
+    document named by its stem; a top-level subfolder a corpus (named by it) of the .md/.txt files under it at
+    any depth, each named by its path relative to the folder without suffix (`notes/keeper`); a top-level .jsonl
+    file a corpus of its documents (document id empty here: its lines name them)."""
+    out = []
+    for path in sorted(folder.iterdir()):
+        suffix = path.suffix.lower()
+        if path.is_dir():
+            for inner in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES):
+                out.append((inner, path.name, inner.relative_to(folder).with_suffix("").as_posix()))
+        elif path.is_file() and suffix in CORPUS_SUFFIXES:
+            out.append((path, path.stem, path.stem))
+        elif path.is_file() and suffix == ".jsonl":
+            out.append((path, path.stem, ""))
+    return out
+
+
 def load_documents(corpus_dir: Path) -> Documents:
-    """Every document of a corpus folder: top-level .md/.txt files (one document each, named by the stem)
-    and top-level .jsonl files (a corpus of their documents, named by the file's stem)."""
+    """Every document of a corpus folder (`document_files`)."""
     folder = Path(corpus_dir)
     if not folder.is_dir():
         raise InputError("corpus folder not found", folder)
     docs = Documents({}, {})
-    for path in sorted(folder.iterdir()):
-        suffix = path.suffix.lower()
-        if not path.is_file():
-            continue
-        if suffix in CORPUS_SUFFIXES:
-            _add_document(docs, path.stem, _nonempty(read_text(path), path), path.stem, path, None)
-        elif suffix == ".jsonl":
-            read_jsonl_documents(path, path.stem, docs)
+    for path, corpus, doc in document_files(folder):
+        if doc:
+            _add_document(docs, doc, _nonempty(read_text(path), path), corpus, path, None)
+        else:
+            read_jsonl_documents(path, corpus, docs)
     if not docs.texts:
         raise InputError("no documents (*.md, *.txt, *.jsonl) in the folder", folder)
     return docs
@@ -236,7 +251,7 @@ def doc_gold_fingerprints(beir: str, split: str, corpus_dir: str, queries: str, 
     folder = Path(corpus_dir)
     if not folder.is_dir():
         raise InputError("corpus folder not found", folder)
-    files = [p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in (*CORPUS_SUFFIXES, ".jsonl")]
+    files = [path for path, _, _ in document_files(folder)]
     for path in (Path(queries), Path(qrels)):
         if not path.is_file():
             raise InputError("file not found", path)
