@@ -1,4 +1,4 @@
-"""`chunkeval sweep`: a grid of chunking settings and k scored on a span gold set, written to files."""
+"""`chunkeval sweep`: a grid of chunking settings and k scored on a span gold set or document qrels, written to files."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ WAREHOUSE_SESSION = False  # a sweep never opens the warehouse
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "sweep",
-        help="score a grid of chunking settings and k on a span gold set, write the results",
-        description="Score every (chunker, chunk size, overlap, k) on a span gold set. Writes the summary to --out, "
-        "the per-query table to <out>.per_query and the per-corpus summary to <out>.by_corpus.",
+        help="score a grid of chunking settings and k on a span gold set or document qrels, write the results",
+        description="Score every (chunker, chunk size, overlap, k) on a span gold set or document qrels (--beir, "
+        "--qrels). Writes the summary to --out, the per-query table to <out>.per_query, the per-corpus summary to "
+        "<out>.by_corpus and, for document qrels, each configuration's document ranking to <out>.doc_runs/.",
     )
     add_experiment_flags(p)
     p.add_argument("--out", required=True, help="summary file, .csv or .parquet")
