@@ -187,6 +187,11 @@ def test_document_gold_settings_that_cannot_go_together(beir, settings, message)
         Experiment.from_dict({"beir": str(beir), **settings})
 
 
+def test_a_split_without_a_beir_folder_is_refused():
+    with pytest.raises(InputError, match="split names the qrels of a BEIR folder"):
+        Experiment.from_dict({"split": "dev"})
+
+
 def test_the_sweep_command_writes_the_run_files_and_shows_document_metrics(beir, tmp_path):
     out = tmp_path / "res.csv"
     argv = ["--beir", str(beir), "--retriever", "bm25", "--chunk-sizes", "30", "--k", "5", "--out", str(out)]

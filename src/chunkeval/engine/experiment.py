@@ -418,6 +418,8 @@ def checked_doc_gold(exp: Experiment, source) -> Experiment:
     the span gold file of the defaults is dropped."""
     if exp.queries and not exp.qrels:
         raise InputError("queries are judged by qrels: give qrels with queries", source)
+    if exp.split != Experiment.split and not exp.beir:
+        raise InputError(f"split names the qrels of a BEIR folder: give it with beir (got split {exp.split!r})", source)
     if not exp.doc_gold:
         return exp
     if exp.beir and (exp.queries or exp.qrels):
