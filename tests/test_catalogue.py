@@ -1120,6 +1120,88 @@ def sweep_flags_case(flags: list[str]):
 CASES.update({f"sweep: {name}": (sweep_flags_case(flags), m) for name, (flags, m) in SWEEP_FLAG_CASES.items()})
 
 
+BEIR_DOC = '{"_id": "d1", "title": "T", "text": "Some words here."}\n'
+BEIR_QUERY = '{"_id": "q1", "text": "words"}\n'
+BEIR_QRELS = "query-id\tcorpus-id\tscore\nq1\td1\t1\n"
+
+
+def beir_sweep(t: Path, corpus=BEIR_DOC, queries=BEIR_QUERY, qrels=BEIR_QRELS, *extra):
+    """`sweep --beir` over a BEIR folder written from the parts given (None leaves a file out)."""
+    folder = t / "beir"
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    for name, text in (("corpus.jsonl", corpus), ("queries.jsonl", queries), ("qrels/test.tsv", qrels)):
+        if text is not None:
+            write(folder / name, text)
+    return ["sweep", "--beir", folder, "--retriever", "bm25", "--out", t / "out.csv", *extra]
+
+
+# issue 20: document gold
+CASES.update(
+    {
+        "sweep: BEIR folder without queries.jsonl": (
+            lambda w: beir_sweep(w["t"], queries=None),
+            "a BEIR folder holds queries.jsonl; it is missing",
+        ),
+        "sweep: BEIR corpus line without _id": (
+            lambda w: beir_sweep(w["t"], corpus='{"text": "words"}\n'),
+            "corpus.jsonl: row 1: missing key(s) _id",
+        ),
+        "sweep: BEIR corpus line without text": (
+            lambda w: beir_sweep(w["t"], corpus='{"_id": "d1"}\n'),
+            "corpus.jsonl: row 1: missing key(s) text",
+        ),
+        "sweep: duplicate document ids": (
+            lambda w: beir_sweep(w["t"], corpus=BEIR_DOC * 2),
+            "corpus.jsonl: row 2: document id 'd1' appears twice",
+        ),
+        "sweep: a split with no qrels": (
+            lambda w: beir_sweep(w["t"], BEIR_DOC, BEIR_QUERY, BEIR_QRELS, "--split", "dev"),
+            "qrels/dev.tsv; it is missing",
+        ),
+        "sweep: qrels judging no query": (
+            lambda w: beir_sweep(w["t"], qrels="query-id\tcorpus-id\tscore\nq9\td1\t1\n"),
+            "test.tsv: no query of the queries file has qrels",
+        ),
+        "sweep: --questions with --qrels": (
+            lambda w: sweep(
+                w["t"],
+                "--queries",
+                write(w["t"] / "qs.jsonl", BEIR_QUERY),
+                "--qrels",
+                write(w["t"] / "qr.tsv", BEIR_QRELS),
+            ),
+            "questions (span gold) and qrels (document gold) cannot be scored in one experiment",
+        ),
+        "sweep: a relevance rule with F outside (0, 1]": (
+            lambda w: sweep(w["t"], "--relevance", "coverage:1.5"),
+            "relevance must be overlap, coverage:F with F in (0, 1], or contains; got 'coverage:1.5'",
+        ),
+        "sweep: qrels naming an unknown document with --strict": (
+            lambda w: beir_sweep(w["t"], BEIR_DOC, BEIR_QUERY, BEIR_QRELS + "q1\td9\t1\n", "--strict"),
+            "test.tsv: row 2: names an unknown document 'd9'",
+        ),
+        "sweep: qrels naming an unknown query with --strict": (
+            lambda w: beir_sweep(w["t"], BEIR_DOC, BEIR_QUERY, BEIR_QRELS + "q7\td1\t1\n", "--strict"),
+            "test.tsv: row 2: names an unknown query 'q7'",
+        ),
+        "evaluate-run: doc-qrels with a run item that is not a chunk id": (
+            lambda w: evaluate_run(
+                w["t"],
+                write(w["t"] / "qrels.tsv", BEIR_QRELS),
+                write(w["t"] / "run.jsonl", '{"query_id": "q1", "retrieved_chunk_ids": ["d1"]}\n'),
+                "--format",
+                "doc-qrels",
+            ),
+            "run.jsonl: query 'q1': 'd1' is not a chunk id <doc_id>:<start>-<end>",
+        ),
+        "sweep: qrels line with three fields": (
+            lambda w: beir_sweep(w["t"], qrels="q1 0 d1\n"),
+            "test.tsv: row 1: qrels must be BEIR's TSV",
+        ),
+    }
+)
+
+
 def snapshot(*roots: Path) -> dict:
     """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes)."""
     files = sorted(

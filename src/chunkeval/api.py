@@ -152,7 +152,8 @@ def evaluate(
     CSV (Chroma's format) or a list of {question, references: [{content, start_index, end_index}],
     corpus_id[, query_id]}. `experiment` is an experiment file or mapping to start from. Any other
     setting is an experiment key (chunker, chunk_sizes, overlaps, k, model, retriever, index, rrf_k, corpus,
-    own_corpus, skip_empty_gold, duplicates, backend, quantize, precision), given as a value or a list. Embeddings are cached in `cache_dir`
+    own_corpus, skip_empty_gold, duplicates, relevance, backend, quantize, precision; document gold: beir, split,
+    queries, qrels, strict), given as a value or a list. Embeddings are cached in `cache_dir`
     (default: `$CHUNKEVAL_HOME/cache/embeddings`).
     """
     from chunkeval.engine.embedding import check_batch_size, check_device

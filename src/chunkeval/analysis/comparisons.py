@@ -17,7 +17,6 @@ import pyarrow.compute as pc
 from chunkeval import stats
 from chunkeval.errors import InputError
 from chunkeval.vocabulary import CONFIG_KEYS as KEYS
-from chunkeval.vocabulary import INDEX_METRICS
 
 
 def configurations(per_query: pa.Table, keys=KEYS) -> list[dict]:
@@ -196,7 +195,7 @@ def ties(per_query: pa.Table, metrics, alpha: float = 0.05) -> dict[str, set[tup
         if m not in per_query.column_names:
             continue
         rows = per_query
-        if m in INDEX_METRICS and per_query[m].null_count:  # only the configurations that searched an index
+        if per_query[m].null_count:  # only the configurations that measured it (searched an index; its gold kind)
             rows = per_query.filter(pc.is_valid(per_query[m]))
         out[m] = {tuple(c[k] for k in present) for c in tied_with_best(rows, m, alpha)} if rows.num_rows else set()
     return out
@@ -264,8 +263,9 @@ def regressions(
         at_b = np.fromiter((theirs[q] for q in common), dtype=np.int64, count=len(common))
         for metric in metrics:
             x, y = values_a[metric][at_a], values_b[metric][at_b]
-            if metric in INDEX_METRICS and (np.isnan(x).all() or np.isnan(y).all()):
-                continue  # no index searched here (bm25), or the older run predates the metric
+            if np.isnan(x).all() or np.isnan(y).all():
+                continue  # a metric a run did not measure: no index searched (bm25), span metrics under document
+                # gold and document metrics under span gold, or an older run that predates the metric
             diff = x - y
             order = np.argsort(diff, kind="stable")[:worst]
             found.append(

@@ -16,7 +16,12 @@ from chunkeval.stats.aggregate import METRICS
 # what the regression check watches by default, and by how much (absolute) a macro mean may fall
 # ann_recall_at_k: a night whose approximate index loses recall is flagged like one whose model does (it is 1 for
 # exact search, and absent where no index is searched)
-REGRESSION_METRICS = ("span_recall", "span_precision", "span_iou", "recall_at_k", "mrr", "ndcg_at_k", "ann_recall_at_k")
+# doc_ndcg_at_k, doc_recall_at_k: what runs over document gold (qrels) are watched by in place of the span metrics,
+# which they do not measure (a metric all-NULL on a side is skipped: comparisons.regressions)
+REGRESSION_METRICS = (
+    "span_recall", "span_precision", "span_iou", "recall_at_k", "mrr", "ndcg_at_k", "ann_recall_at_k",
+    "doc_ndcg_at_k", "doc_recall_at_k",
+)  # fmt: skip
 DEFAULT_THRESHOLD = 0.02
 
 

@@ -54,10 +54,26 @@ def _add_input_and_chunking_flags(g) -> None:
     g.add_argument(
         "--questions", help="span gold set: CSV with question, references, corpus_id (default: the demo questions)"
     )
+    g.add_argument(
+        "--beir",
+        metavar="DIR",
+        help="document gold from a BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv (docs/formats.md)",
+    )
+    g.add_argument("--split", help="the qrels of --beir: qrels/<split>.tsv (default test)")
+    g.add_argument("--queries", help="document gold: a JSONL file of queries (_id, text), judged by --qrels")
+    g.add_argument(
+        "--qrels", help="document gold for --corpus-dir: BEIR's TSV (query-id, corpus-id, score) or TREC qrels"
+    )
+    g.add_argument(
+        "--strict",
+        action="store_true",
+        default=None,
+        help="document gold: a qrels row naming an unknown query or document is an error (default: left out, counted)",
+    )
     add_corpus_filter(g, "only these corpora (default: every corpus in the folder)")
     g.add_argument(
         "--chunker",
-        help="comma-separated chunkers: fixed_token, fixed_char, recursive_token, cluster_semantic, "
+        help="comma-separated chunkers: fixed_token, fixed_char, recursive_token, none (the whole document), cluster_semantic, "
         "semantic_breakpoint, or module:function (a chunker or a text splitter)",
     )
     g.add_argument(
@@ -113,6 +129,11 @@ def _add_retrieval_and_scoring_flags(g) -> None:
         "(positional, the default) or the copy the retrieved chunks cover most (credit); docs/metrics.md",
     )
     g.add_argument(
+        "--relevance",
+        help="which chunks are relevant to span gold: overlap (a character of a reference; the default), coverage:F "
+        "(a share F of some reference) or contains (a whole reference); set and rank metrics follow it (docs/metrics.md)",
+    )
+    g.add_argument(
         "--backend",
         choices=("torch", "onnx", "openvino"),
         help="who runs the embedding model: torch (default, sentence-transformers), onnx (onnxruntime) or openvino; "
@@ -135,6 +156,11 @@ def _add_retrieval_and_scoring_flags(g) -> None:
 SETTING_FLAGS = (
     "corpus_dir",
     "questions",
+    "beir",
+    "split",
+    "queries",
+    "qrels",
+    "strict",
     "corpus",
     "chunker",
     "chunk_sizes",
@@ -149,6 +175,7 @@ SETTING_FLAGS = (
     "own_corpus",
     "skip_empty_gold",
     "duplicates",
+    "relevance",
     "backend",
     "quantize",
     "precision",
@@ -174,6 +201,11 @@ def experiment_from_args(
         name=name,
         corpus_dir=args.corpus_dir,
         questions=args.questions,
+        beir=args.beir,
+        split=args.split,
+        queries=args.queries,
+        qrels=args.qrels,
+        strict=args.strict,
         corpus=tuple(split_flags(args.corpus)),
         chunker=tuple(split_flags(args.chunker)),
         chunk_sizes=parse_ints(args.chunk_sizes, "--chunk-sizes"),
@@ -188,6 +220,7 @@ def experiment_from_args(
         own_corpus=args.own_corpus,
         skip_empty_gold=args.skip_empty_gold,
         duplicates=args.duplicates,
+        relevance=args.relevance,
         backend=args.backend,
         quantize=args.quantize,
         precision=args.precision,

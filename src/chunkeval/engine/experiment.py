@@ -1,6 +1,6 @@
 """An experiment: a name plus everything a sweep takes. Immutable; given as flags or a YAML file.
 
-YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, corpus, chunker,
+YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, beir, split, queries, qrels, corpus, chunker,
 chunk_sizes, overlaps, k, model, retriever, index, rrf_k, own_corpus, skip_empty_gold, duplicates, backend, quantize, precision (model, retriever and
 the other lists take one value or a list), and `models`, a mapping that names served models with their
 settings (`chunkeval.engine.embedding.served`). Relative paths are read from the YAML file's folder.
@@ -140,6 +140,7 @@ class Experiment:
     own_corpus: bool = False
     skip_empty_gold: bool = False
     duplicates: str = RUN_SETTINGS["duplicates"]  # a run setting (chunkeval.vocabulary)
+    relevance: str = RUN_SETTINGS["relevance"]  # a run setting: overlap, coverage:F or contains
     backend: str = "torch"  # who runs the embedding model's transformer: torch, onnx or openvino (chunkeval.engine.embedding.backends)
     quantize: str = "none"  # none or int8 (backends onnx and openvino)
     precision: str = "fp32"  # how the model runs: fp32, bf16 or fp16 (chunkeval.engine.embedding.precision)
@@ -147,6 +148,16 @@ class Experiment:
     models: tuple = ()  # served models named in `models:` (chunkeval.engine.embedding.served.ServedModel)
     reranker: tuple[str, ...] = (NO_RERANKER,)  # none, embedding models, CrossEncoder folders (chunkeval.engine.rerank)
     candidates: tuple[int, ...] = ()  # first-stage chunks a reranker re-scores
+    beir: str = ""  # a BEIR folder: document-level gold (chunkeval.engine.documents)
+    split: str = "test"  # the qrels of a BEIR folder: qrels/<split>.tsv
+    queries: str = ""  # with qrels and corpus_dir: document-level gold for any corpus
+    qrels: str = ""
+    strict: bool = False  # a qrels row naming an unknown query or document is an error, not left out
+
+    @property
+    def doc_gold(self) -> bool:
+        """Whether the gold set judges documents (qrels) rather than spans."""
+        return bool(self.beir or self.qrels)
 
     @classmethod
     def from_dict(
@@ -169,7 +180,7 @@ class Experiment:
             if key == "index":
                 values[key] = _index_values(value, source)
                 continue
-            if key in ("corpus_dir", "questions") and base is not None:
+            if key in ("corpus_dir", "questions", "beir", "queries", "qrels") and base is not None:
                 value = str((base / str(value)).resolve())
             if key in ("corpus", "chunker", "overlaps", "model", "retriever", "plugins", "reranker"):
                 if not isinstance(value, (str, int, float, list, tuple)):
@@ -185,7 +196,7 @@ class Experiment:
                 if isinstance(value, (list, tuple, dict)):
                     raise InputError(f"rrf_k takes one whole number, got {short(value)}", source)
                 value = _listed(whole_number, value, source, key)
-            elif key in ("own_corpus", "skip_empty_gold"):
+            elif key in ("own_corpus", "skip_empty_gold", "strict"):
                 if not isinstance(value, bool):
                     raise InputError(f"{key} must be true or false, got {value!r}", source)
             else:
@@ -243,6 +254,9 @@ class Experiment:
 
         if self.duplicates not in MODES:
             raise InputError(f"duplicates must be {' or '.join(MODES)}, got {self.duplicates!r}", source)
+        from chunkeval.engine.metrics import share_held
+
+        _listed(share_held, self.relevance, source)
         from chunkeval.engine.embedding.backends import check_backend
 
         check_backend(self.backend, self.quantize, source, self.precision)
@@ -281,7 +295,10 @@ class Experiment:
                 check_model(model)
                 check_model_runs_on(model, self.backend, source, self.precision)
         self.grid()
-        return self if resolved == self.index else replace(self, index=resolved)
+        from chunkeval.engine.doc_settings import checked_doc_gold
+
+        checked = checked_doc_gold(self, source)
+        return checked if resolved == checked.index else replace(checked, index=resolved)
 
     def index_specs(self):
         """The index axis as `IndexSpec`s, in the order given."""
@@ -337,6 +354,9 @@ class Experiment:
 
         specs = []
         for chunker in self.chunker:
+            if chunker == "none":  # the whole document: one setting, whatever the sizes and overlaps
+                specs.append(ChunkerSpec(chunker, 0, 0).validate())
+                continue
             no_overlap = needs_embeddings(chunker)  # semantic chunkers take none: once per size, at overlap 0
             for size in self.chunk_sizes:
                 for overlap in self.overlaps:
@@ -358,31 +378,10 @@ class Experiment:
         ]
 
     def notes(self) -> list[str]:
-        """What a reader of the results must know about how they were computed."""
-        notes = self.overlap_notes()
-        if self.duplicates == "credit":
-            notes.append(
-                "duplicates: credit (a reference's identical copies in its corpus count as found; docs/metrics.md)"
-            )
-        if self.quantize == "int8" and self.needs_model():
-            notes.append(
-                f"quantize: int8 ({self.backend}): vectors differ from the model's own; docs/backends.md says by how much"
-            )
-        if self.reranks():
-            below = sorted({(c, k) for c in self.candidates for k in self.k if c < k})
-            if below:
-                notes.append(
-                    "reranked configurations are not scored where candidates < k: "
-                    + ", ".join(f"candidates {c} at k {k}" for c, k in below)
-                )
-        if self.precision != "fp32" and self.needs_model():
-            notes.append(
-                f"precision: {self.precision} ({self.backend}): vectors differ from fp32's in the last digits and are "
-                "cached apart; docs/backends.md says by how much"
-            )
-        from chunkeval.engine.indexes.axis import axis_notes
+        """What a reader of the results must know about how they were computed (`chunkeval.engine.notes`)."""
+        from chunkeval.engine.notes import experiment_notes
 
-        return notes + axis_notes(self.index_specs(), self.retriever, self.k)
+        return experiment_notes(self)
 
     def recorded_settings(self) -> dict:
         """The settings a run records: `to_dict`, and the versions of the index libraries it searches with."""
@@ -402,6 +401,13 @@ class Experiment:
         data["models"] = {m.name: m.settings() for m in self.models}
         if not data["models"]:
             del data["models"]
+        if data["relevance"] == RUN_SETTINGS["relevance"]:
+            del data["relevance"]  # runs of the default rule stay as they were recorded before the setting existed
+        for key in ("beir", "queries", "qrels", "strict"):
+            if not data[key]:
+                del data[key]  # runs of span gold stay as they were recorded before document gold existed
+        if not self.beir:
+            del data["split"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
     def fingerprint(self) -> str:

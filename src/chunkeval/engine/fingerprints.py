@@ -48,6 +48,11 @@ def input_fingerprints(exp: Experiment, probe: str = "run") -> dict[str, str]:
     from chunkeval.engine.inputs import CORPUS_SUFFIXES
     from chunkeval.files import hash_file
 
+    if exp.doc_gold:
+        from chunkeval.engine.documents import doc_gold_fingerprints
+
+        gold = doc_gold_fingerprints(exp.beir, exp.split, exp.corpus_dir, exp.queries, exp.qrels)
+        return {**gold, "model": models_fingerprint(exp, probe)}
     folder = Path(exp.corpus_dir)
     if not folder.is_dir():
         raise InputError("corpus folder not found", folder)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from chunkeval.engine.chunking import count_tokens
+from chunkeval.engine.documents import DocGold
 from chunkeval.engine.duplicates import occurrences
 from chunkeval.engine.inputs import SpanGold
 
@@ -34,7 +35,10 @@ class GoldReport:
         return {name: len(items) for name, items in self.to_dict().items()}
 
 
-def check_gold(gold: SpanGold, corpora: dict[str, str], chunk_size: int | None = None) -> GoldReport:
+def check_gold(gold: SpanGold | DocGold, corpora: dict[str, str], chunk_size: int | None = None) -> GoldReport:
+    """What a gold set says about itself; of document gold, its repeated questions alone (it has no spans)."""
+    if isinstance(gold, DocGold):
+        gold = gold.without_spans()
     report = GoldReport()
     corpus_of = [gold.corpus_ids[q] for q in gold.ref_query.tolist()]
     texts = [corpora[c][s:e] for c, s, e in zip(corpus_of, gold.ref_start.tolist(), gold.ref_end.tolist())]

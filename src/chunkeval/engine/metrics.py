@@ -281,12 +281,34 @@ def furthest_end(starts: np.ndarray, reach: np.ndarray, pos: np.ndarray) -> np.n
     return np.where(slot >= 0, reach[np.maximum(slot, 0)], -1)
 
 
-def chunk_relevance(gold: SpanGold, ref: ReferenceChars, chunks: Chunks) -> ChunkRelevance:
+def share_held(relevance: str) -> float:
+    """The share of some reference a chunk must hold to be relevant under a `relevance` rule: `overlap`
+    (any character: 0), `coverage:F` (F) or `contains` (the whole reference: 1). docs/metrics.md."""
+    from chunkeval.errors import InputError
+
+    if relevance == "overlap":
+        return 0.0
+    if relevance == "contains":
+        return 1.0
+    name, _, value = relevance.partition(":")
+    try:
+        share = float(value) if name == "coverage" else float("nan")
+    except ValueError:
+        share = float("nan")
+    if not 0 < share <= 1:  # NaN too
+        raise InputError(f"relevance must be overlap, coverage:F with F in (0, 1], or contains; got {relevance!r}")
+    return share
+
+
+def chunk_relevance(gold: SpanGold, ref: ReferenceChars, chunks: Chunks, relevance: str = "overlap") -> ChunkRelevance:
+    """Which chunks are relevant to each query under the `relevance` rule (`share_held`); precision Ω's union
+    is of the chunks that overlap a reference whatever the rule (span metrics do not follow it)."""
+    share = share_held(relevance)
     n_q, n_c = gold.n_queries, len(chunks)
     names = {name: i for i, name in enumerate(chunks.corpus_names)}
     ref_corpus = np.asarray([names[gold.corpus_ids[q]] for q in gold.ref_query.tolist()], dtype=np.int64)
     covered = np.zeros(len(ref.pos), dtype=bool)
-    pair_q, pair_c = [], []
+    pair_q, pair_c, held = [], [], []
     for corpus in range(len(chunks.corpus_names)):  # a loop over corpora, vectorized within
         order, starts, reach = chunks_by_start(chunks, corpus)
         here = np.flatnonzero(ref.corpus == corpus)
@@ -303,9 +325,13 @@ def chunk_relevance(gold: SpanGold, ref: ReferenceChars, chunks: Chunks) -> Chun
         keep = chunks.end[c] > gold.ref_start[ref_of]
         pair_q.append(gold.ref_query[ref_of[keep]])
         pair_c.append(c[keep])
-    keys = np.unique(
-        np.concatenate(pair_q + [np.zeros(0, np.int64)]) * n_c + np.concatenate(pair_c + [np.zeros(0, np.int64)])
-    )
+        r, c = ref_of[keep], c[keep]
+        inside = np.minimum(chunks.end[c], gold.ref_end[r]) - np.maximum(chunks.start[c], gold.ref_start[r])
+        held.append(inside >= share * (gold.ref_end[r] - gold.ref_start[r]) - 1e-9)
+    none = [np.zeros(0, np.int64)]
+    every = np.concatenate(pair_q + none) * n_c + np.concatenate(pair_c + none)
+    keys = np.unique(every)
+    ruled = np.unique(every[np.concatenate(held + [np.zeros(0, bool)])]) if share > 0 else keys
     q, c = keys // max(n_c, 1), keys % max(n_c, 1)
     # Union length of each query's relevant chunks: sort by (query, start), then a running maximum of
     # ends, offset per query so that the maximum never carries from one query to the next.
@@ -315,8 +341,8 @@ def chunk_relevance(gold: SpanGold, ref: ReferenceChars, chunks: Chunks) -> Chun
     before = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(e)[:-1])) if len(e) else e
     gain = np.maximum(0, e - np.maximum(s, before))
     return ChunkRelevance(
-        keys=keys,
-        n_relevant=np.bincount(q, minlength=n_q),
+        keys=ruled,
+        n_relevant=np.bincount(ruled // max(n_c, 1), minlength=n_q),
         covered_all=np.bincount(ref.query, weights=ref.primary & covered, minlength=n_q).astype(np.int64),
         omega_union=np.bincount(q[order], weights=gain, minlength=n_q).astype(np.int64),
     )

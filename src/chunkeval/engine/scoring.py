@@ -16,18 +16,18 @@ from chunkeval.engine import metrics as M
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, count_tokens
 from chunkeval.engine.duplicates import Copies, credited_copies
 from chunkeval.engine.inputs import SpanGold
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANKER, NUMBER_KEYS
+from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, DOC_METRICS, NO_MODEL, NO_RERANKER, NUMBER_KEYS
 
 
 def span_scoring(
-    gold: SpanGold, topk: np.ndarray, chunks: Chunks, copies: Copies | None = None
+    gold: SpanGold, topk: np.ndarray, chunks: Chunks, copies: Copies | None = None, relevance: str = "overlap"
 ) -> tuple[M.ChunkRelevance, Callable[[int], dict[str, np.ndarray]]]:
-    """The chunk relevance of the configuration, and `k -> span metrics of the top k`: positional
-    without `copies`, credit with them."""
+    """The chunk relevance of the configuration under the `relevance` rule, and `k -> span metrics of the top
+    k`: positional without `copies`, credit with them."""
     if copies is None:
         ref = M.reference_chars(gold, chunks.corpus_names)
         first = M.first_covering_rank(ref, topk, chunks)
-        return M.chunk_relevance(gold, ref, chunks), lambda k: M.span_metrics(ref, first, topk, chunks, k)
+        return M.chunk_relevance(gold, ref, chunks, relevance), lambda k: M.span_metrics(ref, first, topk, chunks, k)
     every = copies.gold_set(gold)
     ref = M.reference_chars(every, chunks.corpus_names)
     first = M.first_covering_rank(ref, topk, chunks)  # once for the characters of every copy
@@ -40,7 +40,37 @@ def span_scoring(
         picked = M.ReferenceChars(query, ref.corpus[keep], pos, M.first_of_each(query, pos), ref.n_queries)
         return M.span_metrics(picked, first[keep], topk, chunks, k)
 
-    return M.chunk_relevance(every, ref, chunks), spans
+    return M.chunk_relevance(every, ref, chunks, relevance), spans
+
+
+def config_values(
+    spec: ChunkerSpec,
+    model: str = NO_MODEL,
+    retriever: str = "dense",
+    index: str = "exact",
+    reranker: str = NO_RERANKER,
+    candidates: int | None = None,
+) -> dict:
+    """A configuration's keys but k, as values (`vocabulary.CONFIG_KEYS`)."""
+    return {
+        "model": model,
+        "retriever": retriever,
+        "index": index,
+        "reranker": reranker,
+        "candidates": candidates,
+        "chunker": spec.chunker,
+        "chunk_size": spec.chunk_size,
+        "chunk_overlap": spec.chunk_overlap,
+    }
+
+
+def key_columns(gold, values: dict, k: int) -> dict[str, pa.Array]:
+    """The columns that say which configuration (`values` of `config_values`), depth, query and corpus a
+    per-query row is of."""
+    n = gold.n_queries
+    keys = {**values, "k": k}
+    columns = {key: pa.array([keys[key]] * n, pa.int64() if key in NUMBER_KEYS else pa.string()) for key in CONFIG_KEYS}
+    return {**columns, "query_id": pa.array(gold.query_ids), "corpus_id": pa.array(gold.corpus_ids)}
 
 
 def score_chunking(
@@ -55,12 +85,13 @@ def score_chunking(
     reranker: str = NO_RERANKER,
     candidates: int | None = None,
     index: str = "exact",
+    rule: str = "overlap",
 ) -> pa.Table:
     """Per-query span, set and rank metrics of one configuration at every k (topk holds the largest k);
-    with `copies`, a reference's copies get credit (`chunkeval.engine.duplicates`)."""
-    values = {"model": model, "retriever": retriever, "index": index, "reranker": reranker, "candidates": candidates}
-    values.update(chunker=spec.chunker, chunk_size=spec.chunk_size, chunk_overlap=spec.chunk_overlap)
-    relevance, span_metrics = span_scoring(gold, topk, chunks, copies)
+    with `copies`, a reference's copies get credit (`chunkeval.engine.duplicates`); set and rank metrics
+    count the chunks relevant under the relevance `rule` (`metrics.share_held`)."""
+    values = config_values(spec, model, retriever, index, reranker, candidates)
+    relevance, span_metrics = span_scoring(gold, topk, chunks, copies, rule)
     omega = M.safe_div(relevance.covered_all, relevance.omega_union)
     parts = []
     n = gold.n_queries
@@ -68,17 +99,7 @@ def score_chunking(
         spans = span_metrics(k)
         judged = M.judge_topk(topk[:, :k], relevance.keys, relevance.n_relevant, len(chunks))
         ranks = M.rank_metrics(judged, k)
-        columns = {
-            key: pa.array([{**values, "k": k}[key]] * n, pa.int64() if key in NUMBER_KEYS else pa.string())
-            for key in CONFIG_KEYS
-        }
-        columns.update(
-            {
-                "query_id": pa.array(gold.query_ids),
-                "corpus_id": pa.array(gold.corpus_ids),
-                "has_gold": pa.array(spans["ref_chars"] > 0),
-            }
-        )
+        columns = {**key_columns(gold, values, k), "has_gold": pa.array(spans["ref_chars"] > 0)}
         columns.update({name: pa.array(spans[name]) for name in M.SPAN_METRICS if name in spans})
         columns["precision_omega"] = pa.array(omega)
         columns.update({name: pa.array(ranks[name]) for name in M.RANK_METRICS})
@@ -93,6 +114,7 @@ def score_chunking(
         columns.update(
             {name: pa.array(ranks[name]) for name in ("tp", "fp", "fn", "n_retrieved", "n_relevant", "hits_at_k")}
         )
+        columns.update({name: pa.nulls(n, pa.float64()) for name in DOC_METRICS})  # measured under document gold
         parts.append(pa.table(columns))
     return pa.concat_tables(parts)
 

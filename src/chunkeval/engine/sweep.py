@@ -19,6 +19,8 @@ import pyarrow as pa
 
 from chunkeval.engine import retrievers
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, chunk_corpora, needs_embeddings
+from chunkeval.engine.doc_metrics import retrieval_depth, score_documents
+from chunkeval.engine.documents import DocGold, load_document_gold
 from chunkeval.engine.duplicates import Copies, find_copies
 from chunkeval.engine.embedders import Embedders, probe_models  # noqa: F401 (re-exported: sweep.Embedders)
 from chunkeval.engine.embedding import Embedder
@@ -36,8 +38,8 @@ from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANK
 
 @dataclass(frozen=True)
 class Inputs:
-    corpora: dict[str, str]
-    gold: SpanGold
+    corpora: dict[str, str]  # corpus id → text; under document gold, document id → text
+    gold: SpanGold | DocGold
     copies: Copies | None = None  # every copy of every reference, with `duplicates: credit`
 
 
@@ -92,6 +94,9 @@ class SweepResult:
 
 
 def load_inputs(exp: Experiment) -> Inputs:
+    if exp.doc_gold:
+        docs, gold = load_document_gold(exp.beir, exp.split, exp.corpus_dir, exp.queries, exp.qrels, exp.strict)
+        return Inputs(docs.texts, gold)
     corpora = load_corpora(Path(exp.corpus_dir), list(exp.corpus) or None)
     gold = load_span_gold(Path(exp.questions), corpora, corpus_ids_in(Path(exp.corpus_dir)))
     return Inputs(corpora, gold, find_copies(gold, corpora) if exp.duplicates == "credit" else None)
@@ -311,26 +316,35 @@ def score_config(
     `kept`, its retrieved lists (`chunkeval.engine.retrieved`) are appended to it."""
     chunking = chunkings[config.chunking]
     ks = exp.k
+    doc = isinstance(inputs.gold, DocGold)  # document gold: retrieval deep enough for MaxP to find k documents
     if config.reranker == NO_RERANKER:
-        topk = retrieve(inputs, chunking, config, embedded, max(exp.k), exp.own_corpus, exp.rrf_k)
+        depth = retrieval_depth(max(exp.k), len(chunking.chunks)) if doc else max(exp.k)
+        topk = retrieve(inputs, chunking, config, embedded, depth, exp.own_corpus, exp.rrf_k)
     else:  # the first stage's top candidates, re-scored; scored at the k the candidates cover
         ks = tuple(k for k in exp.k if k <= config.candidates)
         first = retrieve(inputs, chunking, config, embedded, config.candidates, exp.own_corpus, exp.rrf_k)
-        topk = rerank_top(inputs, chunking, config, embedded, first, max(ks), scorers)
-    table = score_chunking(
-        inputs.gold,
-        chunking.spec,
-        chunking.chunks,
-        topk,
-        ks,
-        config.model,
-        config.retriever,
-        inputs.copies,
-        config.reranker,
-        config.candidates,
-        config.index_key,
-    )
-    if kept is not None:
+        topk = rerank_top(inputs, chunking, config, embedded, first, config.candidates if doc else max(ks), scorers)
+    if doc:
+        keys = {"index": config.index_key, "reranker": config.reranker, "candidates": config.candidates}
+        table, _ = score_documents(
+            inputs.gold, chunking.spec, chunking.chunks, topk, ks, config.model, config.retriever, **keys
+        )
+    else:
+        table = score_chunking(
+            inputs.gold,
+            chunking.spec,
+            chunking.chunks,
+            topk,
+            ks,
+            config.model,
+            config.retriever,
+            inputs.copies,
+            config.reranker,
+            config.candidates,
+            config.index_key,
+            exp.relevance,
+        )
+    if kept is not None and not doc:  # retrieved lists are kept for span gold (document gold: its run files)
         dense = config.retriever == "dense"  # its score is the cosine; the others give ranks only
         vectors = (embedded.queries.get(config.model), embedded.chunks.get((config.chunking, config.model)))
         kept.append(
@@ -409,9 +423,8 @@ def score_all(
 
 
 def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
-    return pa.concat_tables(
-        [reference_table(inputs.gold, inputs.corpora, c.spec, c.chunks, c.model) for c in chunkings]
-    )
+    gold = inputs.gold.without_spans() if isinstance(inputs.gold, DocGold) else inputs.gold  # columns, no rows
+    return pa.concat_tables([reference_table(gold, inputs.corpora, c.spec, c.chunks, c.model) for c in chunkings])
 
 
 def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
@@ -438,6 +451,6 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
         embedders.texts_embedded,
         embedders.model_loaded,
         tuple(exp.notes() + changed),
-        pa.concat_tables(kept),
+        pa.concat_tables(kept) if kept else None,
         dict(inputs.corpora),
     )

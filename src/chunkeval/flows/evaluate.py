@@ -20,6 +20,7 @@ from prefect.runtime import flow_run
 from chunkeval import progress
 from chunkeval.engine import gold_check, sweep
 from chunkeval.engine.chunking import ChunkerSpec
+from chunkeval.engine.doc_metrics import write_doc_runs
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.fingerprints import input_fingerprints
 from chunkeval.engine.metrics import METRICS
@@ -91,7 +92,7 @@ def score(
     retrieved (kept with the run)."""
     kept = []
     per_query, index_stats = sweep.score_all(inputs, chunkings, configs, embedded, exp, kept)
-    return per_query, index_stats, pa.concat_tables(kept)
+    return per_query, index_stats, pa.concat_tables(kept) if kept else None
 
 
 @task(**TASK)
@@ -133,15 +134,15 @@ def store(
     refs: pa.Table,
     models: pa.Table,
     gold: dict,
-    retrieved: pa.Table,
+    retrieved: pa.Table | None,
     corpora: dict,
 ) -> str | None:
     """The run recorded; where another process held the warehouse past the lock timeout, the reason (the
     results are kept and the next command records them), returned rather than raised: no retry waits again."""
     try:
-        warehouse().complete_run(
-            run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus, retrieved, corpora
-        )
+        wh = warehouse()
+        write_doc_runs(per_query, wh.results / run_id / "doc_runs")  # document gold: the TREC run files, first
+        wh.complete_run(run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus, retrieved, corpora)
     except LockTimeout as exc:
         return str(exc)
     return None

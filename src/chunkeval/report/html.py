@@ -88,20 +88,27 @@ def build_report(
     refs = wh.references(run_id)
     chosen = choose(summary, config)
     best = best_rows(summary)
-    trend_configs = list(
-        {label(r): r for r in [chosen, best["span_precision"], best["span_recall"], best["span_f1"]]}.values()
-    )
+    spans = "span_f1" in best  # a run over document gold measures no span metric: its sections of spans are left out
+    watched = ("span_precision", "span_recall", "span_f1") if spans else ("doc_ndcg_at_k", "doc_recall_at_k")
+    trend_configs = list({label(r): r for r in [chosen, *(best[m] for m in watched)]}.values())
     sections = [
         section_summary(run, settings, summary, wh.models(run_id).to_pylist()),
         section_grid(summary, ties(per_query, METRICS)),
-        section_tradeoff(summary),
+        *([section_tradeoff(summary)] if spans else []),
         section_indexes(summary),
-        section_distributions(summary, per_query),
-        section_gold(refs, per_query, wh.gold_check(run_id), settings),
-        section_failures(chosen, per_query, refs, drilldown(wh, run_id, chosen, per_query)),
-        section_budget(per_query, chosen),
+        *(
+            [
+                section_distributions(summary, per_query),
+                section_gold(refs, per_query, wh.gold_check(run_id), settings),
+                section_failures(chosen, per_query, refs, drilldown(wh, run_id, chosen, per_query)),
+                section_budget(per_query, chosen),
+            ]
+            if spans
+            else []
+        ),
         section_trend(wh, experiment, trend_configs, threshold),
     ]
+    of_spans = ("tradeoff", "distributions", "gold", "failures", "budget")
     nav = "".join(
         f'<a href="#{s}">{t}</a>'
         for s, t in [
@@ -115,6 +122,7 @@ def build_report(
             ("budget", "Budget"),
             ("trend", "Trend"),
         ]
+        if spans or s not in of_spans
     )
     title = f"chunkeval: {escape(experiment)}"
     return f"""<!DOCTYPE html>

@@ -118,13 +118,15 @@ def budgets_for(per_query: pa.Table) -> list[int]:
 
 
 def choose(summary: list[dict], config: dict | None) -> dict:
-    """The configuration that failure analysis looks at: the one given, else the best by span F1."""
+    """The configuration that failure analysis looks at: the one given, else the best by span F1 (by
+    doc_ndcg_at_k for a run over document gold, which has no span metrics)."""
     if config:
         matches = [r for r in summary if all(str(r[k]) == str(v) for k, v in config.items())]
         if not matches:
             raise InputError(f"no configuration of the run matches {config}")
         return matches[0]
-    return best_rows(summary)["span_f1"]
+    best = best_rows(summary)
+    return best["span_f1"] if "span_f1" in best else best["doc_ndcg_at_k"]
 
 
 def section_summary(run: dict, settings: dict, summary: list[dict], models: list[dict] | None = None) -> str:

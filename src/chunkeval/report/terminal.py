@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from chunkeval.errors import InputError
-from chunkeval.vocabulary import INDEX_METRICS, METRICS, NO_RERANKER, RERANK_KEYS, shown_keys
+from chunkeval.vocabulary import DOC_METRICS, INDEX_METRICS, METRICS, NO_RERANKER, RERANK_KEYS, SPAN_METRICS, shown_keys
 
 TABLE_SUFFIXES = (".csv", ".parquet")
 TERMINAL_METRICS = ("span_recall", "span_precision", "span_iou", "precision_omega", "recall_at_k", "mrr", "ndcg_at_k")
@@ -59,6 +59,20 @@ def approximate(summary: pa.Table) -> bool:
     if "index" not in summary.column_names:
         return False
     return any(v not in (None, "exact", "none") for v in summary["index"].to_pylist())
+
+
+def measured(summary: pa.Table, metrics) -> bool:
+    """Whether any row of a summary has a mean of one of `metrics` (a run measures span or document metrics)."""
+    names = [f"{m}_mean" for m in metrics if f"{m}_mean" in summary.column_names]
+    return any(summary[n].null_count < summary.num_rows for n in names)
+
+
+def default_metrics(summary: pa.Table) -> tuple[str, ...]:
+    """TERMINAL_METRICS; for a run over document gold (no span metric measured), doc_ndcg_at_k and doc_recall_at_k
+    in place of the span metrics."""
+    if measured(summary, SPAN_METRICS) or not measured(summary, DOC_METRICS):
+        return TERMINAL_METRICS
+    return ("doc_ndcg_at_k", "doc_recall_at_k") + tuple(m for m in TERMINAL_METRICS if m not in SPAN_METRICS)
 
 
 def shown_metrics(summary: pa.Table, metrics=METRICS) -> list[str]:
@@ -164,7 +178,7 @@ def format_summary(
     configuration in `tied[metric]` (tied with the best, `chunkeval.analysis.comparisons.ties`) ends with `*`."""
     suffix = "_micro" if micro else "_ci_low" if intervals else "_mean"
     if metrics == TERMINAL_METRICS:
-        metrics = shown_metrics(summary, TERMINAL_METRICS + INDEX_METRICS)
+        metrics = shown_metrics(summary, default_metrics(summary) + INDEX_METRICS)
     present = [m for m in metrics if f"{m}{suffix}" in summary.column_names]
     rows = []
     records = summary.to_pylist()

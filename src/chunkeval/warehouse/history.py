@@ -95,7 +95,7 @@ class History(Schema):
         sql = (
             f"SELECT run_id, started_at, duplicates, {keys}, '{metric}' AS metric, {metric}_mean AS value, "
             f"{metric}_ci_low AS ci_low, {metric}_ci_high AS ci_high, {metric}_mean - lag({metric}_mean) OVER "
-            f"(PARTITION BY duplicates, {keys} ORDER BY started_at, run_id) AS change "
+            f"(PARTITION BY duplicates, relevance, {keys} ORDER BY started_at, run_id) AS change "
             f"FROM config_summary WHERE {where}"
         )
         if last:  # the newest `last` runs (their changes still against the run before each)

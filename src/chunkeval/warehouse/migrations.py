@@ -32,11 +32,12 @@ from chunkeval.warehouse.tables import (
     parquet_columns,
     projection,
     quote,
+    run_setting_sql,
     sql_type,
     summary_tables_sql,
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # Each step moves the schema up by one version; an older warehouse is brought up to date on open.
 MIGRATIONS = [
@@ -81,6 +82,9 @@ MIGRATIONS = [
     # `none`), and NULL for the rest (`_add_columns`); and it gains reranker and candidates: older rows read as
     # reranker `none`, candidates null
     "ADDED_KEYS",  # `added_keys_sql()`, then `_add_columns`
+    # v8: summaries gain the document-level metrics (doc_ndcg_at_k, …) of runs over document gold (qrels); older
+    # rows read NULL (`_add_columns`)
+    "SELECT 1",
 ]
 
 
@@ -117,7 +121,7 @@ class Schema(Connections, Layout):
                 self._materialize(
                     con, [r for (r,) in con.execute("SELECT run_id FROM runs WHERE status = 'completed'").fetchall()]
                 )
-            if step == 6:
+            if step in (6, 7):
                 self._add_columns(con)
             con.execute("DELETE FROM meta WHERE key = 'schema_version'")
             con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(step + 1)])
@@ -128,7 +132,8 @@ class Schema(Connections, Layout):
             self._create_views(con, rebind=version < SCHEMA_VERSION)
 
     def _add_columns(self, con) -> None:
-        """The summary tables' columns that their schema gained since they were made (v7: the index)."""
+        """The summary tables' columns that their schema gained since they were made (v7: the index; v8: the
+        document-level metrics)."""
         for table, schema in (("summaries", SUMMARY), ("corpus_summaries", CORPUS_SUMMARY)):
             have = {c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE {table})").fetchall()}
             for field in schema:
@@ -155,22 +160,25 @@ class Schema(Connections, Layout):
         footer of every file). `temporary`: views of this connection alone, on a warehouse it cannot write."""
         view_kind = "TEMP VIEW" if temporary else "VIEW"
         duplicates = DUPLICATES_SQL.format(t="r.")
+        relevance = run_setting_sql("relevance", "r.")
         for view, table in (("config_summary", "summaries"), ("corpus_summary", "corpus_summaries")):
             con.execute(f"""
                 CREATE OR REPLACE {view_kind} {view} AS
-                SELECT {projection("summary", set(SUMMARY.names), "s")}, {duplicates} AS duplicates
+                SELECT {projection("summary", set(SUMMARY.names), "s")}, {duplicates} AS duplicates,
+                       {relevance} AS relevance
                 FROM {table} s JOIN runs r USING (run_id)
                 WHERE r.status = 'completed'""")
         con.execute(f"""
             CREATE OR REPLACE {view_kind} trend AS
             WITH long AS (
-                UNPIVOT (SELECT experiment, run_id, started_at, duplicates, {", ".join(CONFIG_KEYS)}, COLUMNS('_mean$')
+                UNPIVOT (SELECT experiment, run_id, started_at, duplicates, relevance, {", ".join(CONFIG_KEYS)},
+                                COLUMNS('_mean$')
                          FROM config_summary)
                 ON COLUMNS('_mean$') INTO NAME metric VALUE value)
-            SELECT experiment, run_id, started_at, duplicates, {", ".join(CONFIG_KEYS)},
+            SELECT experiment, run_id, started_at, duplicates, relevance, {", ".join(CONFIG_KEYS)},
                    regexp_replace(metric, '_mean$', '') AS metric, value,
-                   -- the change against the previous run scored the same way (never across duplicates settings)
-                   value - lag(value) OVER (PARTITION BY experiment, duplicates, {", ".join(CONFIG_KEYS)}, metric
+                   -- the change against the previous run scored the same way (never across run settings)
+                   value - lag(value) OVER (PARTITION BY experiment, duplicates, relevance, {", ".join(CONFIG_KEYS)}, metric
                                             ORDER BY started_at, run_id) AS change
             FROM long""")
         where = (con.execute("SELECT value FROM meta WHERE key = 'results_path'").fetchall() or [None])[0]

@@ -23,7 +23,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_run_file_options(
         p,
         format_help="input format (default auto: strings when the gold JSONL has 'reference', else chunk-ids; "
-        "TREC must be named)",
+        "TREC must be named; doc-qrels: document qrels, BEIR TSV or TREC, with a run of chunk ids whose documents "
+        "are ranked by their best chunk and scored as doc_* metrics at depth k)",
         k_help="cutoff of the *_at_k metrics (default 10); mrr and map use the whole list",
     )
     add_json(p, "print a JSON object with 'macro' and 'micro' maps")
@@ -42,8 +43,16 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.report.terminal import format_macro_micro, format_rows
 
     check_k(args.k, "--k")
-    gold, ranked = load_gold_and_run(Path(args.gold), Path(args.run), args.format)
+    if args.format == "doc-qrels":
+        from chunkeval.engine.documents import load_doc_qrels_and_chunk_run
+
+        gold, ranked = load_doc_qrels_and_chunk_run(Path(args.gold), Path(args.run), args.k)
+    else:
+        gold, ranked = load_gold_and_run(Path(args.gold), Path(args.run), args.format)
     per_query, summary = score_run(gold, ranked, args.k, args.skip_empty_gold)
+    if args.format == "doc-qrels":  # the rank metrics of the MaxP document lists are the doc_* metrics
+        per_query, summary = (_as_doc_metrics(t) for t in (per_query, summary))
+        RANK_METRICS = tuple(DOC_NAMES.get(m, m) for m in RANK_METRICS)  # noqa: N806
     rec = summary.to_pylist()[0]
     if args.json:
         doc = {
@@ -67,3 +76,22 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         ]
         print("\n" + format_rows(cols, rows))
     return 0
+
+
+# the rank metrics of a document list, by the names of the document-level metrics of a sweep
+DOC_NAMES = {
+    "ndcg_at_k": "doc_ndcg_at_k",
+    "recall_at_k": "doc_recall_at_k",
+    "precision_at_k": "doc_precision_at_k",
+    "mrr": "doc_mrr",
+    "map": "doc_map",
+}
+
+
+def _as_doc_metrics(table):
+    """A per-query table or summary of rank metrics with the names of the document-level metrics."""
+    names = []
+    for name in table.column_names:
+        metric = next((m for m in DOC_NAMES if name == m or name.startswith(m + "_")), None)
+        names.append(DOC_NAMES[metric] + name[len(metric) :] if metric else name)
+    return table.rename_columns(names)

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         )
         return 0
     from chunkeval.analysis.comparisons import TIE_NOTE, ties
-    from chunkeval.report.terminal import TERMINAL_METRICS
+    from chunkeval.report.terminal import default_metrics
 
     wh = warehouse()
     summary = wh.summary(result["run_id"])
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         f"experiment {exp.name}: run {result['run_id']} completed, {summary.num_rows} configuration(s), "
         f"{result['texts_embedded']} text(s) embedded\n"
     )
-    print(format_summary(summary, CONFIG_KEYS, tied=ties(wh.query_results(result["run_id"]), TERMINAL_METRICS)))
+    print(format_summary(summary, CONFIG_KEYS, tied=ties(wh.query_results(result["run_id"]), default_metrics(summary))))
     print(TIE_NOTE.format(alpha=0.05))
     from chunkeval.report.terminal import approximate, format_index_costs
 

@@ -1,4 +1,4 @@
-"""`chunkeval sweep`: a grid of chunking settings and k scored on a span gold set, written to files."""
+"""`chunkeval sweep`: a grid of chunking settings and k scored on a span gold set or document qrels, written to files."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ WAREHOUSE_SESSION = False  # a sweep never opens the warehouse
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "sweep",
-        help="score a grid of chunking settings and k on a span gold set, write the results",
-        description="Score every (chunker, chunk size, overlap, k) on a span gold set. Writes the summary to --out, "
-        "the per-query table to <out>.per_query and the per-corpus summary to <out>.by_corpus.",
+        help="score a grid of chunking settings and k on a span gold set or document qrels, write the results",
+        description="Score every (chunker, chunk size, overlap, k) on a span gold set or document qrels (--beir, "
+        "--qrels). Writes the summary to --out, the per-query table to <out>.per_query, the per-corpus summary to "
+        "<out>.by_corpus and, for document qrels, each configuration's document ranking to <out>.doc_runs/.",
     )
     add_experiment_flags(p)
     p.add_argument("--out", required=True, help="summary file, .csv or .parquet")
@@ -25,14 +26,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.analysis.comparisons import TIE_NOTE, ties
+    from chunkeval.engine.doc_metrics import write_doc_runs
     from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
     from chunkeval.files import check_writable_dir, write_tables
     from chunkeval.paths import cache_dir
     from chunkeval.report.terminal import (
-        TERMINAL_METRICS,
         approximate,
         beside,
         check_table_path,
+        default_metrics,
         format_index_costs,
         format_models,
         format_summary,
@@ -47,13 +49,17 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     )
     for note in result.notes:
         print(f"note: {note}")
-    print(format_summary(result.summary, CONFIG_KEYS, tied=ties(result.per_query, TERMINAL_METRICS)))
+    doc_runs = write_doc_runs(result.per_query, out.with_name(f"{out.stem}.doc_runs"))
+    tied = ties(result.per_query, default_metrics(result.summary))
+    print(format_summary(result.summary, CONFIG_KEYS, tied=tied))
     print(TIE_NOTE.format(alpha=0.05))
     truncated = sum(result.summary["truncated_chunks"].to_pylist()) // max(len(exp.k), 1)
     print(
         f"\n{result.texts_embedded} text(s) embedded; {truncated} chunk(s) longer than the model's input were "
         f"embedded from their beginning; results in {out} and {beside(out, 'per_query').name}, {beside(out, 'by_corpus').name}"
     )
+    if doc_runs:
+        print(f"document rankings (MaxP, top k) as TREC run files: {doc_runs}")
     if result.models.num_rows:
         print(format_models(result.models))
     if approximate(result.summary):

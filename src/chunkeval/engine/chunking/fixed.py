@@ -35,6 +35,16 @@ def fixed_char(text: str, chunk_size: int, chunk_overlap: int) -> tuple[np.ndarr
     return window_bounds(len(text), chunk_size, chunk_overlap)
 
 
+@register_chunker("none", min_chunk_size=0)
+def whole_document(text: str, chunk_size: int, chunk_overlap: int) -> tuple[np.ndarray, np.ndarray]:
+    """The whole document as one chunk (the baseline every chunking is compared to): its settings are
+    chunk_size 0 and chunk_overlap 0, and the model's truncation applies to it as to any chunk."""
+    return np.zeros(1, dtype=np.int64), np.full(1, len(text), dtype=np.int64)
+
+
+whole_document.whole_document = True
+
+
 RECURSIVE_SEPARATORS = ("\n\n", "\n", ".", "?", "!", " ", "")
 
 

@@ -98,6 +98,10 @@ class ChunkerSpec:
 
     def validate(self) -> ChunkerSpec:
         fn = resolve_chunker(self.chunker)
+        if getattr(fn, "whole_document", False):  # chunker none: one chunk per document, no size
+            if (self.chunk_size, self.chunk_overlap) != (0, 0):
+                raise InputError(f"chunker {self.chunker!r} takes chunk_size 0 and chunk_overlap 0")
+            return self
         if self.chunk_size < 1:
             raise InputError(f"chunk_size must be at least 1, got {self.chunk_size}")
         smallest = getattr(fn, "min_chunk_size", 1)

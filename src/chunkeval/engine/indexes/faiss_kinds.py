@@ -14,6 +14,7 @@ Scores are inner products of L2-normalised vectors: cosine, as the exact search 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import lru_cache
 
 import numpy as np
 
@@ -81,14 +82,18 @@ def build(spec: IndexSpec, vectors: np.ndarray):
 def search(index, spec: IndexSpec, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
     """Chunk indices (-1 where the index found fewer) and scores of the `depth` best per query. faiss
     searches HNSW with ef = max(ef_search, depth) (as hnswlib does)."""
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    scores, ids = index.search(q, depth, params=_params(spec))
+    return ids.astype(np.int64, copy=False), scores
+
+
+@lru_cache(maxsize=64)
+def _params(spec: IndexSpec):
+    """faiss's search parameters of a setting, made once (a search of one query should cost faiss's alone)."""
     faiss = load_library("faiss")
     if spec.kind == "hnsw":
-        params = faiss.SearchParametersHNSW(efSearch=spec.get("ef_search"))
-    else:
-        params = faiss.SearchParametersIVF(nprobe=spec.get("nprobe"))
-    q = np.ascontiguousarray(queries, dtype=np.float32)
-    scores, ids = index.search(q, depth, params=params)
-    return ids.astype(np.int64), scores
+        return faiss.SearchParametersHNSW(efSearch=spec.get("ef_search"))
+    return faiss.SearchParametersIVF(nprobe=spec.get("nprobe"))
 
 
 def write(index, path) -> None:

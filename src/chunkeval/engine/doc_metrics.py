@@ -1,0 +1,198 @@
+"""Scoring against document-level gold (qrels): chunk-level metrics with each chunk judged by its document's
+grade, and document-level metrics by MaxP. Definitions: docs/metrics.md ("Document-level gold").
+
+The chunks of a run over documents are made per document (`Chunks.corpus_names` are the document ids), so a
+chunk's document is `chunks.corpus`. MaxP: a document's score is its best chunk's; the documents are ranked by
+the rank of their best chunk, looking at most `DOC_DEPTH` chunks deep, and the first k make the list (fewer
+when fewer distinct documents were found, as in trec_eval). Everything is vectorised over queries × ranks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from chunkeval.engine import metrics as M
+from chunkeval.engine.documents import DOC_DEPTH, DocGold
+from chunkeval.engine.scoring import config_values, key_columns
+from chunkeval.vocabulary import CONFIG_KEYS, DOC_METRICS, SPAN_METRICS
+
+if TYPE_CHECKING:
+    from chunkeval.engine.chunking import ChunkerSpec, Chunks
+
+
+def retrieval_depth(k_max: int, n_chunks: int) -> int:
+    """How deep a run over document gold retrieves chunks: its largest k, or deep enough for MaxP."""
+    return max(k_max, min(DOC_DEPTH, n_chunks))
+
+
+def maxp_ranking(topk: np.ndarray, doc_of_chunk: np.ndarray, n_docs: int, k: int) -> np.ndarray:
+    """(Q, k) document indices ranked by their best chunk's rank (-1 padding): the first k distinct documents
+    of each query's chunk ranking, at most `DOC_DEPTH` chunks deep."""
+    top = topk[:, :DOC_DEPTH]
+    n_q, depth = top.shape
+    docs = np.where(top >= 0, doc_of_chunk[np.maximum(top, 0)], -1)
+    flat = (np.arange(n_q, dtype=np.int64)[:, None] * (n_docs + 1) + docs + 1).ravel()
+    first = np.zeros(flat.shape, dtype=bool)
+    first[np.unique(flat, return_index=True)[1]] = True
+    first = first.reshape(n_q, depth) & (docs >= 0)
+    rank = np.cumsum(first, axis=1) - 1
+    keep = first & (rank < k)
+    out = np.full((n_q, k), -1, dtype=np.int64)
+    rows, cols = np.nonzero(keep)
+    out[rows, rank[rows, cols]] = docs[rows, cols]
+    return out
+
+
+class Grades:
+    """The qrels as sorted keys `query * n_docs + doc` with their grades (documents by index in `names`)."""
+
+    def __init__(self, gold: DocGold, names: tuple[str, ...]):
+        index = {name: i for i, name in enumerate(names)}
+        self.n_docs = max(len(names), 1)
+        self.n_queries = gold.n_queries
+        q, d, g = [], [], []
+        for qi, qid in enumerate(gold.query_ids):
+            for doc, grade in gold.qrels[qid].items():
+                q.append(qi)
+                d.append(index[doc])
+                g.append(grade)
+        self.query = np.asarray(q, dtype=np.int64)
+        self.doc = np.asarray(d, dtype=np.int64)
+        keys = self.query * self.n_docs + self.doc
+        order = np.argsort(keys)
+        self.keys, self.grade = keys[order], np.asarray(g, dtype=np.float64)[order]
+        self.query, self.doc = self.query[order], self.doc[order]
+
+    def of(self, docs: np.ndarray) -> np.ndarray:
+        """The grade of each (row = query, document) entry, 0 where unjudged or padding (-1)."""
+        if not len(self.keys):
+            return np.zeros(docs.shape)
+        keys = np.arange(docs.shape[0], dtype=np.int64)[:, None] * self.n_docs + np.maximum(docs, 0)
+        pos = np.clip(np.searchsorted(self.keys, keys), 0, len(self.keys) - 1)
+        found = (self.keys[pos] == keys) & (docs >= 0)
+        return np.where(found, np.maximum(self.grade[pos], 0.0), 0.0)
+
+    def judged(self, docs: np.ndarray, weight: np.ndarray | None = None) -> M.Judged:
+        """Judged lists of `docs` (document indices per query, -1 padding). With `weight` (items per document:
+        chunks), each relevant document counts as that many relevant items of its grade."""
+        positive = self.grade > 0
+        q, grade = self.query[positive], self.grade[positive]
+        times = weight[self.doc[positive]] if weight is not None else np.ones(len(q), dtype=np.int64)
+        q, grade = np.repeat(q, times), np.repeat(grade, times)
+        order = np.lexsort((-grade, q))
+        return M.Judged(
+            gains=self.of(docs),
+            n_retrieved=(docs >= 0).sum(axis=1),
+            n_relevant=np.bincount(q, minlength=self.n_queries),
+            ideal=M._fill(q[order], grade[order], self.n_queries),
+        )
+
+
+def doc_metrics(judged: M.Judged, k: int) -> dict[str, np.ndarray]:
+    """trec_eval's ndcg_cut_k, recall_k, P_k, recip_rank and map of the top-k document lists."""
+    return {
+        "doc_ndcg_at_k": M.ndcg_at_k(judged, k),
+        "doc_recall_at_k": M.recall_at_k(judged, k),
+        "doc_precision_at_k": M.precision_at_k(judged, k),
+        "doc_mrr": M.reciprocal_rank(judged),
+        "doc_map": M.average_precision(judged),
+    }
+
+
+def trec_run_lines(query_ids: list[str], rankings: list[list[str]], tag: str) -> list[str]:
+    """A TREC run (`qid Q0 doc rank score tag`) of document rankings: scores n, n-1, …, strictly decreasing in
+    chunkeval's order, so that trec_eval (which sorts by score) reads the order chunkeval scored."""
+    return [
+        f"{qid} Q0 {doc} {rank} {len(docs) - rank + 1} {tag}"
+        for qid, docs in zip(query_ids, rankings)
+        for rank, doc in enumerate(docs, start=1)
+    ]
+
+
+def _ranked_names(ranking: np.ndarray, names: tuple[str, ...]) -> pa.Array:
+    """The MaxP rankings as document ids separated by spaces (a TREC run's ids hold no space), a column that
+    CSV and Parquet both keep."""
+    lookup = np.asarray(names, dtype=object)
+    return pa.array([" ".join(lookup[row[row >= 0]].tolist()) for row in ranking], pa.string())
+
+
+def trec_runs(per_query: pa.Table, keys: list[str]) -> dict[str, str]:
+    """Per configuration of a per-query table over document gold, its TREC run file's text, by a file name
+    made of the configuration (`doc_ranking` of each query, the tag the configuration)."""
+    if "doc_ranking" not in per_query.column_names:
+        return {}
+    runs: dict[tuple, list[str]] = {}
+    columns = {k: per_query[k].to_pylist() for k in [*keys, "query_id", "doc_ranking"]}
+    for i, qid in enumerate(columns["query_id"]):
+        config = tuple(columns[k][i] for k in keys)
+        docs = (columns["doc_ranking"][i] or "").split()
+        tag = "/".join(map(str, config))
+        runs.setdefault(config, []).extend(trec_run_lines([qid], [docs], tag.replace(" ", "_")))
+    return {_file_name(config): "\n".join(lines) + "\n" for config, lines in runs.items()}
+
+
+def write_doc_runs(per_query: pa.Table, folder: Path) -> Path | None:
+    """Under document gold, each configuration's top-k document ranking (MaxP) as a TREC run file in `folder`
+    (None, and nothing written, for span gold)."""
+    from chunkeval.files import write_text
+
+    runs = trec_runs(per_query, CONFIG_KEYS)
+    if not runs:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in runs.items():
+        write_text(folder / name, text)
+    return folder
+
+
+def _file_name(config: tuple) -> str:
+    """A configuration's run file: its keys joined by `_` (a null key, candidates of a row not reranked, left out)."""
+    text = "_".join(str(v) for v in config if v is not None)
+    return "".join(c if c.isalnum() or c in "._=-" else "_" for c in text) + ".trec"
+
+
+def score_documents(
+    gold: DocGold,
+    spec: ChunkerSpec,
+    chunks: Chunks,
+    topk: np.ndarray,
+    ks: tuple[int, ...],
+    model: str,
+    retriever: str,
+    index: str = "exact",
+    reranker: str = "none",
+    candidates: int | None = None,
+) -> tuple[pa.Table, dict[int, np.ndarray]]:
+    """Per-query chunk-level rank and set metrics (a chunk relevant with its document's grade) and document
+    metrics at every k, span metrics null, and the MaxP document ranking of the top k (`doc_ranking`, what
+    `trec_run_lines` writes); and per k the rankings as document indices."""
+    values = config_values(spec, model, retriever, index, reranker, candidates)
+    grades = Grades(gold, chunks.corpus_names)
+    doc_of_chunk = chunks.corpus.astype(np.int64)
+    per_doc = np.bincount(doc_of_chunk, minlength=len(chunks.corpus_names))
+    n = gold.n_queries
+    nothing = pa.nulls(n, pa.float64())
+    parts, rankings = [], {}
+    for k in sorted(set(ks)):
+        top = topk[:, :k]
+        chunk_docs = np.where(top >= 0, doc_of_chunk[np.maximum(top, 0)], -1)
+        ranks = M.rank_metrics(grades.judged(chunk_docs, per_doc), k)
+        rankings[k] = maxp_ranking(topk, doc_of_chunk, len(chunks.corpus_names), k)
+        docs = doc_metrics(grades.judged(rankings[k]), k)
+        retrieved_tokens = np.where(top >= 0, chunks.n_tokens[np.maximum(top, 0)], 0).sum(axis=1)
+        columns = {
+            **key_columns(gold, values, k),
+            "has_gold": pa.array(grades.judged(rankings[k]).n_relevant > 0),
+            **{name: nothing for name in SPAN_METRICS},
+            **{name: pa.array(ranks[name]) for name in M.RANK_METRICS},
+            "retrieved_tokens": pa.array(retrieved_tokens),
+            **{name: pa.array(ranks[name]) for name in ("tp", "fp", "fn", "n_retrieved", "n_relevant", "hits_at_k")},
+            **{name: pa.array(docs[name]) for name in DOC_METRICS},
+            "doc_ranking": _ranked_names(rankings[k], chunks.corpus_names),  # the run file's lists
+        }
+        parts.append(pa.table(columns))
+    return pa.concat_tables(parts), rankings

@@ -1,0 +1,294 @@
+"""Document-level gold: documents as the unit between corpus and chunk, queries, and qrels (docs/formats.md).
+
+- A BEIR folder (`--beir DIR --split test`): `corpus.jsonl` (`_id`, `title`, `text`), `queries.jsonl` (`_id`,
+  `text`) and `qrels/<split>.tsv` (`query-id`, `corpus-id`, `score`, a header row). It is one corpus, named
+  by the folder.
+- A corpus folder with `--queries` and `--qrels`: a top-level `.md`/`.txt` file is a corpus of one document
+  named by its stem; a top-level subfolder a corpus of the files under it (`document_files`); a top-level
+  `.jsonl` file is a corpus of its documents (`_id` or `id`, optional
+  `title`, `text`). Qrels are BEIR's TSV (with its header) or TREC qrels (`qid 0 docid grade`).
+
+A document's text is BEIR's `title + " " + text`, stripped; chunk offsets are into that text. Qrels rows
+with a grade ≤ 0 are kept (they are judged, not relevant); queries without qrels are left out (as trec_eval
+does); a qrels row naming an unknown query or document is left out and counted, with one warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from chunkeval.engine.inputs import (
+    CORPUS_SUFFIXES,
+    Qrels,
+    Run,
+    SpanGold,
+    _finite,
+    _nonempty,
+    _query_id,
+    load_chunk_run,
+    read_jsonl_rows,
+    read_text,
+)
+from chunkeval.errors import InputError
+
+log = logging.getLogger("chunkeval")
+
+BEIR_FILES = ("corpus.jsonl", "queries.jsonl")
+DOC_DEPTH = 1000  # how deep in a chunk ranking MaxP looks for k distinct documents
+
+
+@dataclass(frozen=True)
+class DocGold:
+    """Queries judged against documents: `qrels[query_id][doc_id]` is a grade (> 0 relevant)."""
+
+    query_ids: list[str]
+    questions: list[str]
+    corpus_ids: list[str]  # each query's corpus: that of its first judged document
+    qrels: dict[str, dict[str, float]]
+    source: str = ""
+    dropped: int = 0  # qrels rows naming an unknown query or document
+
+    @property
+    def n_queries(self) -> int:
+        return len(self.query_ids)
+
+    def without_spans(self) -> SpanGold:
+        """The queries as a span gold set of no references: what the checks and tables of references read."""
+        none = np.zeros(0, np.int64)
+        return SpanGold(self.query_ids, self.questions, self.corpus_ids, none, none, none, self.source)
+
+
+@dataclass(frozen=True)
+class Documents:
+    """Document id → text (what is chunked), and document id → its corpus."""
+
+    texts: dict[str, str]
+    corpus_of: dict[str, str]
+
+
+def _doc_text(obj: dict, path: Path, row: int) -> str:
+    text, title = obj.get("text"), obj.get("title") or ""
+    if not isinstance(text, str) or not isinstance(title, str):
+        raise InputError("title and text must be strings", path, row)
+    return (title + " " + text).strip()
+
+
+def read_jsonl_documents(path: Path, corpus: str, into: Documents) -> None:
+    """The documents of a JSONL corpus file (`_id` or `id`, optional `title`, `text`) added to `into`."""
+    for row, obj in read_jsonl_rows(path, ("text",)):
+        key = "_id" if "_id" in obj else "id" if "id" in obj else None
+        if key is None:
+            raise InputError("missing key(s) _id (or id)", path, row)
+        doc = _query_id(obj[key], path, row)
+        _add_document(into, doc, _doc_text(obj, path, row), corpus, path, row)
+
+
+def _add_document(into: Documents, doc: str, text: str, corpus: str, path: Path, row: int | None) -> None:
+    if doc in into.texts:
+        raise InputError(f"document id {doc!r} appears twice (also in corpus {into.corpus_of[doc]!r})", path, row)
+    if not text.strip():
+        log.warning("%s: document %r has no text and is left out", path if row is None else f"{path}: row {row}", doc)
+        return
+    into.texts[doc] = text
+    into.corpus_of[doc] = corpus
+
+
+def document_files(folder: Path) -> list[tuple[Path, str, str]]:
+    """(file, corpus, document id) of a corpus folder's files: a top-level .md/.txt file is a corpus of one
+    document named by its stem; a top-level subfolder a corpus (named by it) of the .md/.txt files under it at
+    any depth, each named by its path relative to the folder without suffix (`notes/keeper`); a top-level .jsonl
+    file a corpus of its documents (document id empty here: its lines name them)."""
+    out = []
+    for path in sorted(folder.iterdir()):
+        suffix = path.suffix.lower()
+        if path.is_dir():
+            for inner in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES):
+                out.append((inner, path.name, inner.relative_to(folder).with_suffix("").as_posix()))
+        elif path.is_file() and suffix in CORPUS_SUFFIXES:
+            out.append((path, path.stem, path.stem))
+        elif path.is_file() and suffix == ".jsonl":
+            out.append((path, path.stem, ""))
+    return out
+
+
+def load_documents(corpus_dir: Path) -> Documents:
+    """Every document of a corpus folder (`document_files`)."""
+    folder = Path(corpus_dir)
+    if not folder.is_dir():
+        raise InputError("corpus folder not found", folder)
+    docs = Documents({}, {})
+    for path, corpus, doc in document_files(folder):
+        if doc:
+            _add_document(docs, doc, _nonempty(read_text(path), path), corpus, path, None)
+        else:
+            read_jsonl_documents(path, corpus, docs)
+    if not docs.texts:
+        raise InputError("no documents (*.md, *.txt, *.jsonl) in the folder", folder)
+    return docs
+
+
+def load_queries(path: Path) -> dict[str, str]:
+    """Query id → text of a queries JSONL file (`_id`, `text`)."""
+    path = Path(path)
+    out: dict[str, str] = {}
+    for row, obj in read_jsonl_rows(path, ("_id", "text")):
+        qid = _query_id(obj["_id"], path, row)
+        if qid in out:
+            raise InputError(f"query id {qid!r} appears twice", path, row)
+        if not isinstance(obj["text"], str) or not obj["text"].strip():
+            raise InputError("empty query text", path, row)
+        out[qid] = obj["text"]
+    return out
+
+
+def read_qrels(path: Path) -> list[tuple[int, str, str, float]]:
+    """(row, query id, doc id, grade) of BEIR's TSV qrels (header `query-id corpus-id score`) or TREC qrels."""
+    path = Path(path)
+    lines = _nonempty(read_text(path), path).split("\n")
+    first = lines[0].split("\t") if lines else []
+    beir = [c.strip() for c in first] == ["query-id", "corpus-id", "score"]
+    rows = []
+    for row, line in enumerate(lines[1:] if beir else lines, start=1):
+        if not line.strip():
+            continue
+        parts = line.split("\t") if beir else line.split()
+        if beir and len(parts) != 3:
+            raise InputError(f"a qrels line has 3 tab-separated fields, found {len(parts)}", path, row)
+        if not beir and len(parts) != 4:
+            raise InputError(
+                f"qrels must be BEIR's TSV (header query-id, corpus-id, score) or TREC's `qid 0 docid grade`; "
+                f"found {len(parts)} fields",
+                path,
+                row,
+            )
+        qid, doc, grade = (parts[0], parts[1], parts[2]) if beir else (parts[0], parts[2], parts[3])
+        rows.append((row, qid.strip(), doc.strip(), _finite(grade.strip(), "grade", path, row)))
+    if not rows:
+        raise InputError("no qrels rows", path)
+    return rows
+
+
+def load_doc_gold(queries_path: Path, qrels_path: Path, docs: Documents, strict: bool = False) -> DocGold:
+    """The judged queries, in the queries file's order; queries without qrels are left out."""
+    queries = load_queries(queries_path)
+    qrels: dict[str, dict[str, float]] = {}
+    dropped = 0
+    for row, qid, doc, grade in read_qrels(qrels_path):
+        if qid not in queries or doc not in docs.texts:
+            if strict:
+                what = f"query {qid!r}" if qid not in queries else f"document {doc!r}"
+                raise InputError(f"names an unknown {what}", qrels_path, row)
+            dropped += 1
+            continue
+        judged = qrels.setdefault(qid, {})
+        if doc in judged:
+            raise InputError(f"query {qid!r} judges document {doc!r} twice", qrels_path, row)
+        judged[doc] = grade
+    qids = [q for q in queries if q in qrels]
+    if not qids:
+        raise InputError("no query of the queries file has qrels", qrels_path)
+    if dropped:
+        log.warning("%s: %d qrels row(s) name an unknown query or document and are left out", qrels_path, dropped)
+    return DocGold(
+        qids,
+        [queries[q] for q in qids],
+        [docs.corpus_of[next(iter(qrels[q]))] for q in qids],
+        {q: qrels[q] for q in qids},
+        str(qrels_path),
+        dropped,
+    )
+
+
+def beir_paths(folder: Path, split: str) -> tuple[Path, Path, Path]:
+    """corpus.jsonl, queries.jsonl and qrels/<split>.tsv of a BEIR folder, each checked to exist."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError("BEIR folder not found", folder)
+    paths = (folder / "corpus.jsonl", folder / "queries.jsonl", folder / "qrels" / f"{split}.tsv")
+    for path in paths:
+        if not path.is_file():
+            raise InputError(f"a BEIR folder holds {path.relative_to(folder)}; it is missing", folder)
+    return paths
+
+
+def load_beir(folder: Path, split: str = "test", strict: bool = False) -> tuple[Documents, DocGold]:
+    corpus, queries, qrels = beir_paths(folder, split)
+    docs = Documents({}, {})
+    read_jsonl_documents(corpus, Path(folder).resolve().name, docs)
+    if not docs.texts:
+        raise InputError("no documents", corpus)
+    return docs, load_doc_gold(queries, qrels, docs, strict)
+
+
+def load_document_gold(
+    beir: str, split: str, corpus_dir: str, queries: str, qrels: str, strict: bool = False
+) -> tuple[Documents, DocGold]:
+    """The documents and the gold set of an experiment's document gold: a BEIR folder, or a corpus folder
+    with a queries file and qrels."""
+    if beir:
+        return load_beir(Path(beir), split, strict)
+    docs = load_documents(Path(corpus_dir))
+    return docs, load_doc_gold(Path(queries), Path(qrels), docs, strict)
+
+
+def _hash(paths: list[Path]) -> str:
+    from chunkeval.files import hash_file
+
+    return hashlib.sha256(json.dumps([hash_file(p).hexdigest() for p in paths]).encode()).hexdigest()
+
+
+def doc_gold_fingerprints(beir: str, split: str, corpus_dir: str, queries: str, qrels: str) -> dict[str, str]:
+    """SHA-256 of the documents' files (`corpus`) and of the queries and qrels files (`gold`)."""
+    if beir:
+        corpus, queries_path, qrels_path = beir_paths(Path(beir), split)
+        return {"corpus": _hash([corpus]), "gold": _hash([queries_path, qrels_path])}
+    folder = Path(corpus_dir)
+    if not folder.is_dir():
+        raise InputError("corpus folder not found", folder)
+    files = [path for path, _, _ in document_files(folder)]
+    for path in (Path(queries), Path(qrels)):
+        if not path.is_file():
+            raise InputError("file not found", path)
+    return {"corpus": _hash(files), "gold": _hash([Path(queries), Path(qrels)])}
+
+
+# --------------------------------------------------------------------------- evaluate-run: chunk runs, document qrels
+
+
+def chunk_document(chunk_id: str) -> str | None:
+    """The document of a chunk id `<doc_id>:<start>-<end>`, read from the right (a document id may hold `:`)."""
+    head, sep, span = chunk_id.rpartition(":")
+    start, dash, end = span.partition("-")
+    return head if sep and head and dash and start.isdigit() and end.isdigit() else None
+
+
+def load_doc_qrels_and_chunk_run(gold_path: Path, run_path: Path, k: int) -> tuple[Qrels, Run]:
+    """Document qrels (BEIR's TSV or TREC) and a run of chunk ids (`query_id, retrieved_chunk_ids`), the run's
+    chunks turned into MaxP document lists: each document at the rank of its best chunk, the first k distinct
+    documents of the first `DOC_DEPTH` chunks."""
+    judgments: dict[str, dict[str, float]] = {}
+    for row, qid, doc, grade in read_qrels(Path(gold_path)):
+        judged = judgments.setdefault(qid, {})
+        if doc in judged:
+            raise InputError(f"query {qid!r} judges document {doc!r} twice", gold_path, row)
+        judged[doc] = grade
+    gold = Qrels(judgments, {}, str(gold_path))
+    chunks = load_chunk_run(Path(run_path), gold)
+    ranked = {}
+    for qid, items in chunks.ranked.items():
+        docs: dict[str, None] = {}
+        for item in items[:DOC_DEPTH]:
+            doc = chunk_document(item)
+            if doc is None:
+                raise InputError(f"query {qid!r}: {item!r} is not a chunk id <doc_id>:<start>-<end>", run_path)
+            docs.setdefault(doc)
+            if len(docs) == k:
+                break
+        ranked[qid] = list(docs)
+    return gold, Run(ranked, chunks.source)

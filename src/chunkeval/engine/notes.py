@@ -1,0 +1,41 @@
+"""What a reader of a run's results must know about how they were computed: the notes a sweep prints and a
+run records, one line each, from the experiment's settings."""
+
+from __future__ import annotations
+
+from chunkeval.vocabulary import RUN_SETTINGS
+
+
+def experiment_notes(exp) -> list[str]:
+    """The notes of an experiment (`chunkeval.engine.experiment.Experiment`), in the order they are printed."""
+    notes = exp.overlap_notes()
+    if exp.relevance != RUN_SETTINGS["relevance"]:
+        notes.append(f"relevance: {exp.relevance} (set and rank metrics count the chunks this rule makes relevant)")
+    if exp.duplicates == "credit":
+        notes.append(
+            "duplicates: credit (a reference's identical copies in its corpus count as found; docs/metrics.md)"
+        )
+    if exp.quantize == "int8" and exp.needs_model():
+        notes.append(
+            f"quantize: int8 ({exp.backend}): vectors differ from the model's own; docs/backends.md says by how much"
+        )
+    if exp.reranks():
+        below = sorted({(c, k) for c in exp.candidates for k in exp.k if c < k})
+        if below:
+            notes.append(
+                "reranked configurations are not scored where candidates < k: "
+                + ", ".join(f"candidates {c} at k {k}" for c, k in below)
+            )
+    if exp.precision != "fp32" and exp.needs_model():
+        notes.append(
+            f"precision: {exp.precision} ({exp.backend}): vectors differ from fp32's in the last digits and are "
+            "cached apart; docs/backends.md says by how much"
+        )
+    if exp.doc_gold:
+        notes.append(
+            "document gold: a chunk counts with its document's grade, so chunk-level rank and set metrics "
+            "penalise small chunks; doc_* metrics rank documents by their best chunk (MaxP; docs/metrics.md)"
+        )
+    from chunkeval.engine.indexes.axis import axis_notes
+
+    return notes + axis_notes(exp.index_specs(), exp.retriever, exp.k)
