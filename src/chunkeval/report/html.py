@@ -32,7 +32,7 @@ from chunkeval.report.sections import (
     section_tradeoff,
     section_trend,
 )
-from chunkeval.vocabulary import METRICS
+from chunkeval.vocabulary import METRICS, approximate_index
 from chunkeval.warehouse import Warehouse
 
 # --------------------------------------------------------------------------- sections
@@ -115,7 +115,7 @@ def build_report(
             ("summary", "Summary"),
             ("grid", "Grid"),
             ("tradeoff", "Trade-off"),
-            *([("indexes", "Indexes")] if any(r.get("index") not in (None, "exact", "none") for r in summary) else []),
+            *([("indexes", "Indexes")] if any(approximate_index(r.get("index")) for r in summary) else []),
             ("distributions", "Distributions"),
             ("gold", "Gold set"),
             ("failures", "Failures"),

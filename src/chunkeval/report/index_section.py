@@ -13,7 +13,7 @@ from html import escape
 import numpy as np
 
 from chunkeval.report.svg import CYCLE, Axes, Svg, legend, padded
-from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, approximate_index
 
 
 def _deepest(summary: list[dict]) -> list[dict]:
@@ -60,7 +60,7 @@ def recall_latency_chart(rows: list[dict]) -> str:
 
 def section_indexes(summary: list[dict]) -> str:
     rows = _deepest(summary)
-    if not any(str(r["index"]) != "exact" for r in rows):
+    if not any(approximate_index(r["index"]) for r in rows):
         return ""
     table_rows = []
     for r in rows:

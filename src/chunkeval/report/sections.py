@@ -15,7 +15,7 @@ from chunkeval.errors import InputError
 from chunkeval.report import charts
 from chunkeval.report.terminal import rerank_label
 from chunkeval.stats.aggregate import MICRO, MICRO_F1
-from chunkeval.vocabulary import CONFIG_KEYS, INDEX_METRICS, METRICS, shown_keys, split_list
+from chunkeval.vocabulary import CONFIG_KEYS, INDEX_METRICS, METRICS, approximate_index, shown_keys, split_list
 from chunkeval.warehouse import Warehouse
 
 BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
@@ -25,7 +25,7 @@ def label(row: dict, with_k: bool = True) -> str:
     """`model retriever [index] chunker size/overlap k=K` (a model folder by its name; the index where it approximates)."""
     model = Path(str(row.get("model", ""))).name
     index = row.get("index")
-    searched = f" {index}" if index not in (None, "exact", "none") else ""
+    searched = f" {index}" if approximate_index(index) else ""
     retriever = f"{row.get('retriever', '')}{searched}{rerank_label(row)}"
     text = f"{model} {retriever} {row['chunker']} {row['chunk_size']}/{row['chunk_overlap']}".strip()
     return f"{text} k={row['k']}" if with_k else text
@@ -207,7 +207,7 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
 def section_grid(summary: list[dict], tied: dict[str, set[tuple]] | None = None) -> str:
     best = best_rows(summary)
     tied = tied or {}
-    approximate = any(r.get("index") not in (None, "exact", "none") for r in summary)
+    approximate = any(approximate_index(r.get("index")) for r in summary)
     metrics = [m for m in METRICS if m not in INDEX_METRICS or approximate]  # else every value is 1 or –
     shown = shown_keys(summary)  # reranker and candidates where a row reranks
     header = [escape(k) for k in shown] + [escape(m) for m in metrics] + ["truncated chunks"]
@@ -303,7 +303,7 @@ def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold
     for r in rows:
         by_config.setdefault(tuple(r[k] for k in CONFIG_KEYS), []).append(r)
     series: dict[str, dict] = {}
-    searched = any(c.get("index") not in (None, "exact", "none") for c in configs)
+    searched = any(approximate_index(c.get("index")) for c in configs)
     for metric in REGRESSION_METRICS:
         if metric in INDEX_METRICS and not searched:
             continue  # 1 for exact search, absent for bm25: no line worth drawing

@@ -10,7 +10,16 @@ from pathlib import Path
 import pyarrow as pa
 
 from chunkeval.errors import InputError
-from chunkeval.vocabulary import DOC_METRICS, INDEX_METRICS, METRICS, NO_RERANKER, RERANK_KEYS, SPAN_METRICS, shown_keys
+from chunkeval.vocabulary import (
+    DOC_METRICS,
+    INDEX_METRICS,
+    METRICS,
+    NO_RERANKER,
+    RERANK_KEYS,
+    SPAN_METRICS,
+    approximate_index,
+    shown_keys,
+)
 
 TABLE_SUFFIXES = (".csv", ".parquet")
 TERMINAL_METRICS = ("span_recall", "span_precision", "span_iou", "precision_omega", "recall_at_k", "mrr", "ndcg_at_k")
@@ -39,7 +48,7 @@ def config_label(row: dict) -> str:
     """`model/retriever[/index][>reranker@candidates]/chunker/size/overlap/k=K`: one configuration, as messages
     name it (the index where it is an approximate one)."""
     index = row.get("index")
-    searched = f"/{index}" if index not in (None, "exact", "none") else ""
+    searched = f"/{index}" if approximate_index(index) else ""
     return (
         f"{row['model']}/{row['retriever']}{searched}{rerank_label(row, '>')}/{row['chunker']}/{row['chunk_size']}/"
         f"{row['chunk_overlap']}/k={row['k']}"
@@ -58,7 +67,7 @@ def approximate(summary: pa.Table) -> bool:
     """Whether any row of a summary searched an approximate index (its index measures are worth showing)."""
     if "index" not in summary.column_names:
         return False
-    return any(v not in (None, "exact", "none") for v in summary["index"].to_pylist())
+    return any(approximate_index(v) for v in summary["index"].to_pylist())
 
 
 def measured(summary: pa.Table, metrics) -> bool:

@@ -178,11 +178,10 @@ def _defaults(kind: str, source) -> dict[str, int]:
             return {"m": 32, "ef_construction": probe.hnsw.efConstruction, "ef_search": probe.hnsw.efSearch}
         quantizer = faiss.IndexFlatIP(4)
         return {"nprobe": faiss.IndexIVFFlat(quantizer, 4, 1).nprobe}
-    chroma = load_library("chromadb", source)
+    load_library("chromadb", source)  # its one line when chromadb is not installed
     from chromadb.api.collection_configuration import populate_create_hnsw_defaults
 
     hnsw = populate_create_hnsw_defaults({"space": "cosine"})
-    del chroma
     return {"m": hnsw["max_neighbors"], "ef_construction": hnsw["ef_construction"], "ef_search": hnsw["ef_search"]}
 
 
