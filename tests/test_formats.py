@@ -257,3 +257,16 @@ def test_extracted_text_is_cached_by_content_and_extractor_and_the_fingerprint_c
     (folder / "guide.html").unlink()  # a folder of text files keeps the fingerprint it had before documents
     before = {"notes": hashlib.sha256((folder / "notes.md").read_bytes()).hexdigest()}
     assert folder_fingerprint(folder) == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()
+
+
+def test_extract_reads_one_file_and_writes_unsafe_ids_encoded(tmp_path, capsys):
+    from chunkeval.engine.extract.export import document_path
+
+    assert main(["extract", str(FORMATS / "guide.html"), "--out", str(tmp_path / "one"), "--html", "main"]) == 0
+    (row,) = map(json.loads, (tmp_path / "one" / "documents.jsonl").read_text().splitlines())
+    assert row["id"] == "guide" and row["extractor"].startswith("html main: trafilatura")
+    assert (tmp_path / "one" / "guide.txt").read_text() == html.extract(GUIDE, "main").text
+    assert "1 document(s) of 1 corpus(es)" in capsys.readouterr().out
+    assert document_path("notes/keeper") == "notes/keeper.txt"
+    assert document_path("../etc/passwd") == "..%2Fetc%2Fpasswd.txt" and document_path("a//b") == "a%2F%2Fb.txt"
+    assert document_path("doc:7") == "doc%3A7.txt"

@@ -133,7 +133,8 @@ def _unreadable(into: Documents, strict: bool, doc: str, corpus: str, path: Path
 def add_document(into: Documents, doc: str, text: str, corpus: str, path: Path | str, row: int | None) -> bool:
     """Add a document (an id seen twice is an error naming both corpora; an empty text is left out with a
     warning); whether it was added."""
-    _check_new(into, doc, path, row)
+    if doc in into.texts or doc in into.skipped:
+        _check_new(into, doc, path, row)
     if not text.strip():
         log.warning("%s: document %r has no text and is left out", path if row is None else f"{path}: row {row}", doc)
         return False
@@ -163,29 +164,33 @@ def read_jsonl_documents(path: Path, corpus: str, into: Documents, strict: bool 
         raise InputError(f"cannot read file ({exc.strerror})", path) from None
     if not raw.strip():
         raise InputError("file is empty", path)
+    try:  # the whole file at once where it is all UTF-8 (the common case), else line by line
+        lines: list = raw.decode("utf-8").removeprefix("\ufeff").split("\n")
+    except UnicodeDecodeError:
+        lines = raw.removeprefix(b"\xef\xbb\xbf").split(b"\n")
     row, name = 0, str(path)  # one string for every document's source
-    for line in raw.removeprefix(b"\xef\xbb\xbf").split(b"\n"):
+    for line in lines:
         if not line.strip():
             continue
         row += 1
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            obj = _jsonl_object(line.decode("utf-8", "replace"), (), path, row)
-            doc = _document_id(obj, path, row)
-            _unreadable(into, strict, doc, corpus, path, f"not UTF-8 text (invalid byte at offset {exc.start})", row)
-            continue
-        obj = _jsonl_object(text, (), path, row)
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                obj = _jsonl_object(line.decode("utf-8", "replace"), (), path, row)
+                why = f"not UTF-8 text (invalid byte at offset {exc.start})"
+                _unreadable(into, strict, _document_id(obj, path, row), corpus, path, why, row)
+                continue
+        obj = _jsonl_object(line, (), path, row)
         doc = _document_id(obj, path, row)
         if "text" not in obj:
             raise InputError("missing key(s) text", path, row)
-        body, title = obj.get("text"), obj.get("title") or ""
+        body, title = obj["text"], obj.get("title") or ""
         if not isinstance(body, str) or not isinstance(title, str):
             raise InputError("title and text must be strings", path, row)
-        if add_document(into, doc, (title + " " + body).strip(), corpus, name, row):
-            extra = {k: v for k, v in obj.items() if k not in JSONL_FIELDS}
-            if extra:
-                into.meta[doc] = extra
+        known = 2 + ("title" in obj) + ("_id" in obj and "id" in obj)  # an id, text, and title where given
+        if add_document(into, doc, (title + " " + body).strip(), corpus, name, row) and len(obj) > known:
+            into.meta[doc] = {k: v for k, v in obj.items() if k not in JSONL_FIELDS}
 
 
 def _document_id(obj: dict, path: Path, row: int) -> str:
