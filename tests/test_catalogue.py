@@ -1202,6 +1202,63 @@ CASES.update(
 )
 
 
+FORMATS = Path(__file__).resolve().parent / "data" / "formats"
+
+
+def in_corpus(t: Path, name: str, content: str | bytes | None = None) -> Path:
+    """A document file put into the workspace's corpus folder: a fixture of tests/data/formats, or `content`."""
+    path = t / "corpora" / name
+    return write(path, (FORMATS / name).read_bytes() if content is None else content)
+
+
+def extract(t: Path, *extra, corpus=None, out=None):
+    return ["extract", corpus or t / "corpora", "--out", out or t / "texts", *extra]
+
+
+LATIN_PAGE = b"<html><body><p>caf\xe9 au lait</p></body></html>"
+
+# issue 20: corpora in the formats teams have (docs/formats.md)
+CASES.update(
+    {
+        "sweep: a PDF without a text layer with --strict": (
+            lambda w: [in_corpus(w["t"], "scanned.pdf"), *sweep(w["t"], "--strict")][1:],
+            "scanned.pdf: document 'scanned' is unreadable: no text layer",
+        ),
+        "sweep: an HTML page in no declared charset with --strict": (
+            lambda w: [in_corpus(w["t"], "page.html", LATIN_PAGE), *sweep(w["t"], "--strict")][1:],
+            "page.html: document 'page' is unreadable: not UTF-8",
+        ),
+        "sweep: a question about an unreadable document": (
+            lambda w: [
+                in_corpus(w["t"], "scanned.pdf"),
+                *sweep(w["t"], questions=write(w["t"] / "s.csv", "question,references,corpus_id\nWhat?,[],scanned\n")),
+            ][1:],
+            "s.csv: row 1: corpus_id 'scanned' names an unreadable document (",
+        ),
+        "run: experiment file with an unknown html setting": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "html: article\n")],
+            "html must be full or main, got 'article'",
+        ),
+        "extract: corpus missing": (
+            lambda w: extract(w["t"], corpus=w["t"] / "nope"),
+            "corpus folder or file not found",
+        ),
+        "extract: not a document file": (
+            lambda w: extract(w["t"], corpus=w["t"] / "q.csv"),
+            "q.csv: not a document file",
+        ),
+        "extract: --out holds files": (
+            lambda w: extract(w["t"], out=w["t"] / "corpora"),
+            "must be a new or empty folder",
+        ),
+        "extract: unreadable document with --strict": (
+            lambda w: [in_corpus(w["t"], "damaged.pdf"), *extract(w["t"], "--strict")][1:],
+            "damaged.pdf: document 'damaged' is unreadable: damaged PDF",
+        ),
+    }
+)
+
+
 def snapshot(*roots: Path) -> dict:
     """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes)."""
     files = sorted(
@@ -1244,6 +1301,7 @@ def test_the_catalogue_is_large_enough():
         "diff",
         "compare",
         "gold check",
+        "extract",
     } <= commands
 
 

@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from chunkeval.cli import main
+from chunkeval.engine.corpus import load_corpora
 from chunkeval.engine.experiment import parse_overlap
-from chunkeval.engine.inputs import load_corpora, load_span_gold
+from chunkeval.engine.inputs import load_span_gold
 from chunkeval.vocabulary import INDEX_TIMES
 
 

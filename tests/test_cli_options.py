@@ -1,8 +1,9 @@
 """What a user types to `chunkeval` does not change when the CLI's code moves: every command path keeps
 its subcommands, positionals and options (flags, metavars, defaults, choices, types) as
-tests/data/cli_options.json recorded them from the CLI before it was split into command modules. Two options
-were added since, on purpose, to run and sweep: `--plugin MODULE` (plug-ins run only when asked) and
-`--precision` (how the model runs)."""
+tests/data/cli_options.json recorded them from the CLI before it was split into command modules. Added since, on
+purpose: to run and sweep, `--plugin MODULE` (plug-ins run only when asked), `--precision` (how the model runs)
+and `--html full|main` (the text of HTML documents); to `gold check`, `--html` and `--strict` (an unreadable
+document is an error); and the command `extract` (a corpus's text, one file per document, docs/formats.md)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_every_command_module_says_how_it_reaches_the_warehouse():
         assert callable(command.add_parser), command.__name__
         assert isinstance(command.WAREHOUSE_SESSION, bool), command.__name__
         sessions[command.__name__.rpartition(".")[2]] = command.WAREHOUSE_SESSION
-    assert len(sessions) == 14
+    assert len(sessions) == 15
     assert {name for name, held in sessions.items() if held} == {
         "runs",
         "trend",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 from chunkeval.cli import main
+from chunkeval.engine.corpus import load_corpora
 from chunkeval.engine.gold_check import check_gold, occurrences
-from chunkeval.engine.inputs import load_corpora, load_span_gold
+from chunkeval.engine.inputs import load_span_gold
 
 
 def ref(content: str, text: str, nth: int = 0) -> str:
@@ -54,7 +55,9 @@ def test_every_kind_of_finding_on_a_toy_set(tmp_path, capsys):
         "empty_references",
         "long_references",
         "repeated_questions",
+        "skipped_documents",
     }
+    assert doc["skipped_documents"] == []  # every document was read (tests/test_formats.py: one that is not)
     assert doc["ambiguous_references"][0]["occurrences"] == [[18, 36], [52, 70]]
     assert main(["gold", "check", "--corpus-dir", str(tmp_path / "c"), "--questions", str(q)]) == 0
     out = capsys.readouterr().out
@@ -70,6 +73,7 @@ def test_the_report_shows_the_check_recorded_with_the_run(tmp_path, caplog):
     text = "Alpha beta gamma. The same sentence. Delta epsilon. The same sentence. Zeta eta theta iota kappa."
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "doc.md").write_text(text, encoding="utf-8")
+    (tmp_path / "c" / "legacy.txt").write_bytes(b"caf\xe9 au lait")  # not UTF-8: left out, and recorded
     rows = [
         f'q1,Which sentence repeats?,"[{ref("The same sentence.", text, 1)}]",doc',
         f'q2,Greek <b>letters</b>?,"[{ref("Alpha beta gamma.", text)}]",doc',
@@ -89,13 +93,14 @@ def test_the_report_shows_the_check_recorded_with_the_run(tmp_path, caplog):
     inputs = load_inputs(exp)
     wh = Warehouse(tmp_path / "warehouse")
     run_id = wh.begin_run("g", {}, "manual", exp.to_dict())
-    check = check_gold(inputs.gold, inputs.corpora, min(exp.chunk_sizes)).to_dict()
+    check = check_gold(inputs.gold, inputs.corpora, min(exp.chunk_sizes), inputs.skipped).to_dict()
     wh.complete_run(run_id, result.per_query, result.summary, 0, result.references, result.models, check)
     assert wh.gold_check(run_id) == check
     html = build_report(wh, "g")
     assert "<h3>Gold-set check</h3>" in html and "long means over 3 cl100k tokens" in html
     assert "<summary>Ambiguous references: 1</summary>" in html and "2: [18, 36), [52, 70)" in html
     assert "<summary>Long references: 2</summary>" in html and "only the gold copy counts" in html
+    assert "<summary>Unreadable documents: 1</summary>" in html and "legacy.txt</td><td>not UTF-8 text" in html
     # a damaged file is moved aside, said once, and reads as not recorded
     path = wh.results / run_id / "gold_check.json"
     path.write_text('{"ambiguous_references": [', encoding="utf-8")

@@ -148,12 +148,13 @@ def evaluate(
 ) -> Results:
     """Run a sweep and return its tables.
 
-    `corpus_dir` is a folder of .md/.txt files or a mapping corpus_id → text; `questions` a span gold
+    `corpus_dir` is a corpus folder (docs/formats.md: .md, .txt, .html, .pdf and .jsonl files, subfolders) or a
+    mapping corpus_id → text; `questions` a span gold
     CSV (Chroma's format) or a list of {question, references: [{content, start_index, end_index}],
     corpus_id[, query_id]}. `experiment` is an experiment file or mapping to start from. Any other
     setting is an experiment key (chunker, chunk_sizes, overlaps, k, model, retriever, index, rrf_k, corpus,
-    own_corpus, skip_empty_gold, duplicates, relevance, backend, quantize, precision; document gold: beir, split,
-    queries, qrels, strict), given as a value or a list. Embeddings are cached in `cache_dir`
+    own_corpus, skip_empty_gold, duplicates, relevance, backend, quantize, precision, html, strict; document gold:
+    beir, split, queries, qrels), given as a value or a list. Embeddings are cached in `cache_dir`
     (default: `$CHUNKEVAL_HOME/cache/embeddings`).
     """
     from chunkeval.engine.embedding import check_batch_size, check_device
@@ -226,9 +227,11 @@ def check_gold(
     *,
     corpus: Sequence[str] | None = None,
     chunk_size: int | None = None,
+    html: str = "full",
 ) -> dict:
     """`chunkeval gold check` from Python: the lists ambiguous_references, overlapping_references,
-    empty_references, long_references (with `chunk_size`) and repeated_questions."""
+    empty_references, long_references (with `chunk_size`), repeated_questions and skipped_documents (the
+    documents of the folder left out as unreadable)."""
     from chunkeval.engine.experiment import Experiment
     from chunkeval.engine.gold_check import check_gold as check
     from chunkeval.engine.sweep import load_inputs
@@ -239,9 +242,10 @@ def check_gold(
             corpus_dir=_corpus_folder(corpus_dir, scratch),
             questions=_questions_file(questions, scratch),
             corpus=tuple(corpus or ()),
+            html=html,
         )
         inputs = load_inputs(exp)
-    return check(inputs.gold, inputs.corpora, chunk_size).to_dict()
+    return check(inputs.gold, inputs.corpora, chunk_size, inputs.skipped).to_dict()
 
 
 def _per_query(side, metric: str, what: str) -> pa.Table:

@@ -50,7 +50,12 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_input_and_chunking_flags(g) -> None:
-    g.add_argument("--corpus-dir", help="folder of <corpus_id>.md|.txt files (default: the demo corpora)")
+    g.add_argument(
+        "--corpus-dir",
+        help="corpus folder: .md, .txt, .html, .pdf and .jsonl files and subfolders of them (default: the demo corpora; "
+        "docs/formats.md)",
+    )
+    add_html(g)
     g.add_argument(
         "--questions", help="span gold set: CSV with question, references, corpus_id (default: the demo questions)"
     )
@@ -64,12 +69,7 @@ def _add_input_and_chunking_flags(g) -> None:
     g.add_argument(
         "--qrels", help="document gold for --corpus-dir: BEIR's TSV (query-id, corpus-id, score) or TREC qrels"
     )
-    g.add_argument(
-        "--strict",
-        action="store_true",
-        default=None,
-        help="document gold: a qrels row naming an unknown query or document is an error (default: left out, counted)",
-    )
+    add_strict(g)
     add_corpus_filter(g, "only these corpora (default: every corpus in the folder)")
     g.add_argument(
         "--chunker",
@@ -161,6 +161,7 @@ SETTING_FLAGS = (
     "queries",
     "qrels",
     "strict",
+    "html",
     "corpus",
     "chunker",
     "chunk_sizes",
@@ -206,6 +207,7 @@ def experiment_from_args(
         queries=args.queries,
         qrels=args.qrels,
         strict=args.strict,
+        html=args.html,
         corpus=tuple(split_flags(args.corpus)),
         chunker=tuple(split_flags(args.chunker)),
         chunk_sizes=parse_ints(args.chunk_sizes, "--chunk-sizes"),
@@ -225,6 +227,27 @@ def experiment_from_args(
         quantize=args.quantize,
         precision=args.precision,
     ).checked_for_device(args.device)
+
+
+def add_strict(p) -> None:
+    """`--strict`: an unreadable document (and a qrels row naming an unknown query or document) is an error."""
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        default=None,
+        help="an unreadable document (a PDF without text, a damaged file, text not UTF-8) is an error, and so is a qrels "
+        "row naming an unknown query or document (default: left out, with a warning, and counted)",
+    )
+
+
+def add_html(p) -> None:
+    """`--html full|main`: what text an HTML document gives (docs/formats.md)."""
+    p.add_argument(
+        "--html",
+        choices=("full", "main"),
+        help="the text of HTML documents: full (every visible text of <body>; the default) or main (the main content "
+        "as trafilatura finds it: navigation, headers and footers dropped); span offsets refer to that text",
+    )
 
 
 def add_corpus_filter(p, help: str) -> None:

@@ -3,14 +3,14 @@
 - A BEIR folder (`--beir DIR --split test`): `corpus.jsonl` (`_id`, `title`, `text`), `queries.jsonl` (`_id`,
   `text`) and `qrels/<split>.tsv` (`query-id`, `corpus-id`, `score`, a header row). It is one corpus, named
   by the folder.
-- A corpus folder with `--queries` and `--qrels`: a top-level `.md`/`.txt` file is a corpus of one document
-  named by its stem; a top-level subfolder a corpus of the files under it (`document_files`); a top-level
-  `.jsonl` file is a corpus of its documents (`_id` or `id`, optional
-  `title`, `text`). Qrels are BEIR's TSV (with its header) or TREC qrels (`qid 0 docid grade`).
+- A corpus folder with `--queries` and `--qrels`: its documents (`chunkeval.engine.corpus`: files of any
+  document format, subfolders, JSONL files). Qrels are BEIR's TSV (with its header) or TREC qrels
+  (`qid 0 docid grade`).
 
 A document's text is BEIR's `title + " " + text`, stripped; chunk offsets are into that text. Qrels rows
 with a grade ≤ 0 are kept (they are judged, not relevant); queries without qrels are left out (as trec_eval
-does); a qrels row naming an unknown query or document is left out and counted, with one warning.
+does); a qrels row naming an unknown query or document, or a document left out as unreadable, is left out and
+counted, with one warning per kind.
 """
 
 from __future__ import annotations
@@ -23,8 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
+from chunkeval.engine.corpus import (  # noqa: F401 (re-exported)
+    Documents,
+    document_files,
+    file_hashes,
+    load_documents,
+    read_jsonl_documents,
+)
 from chunkeval.engine.inputs import (
-    CORPUS_SUFFIXES,
     Qrels,
     Run,
     SpanGold,
@@ -53,6 +59,11 @@ class DocGold:
     qrels: dict[str, dict[str, float]]
     source: str = ""
     dropped: int = 0  # qrels rows naming an unknown query or document
+    unreadable: int = 0  # qrels rows naming a document that was left out, unreadable
+
+    @property
+    def query_corpora(self) -> list[str]:
+        return self.corpus_ids
 
     @property
     def n_queries(self) -> int:
@@ -62,75 +73,6 @@ class DocGold:
         """The queries as a span gold set of no references: what the checks and tables of references read."""
         none = np.zeros(0, np.int64)
         return SpanGold(self.query_ids, self.questions, self.corpus_ids, none, none, none, self.source)
-
-
-@dataclass(frozen=True)
-class Documents:
-    """Document id → text (what is chunked), and document id → its corpus."""
-
-    texts: dict[str, str]
-    corpus_of: dict[str, str]
-
-
-def _doc_text(obj: dict, path: Path, row: int) -> str:
-    text, title = obj.get("text"), obj.get("title") or ""
-    if not isinstance(text, str) or not isinstance(title, str):
-        raise InputError("title and text must be strings", path, row)
-    return (title + " " + text).strip()
-
-
-def read_jsonl_documents(path: Path, corpus: str, into: Documents) -> None:
-    """The documents of a JSONL corpus file (`_id` or `id`, optional `title`, `text`) added to `into`."""
-    for row, obj in read_jsonl_rows(path, ("text",)):
-        key = "_id" if "_id" in obj else "id" if "id" in obj else None
-        if key is None:
-            raise InputError("missing key(s) _id (or id)", path, row)
-        doc = _query_id(obj[key], path, row)
-        _add_document(into, doc, _doc_text(obj, path, row), corpus, path, row)
-
-
-def _add_document(into: Documents, doc: str, text: str, corpus: str, path: Path, row: int | None) -> None:
-    if doc in into.texts:
-        raise InputError(f"document id {doc!r} appears twice (also in corpus {into.corpus_of[doc]!r})", path, row)
-    if not text.strip():
-        log.warning("%s: document %r has no text and is left out", path if row is None else f"{path}: row {row}", doc)
-        return
-    into.texts[doc] = text
-    into.corpus_of[doc] = corpus
-
-
-def document_files(folder: Path) -> list[tuple[Path, str, str]]:
-    """(file, corpus, document id) of a corpus folder's files: a top-level .md/.txt file is a corpus of one
-    document named by its stem; a top-level subfolder a corpus (named by it) of the .md/.txt files under it at
-    any depth, each named by its path relative to the folder without suffix (`notes/keeper`); a top-level .jsonl
-    file a corpus of its documents (document id empty here: its lines name them)."""
-    out = []
-    for path in sorted(folder.iterdir()):
-        suffix = path.suffix.lower()
-        if path.is_dir():
-            for inner in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES):
-                out.append((inner, path.name, inner.relative_to(folder).with_suffix("").as_posix()))
-        elif path.is_file() and suffix in CORPUS_SUFFIXES:
-            out.append((path, path.stem, path.stem))
-        elif path.is_file() and suffix == ".jsonl":
-            out.append((path, path.stem, ""))
-    return out
-
-
-def load_documents(corpus_dir: Path) -> Documents:
-    """Every document of a corpus folder (`document_files`)."""
-    folder = Path(corpus_dir)
-    if not folder.is_dir():
-        raise InputError("corpus folder not found", folder)
-    docs = Documents({}, {})
-    for path, corpus, doc in document_files(folder):
-        if doc:
-            _add_document(docs, doc, _nonempty(read_text(path), path), corpus, path, None)
-        else:
-            read_jsonl_documents(path, corpus, docs)
-    if not docs.texts:
-        raise InputError("no documents (*.md, *.txt, *.jsonl) in the folder", folder)
-    return docs
 
 
 def load_queries(path: Path) -> dict[str, str]:
@@ -178,8 +120,11 @@ def load_doc_gold(queries_path: Path, qrels_path: Path, docs: Documents, strict:
     """The judged queries, in the queries file's order; queries without qrels are left out."""
     queries = load_queries(queries_path)
     qrels: dict[str, dict[str, float]] = {}
-    dropped = 0
+    dropped = unreadable = 0
     for row, qid, doc, grade in read_qrels(qrels_path):
+        if qid in queries and doc in docs.skipped:
+            unreadable += 1
+            continue
         if qid not in queries or doc not in docs.texts:
             if strict:
                 what = f"query {qid!r}" if qid not in queries else f"document {doc!r}"
@@ -202,7 +147,15 @@ def load_doc_gold(queries_path: Path, qrels_path: Path, docs: Documents, strict:
         {q: qrels[q] for q in qids},
         str(qrels_path),
         dropped,
+        unreadable,
     )
+
+
+def warn_left_out(docs: Documents, gold) -> None:
+    """One warning line per document left out as unreadable, then the qrels rows naming them (document gold)."""
+    docs.warn()
+    if getattr(gold, "unreadable", 0):
+        log.warning("%s: %d qrels row(s) name an unreadable document and are left out", gold.source, gold.unreadable)
 
 
 def beir_paths(folder: Path, split: str) -> tuple[Path, Path, Path]:
@@ -220,31 +173,32 @@ def beir_paths(folder: Path, split: str) -> tuple[Path, Path, Path]:
 def load_beir(folder: Path, split: str = "test", strict: bool = False) -> tuple[Documents, DocGold]:
     corpus, queries, qrels = beir_paths(folder, split)
     docs = Documents({}, {})
-    read_jsonl_documents(corpus, Path(folder).resolve().name, docs)
+    read_jsonl_documents(corpus, Path(folder).resolve().name, docs, strict)
     if not docs.texts:
         raise InputError("no documents", corpus)
     return docs, load_doc_gold(queries, qrels, docs, strict)
 
 
 def load_document_gold(
-    beir: str, split: str, corpus_dir: str, queries: str, qrels: str, strict: bool = False
+    beir: str, split: str, corpus_dir: str, queries: str, qrels: str, strict: bool = False, reader=None
 ) -> tuple[Documents, DocGold]:
     """The documents and the gold set of an experiment's document gold: a BEIR folder, or a corpus folder
-    with a queries file and qrels."""
+    with a queries file and qrels (its files read by `reader`, a `chunkeval.engine.extract.DocumentReader`)."""
     if beir:
         return load_beir(Path(beir), split, strict)
-    docs = load_documents(Path(corpus_dir))
+    docs = load_documents(Path(corpus_dir), strict=strict, reader=reader)
     return docs, load_doc_gold(Path(queries), Path(qrels), docs, strict)
 
 
-def _hash(paths: list[Path]) -> str:
-    from chunkeval.files import hash_file
-
-    return hashlib.sha256(json.dumps([hash_file(p).hexdigest() for p in paths]).encode()).hexdigest()
+def _hash(paths: list[Path], html: str = "full") -> str:
+    return hashlib.sha256(json.dumps(file_hashes(paths, html)).encode()).hexdigest()
 
 
-def doc_gold_fingerprints(beir: str, split: str, corpus_dir: str, queries: str, qrels: str) -> dict[str, str]:
-    """SHA-256 of the documents' files (`corpus`) and of the queries and qrels files (`gold`)."""
+def doc_gold_fingerprints(
+    beir: str, split: str, corpus_dir: str, queries: str, qrels: str, html: str = "full"
+) -> dict[str, str]:
+    """SHA-256 of the documents' files, with the extractor of each HTML and PDF file (`corpus`), and of the
+    queries and qrels files (`gold`)."""
     if beir:
         corpus, queries_path, qrels_path = beir_paths(Path(beir), split)
         return {"corpus": _hash([corpus]), "gold": _hash([queries_path, qrels_path])}
@@ -255,7 +209,7 @@ def doc_gold_fingerprints(beir: str, split: str, corpus_dir: str, queries: str, 
     for path in (Path(queries), Path(qrels)):
         if not path.is_file():
             raise InputError("file not found", path)
-    return {"corpus": _hash(files), "gold": _hash([Path(queries), Path(qrels)])}
+    return {"corpus": _hash(files, html), "gold": _hash([Path(queries), Path(qrels)])}
 
 
 # --------------------------------------------------------------------------- evaluate-run: chunk runs, document qrels

@@ -1,6 +1,6 @@
 """An experiment: a name plus everything a sweep takes. Immutable; given as flags or a YAML file.
 
-YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, beir, split, queries, qrels, corpus, chunker,
+YAML keys are the long flag names with `_` for `-`: name, corpus_dir, html, questions, beir, split, queries, qrels, strict, corpus, chunker,
 chunk_sizes, overlaps, k, model, retriever, index, rrf_k, own_corpus, skip_empty_gold, duplicates, backend, quantize, precision (model, retriever and
 the other lists take one value or a list), and `models`, a mapping that names served models with their
 settings (`chunkeval.engine.embedding.served`). Relative paths are read from the YAML file's folder.
@@ -152,7 +152,8 @@ class Experiment:
     split: str = "test"  # the qrels of a BEIR folder: qrels/<split>.tsv
     queries: str = ""  # with qrels and corpus_dir: document-level gold for any corpus
     qrels: str = ""
-    strict: bool = False  # a qrels row naming an unknown query or document is an error, not left out
+    strict: bool = False  # an unreadable document, or a qrels row naming an unknown query or document, is an error
+    html: str = "full"  # what text an HTML document gives: full (all of <body>) or main (trafilatura's main content)
 
     @property
     def doc_gold(self) -> bool:
@@ -251,6 +252,9 @@ class Experiment:
         for k in self.k:
             check_k(k, source=source)
         from chunkeval.engine.duplicates import MODES
+        from chunkeval.engine.extract import check_html_mode
+
+        check_html_mode(self.html, source)
 
         if self.duplicates not in MODES:
             raise InputError(f"duplicates must be {' or '.join(MODES)}, got {self.duplicates!r}", source)
@@ -406,6 +410,8 @@ class Experiment:
         for key in ("beir", "queries", "qrels", "strict"):
             if not data[key]:
                 del data[key]  # runs of span gold stay as they were recorded before document gold existed
+        if data["html"] == "full":
+            del data["html"]  # runs of the default extraction stay as they were recorded before the key existed
         if not self.beir:
             del data["split"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}

@@ -44,26 +44,17 @@ def models_fingerprint(exp: Experiment, probe: str = "run") -> str:
 
 
 def input_fingerprints(exp: Experiment, probe: str = "run") -> dict[str, str]:
-    """SHA-256 of the experiment's corpora (each file's bytes, by corpus id), its gold file and its models."""
-    from chunkeval.engine.inputs import CORPUS_SUFFIXES
+    """SHA-256 of the experiment's corpora (each document file's bytes by its document id, with the extractor of
+    each HTML and PDF file: `chunkeval.engine.corpus.folder_fingerprint`), its gold file and its models."""
+    from chunkeval.engine.corpus import folder_fingerprint
     from chunkeval.files import hash_file
 
     if exp.doc_gold:
         from chunkeval.engine.documents import doc_gold_fingerprints
 
-        gold = doc_gold_fingerprints(exp.beir, exp.split, exp.corpus_dir, exp.queries, exp.qrels)
+        gold = doc_gold_fingerprints(exp.beir, exp.split, exp.corpus_dir, exp.queries, exp.qrels, exp.html)
         return {**gold, "model": models_fingerprint(exp, probe)}
-    folder = Path(exp.corpus_dir)
-    if not folder.is_dir():
-        raise InputError("corpus folder not found", folder)
-    files = {p.stem: p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES}
-    wanted = list(exp.corpus) or sorted(files)
-    missing = [c for c in wanted if c not in files]
-    if missing:
-        raise InputError(f"no corpus named {', '.join(missing)}", folder)
-    corpus = hashlib.sha256(
-        json.dumps({c: hash_file(files[c]).hexdigest() for c in wanted}, sort_keys=True).encode()
-    ).hexdigest()
+    corpus = folder_fingerprint(Path(exp.corpus_dir), exp.html, exp.corpus)
     if not Path(exp.questions).is_file():
         raise InputError("file not found", exp.questions)
     return {

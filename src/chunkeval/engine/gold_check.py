@@ -5,7 +5,9 @@
 - overlapping references: two references of one question share characters (their characters count once);
 - empty references: the reference holds only whitespace;
 - long references: longer than a chunk size in cl100k tokens, so no single chunk of that size holds one;
-- repeated questions: the same question text asked twice about the same corpus.
+- repeated questions: the same question text asked twice about the same corpus;
+- unreadable documents: documents of the corpus folder left out of the run, since they gave no text (a PDF
+  without a text layer, a damaged file, text that is not UTF-8).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class GoldReport:
     empty_references: list[dict] = field(default_factory=list)
     long_references: list[dict] = field(default_factory=list)
     repeated_questions: list[dict] = field(default_factory=list)
+    skipped_documents: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -35,11 +38,14 @@ class GoldReport:
         return {name: len(items) for name, items in self.to_dict().items()}
 
 
-def check_gold(gold: SpanGold | DocGold, corpora: dict[str, str], chunk_size: int | None = None) -> GoldReport:
-    """What a gold set says about itself; of document gold, its repeated questions alone (it has no spans)."""
+def check_gold(
+    gold: SpanGold | DocGold, corpora: dict[str, str], chunk_size: int | None = None, skipped=()
+) -> GoldReport:
+    """What a gold set says about itself; of document gold, its repeated questions alone (it has no spans).
+    `skipped`: the documents left out as unreadable (`chunkeval.engine.corpus.Skipped`)."""
     if isinstance(gold, DocGold):
         gold = gold.without_spans()
-    report = GoldReport()
+    report = GoldReport(skipped_documents=[s.to_dict() for s in skipped])
     corpus_of = [gold.corpus_ids[q] for q in gold.ref_query.tolist()]
     texts = [corpora[c][s:e] for c, s, e in zip(corpus_of, gold.ref_start.tolist(), gold.ref_end.tolist())]
     items = [

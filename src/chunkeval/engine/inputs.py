@@ -1,4 +1,4 @@
-"""Reading inputs: corpora, the four kinds of gold set, and run files.
+"""Reading inputs: plain files, span gold, the other kinds of gold set, and run files (corpus folders: `corpus`).
 
 Every reader validates as it reads and raises `InputError` naming the file, the row and what is
 wrong, before anything is computed. Rows are data rows counted from 1 (a CSV header is not a row,
@@ -23,9 +23,6 @@ from chunkeval.limits import HEADER_BYTES, head, json_loads, regular_file, short
 from chunkeval.vocabulary import GOLD_FORMATS
 
 log = logging.getLogger("chunkeval")
-
-CORPUS_SUFFIXES = (".md", ".txt")
-
 
 # --------------------------------------------------------------------------- plain files
 
@@ -148,31 +145,6 @@ def _query_id(value, path: Path, row: int) -> str:
     return str(value)
 
 
-# --------------------------------------------------------------------------- corpora
-
-
-def load_corpora(corpus_dir: Path, corpus_ids: list[str] | None = None) -> dict[str, str]:
-    """Texts of `<corpus_id>.md|.txt` in `corpus_dir`; all of them, or the ids asked for."""
-    corpus_dir = Path(corpus_dir)
-    if not corpus_dir.is_dir():
-        raise InputError("corpus folder not found", corpus_dir)
-    files: dict[str, Path] = {}
-    for path in sorted(corpus_dir.iterdir()):
-        if path.is_file() and path.suffix.lower() in CORPUS_SUFFIXES:
-            if path.stem in files:
-                raise InputError(
-                    f"corpus {path.stem!r} exists as both {files[path.stem].name} and {path.name}", corpus_dir
-                )
-            files[path.stem] = path
-    if not files:
-        raise InputError("no corpus files (*.md, *.txt) in the folder", corpus_dir)
-    wanted = list(files) if not corpus_ids else list(dict.fromkeys(corpus_ids))
-    unknown = [c for c in wanted if c not in files]
-    if unknown:
-        raise InputError(f"no corpus named {', '.join(unknown)}; available: {', '.join(files)}", corpus_dir)
-    return {cid: _nonempty(read_text(files[cid]), files[cid]) for cid in wanted}
-
-
 # --------------------------------------------------------------------------- span gold
 
 
@@ -188,10 +160,22 @@ class SpanGold:
     ref_end: np.ndarray  # int64, exclusive
     source: str = ""
     reanchored: int = 0
+    corpora: tuple[str, ...] = ()  # each query's corpus, where its document is one of several in a corpus
 
     @property
     def n_queries(self) -> int:
         return len(self.query_ids)
+
+    @property
+    def query_corpora(self) -> list[str]:
+        """Each query's corpus (what per-corpus summaries group by); `corpus_ids` names its document."""
+        return list(self.corpora) if self.corpora else self.corpus_ids
+
+
+def listing(names: list[str], limit: int = 10) -> str:
+    """Names for a message: all of them, or the first `limit` and how many there are."""
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown}, … ({len(names):,} in all)"
 
 
 def _reanchor(corpus: str, content: str, start: int) -> int:
@@ -206,27 +190,33 @@ def _reanchor(corpus: str, content: str, start: int) -> int:
     return best
 
 
-def corpus_ids_in(corpus_dir: Path) -> set[str]:
-    """Every corpus id a folder offers (its .md and .txt files)."""
-    return {p.stem for p in Path(corpus_dir).iterdir() if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES}
-
-
-def load_span_gold(questions_csv: Path, corpora: dict[str, str], known: set[str] | None = None) -> SpanGold:
+def load_span_gold(
+    questions_csv: Path,
+    corpora: dict[str, str],
+    known: set[str] | None = None,
+    corpus_of: dict[str, str] | None = None,
+    unreadable: dict[str, str] | None = None,
+) -> SpanGold:
     """Chroma's format: columns question, references (JSON list of content/start_index/end_index), corpus_id.
 
-    Questions of corpora not in `corpora` are left out (that is how `--corpus` narrows a run); a
-    corpus_id that is not among the `known` corpus ids (the folder's, where given) is an error. A reference whose offsets do not match
-    its content is re-anchored to the nearest occurrence of the content, with a warning.
+    `corpora` maps each document (a corpus file, or a document of a corpus of several) to its text, and the
+    corpus_id column names one. Questions of documents not in `corpora` are left out (that is how `--corpus`
+    narrows a run); a corpus_id that is not among the `known` ids (the folder's, where given) is an error, and
+    so is one naming a document left out as unreadable (`unreadable`: document → why). `corpus_of` gives each
+    document's corpus where documents share one. A reference whose offsets do not match its content is
+    re-anchored to the nearest occurrence of the content, with a warning.
     """
     path = Path(questions_csv)
-    query_ids, questions, corpus_of, rq, rs, re_ = [], [], [], [], [], []
+    query_ids, questions, documents, rq, rs, re_ = [], [], [], [], [], []
     reanchored = 0
     for row, rec in read_csv_rows(path, ("question", "references", "corpus_id")):
         cid = rec["corpus_id"].strip()
         if cid not in corpora:
+            if unreadable and cid in unreadable:
+                raise InputError(f"corpus_id {cid!r} names an unreadable document ({unreadable[cid]})", path, row)
             if known is not None and cid not in known:
                 raise InputError(
-                    f"corpus_id {cid!r} names no corpus file (known: {', '.join(sorted(known))})", path, row
+                    f"corpus_id {cid!r} names no corpus file or document (known: {listing(sorted(known))})", path, row
                 )
             continue
         question = rec["question"]
@@ -280,20 +270,21 @@ def load_span_gold(questions_csv: Path, corpora: dict[str, str], known: set[str]
             log.warning("%s: row %d: question %r has no references", path, row, question[:60])
         query_ids.append(qid)
         questions.append(question)
-        corpus_of.append(cid)
+        documents.append(cid)
     if not query_ids:
-        raise InputError(f"no question refers to the corpora {', '.join(corpora)}", path)
+        raise InputError(f"no question refers to the corpora {listing(list(corpora))}", path)
     if len(set(query_ids)) != len(query_ids):
         raise InputError("query_id values are not unique", path)
     return SpanGold(
         query_ids,
         questions,
-        corpus_of,
+        documents,
         np.asarray(rq, dtype=np.int64),
         np.asarray(rs, dtype=np.int64),
         np.asarray(re_, dtype=np.int64),
         str(path),
         reanchored,
+        tuple(corpus_of.get(c, c) for c in documents) if corpus_of else (),
     )
 
 

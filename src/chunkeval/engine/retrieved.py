@@ -3,7 +3,9 @@
 the retriever's score (the cosine for dense; null for retrievers that give ranks only) and whether the
 chunk is relevant (overlaps a reference of the question, as the metrics judge it) with its grade.
 
-A chunk's id is `<corpus_id>:<start>-<end>` (`Chunks.ids`): it is not stored, since the three columns give it."""
+A chunk's id is `<corpus_id>:<start>-<end>` (`Chunks.ids`): it is not stored, since the three columns give it.
+Where the run read PDF documents, `first_page` and `last_page` say which pages (from 1) a chunk spans (null for a
+chunk of a document without pages)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pyarrow as pa
 from chunkeval.engine import metrics as M
 from chunkeval.engine.chunking import Chunks
 from chunkeval.engine.duplicates import Copies
+from chunkeval.engine.extract import page_span
 from chunkeval.engine.inputs import SpanGold
 from chunkeval.vocabulary import CHUNKING_KEYS
 
@@ -27,10 +30,12 @@ def retrieved_table(
     copies: Copies | None = None,
     query_vectors: np.ndarray | None = None,
     chunk_vectors: np.ndarray | None = None,
+    pages: dict[str, tuple[int, ...]] | None = None,
 ) -> pa.Table:
     """The retrieved lists of one configuration (`topk`: chunk indices per question, -1 padding), keyed by
     the configuration keys without k, whose values are those of its per-query rows. With vectors (a dense
-    retriever), the score is the cosine of the question and the chunk."""
+    retriever), the score is the cosine of the question and the chunk. `pages`: where each page of a PDF document
+    starts (document id → offsets), for the pages each chunk spans."""
     n_q, depth = topk.shape
     query = np.repeat(np.arange(n_q), depth)
     rank = np.tile(np.arange(1, depth + 1, dtype=np.int16), n_q)
@@ -60,4 +65,12 @@ def retrieved_table(
             "grade": pa.array(relevant.astype(np.float32)),  # span gold: a relevant chunk has grade 1
         }
     )
+    if pages:
+        names = chunks.corpus_names
+        spans = [
+            page_span(pages[names[d]], s, e) if names[d] in pages else None
+            for d, s, e in zip(chunks.corpus[chunk].tolist(), chunks.start[chunk].tolist(), chunks.end[chunk].tolist())
+        ]
+        columns["first_page"] = pa.array([p and p[0] for p in spans], pa.int32())
+        columns["last_page"] = pa.array([p and p[1] for p in spans], pa.int32())
     return pa.table(columns)

@@ -70,7 +70,7 @@ def key_columns(gold, values: dict, k: int) -> dict[str, pa.Array]:
     n = gold.n_queries
     keys = {**values, "k": k}
     columns = {key: pa.array([keys[key]] * n, pa.int64() if key in NUMBER_KEYS else pa.string()) for key in CONFIG_KEYS}
-    return {**columns, "query_id": pa.array(gold.query_ids), "corpus_id": pa.array(gold.corpus_ids)}
+    return {**columns, "query_id": pa.array(gold.query_ids), "corpus_id": pa.array(gold.query_corpora)}
 
 
 def score_chunking(

@@ -19,18 +19,20 @@ import pyarrow as pa
 
 from chunkeval.engine import retrievers
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, chunk_corpora, needs_embeddings
+from chunkeval.engine.corpus import corpus_names, skipped_notes
 from chunkeval.engine.doc_metrics import retrieval_depth, score_documents
-from chunkeval.engine.documents import DocGold, load_document_gold
+from chunkeval.engine.documents import DocGold, load_document_gold, load_documents, warn_left_out
 from chunkeval.engine.duplicates import Copies, find_copies
 from chunkeval.engine.embedders import Embedders, probe_models  # noqa: F401 (re-exported: sweep.Embedders)
 from chunkeval.engine.embedding import Embedder
 from chunkeval.engine.embedding.served import ServedModel
 from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.extract import DocumentReader
 from chunkeval.engine.indexes import NO_INDEX, IndexSpec
 from chunkeval.engine.indexes import search as index_search
 from chunkeval.engine.indexes.measure import STATS as INDEX_STATS
 from chunkeval.engine.indexes.measure import measure as measure_index
-from chunkeval.engine.inputs import SpanGold, corpus_ids_in, load_corpora, load_span_gold
+from chunkeval.engine.inputs import SpanGold, load_span_gold
 from chunkeval.engine.retrieved import retrieved_table
 from chunkeval.engine.scoring import reference_table, score_chunking, summarize_sweep  # noqa: F401 (re-exported)
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANKER  # noqa: F401 (re-exported)
@@ -38,9 +40,12 @@ from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANK
 
 @dataclass(frozen=True)
 class Inputs:
-    corpora: dict[str, str]  # corpus id → text; under document gold, document id → text
+    corpora: dict[str, str]  # document id → text (a corpus file is a corpus of one document, named like it)
     gold: SpanGold | DocGold
     copies: Copies | None = None  # every copy of every reference, with `duplicates: credit`
+    corpus_of: dict[str, str] | None = None  # document id → its corpus, where documents share corpora
+    skipped: tuple = ()  # the documents left out as unreadable (`chunkeval.engine.corpus.Skipped`)
+    pages: dict | None = None  # document id → where each of its pages starts (PDF documents)
 
 
 @dataclass(frozen=True)
@@ -93,13 +98,28 @@ class SweepResult:
     corpora: dict | None = None  # the texts the run read, by corpus id
 
 
-def load_inputs(exp: Experiment) -> Inputs:
+def load_inputs(exp: Experiment, quiet: bool = False) -> Inputs:
+    """The documents and the gold set, checked; what was extracted is cached once they are. Each document left
+    out as unreadable gets one warning line (none when `quiet`: a check before the run that reads them again)."""
+    reader = DocumentReader(exp.html)
     if exp.doc_gold:
-        docs, gold = load_document_gold(exp.beir, exp.split, exp.corpus_dir, exp.queries, exp.qrels, exp.strict)
-        return Inputs(docs.texts, gold)
-    corpora = load_corpora(Path(exp.corpus_dir), list(exp.corpus) or None)
-    gold = load_span_gold(Path(exp.questions), corpora, corpus_ids_in(Path(exp.corpus_dir)))
-    return Inputs(corpora, gold, find_copies(gold, corpora) if exp.duplicates == "credit" else None)
+        docs, gold = load_document_gold(exp.beir, exp.split, exp.corpus_dir, exp.queries, exp.qrels, exp.strict, reader)
+    else:
+        docs = load_documents(Path(exp.corpus_dir), exp.html, exp.strict, exp.corpus, reader)
+        shared = None if docs.one_per_corpus() else docs.corpus_of
+        gold = load_span_gold(Path(exp.questions), docs.texts, docs.known(), shared, docs.skipped_reasons())
+    reader.save()
+    if not quiet:
+        warn_left_out(docs, gold)
+    copies = find_copies(gold, docs.texts) if exp.duplicates == "credit" and not exp.doc_gold else None
+    return Inputs(
+        docs.texts,
+        gold,
+        copies,
+        None if docs.one_per_corpus() else docs.corpus_of,
+        tuple(docs.skipped.values()),
+        docs.pages or None,
+    )
 
 
 def chunking_jobs(exp: Experiment) -> list[tuple[ChunkerSpec, str | None]]:
@@ -160,9 +180,12 @@ def check_indexes_fit(
         if not own_corpus:
             check_fits(c.index, len(chunks), width or c.index.get("pq_m") or 1)
             continue
-        asked = set(inputs.gold.corpus_ids)
+        asked = set(inputs.gold.query_corpora)
         counts = np.bincount(chunks.corpus.astype(np.int64), minlength=len(chunks.corpus_names))
-        for name, n in zip(chunks.corpus_names, counts.tolist()):
+        per_corpus: dict[str, int] = {}
+        for name, n in zip(corpus_names(inputs.corpus_of, chunks.corpus_names), counts.tolist()):
+            per_corpus[name] = per_corpus.get(name, 0) + n
+        for name, n in per_corpus.items():
             if name in asked:
                 check_fits(c.index, n, width or c.index.get("pq_m") or 1, f"corpus {name}")
 
@@ -265,10 +288,11 @@ def groups_of(inputs: Inputs, chunking: Chunking, own_corpus: bool) -> dict:
     if not own_corpus:
         return {}
     chunks = chunking.chunks
-    index = {name: i for i, name in enumerate(chunks.corpus_names)}
+    names = corpus_names(inputs.corpus_of, chunks.corpus_names)  # `chunks.corpus_names` are document ids
+    index = {name: i for i, name in enumerate(dict.fromkeys(names))}
     return {
-        "query_groups": np.asarray([index.get(c, -1) for c in inputs.gold.corpus_ids], dtype=np.int64),
-        "chunk_groups": chunks.corpus.astype(np.int64),
+        "query_groups": np.asarray([index.get(c, -1) for c in inputs.gold.query_corpora], dtype=np.int64),
+        "chunk_groups": np.asarray([index[n] for n in names], dtype=np.int64)[chunks.corpus.astype(np.int64)],
     }
 
 
@@ -348,7 +372,15 @@ def score_config(
         dense = config.retriever == "dense"  # its score is the cosine; the others give ranks only
         vectors = (embedded.queries.get(config.model), embedded.chunks.get((config.chunking, config.model)))
         kept.append(
-            retrieved_table(inputs.gold, chunking.chunks, topk, table, inputs.copies, *(vectors if dense else ()))
+            retrieved_table(
+                inputs.gold,
+                chunking.chunks,
+                topk,
+                table,
+                inputs.copies,
+                *(vectors if dense else (None, None)),
+                inputs.pages,
+            )
         )
     if config.index is None:
         nothing = pa.nulls(table.num_rows, pa.float64())
@@ -450,7 +482,7 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
         embedders.table(),
         embedders.texts_embedded,
         embedders.model_loaded,
-        tuple(exp.notes() + changed),
+        tuple(exp.notes() + changed + skipped_notes(inputs.skipped)),
         pa.concat_tables(kept) if kept else None,
         dict(inputs.corpora),
     )

@@ -102,7 +102,7 @@ def references(inputs: sweep.Inputs, chunkings: list) -> pa.Table:
 
 @task(**TASK)
 def check_gold(inputs: sweep.Inputs, exp: Experiment) -> dict:
-    return gold_check.check_gold(inputs.gold, inputs.corpora, min(exp.chunk_sizes)).to_dict()
+    return gold_check.check_gold(inputs.gold, inputs.corpora, min(exp.chunk_sizes), inputs.skipped).to_dict()
 
 
 @task(**IO_TASK)

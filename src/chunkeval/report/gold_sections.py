@@ -32,7 +32,8 @@ def section_gold(refs: pa.Table, per_query: pa.Table, check: dict | None = None,
         questions.setdefault(r["corpus_id"], set()).add(r["query_id"])
     counts = Counter(r["query_id"] for r in one)
     per_question = {c: np.array([counts[q] for q in sorted(qs)]) for c, qs in sorted(questions.items())}
-    tokens = {c: np.array([r["ref_tokens"] for r in one if r["corpus_id"] == c]) for c in per_question}
+    corpus_of = {q: c for c, qs in questions.items() for q in qs}  # a reference counts in its question's corpus
+    tokens = {c: np.array([r["ref_tokens"] for r in one if corpus_of.get(r["query_id"]) == c]) for c in per_question}
     rows = [
         [
             escape(c),
@@ -69,6 +70,11 @@ GOLD_FINDINGS = [  # (key, title, what it means)
         "longer than the smallest chunk size of the experiment: no chunk of that size holds one whole",
     ),
     ("repeated_questions", "Repeated questions", "the same question asked twice about one corpus"),
+    (
+        "skipped_documents",
+        "Unreadable documents",
+        "left out of the run: they gave no text (a PDF without a text layer, a damaged file, text not UTF-8)",
+    ),
 ]
 
 
@@ -95,7 +101,10 @@ def gold_check_html(check: dict | None, settings: dict) -> str:
         items = check.get(key) or []
         if not items:
             continue
-        if key == "repeated_questions":
+        if key == "skipped_documents":
+            header = ["document", "corpus", "file", "why"]
+            rows = [[escape(i[c]) for c in ("document", "corpus", "file", "reason")] for i in items[:SHOWN]]
+        elif key == "repeated_questions":
             header = ["queries", "corpus", "question"]
             rows = [
                 [escape(", ".join(i["query_ids"])), escape(i["corpus_id"]), escape(i.get("question", ""))]

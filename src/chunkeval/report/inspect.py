@@ -76,7 +76,7 @@ class _Texts:
 
 def retrieved_items(rows: list[dict], references: list[dict], texts: _Texts) -> list[dict]:
     """The retrieved chunks of one configuration and question (rows of `retrieved.parquet`), as `inspect`
-    gives them."""
+    gives them; a chunk of a PDF document with `pages`, the first and last page it spans."""
     return [
         {
             "rank": r["rank"],
@@ -89,6 +89,7 @@ def retrieved_items(rows: list[dict], references: list[dict], texts: _Texts) -> 
             "grade": r["grade"],
             "text": texts(r["corpus_id"], r["start"], r["end"]),
             "overlaps": overlaps(r["corpus_id"], r["start"], r["end"], references),
+            **({"pages": [r["first_page"], r["last_page"]]} if r.get("first_page") is not None else {}),
         }
         for r in sorted(rows, key=lambda r: r["rank"])
     ]
@@ -155,12 +156,20 @@ def config_line(c: dict) -> str:
     return " ".join(f"{k}={c[k]}" for k in CONFIG_KEYS if k in c)
 
 
+def pages(item: dict) -> str:
+    """The pages a chunk of a PDF document spans (` (page 2)`, ` (pages 2–3)`), else nothing."""
+    span = item.get("pages")
+    if not span:
+        return ""
+    return f" (page {span[0]})" if span[0] == span[1] else f" (pages {span[0]}–{span[1]})"
+
+
 def format_items(items: list[dict], colour: bool, indent: str = "  ") -> list[str]:
     lines = []
     for item in items:
         score = "–" if item["score"] is None else f"{item['score']:.3f}"
         verdict = f"relevant (grade {item['grade']:g})" if item["relevant"] else "not relevant"
-        lines.append(f"{indent}#{item['rank']} score {score}, {verdict}: {printable(item['chunk_id'])}")
+        lines.append(f"{indent}#{item['rank']} score {score}, {verdict}: {printable(item['chunk_id'])}{pages(item)}")
         lines.append(f"{indent}   {marked(item['text'], item['start'], item['overlaps'], colour)}")
     return lines
 
@@ -195,6 +204,6 @@ def item_html(item: dict) -> str:
     score = "–" if item["score"] is None else f"{item['score']:.3f}"
     verdict = "relevant" if item["relevant"] else "not relevant"
     return (
-        f"<li><b>#{item['rank']}</b> <code>{escape(item['chunk_id'])}</code> score {score}, {verdict}"
+        f"<li><b>#{item['rank']}</b> <code>{escape(item['chunk_id'])}</code>{pages(item)} score {score}, {verdict}"
         f"<div class=chunk>{''.join(parts)}</div></li>"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from chunkeval.cli.options import add_corpus_filter, add_json, check_at_least_one
+from chunkeval.cli.options import add_corpus_filter, add_html, add_json, add_strict, check_at_least_one
 from chunkeval.cli.output import print_json
 from chunkeval.cli.session import WarehouseAccess
 
@@ -19,14 +19,20 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="ambiguous, overlapping, empty and long references, and repeated questions",
         description="Check a span gold set: references whose text occurs more than once in their corpus "
         "(ambiguous), references overlapping another of the same question, empty references, "
-        "references longer than --chunk-size tokens, and questions asked twice.",
+        "references longer than --chunk-size tokens, questions asked twice, and the corpus folder's "
+        "documents that could not be read. Offsets of HTML and PDF documents are into their extracted text "
+        "(`chunkeval extract`).",
     )
-    g.add_argument("--corpus-dir", required=True, help="folder of <corpus_id>.md|.txt files")
+    g.add_argument(
+        "--corpus-dir", required=True, help="corpus folder: .md, .txt, .html, .pdf and .jsonl files and subfolders"
+    )
+    add_html(g)
+    add_strict(g)
     g.add_argument("--questions", required=True, help="span gold set (CSV with question, references, corpus_id)")
     add_corpus_filter(g, "only these corpora")
     g.add_argument("--chunk-size", type=int, help="report references longer than this many cl100k tokens")
     g.add_argument("--limit", type=int, default=20, help="rows shown per finding (default 20; --json lists all)")
-    add_json(g, "print an object with the five lists")
+    add_json(g, "print an object with the six lists")
     g.set_defaults(func=check)
     return p
 
@@ -38,9 +44,15 @@ def check(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.report.terminal import format_rows
 
     check_at_least_one(args.chunk_size, "--chunk-size")
-    exp = Experiment(corpus_dir=args.corpus_dir, questions=args.questions, corpus=tuple(split_flags(args.corpus)))
+    exp = Experiment(
+        corpus_dir=args.corpus_dir,
+        questions=args.questions,
+        corpus=tuple(split_flags(args.corpus)),
+        html=args.html or "full",
+        strict=bool(args.strict),
+    )
     inputs = load_inputs(exp)
-    report = check_gold(inputs.gold, inputs.corpora, args.chunk_size)
+    report = check_gold(inputs.gold, inputs.corpora, args.chunk_size, inputs.skipped)
     if args.json:
         print_json(report.to_dict())
         return 0
@@ -87,6 +99,14 @@ def _sections(report, chunk_size: int | None) -> list[tuple]:
             report.repeated_questions,
             ["queries", "corpus", "question"],
             lambda r: [", ".join(r["query_ids"]), r["corpus_id"], r["question"][:70]],
+        )
+    )
+    sections.append(
+        (
+            "unreadable document(s), left out",
+            report.skipped_documents,
+            ["document", "file", "why"],
+            lambda r: [r["document"], r["file"], r["reason"]],
         )
     )
     return sections

@@ -92,7 +92,7 @@ def preflight(exp: Experiment, if_changed: bool = False) -> None:
 
     check_writable_dir(home(), "the cache and warehouse ($CHUNKEVAL_HOME)")
     input_fingerprints(exp, "none" if if_changed else "run")
-    load_inputs(exp)
+    load_inputs(exp, quiet=True)  # the run reads them again, and warns of unreadable documents then
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
