@@ -4,8 +4,10 @@
                                       [--server-batch 32] [--repeats 2]
 
 The texts are `--texts` distinct fixed_token chunks of 220 tokens of the shared corpora (as in
-bench/embedding_backends.py). Each way is warmed up with one batch, then timed over every text (best
-of `--repeats`), without a cache:
+bench/embedding_backends.py), embedded without a cache. The served ways run in rounds (`--repeats`):
+each round runs every way once, in turn, so that the share of the server's own throughput a client
+reaches is measured within a round, against load that changes between rounds. Best times are shown,
+with each round's share:
 
 - in process: `Embedder(cache_dir=None)`, chunkeval's CPU batch (16);
 - chunkeval's client at concurrency 1 and 4 (`Embedder` with a served model: batches of
@@ -59,50 +61,60 @@ def main() -> None:
     from served_server import Infinity
 
     texts = sample_texts(args.data, "all-MiniLM-L6-v2", args.texts)[: args.texts]  # distinct chunks of the corpora
-    rows = []
 
     local = Embedder(cache_dir=None)
     local.embed(texts[:16])
-    rows.append(
-        ("in process (torch, batch 16)", best(args.repeats, lambda: local.embed(texts), "in process"))
-    )  # no cache: all again
+    rows = [("in process (torch, batch 16)", best(args.repeats, lambda: local.embed(texts), "in process"), [])]
 
     extra = ("--batch-size", str(args.server_batch))
     server = Infinity(bundled_folder(), Path("/tmp") / "served_throughput.log", extra=extra).start()
+    url = server.url + "/embeddings"
+    batches = [texts[i : i + args.server_batch] for i in range(0, len(texts), args.server_batch)]
     try:
-        for concurrency in (1, 4):
-            served = parse_entry(
-                "minilm", {"base_url": server.url, "batch_size": args.server_batch, "concurrency": concurrency}
-            )
-            Embedder("minilm", None, served=served).embed(texts[: args.server_batch])
-            seconds = best(
-                args.repeats, lambda s=served: Embedder("minilm", None, served=s).embed(texts), f"c{concurrency}"
-            )
-            rows.append((f"infinity, chunkeval's client, concurrency {concurrency}", seconds))
         with httpx.Client(timeout=120) as http:
-            url = server.url + "/embeddings"
+
+            def client(concurrency: int):
+                entry = {"base_url": server.url, "batch_size": args.server_batch, "concurrency": concurrency}
+                served = parse_entry("minilm", entry)
+                return lambda: Embedder("minilm", None, served=served).embed(texts)
 
             def single():
                 for text in texts:
                     http.post(url, json={"model": "minilm", "input": [text]}).raise_for_status()
-
-            rows.append(("infinity, a plain loop of single requests", best(args.repeats, single, "single")))
-            batches = [texts[i : i + args.server_batch] for i in range(0, len(texts), args.server_batch)]
 
             def flooded():
                 with ThreadPoolExecutor(8) as pool:
                     for r in pool.map(lambda b: http.post(url, json={"model": "minilm", "input": b}), batches):
                         r.raise_for_status()
 
-            rows.append(
-                (f"infinity's own, batches of {args.server_batch}, 8 in flight", best(args.repeats, flooded, "server"))
-            )
+            ways = {
+                "infinity, chunkeval's client, concurrency 1": client(1),
+                "infinity, chunkeval's client, concurrency 4": client(4),
+                "infinity, a plain loop of single requests": single,
+                f"infinity's own, batches of {args.server_batch}, 8 in flight": flooded,
+            }
+            for batch in batches[:2]:  # the server warmed up
+                http.post(url, json={"model": "minilm", "input": batch}).raise_for_status()
+            # one round runs every way once, in turn, so that a change of the machine's load between
+            # rounds moves every way alike; the ratio to the server's own is taken within each round
+            timings = {name: [] for name in ways}
+            for round_ in range(args.repeats):
+                for name, run in ways.items():
+                    started = time.perf_counter()
+                    run()
+                    timings[name].append(time.perf_counter() - started)
+                    print(f"round {round_ + 1}, {name}: {timings[name][-1]:.2f} s", file=sys.stderr, flush=True)
     finally:
         server.kill()
-    print(f"| way ({len(texts)} texts of 220 tokens) | seconds | texts/s |")
-    print("| --- | ---: | ---: |")
-    for name, seconds in rows:
-        print(f"| {name} | {seconds:.1f} | {len(texts) / seconds:.1f} |")
+    own = timings[list(ways)[-1]]
+    rows += [(name, min(times), [o / t for o, t in zip(own, times)]) for name, times in timings.items()]
+    print(
+        f"| way ({len(texts)} texts of 220 tokens) | seconds (best) | texts/s (best) | share of the server's own, per round |"
+    )
+    print("| --- | ---: | ---: | --- |")
+    for name, seconds, shares in rows:
+        cells = ", ".join(f"{100 * x:.0f} %" for x in shares) if shares else ""
+        print(f"| {name} | {seconds:.1f} | {len(texts) / seconds:.1f} | {cells} |")
 
 
 if __name__ == "__main__":

@@ -98,11 +98,12 @@ class Proxy:
     """An HTTP server on 127.0.0.1 in front of `upstream` (or of nothing). `faults` is a list of what the
     next requests meet, one each: an HTTP status (`429`, `503`: answered by the proxy, with Retry-After
     for 429), `drop` (the connection closed with no answer), `kill` (the upstream server killed, then the
-    connection dropped). `mode` answers every request: `html`, `401`, `404`, `nan`, `short`, `wide`.
+    connection dropped), `slow` (the answer held back `slow_seconds` before it is forwarded). `mode` answers every request: `html`, `401`, `404`, `nan`, `short`, `wide`.
     It records each request's Authorization header and input count."""
 
     def __init__(self, upstream: Infinity | None = None, mode: str | None = None, retry_after: str = "1"):
         self.upstream, self.mode, self.retry_after = upstream, mode, retry_after
+        self.slow_seconds = 2.0
         self.faults: list[str] = []
         self.seen: list[tuple[str | None, int]] = []
         self.lock = threading.Lock()
@@ -121,6 +122,9 @@ class Proxy:
                 with proxy.lock:
                     proxy.seen.append((self.headers.get("Authorization"), len(request.get("input", []))))
                     fault = proxy.faults.pop(0) if proxy.faults else proxy.mode
+                if fault == "slow":
+                    time.sleep(proxy.slow_seconds)
+                    fault = None
                 if fault == "kill":
                     proxy.upstream.kill()
                     fault = "drop"

@@ -109,6 +109,47 @@ def test_retries_honour_retry_after_and_a_failed_batch_keeps_what_arrived(infini
         assert proxy.seen == [(None, 4)] and again.texts_embedded == 4
 
 
+def test_a_retry_after_date_is_waited_for_and_a_timeout_is_retried(infinity_server, tmp_path):
+    """Retry-After as an HTTP date (RFC 9110 allows it beside seconds) is honoured over the shorter
+    backoff; a request that outlives `timeout` is sent again, and one that does so on every try fails
+    naming the endpoint, with nothing cached."""
+    from email.utils import formatdate
+
+    with Proxy(infinity_server, retry_after=formatdate(time.time() + 2, usegmt=True)) as proxy:
+        proxy.faults = ["429"]
+        started = time.perf_counter()
+        vectors, _ = Embedder("team", None, served=served(proxy.url, concurrency=1)).embed(["dated", "retry"])
+        assert time.perf_counter() - started >= 0.9  # the date's second, beyond the first backoff's 0.5 s
+        assert vectors.shape == (2, 384) and len(proxy.seen) == 2
+    with Proxy(infinity_server) as proxy:
+        proxy.slow_seconds = 1.5
+        proxy.faults = ["slow"]
+        patient = Embedder("team", tmp_path, served=served(proxy.url, timeout=0.5, concurrency=1))
+        vectors, _ = patient.embed(["held back once"])
+        assert vectors.shape == (1, 384) and len(proxy.seen) == 2
+        proxy.faults = ["slow", "slow"]
+        hurried = Embedder("team", tmp_path, served=served(proxy.url, timeout=0.5, concurrency=1, max_retries=1))
+        with pytest.raises(ServedError, match=f"{proxy.url}/embeddings: no answer after 2 tries .*Timeout"):
+            hurried.embed(["held back twice"])
+    assert sum(pq.read_metadata(p).num_rows for p in tmp_path.glob("*/part-*.parquet")) == 1
+
+
+def test_max_batch_tokens_alone_cuts_the_batches(infinity_server):
+    """With `batch_size` far above the texts, batches are cut by cl100k tokens: consecutive texts while
+    their sum stays within the limit, a text over the limit alone."""
+    from chunkeval.engine.embedding.client import count_tokens
+
+    texts = [f"text number {i} five" for i in range(4)] + [
+        "one two three four five six seven eight nine ten eleven twelve"
+    ]
+    assert count_tokens(texts) == [5, 5, 5, 5, 12]
+    with Proxy(infinity_server) as proxy:
+        settings = dict(batch_size=64, max_batch_tokens=10, concurrency=1)
+        vectors, _ = Embedder("team", None, served=served(proxy.url, **settings)).embed(texts)
+    assert vectors.shape == (5, 384)
+    assert [n for _, n in proxy.seen] == [2, 2, 1]
+
+
 @pytest.mark.parametrize(
     ("bad", "message"),
     [("nan", "not finite"), ("wide", "width 385, not 384"), ("short", "3 vector(s) for 4"), ("html", "not JSON")],
