@@ -2,7 +2,8 @@
 its subcommands, positionals and options (flags, metavars, defaults, choices, types) as
 tests/data/cli_options.json recorded them from the CLI before it was split into command modules. Two options
 were added since, on purpose, to run and sweep: `--plugin MODULE` (plug-ins run only when asked) and
-`--precision` (how the model runs)."""
+`--precision` (how the model runs); and, with issue 20's slices of the gold set, `--slice-by COLUMNS` to run and
+sweep and `--slice COLUMN=VALUE` to trend."""
 
 from __future__ import annotations
 

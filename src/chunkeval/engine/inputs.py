@@ -211,6 +211,11 @@ def corpus_ids_in(corpus_dir: Path) -> set[str]:
     return {p.stem for p in Path(corpus_dir).iterdir() if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES}
 
 
+def span_query_id(rec: dict[str, str], row: int) -> str:
+    """A span gold row's query id: its `query_id`, else `<corpus_id>:<row>`."""
+    return rec.get("query_id") or f"{rec['corpus_id'].strip()}:{row}"
+
+
 def load_span_gold(questions_csv: Path, corpora: dict[str, str], known: set[str] | None = None) -> SpanGold:
     """Chroma's format: columns question, references (JSON list of content/start_index/end_index), corpus_id.
 
@@ -235,7 +240,7 @@ def load_span_gold(questions_csv: Path, corpora: dict[str, str], known: set[str]
         refs = _json_value(rec["references"], path, row, "references")
         if not isinstance(refs, list):
             raise InputError("references must be a JSON list", path, row)
-        qid = rec.get("query_id") or f"{cid}:{row}"
+        qid = span_query_id(rec, row)
         qindex = len(query_ids)
         text = corpora[cid]
         for j, ref in enumerate(refs, start=1):

@@ -32,7 +32,13 @@ from chunkeval.engine.indexes.measure import STATS as INDEX_STATS
 from chunkeval.engine.indexes.measure import measure as measure_index
 from chunkeval.engine.inputs import SpanGold, corpus_ids_in, load_corpora, load_span_gold
 from chunkeval.engine.retrieved import retrieved_table
-from chunkeval.engine.scoring import reference_table, score_chunking, summarize_sweep  # noqa: F401 (re-exported)
+from chunkeval.engine.scoring import (  # noqa: F401 (re-exported)
+    reference_table,
+    score_chunking,
+    summarize_slices,
+    summarize_sweep,
+)
+from chunkeval.engine.slices import load_slices
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANKER  # noqa: F401 (re-exported)
 
 
@@ -41,6 +47,7 @@ class Inputs:
     corpora: dict[str, str]  # corpus id → text; under document gold, document id → text
     gold: SpanGold | DocGold
     copies: Copies | None = None  # every copy of every reference, with `duplicates: credit`
+    slices: pa.Table | None = None  # query_id, slice_column, slice_value (`slice_by`: chunkeval.engine.slices)
 
 
 @dataclass(frozen=True)
@@ -91,15 +98,18 @@ class SweepResult:
     notes: tuple[str, ...] = ()
     retrieved: pa.Table | None = None  # what every configuration retrieved (`chunkeval.engine.retrieved`)
     corpora: dict | None = None  # the texts the run read, by corpus id
+    by_slice: pa.Table | None = None  # the summary per configuration and slice of the gold set (`slice_by`)
+    slices: pa.Table | None = None  # which queries each slice holds
 
 
 def load_inputs(exp: Experiment) -> Inputs:
     if exp.doc_gold:
         docs, gold = load_document_gold(exp.beir, exp.split, exp.corpus_dir, exp.queries, exp.qrels, exp.strict)
-        return Inputs(docs.texts, gold)
+        return Inputs(docs.texts, gold, slices=load_slices(exp, gold.query_ids))
     corpora = load_corpora(Path(exp.corpus_dir), list(exp.corpus) or None)
     gold = load_span_gold(Path(exp.questions), corpora, corpus_ids_in(Path(exp.corpus_dir)))
-    return Inputs(corpora, gold, find_copies(gold, corpora) if exp.duplicates == "credit" else None)
+    copies = find_copies(gold, corpora) if exp.duplicates == "credit" else None
+    return Inputs(corpora, gold, copies, load_slices(exp, gold.query_ids))
 
 
 def chunking_jobs(exp: Experiment) -> list[tuple[ChunkerSpec, str | None]]:
@@ -453,4 +463,6 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
         tuple(exp.notes() + changed),
         pa.concat_tables(kept) if kept else None,
         dict(inputs.corpora),
+        summarize_slices(per_query, inputs.slices, exp.skip_empty_gold),
+        inputs.slices,
     )
