@@ -24,7 +24,8 @@ WORDS = (
 
 def make_beir(root: Path, n_docs: int = 24, n_queries: int = 10, seed: int = 7) -> Path:
     """A BEIR folder: documents of random words (ids holding `:`), queries drawn from a relevant document's
-    words, graded qrels (with grade-0 rows, a query without qrels, and a row naming an unknown document)."""
+    words (each with a `type` under `metadata`, a slice column), graded qrels (with grade-0 rows, a query without
+    qrels, and a row naming an unknown document)."""
     rng = np.random.default_rng(seed)
     (root / "qrels").mkdir(parents=True)
     docs = []
@@ -36,7 +37,7 @@ def make_beir(root: Path, n_docs: int = 24, n_queries: int = 10, seed: int = 7) 
     for q in range(n_queries):
         judged = rng.choice(n_docs, size=4, replace=False)
         text = " ".join(rng.choice(docs[judged[0]]["text"].split(), size=3))
-        queries.append({"_id": f"q{q}", "text": text})
+        queries.append({"_id": f"q{q}", "text": text, "metadata": {"type": "odd" if q % 2 else "even"}})
         if q == n_queries - 1:
             continue  # a query without qrels: left out
         for j, d in enumerate(judged.tolist()):
@@ -239,16 +240,18 @@ def test_the_evaluate_flow_records_a_document_gold_run_with_its_run_files_and_re
 
     monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
     settings = {"name": "tiny", "beir": str(beir), "retriever": "bm25", "chunker": ["none"], "k": [3]}
-    result = evaluate(experiment=settings)
+    result = evaluate(experiment={**settings, "slice_by": ["type"]})
     wh = Warehouse(tmp_path / "home" / "warehouse")
     summary = wh.summary(result["run_id"]).to_pylist()
     assert len(summary) == 1 and summary[0]["doc_ndcg_at_k_mean"] > 0 and summary[0]["span_recall_mean"] is None
+    sliced = wh.slice_summary(result["run_id"]).to_pylist()  # the flow keeps the slices: q0–q8 judged, 5 even, 4 odd
+    assert [(r["slice_value"], r["n_queries"], r["too_small"]) for r in sliced] == [("even", 5, True), ("odd", 4, True)]
     files = list((wh.results / result["run_id"] / "doc_runs").iterdir())
     assert [f.name for f in files] == [
         "none_bm25_none_none_none_0_0_3.trec"
     ]  # model retriever index reranker chunker …
     page = Path(result["report"]).read_text()
-    assert "doc_ndcg_at_k" in page and 'href="#budget"' not in page
+    assert "doc_ndcg_at_k" in page and 'href="#budget"' not in page and 'href="#slices"' in page
 
 
 def test_evaluate_run_scores_a_chunk_run_against_document_qrels_by_maxp(tmp_path, capsys):

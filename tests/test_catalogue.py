@@ -1258,6 +1258,31 @@ CASES.update(
     }
 )
 
+# issue 20: slices of the gold set
+CASES.update(
+    {
+        "sweep: an unknown slice column": (
+            lambda w: sweep(w["t"], "--slice-by", "type"),
+            "q.csv: unknown slice column 'type': it is not a column of the file; slice by one of corpus_id",
+        ),
+        "sweep: an unknown slice field of a queries file": (
+            lambda w: beir_sweep(w["t"], BEIR_DOC, BEIR_QUERY, BEIR_QRELS, "--slice-by", "type"),
+            "queries.jsonl: unknown slice column 'type': no query has it as a field or under metadata (fields: none)",
+        ),
+        "run: an unknown slice column": (
+            lambda w: [
+                *["run", "--experiment", "sliced", "--corpus-dir", w["t"] / "corpora", "--questions", w["t"] / "q.csv"],
+                *["--slice-by", "type"],
+            ],
+            "q.csv: unknown slice column 'type'",
+        ),
+        "trend: an unknown slice": (
+            lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--slice", "type=numbers"],
+            "no slice 'type=numbers' in the runs of experiment 'cat'; its runs recorded no slices (run with --slice-by)",
+        ),
+    }
+)
+
 
 def snapshot(*roots: Path) -> dict:
     """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes)."""

@@ -35,22 +35,25 @@ from chunkeval.errors import InputError
 @dataclass(frozen=True)
 class Results:
     """Arrow tables of a sweep or a scoring: `summary` (one row per configuration, macro mean, std and
-    micro of every metric), `per_query`, and for sweeps `by_corpus` and `models` (throughput)."""
+    micro of every metric), `per_query`, and for sweeps `by_corpus`, `models` (throughput) and, with
+    `slice_by`, `by_slice` (the summary per configuration and slice of the gold set)."""
 
     summary: pa.Table
     per_query: pa.Table
     by_corpus: pa.Table | None = None
     models: pa.Table | None = None
     texts_embedded: int = 0
+    by_slice: pa.Table | None = None
 
     def table(self, name: str = "summary") -> pa.Table:
         table = getattr(self, name, None)
         if not isinstance(table, pa.Table):
-            raise InputError(f"no table {name!r}; choose summary, per_query, by_corpus or models")
+            raise InputError(f"no table {name!r}; choose summary, per_query, by_corpus, by_slice or models")
         return table
 
     def _tables(self) -> list[str]:
-        return [n for n in ("summary", "per_query", "by_corpus", "models") if isinstance(getattr(self, n), pa.Table)]
+        names = ("summary", "per_query", "by_corpus", "by_slice", "models")
+        return [n for n in names if isinstance(getattr(self, n), pa.Table)]
 
     def __repr__(self) -> str:
         from chunkeval.report.notebook import results_text
@@ -119,18 +122,23 @@ def _questions_file(questions: str | Path | Sequence[Mapping], scratch: Path) ->
     import csv
 
     path = scratch / "questions.csv"
+    own = ["query_id", "question", "references", "corpus_id"]
+    # other keys are columns a run can slice by (`slice_by`); a list (tags) is written as JSON
+    extra = list(dict.fromkeys(k for q in questions if isinstance(q, Mapping) for k in q if k not in own))
     with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["query_id", "question", "references", "corpus_id"])
+        writer = csv.DictWriter(fh, fieldnames=own + extra)
         writer.writeheader()
         for i, q in enumerate(questions, start=1):
             if not isinstance(q, Mapping) or not {"question", "references", "corpus_id"} <= q.keys():
                 raise InputError(f"question {i} must be a mapping with question, references and corpus_id")
+            cells = {k: json.dumps(q[k]) if isinstance(q.get(k), list) else q.get(k, "") for k in extra}
             writer.writerow(
                 {
                     "query_id": q.get("query_id") or f"{q['corpus_id']}:{i}",
                     "question": q["question"],
                     "references": json.dumps(list(q["references"])),
                     "corpus_id": q["corpus_id"],
+                    **cells,
                 }
             )
     return str(path)
@@ -153,8 +161,8 @@ def evaluate(
     CSV (Chroma's format) or a list of {question, references: [{content, start_index, end_index}],
     corpus_id[, query_id]}. `experiment` is an experiment file or mapping to start from. Any other
     setting is an experiment key (chunker, chunk_sizes, overlaps, k, model, retriever, index, rrf_k, corpus,
-    own_corpus, skip_empty_gold, duplicates, relevance, backend, quantize, precision, html, strict; document gold:
-    beir, split, queries, qrels), given as a value or a list. Embeddings are cached in `cache_dir`
+    own_corpus, skip_empty_gold, duplicates, relevance, slice_by, backend, quantize, precision, html, strict;
+    document gold: beir, split, queries, qrels), given as a value or a list. Embeddings are cached in `cache_dir`
     (default: `$CHUNKEVAL_HOME/cache/embeddings`).
     """
     from chunkeval.engine.embedding import check_batch_size, check_device
@@ -178,7 +186,9 @@ def evaluate(
             values["questions"] = _questions_file(questions, scratch)
         exp = Experiment.from_dict({**base.to_dict(), **values}).checked_for_device(device)
         result = run_sweep(exp, Embedders(Path(cache_dir) if cache_dir else default_cache(), batch_size, device=device))
-    return Results(result.summary, result.per_query, result.by_corpus, result.models, result.texts_embedded)
+    return Results(
+        result.summary, result.per_query, result.by_corpus, result.models, result.texts_embedded, result.by_slice
+    )
 
 
 def score(

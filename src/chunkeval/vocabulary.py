@@ -75,6 +75,17 @@ def check_metrics(metrics: list[str]) -> list[str]:
     return metrics
 
 
+# slices of the gold set (`--slice-by`): a per-slice row is the configuration key and these; a slice is named
+# `column=value` (type=numbers). A slice of fewer queries than MIN_SLICE_QUERIES is too small to test: its means
+# are shown, marked so, and no regression is tested on it
+SLICE_KEYS = ["slice_column", "slice_value"]
+MIN_SLICE_QUERIES = 10
+
+
+def slice_name(column: str, value: str) -> str:
+    return f"{column}={value}"
+
+
 # the gold and run file formats of evaluate-run and compare
 # doc-qrels: document qrels (BEIR TSV or TREC) with a run of chunk ids, its documents ranked by MaxP
 GOLD_FORMATS = ("auto", "chunk-ids", "strings", "trec", "doc-qrels")

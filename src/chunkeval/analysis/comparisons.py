@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from chunkeval import stats
 from chunkeval.errors import InputError
 from chunkeval.vocabulary import CONFIG_KEYS as KEYS
+from chunkeval.vocabulary import MIN_SLICE_QUERIES
 
 
 def configurations(per_query: pa.Table, keys=KEYS) -> list[dict]:
@@ -69,12 +70,26 @@ MEASURED = ("mean_a", "mean_b", "mean_diff", "ci_low", "ci_high", "p_ttest", "p_
 RESULT_FIELDS = (*MEASURED, "p_adjusted", "significant")  # the numbers of a comparison, in this order
 
 
-def compare(a: dict[str, float], b: dict[str, float], side_a: dict, side_b: dict, metric: str, seed: int = 0) -> dict:
-    """One paired comparison (p_adjusted is filled by `adjust`)."""
+def compare(
+    a: dict[str, float],
+    b: dict[str, float],
+    side_a: dict,
+    side_b: dict,
+    metric: str,
+    seed: int = 0,
+    alpha: float = 0.05,
+    power: bool = True,
+) -> dict:
+    """One paired comparison (p_adjusted is filled by `adjust`), with what the queries can tell (unless not
+    `power`: None): `mde`, the smallest difference a paired t-test at `alpha` detects with power 0.8 given the
+    spread of these differences, and `n_needed`, the queries 0.02, 0.05 and 0.10 would need (`chunkeval.stats.power`)."""
+    from chunkeval.stats.power import detectable
+
     x, y, unmatched = pair(a, b)
     if len(x) < 2:
         raise InputError(f"only {len(x)} query in common: a paired comparison needs at least 2")
     result = stats.compare_paired(x, y, seed=seed)
+    smallest, needed = detectable(x - y, alpha) if power else (None, None)
     return {
         "a": side_a,
         "b": side_b,
@@ -83,6 +98,8 @@ def compare(a: dict[str, float], b: dict[str, float], side_a: dict, side_b: dict
         "n_unmatched": unmatched,
         **{k: float(result[k]) for k in MEASURED},
         "p_adjusted": float("nan"),
+        "mde": smallest,
+        "n_needed": needed,
     }
 
 
@@ -111,9 +128,10 @@ def check_threshold(threshold: float, what: str = "--threshold") -> float:
 
 
 def within_run(
-    per_query: pa.Table, metric: str, run_id: str, all_pairs: bool = False, alpha: float = 0.05
+    per_query: pa.Table, metric: str, run_id: str, all_pairs: bool = False, alpha: float = 0.05, power: bool = True
 ) -> list[dict]:
-    """Each configuration of one run against the best one by the metric's mean (or every pair)."""
+    """Each configuration of one run against the best one by the metric's mean (or every pair); `power`: with
+    each comparison's `mde` and `n_needed` (`compare`)."""
     configs = configurations(per_query)
     if len(configs) < 2:
         raise InputError(f"run {run_id} has {len(configs)} configuration(s) here: a comparison needs two")
@@ -125,7 +143,8 @@ def within_run(
     else:
         best = int(np.argmax(means))
         pairs = [(best, j) for j in range(len(configs)) if j != best]
-    return adjust([compare(values[i], values[j], side(i), side(j), metric) for i, j in pairs], alpha)
+    found = [compare(values[i], values[j], side(i), side(j), metric, alpha=alpha, power=power) for i, j in pairs]
+    return adjust(found, alpha)
 
 
 def across_runs(pq_a: pa.Table, pq_b: pa.Table, metric: str, run_a: str, run_b: str, alpha: float = 0.05) -> list[dict]:
@@ -142,6 +161,7 @@ def across_runs(pq_a: pa.Table, pq_b: pa.Table, metric: str, run_a: str, run_b: 
                 {**c, "run_id": run_a},
                 {**c, "run_id": run_b},
                 metric,
+                alpha=alpha,
             )
             for c in shared
         ],
@@ -165,7 +185,7 @@ def tied_with_best(per_query: pa.Table, metric: str, alpha: float = 0.05) -> lis
             others = [j for j in range(len(configs)) if j != best]
             p = stats.holm(stats.paired_permutation_columns(matrix[:, [best]] - matrix[:, others]))
             return [configs[best]] + [configs[j] for j, pj in zip(others, p) if not pj < alpha]
-    comparisons = within_run(per_query, metric, "", alpha=alpha)
+    comparisons = within_run(per_query, metric, "", alpha=alpha, power=False)
     best = {k: v for k, v in comparisons[0]["a"].items() if k != "run_id"}
     return [best] + [{k: v for k, v in c["b"].items() if k != "run_id"} for c in comparisons if not c["significant"]]
 
@@ -174,7 +194,7 @@ def _query_grid(per_query: pa.Table) -> np.ndarray | None:
     """Row numbers (queries × configurations, both in order: sorted query ids, `configurations` order)
     when every configuration has every query once; else None."""
     present = [k for k in KEYS if k in per_query.column_names]
-    rows = _rows_by_config(per_query, present)
+    rows = rows_by_config(per_query, present)
     queries = sorted(next(iter(rows.values()), {}))
     if (
         len(queries) < 2
@@ -207,7 +227,7 @@ TIE_NOTE = (
 )
 
 
-def _rows_by_config(table, keys: list[str]) -> dict[tuple, dict[str, int]]:
+def rows_by_config(table, keys: list[str]) -> dict[tuple, dict[str, int]]:
     """configuration values → {query_id: row}, in one pass over the table (Arrow, or columns of numpy)."""
     out: dict[tuple, dict[str, int]] = {}
     for i, (key, qid) in enumerate(
@@ -236,6 +256,7 @@ def regressions(
     alpha: float = 0.05,
     questions: dict[str, str] | None = None,
     worst: int = 5,
+    slices: dict[str, set[str]] | None = None,
 ) -> list[dict]:
     """Configurations × metrics that fell for real between two runs' per-query tables.
 
@@ -244,10 +265,12 @@ def regressions(
     every configuration × metric checked. The t-test (closed form) keeps a nightly check over years
     of history cheap; `chunkeval compare` gives the randomisation test as well. Each regression lists
     the `worst` queries that lost the most, with their question text where `questions` has it.
+    With `slices` (slice name → its query ids), each slice of at least MIN_SLICE_QUERIES paired queries is
+    checked too, in the same Holm family: a row's `slice` names it (None for the whole gold set).
     The tables are per-query tables, as Arrow or as mappings of numpy columns.
     """
     present = [k for k in KEYS if k in _names(after) and k in _names(before)]
-    rows_a, rows_b = _rows_by_config(after, present), _rows_by_config(before, present)
+    rows_a, rows_b = rows_by_config(after, present), rows_by_config(before, present)
     values_a = {m: _column(after, m).astype(np.float64) for m in metrics}
     values_b = {m: _column(before, m).astype(np.float64) for m in metrics}
     found = []
@@ -259,38 +282,46 @@ def regressions(
         common = sorted(set(mine) & set(theirs))
         if len(common) < 2:
             continue
-        at_a = np.fromiter((mine[q] for q in common), dtype=np.int64, count=len(common))
-        at_b = np.fromiter((theirs[q] for q in common), dtype=np.int64, count=len(common))
-        for metric in metrics:
-            x, y = values_a[metric][at_a], values_b[metric][at_b]
-            if np.isnan(x).all() or np.isnan(y).all():
-                continue  # a metric a run did not measure: no index searched (bm25), span metrics under document
-                # gold and document metrics under span gold, or an older run that predates the metric
-            diff = x - y
-            order = np.argsort(diff, kind="stable")[:worst]
-            found.append(
-                {
-                    **config,
-                    "metric": metric,
-                    "before": float(np.mean(y)),
-                    "after": float(np.mean(x)),
-                    "change": float(np.mean(diff)),
-                    "n_queries": len(common),
-                    "n_unmatched": len(set(mine) ^ set(theirs)),
-                    "p_ttest": stats.paired_ttest(x, y),
-                    "worst": [
-                        {
-                            "query_id": common[i],
-                            "question": (questions or {}).get(common[i], ""),
-                            "before": float(y[i]),
-                            "after": float(x[i]),
-                        }
-                        for i in order
-                        if diff[i] < 0
-                    ],
-                }
-            )
+        unmatched = len(set(mine) ^ set(theirs))
+        groups = [(None, common)] + [
+            (name, [q for q in common if q in members]) for name, members in sorted((slices or {}).items())
+        ]
+        for name, queries in groups:
+            if name is not None and len(queries) < MIN_SLICE_QUERIES:
+                continue  # too small to test
+            at_a = np.fromiter((mine[q] for q in queries), dtype=np.int64, count=len(queries))
+            at_b = np.fromiter((theirs[q] for q in queries), dtype=np.int64, count=len(queries))
+            for metric in metrics:
+                x, y = values_a[metric][at_a], values_b[metric][at_b]
+                if np.isnan(x).all() or np.isnan(y).all():
+                    continue  # a metric a run did not measure: no index searched (bm25), span metrics under document
+                    # gold and document metrics under span gold, or an older run that predates the metric
+                fall = _fall(x, y, queries, worst, questions)
+                found.append({**config, "metric": metric, "slice": name, **fall, "n_unmatched": unmatched})
     adjusted = stats.holm([f["p_ttest"] for f in found]) if found else []
     for f, p in zip(found, adjusted):
         f["p_adjusted"] = float(p)
     return sorted((f for f in found if f["change"] < -threshold and f["p_adjusted"] < alpha), key=lambda f: f["change"])
+
+
+def _fall(x: np.ndarray, y: np.ndarray, queries: list[str], worst: int, questions: dict[str, str] | None) -> dict:
+    """What one paired check of a regression says: the means, the change, the t-test, the queries that lost most."""
+    diff = x - y
+    order = np.argsort(diff, kind="stable")[:worst]
+    return {
+        "before": float(np.mean(y)),
+        "after": float(np.mean(x)),
+        "change": float(np.mean(diff)),
+        "n_queries": len(queries),
+        "p_ttest": stats.paired_ttest(x, y),
+        "worst": [
+            {
+                "query_id": queries[i],
+                "question": (questions or {}).get(queries[i], ""),
+                "before": float(y[i]),
+                "after": float(x[i]),
+            }
+            for i in order
+            if diff[i] < 0
+        ],
+    }

@@ -85,8 +85,10 @@ def regressions_between(
     threshold: float,
     alpha: float,
     questions: dict[str, str],
+    slices: dict[str, set[str]] | None = None,
 ) -> list[dict]:
     """The regressions of run `newest` (its per-query columns `after`) against run `reference` (`before`):
-    the alert rule `chunkeval.analysis.comparisons.regressions`, each naming both runs."""
-    falls = C.regressions(after, before, metrics, threshold, alpha, questions)
+    the alert rule `chunkeval.analysis.comparisons.regressions`, each naming both runs; with `slices` (the
+    newest run's: slice name → query ids), per slice too, in the same Holm family."""
+    falls = C.regressions(after, before, metrics, threshold, alpha, questions, slices=slices)
     return [{**f, "run_id": newest, "reference_run_id": reference} for f in falls]

@@ -72,6 +72,12 @@ def _add_input_and_chunking_flags(g) -> None:
     add_strict(g)
     add_corpus_filter(g, "only these corpora (default: every corpus in the folder)")
     g.add_argument(
+        "--slice-by",
+        metavar="COLUMNS",
+        help="comma-separated gold-set columns whose values make slices (type,tags): extra columns of the questions "
+        "CSV (tags: a JSON list) or fields of the queries file (or its metadata); every summary gains per-slice rows",
+    )
+    g.add_argument(
         "--chunker",
         help="comma-separated chunkers: fixed_token, fixed_char, recursive_token, none (the whole document), cluster_semantic, "
         "semantic_breakpoint, or module:function (a chunker or a text splitter)",
@@ -163,6 +169,7 @@ SETTING_FLAGS = (
     "strict",
     "html",
     "corpus",
+    "slice_by",
     "chunker",
     "chunk_sizes",
     "overlaps",
@@ -209,6 +216,7 @@ def experiment_from_args(
         strict=args.strict,
         html=args.html,
         corpus=tuple(split_flags(args.corpus)),
+        slice_by=tuple(split_flags(args.slice_by)),
         chunker=tuple(split_flags(args.chunker)),
         chunk_sizes=parse_ints(args.chunk_sizes, "--chunk-sizes"),
         overlaps=tuple(split_flags(args.overlaps)),

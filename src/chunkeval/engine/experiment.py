@@ -1,7 +1,7 @@
 """An experiment: a name plus everything a sweep takes. Immutable; given as flags or a YAML file.
 
 YAML keys are the long flag names with `_` for `-`: name, corpus_dir, html, questions, beir, split, queries, qrels, strict, corpus, chunker,
-chunk_sizes, overlaps, k, model, retriever, index, rrf_k, own_corpus, skip_empty_gold, duplicates, backend, quantize, precision (model, retriever and
+chunk_sizes, overlaps, k, model, retriever, index, rrf_k, own_corpus, skip_empty_gold, duplicates, slice_by, backend, quantize, precision (model, retriever and
 the other lists take one value or a list), and `models`, a mapping that names served models with their
 settings (`chunkeval.engine.embedding.served`). Relative paths are read from the YAML file's folder.
 """
@@ -154,6 +154,7 @@ class Experiment:
     qrels: str = ""
     strict: bool = False  # an unreadable document, or a qrels row naming an unknown query or document, is an error
     html: str = "full"  # what text an HTML document gives: full (all of <body>) or main (trafilatura's main content)
+    slice_by: tuple[str, ...] = ()  # gold-set columns whose values make slices (chunkeval.engine.slices)
 
     @property
     def doc_gold(self) -> bool:
@@ -183,7 +184,7 @@ class Experiment:
                 continue
             if key in ("corpus_dir", "questions", "beir", "queries", "qrels") and base is not None:
                 value = str((base / str(value)).resolve())
-            if key in ("corpus", "chunker", "overlaps", "model", "retriever", "plugins", "reranker"):
+            if key in ("corpus", "chunker", "overlaps", "model", "retriever", "plugins", "reranker", "slice_by"):
                 if not isinstance(value, (str, int, float, list, tuple)):
                     raise InputError(f"{key} must be a name or a list of names, got {value!r}", source)
                 value = tuple(_listed(split_list, value, source))
@@ -300,6 +301,9 @@ class Experiment:
                 check_model_runs_on(model, self.backend, source, self.precision)
         self.grid()
         from chunkeval.engine.doc_settings import checked_doc_gold
+        from chunkeval.engine.slices import check_slice_columns
+
+        check_slice_columns(self.slice_by, source)
 
         checked = checked_doc_gold(self, source)
         return checked if resolved == checked.index else replace(checked, index=resolved)
@@ -407,7 +411,7 @@ class Experiment:
             del data["models"]
         if data["relevance"] == RUN_SETTINGS["relevance"]:
             del data["relevance"]  # runs of the default rule stay as they were recorded before the setting existed
-        for key in ("beir", "queries", "qrels", "strict"):
+        for key in ("beir", "queries", "qrels", "strict", "slice_by"):
             if not data[key]:
                 del data[key]  # runs of span gold stay as they were recorded before document gold existed
         if data["html"] == "full":

@@ -190,6 +190,11 @@ def _reanchor(corpus: str, content: str, start: int) -> int:
     return best
 
 
+def span_query_id(rec: dict[str, str], row: int) -> str:
+    """A span gold row's query id: its `query_id`, else `<corpus_id>:<row>`."""
+    return rec.get("query_id") or f"{rec['corpus_id'].strip()}:{row}"
+
+
 def load_span_gold(
     questions_csv: Path,
     corpora: dict[str, str],
@@ -225,7 +230,7 @@ def load_span_gold(
         refs = _json_value(rec["references"], path, row, "references")
         if not isinstance(refs, list):
             raise InputError("references must be a JSON list", path, row)
-        qid = rec.get("query_id") or f"{cid}:{row}"
+        qid = span_query_id(rec, row)
         qindex = len(query_ids)
         text = corpora[cid]
         for j, ref in enumerate(refs, start=1):

@@ -16,6 +16,7 @@ from chunkeval.engine import metrics as M
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, count_tokens
 from chunkeval.engine.duplicates import Copies, credited_copies
 from chunkeval.engine.inputs import SpanGold
+from chunkeval.stats.summaries import summarize_slices as summarize_by_slice
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, DOC_METRICS, NO_MODEL, NO_RERANKER, NUMBER_KEYS
 
 
@@ -149,6 +150,14 @@ def reference_table(
             "straddles": straddles,
         }
     )
+
+
+def summarize_slices(per_query: pa.Table, slices: pa.Table | None, skip_empty_gold: bool = False) -> pa.Table | None:
+    """The summary per configuration and slice of the gold set (`chunkeval.engine.slices`); None without slices."""
+    if slices is None:
+        return None
+    table = per_query if skip_empty_gold else per_query.drop_columns(["has_gold"])
+    return summarize_by_slice(table, slices, CONFIG_KEYS)
 
 
 def summarize_sweep(

@@ -34,7 +34,13 @@ from chunkeval.engine.indexes.measure import STATS as INDEX_STATS
 from chunkeval.engine.indexes.measure import measure as measure_index
 from chunkeval.engine.inputs import SpanGold, load_span_gold
 from chunkeval.engine.retrieved import retrieved_table
-from chunkeval.engine.scoring import reference_table, score_chunking, summarize_sweep  # noqa: F401 (re-exported)
+from chunkeval.engine.scoring import (  # noqa: F401 (re-exported)
+    reference_table,
+    score_chunking,
+    summarize_slices,
+    summarize_sweep,
+)
+from chunkeval.engine.slices import load_slices
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANKER  # noqa: F401 (re-exported)
 
 
@@ -46,6 +52,7 @@ class Inputs:
     corpus_of: dict[str, str] | None = None  # document id → its corpus, where documents share corpora
     skipped: tuple = ()  # the documents left out as unreadable (`chunkeval.engine.corpus.Skipped`)
     pages: dict | None = None  # document id → where each of its pages starts (PDF documents)
+    slices: pa.Table | None = None  # query_id, slice_column, slice_value (`slice_by`: chunkeval.engine.slices)
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,8 @@ class SweepResult:
     notes: tuple[str, ...] = ()
     retrieved: pa.Table | None = None  # what every configuration retrieved (`chunkeval.engine.retrieved`)
     corpora: dict | None = None  # the texts the run read, by corpus id
+    by_slice: pa.Table | None = None  # the summary per configuration and slice of the gold set (`slice_by`)
+    slices: pa.Table | None = None  # which queries each slice holds
 
 
 def load_inputs(exp: Experiment, quiet: bool = False) -> Inputs:
@@ -119,6 +128,7 @@ def load_inputs(exp: Experiment, quiet: bool = False) -> Inputs:
         None if docs.one_per_corpus() else docs.corpus_of,
         tuple(docs.skipped.values()),
         docs.pages or None,
+        load_slices(exp, gold.query_ids),
     )
 
 
@@ -485,4 +495,6 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
         tuple(exp.notes() + changed + skipped_notes(inputs.skipped)),
         pa.concat_tables(kept) if kept else None,
         dict(inputs.corpora),
+        summarize_slices(per_query, inputs.slices, exp.skip_empty_gold),
+        inputs.slices,
     )

@@ -119,9 +119,14 @@ def summarize(
     configs: list,
     embedded: sweep.Embedded,
     skip_empty_gold: bool,
+    slices: pa.Table | None = None,
 ) -> tuple:
+    """(summary, per-corpus summary, per-slice summary or None)."""
     stats = sweep.chunk_stats(chunkings, configs, embedded, index_stats)
-    return sweep.summarize_sweep(per_query, stats, skip_empty_gold)
+    return (
+        *sweep.summarize_sweep(per_query, stats, skip_empty_gold),
+        sweep.summarize_slices(per_query, slices, skip_empty_gold),
+    )
 
 
 @task(**IO_TASK)
@@ -136,13 +141,28 @@ def store(
     gold: dict,
     retrieved: pa.Table | None,
     corpora: dict,
+    slices: pa.Table | None = None,
+    by_slice: pa.Table | None = None,
 ) -> str | None:
     """The run recorded; where another process held the warehouse past the lock timeout, the reason (the
     results are kept and the next command records them), returned rather than raised: no retry waits again."""
     try:
         wh = warehouse()
         write_doc_runs(per_query, wh.results / run_id / "doc_runs")  # document gold: the TREC run files, first
-        wh.complete_run(run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus, retrieved, corpora)
+        wh.complete_run(
+            run_id,
+            per_query,
+            summary,
+            texts_embedded,
+            refs,
+            models,
+            gold,
+            by_corpus,
+            retrieved,
+            corpora,
+            slices,
+            by_slice,
+        )
     except LockTimeout as exc:
         return str(exc)
     return None
@@ -255,7 +275,9 @@ def evaluate(
         progress.step("scoring")
         per_query, index_stats, retrieved = score(inputs, chunkings, configs, embedded, exp)
         refs = references(inputs, chunkings)
-        summary, by_corpus = summarize(per_query, index_stats, chunkings, configs, embedded, exp.skip_empty_gold)
+        summary, by_corpus, by_slice = summarize(
+            per_query, index_stats, chunkings, configs, embedded, exp.skip_empty_gold, inputs.slices
+        )
         progress.step("storing")
         held = store(
             run_id,
@@ -268,6 +290,8 @@ def evaluate(
             check_gold(inputs, exp),
             retrieved,
             inputs.corpora,
+            inputs.slices,
+            by_slice,
         )
         if held:
             raise LockTimeout(held)

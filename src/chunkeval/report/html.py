@@ -12,6 +12,7 @@ from pathlib import Path
 
 from chunkeval._version import __version__
 from chunkeval.analysis.comparisons import ties
+from chunkeval.analysis.power import against_best
 from chunkeval.analysis.regression import DEFAULT_THRESHOLD
 from chunkeval.errors import InputError
 from chunkeval.faults import checkpoint
@@ -25,6 +26,7 @@ from chunkeval.report.sections import (
     best_rows,
     choose,
     label,
+    regression_check,
     section_budget,
     section_distributions,
     section_grid,
@@ -32,6 +34,7 @@ from chunkeval.report.sections import (
     section_tradeoff,
     section_trend,
 )
+from chunkeval.report.slice_section import section_slices
 from chunkeval.vocabulary import METRICS, approximate_index
 from chunkeval.warehouse import Warehouse
 
@@ -91,9 +94,15 @@ def build_report(
     spans = "span_f1" in best  # a run over document gold measures no span metric: its sections of spans are left out
     watched = ("span_precision", "span_recall", "span_f1") if spans else ("doc_ndcg_at_k", "doc_recall_at_k")
     trend_configs = list({label(r): r for r in [chosen, *(best[m] for m in watched)]}.values())
+    checked = regression_check(wh, experiment, threshold)
+    slices = wh.slice_summary(run_id).to_pylist()
+    mine = [f for f in checked[0] if f["run_id"] == run_id]
+    newest = wh.last_completed(experiment)["run_id"]  # the regression check is of the newest run
+    compared = not checked[1] and newest == run_id and wh.reference_run(experiment, run_id) not in (None, run_id)
     sections = [
         section_summary(run, settings, summary, wh.models(run_id).to_pylist()),
-        section_grid(summary, ties(per_query, METRICS)),
+        section_grid(summary, ties(per_query, METRICS), against_best(per_query, METRICS), watched),
+        *([section_slices(slices, chosen, watched, mine, compared)] if slices else []),
         *([section_tradeoff(summary)] if spans else []),
         section_indexes(summary),
         *(
@@ -106,7 +115,7 @@ def build_report(
             if spans
             else []
         ),
-        section_trend(wh, experiment, trend_configs, threshold),
+        section_trend(wh, experiment, trend_configs, threshold, checked=checked),
     ]
     of_spans = ("tradeoff", "distributions", "gold", "failures", "budget")
     nav = "".join(
@@ -114,6 +123,7 @@ def build_report(
         for s, t in [
             ("summary", "Summary"),
             ("grid", "Grid"),
+            *([("slices", "Slices")] if slices else []),
             ("tradeoff", "Trade-off"),
             *([("indexes", "Indexes")] if any(approximate_index(r.get("index")) for r in summary) else []),
             ("distributions", "Distributions"),

@@ -13,7 +13,7 @@ import pyarrow as pa
 from chunkeval.analysis.regression import REGRESSION_METRICS
 from chunkeval.errors import InputError
 from chunkeval.report import charts
-from chunkeval.report.terminal import rerank_label
+from chunkeval.report.terminal import power_sentence, rerank_label
 from chunkeval.stats.aggregate import MICRO, MICRO_F1
 from chunkeval.vocabulary import CONFIG_KEYS, INDEX_METRICS, METRICS, approximate_index, shown_keys, split_list
 from chunkeval.warehouse import Warehouse
@@ -204,9 +204,14 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
     )
 
 
-def section_grid(summary: list[dict], tied: dict[str, set[tuple]] | None = None) -> str:
+def section_grid(
+    summary: list[dict], tied: dict[str, set[tuple]] | None = None, power: dict | None = None, watched=()
+) -> str:
+    """The whole grid; with `power` (`chunkeval.analysis.power.against_best`), each cell's smallest detectable
+    difference from the best, and a sentence per `watched` metric on what the gold set can tell."""
     best = best_rows(summary)
     tied = tied or {}
+    power = power or {}
     approximate = any(approximate_index(r.get("index")) for r in summary)
     metrics = [m for m in METRICS if m not in INDEX_METRICS or approximate]  # else every value is 1 or –
     shown = shown_keys(summary)  # reranker and candidates where a row reranks
@@ -219,6 +224,9 @@ def section_grid(summary: list[dict], tied: dict[str, set[tuple]] | None = None)
             text = f"{_num(r[f'{m}_mean'])}<small> ± {_num(r[f'{m}_std'])}</small>"
             if r.get(f"{m}_ci_low") is not None:
                 text += f"<br><small>[{_num(r[f'{m}_ci_low'])}, {_num(r[f'{m}_ci_high'])}]</small>"
+            smallest = power[m].by_config.get(tuple(r[k] for k in CONFIG_KEYS)) if m in power else None
+            if smallest is not None:
+                text += f'<br><small title="smallest difference from the best these questions detect">mde {_num(smallest, 2)}</small>'
             if mark:
                 text = f'<span class="best" title="best {escape(m)}">★ {text}</span>'
             elif tuple(r[k] for k in CONFIG_KEYS) in tied.get(m, ()):
@@ -229,7 +237,22 @@ def section_grid(summary: list[dict], tied: dict[str, set[tuple]] | None = None)
     return (
         f'<section id="grid"><h2>2. Results of the whole grid</h2><p>Macro mean ± sample standard deviation over queries, '
         f"and the 95 % bootstrap interval of the mean. ★ marks the best value of each metric, ≈ a configuration tied with it "
-        f'(not significantly worse: paired randomisation test, Holm over the metric\'s comparisons, α = 0.05). Click a column to sort.</p><div class="scroll">{_table(header, rows, "sortable")}</div></section>'
+        f'(not significantly worse: paired randomisation test, Holm over the metric\'s comparisons, α = 0.05). Click a column to sort.</p><div class="scroll">{_table(header, rows, "sortable")}</div>'
+        f"{_power_note(power, watched)}</section>"
+    )
+
+
+def _power_note(power: dict, watched) -> str:
+    """What the gold set can tell, one sentence per watched metric (`chunkeval.report.terminal.power_sentence`)."""
+    lines = [power_sentence(power[m].n, m, power[m].mde, power[m].n_needed) for m in watched if m in power]
+    if not lines:
+        return ""
+    items = "".join(f"<li>{escape(line[0].upper() + line[1:])}.</li>" for line in lines)
+    return (
+        "<p>What the gold set can tell: <em>mde</em> is the smallest difference from the best configuration that a "
+        "two-sided paired t-test at α = 0.05 detects with power 0.8, given the spread of the per-query differences "
+        "(docs/statistics.md); the sentences take the configuration of median mde, and the questions needed are per "
+        f"comparison, before Holm.</p><ul>{items}</ul>"
     )
 
 
@@ -288,13 +311,26 @@ def section_budget(per_query: pa.Table, chosen: dict | None = None) -> str:
 TREND_RUNS = 365  # completed runs the trend section draws: a year of nightly runs
 
 
-def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold: float, alpha: float = 0.05) -> str:
+def regression_check(wh: Warehouse, experiment: str, threshold: float, alpha: float = 0.05) -> tuple[list[dict], str]:
+    """The regressions of the experiment's newest run (its slices' too), and why there is no check, if so."""
     try:
-        falls = wh.regressions(experiment, list(REGRESSION_METRICS), threshold, alpha=alpha)
-        problem = ""
+        return wh.regressions(experiment, list(REGRESSION_METRICS), threshold, alpha=alpha), ""
     except InputError as exc:  # a pinned baseline scored with another duplicates setting
-        falls, problem = [], f"<p>No regression check: {escape(str(exc))}.</p>"
-    fell = {(f["metric"], label(f)) for f in falls}
+        return [], f"<p>No regression check: {escape(str(exc))}.</p>"
+
+
+def section_trend(
+    wh: Warehouse,
+    experiment: str,
+    configs: list[dict],
+    threshold: float,
+    alpha: float = 0.05,
+    checked: tuple[list[dict], str] | None = None,
+) -> str:
+    """The trend of the chosen configurations, and the regressions of `checked` (`regression_check`'s
+    answer; asked here when not given)."""
+    falls, problem = checked if checked is not None else regression_check(wh, experiment, threshold, alpha)
+    fell = {(f["metric"], label(f)) for f in falls if not f.get("slice")}  # the lines drawn are of the whole gold set
     newest = falls[0]["run_id"] if falls else None
     rows = wh.history(experiment, list(REGRESSION_METRICS), configs, TREND_RUNS)
     runs = list(dict.fromkeys((r["started_at"], r["run_id"]) for r in rows))
@@ -321,6 +357,7 @@ def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold
         [
             escape(f["metric"]),
             escape(label(f)),
+            escape(f.get("slice") or "all questions"),
             escape(f["run_id"]),
             escape(f["reference_run_id"]),
             _num(f["before"]),
@@ -347,6 +384,7 @@ def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold
             [
                 "metric",
                 "configuration",
+                "slice",
                 "run",
                 "against",
                 "before",
@@ -367,6 +405,7 @@ def section_trend(wh: Warehouse, experiment: str, configs: list[dict], threshold
         f"{TREND_RUNS} completed runs (at most) with "
         f"their 95 % bootstrap intervals as bands; red crosses mark the regressions of the newest completed run: a paired "
         f"fall of more than {threshold} against the pinned baseline (else the previous run scored the same way), significant "
-        f"at {alpha} after Holm over the configurations × metrics checked.</p>{charts.trend_lines(series)}"
+        f"at {alpha} after Holm over the configurations × metrics checked (and × the slices of the gold set large enough "
+        f"to test, where the run recorded slices).</p>{charts.trend_lines(series)}"
         f"<h3>Regressions</h3>{regress}<details><summary>Runs</summary>{legend}</details></section>"
     )

@@ -14,11 +14,13 @@ from chunkeval.vocabulary import (
     DOC_METRICS,
     INDEX_METRICS,
     METRICS,
+    MIN_SLICE_QUERIES,
     NO_RERANKER,
     RERANK_KEYS,
     SPAN_METRICS,
     approximate_index,
     shown_keys,
+    slice_name,
 )
 
 TABLE_SUFFIXES = (".csv", ".parquet")
@@ -123,11 +125,48 @@ def regression_message(f: dict) -> str:
         f"{w['query_id']} {w['question'][:50]!r} {w['before']:.2f}→{w['after']:.2f}" for w in f.get("worst", [])[:3]
     )
     unmatched = f", {f['n_unmatched']} query row(s) in one run only left out" if f.get("n_unmatched") else ""
+    where = f" in slice {f['slice']}" if f.get("slice") else ""
     return (
-        f"chunkeval: regression: {f['metric']} of {config_label(f)} fell from {f['before']:.3f} to {f['after']:.3f} "
+        f"chunkeval: regression: {f['metric']} of {config_label(f)}{where} fell from {f['before']:.3f} to {f['after']:.3f} "
         f"(run {f['run_id']} against {f['reference_run_id']}; {f['n_queries']} paired queries, Holm-adjusted p = "
         f"{f['p_adjusted']:.2g}{unmatched}); lost most: {worst}"
     )
+
+
+def format_slices(by_slice: pa.Table) -> str:
+    """The slices of a gold set and their queries, those too small to test marked (one line)."""
+    sizes: dict[str, int] = {}
+    for row in by_slice.select(["slice_column", "slice_value", "n_queries"]).to_pylist():
+        name = slice_name(row["slice_column"], row["slice_value"])
+        sizes[name] = max(sizes.get(name, 0), row["n_queries"])
+    shown = ", ".join(f"{name} {n}{'*' if n < MIN_SLICE_QUERIES else ''}" for name, n in sizes.items())
+    small = (
+        f"; * too small to test (fewer than {MIN_SLICE_QUERIES} queries)"
+        if any(n < MIN_SLICE_QUERIES for n in sizes.values())
+        else ""
+    )
+    return f"slices (queries): {shown or 'none'}{small}"
+
+
+def _difference(value: float) -> str:
+    return f"{value:.2f}" if value >= 0.01 else f"{value:.2g}"
+
+
+def power_sentence(n: int, metric: str, mde: float, needed: dict) -> str:
+    """ "with 28 questions, a difference in span recall under 0.08 cannot be told from noise; …": what a gold
+    set can tell (`chunkeval.stats.power`: a two-sided paired t-test at α 0.05 with power 0.8, per comparison)."""
+    if mde is None or math.isnan(mde):
+        return f"with {n} question(s), {metric.replace('_', ' ')} has no spread of differences to measure"
+    sizes = list(needed)
+    counts = ["–" if needed[d] is None else str(needed[d]) for d in sizes]
+    return (
+        f"with {n} questions, a difference in {metric.replace('_', ' ')} under {_difference(mde)} cannot be told "
+        f"from noise; differences of {_and(sizes)} would need {_and(counts)} questions"
+    )
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def beside(path: Path, part: str) -> Path:

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 from chunkeval.stats import aggregate as AGG
 from chunkeval.stats.aggregate import METRICS
 from chunkeval.stats.resampling import bootstrap_ci_groups
+from chunkeval.vocabulary import MIN_SLICE_QUERIES, SLICE_KEYS
 
 
 def summarize(per_query: pa.Table, by: list[str], intervals: bool = True) -> pa.Table:
@@ -29,6 +30,16 @@ def summarize(per_query: pa.Table, by: list[str], intervals: bool = True) -> pa.
         for name, column in mean_intervals(table, out, by, metrics).items():
             out = out.append_column(name, column)
     return out
+
+
+def summarize_slices(per_query: pa.Table, slices: pa.Table, by: list[str]) -> pa.Table:
+    """`summarize` per `by` and slice: each query's rows once for every slice it belongs to (`slices`: query_id,
+    slice_column, slice_value), and `too_small`, true where a slice has fewer than MIN_SLICE_QUERIES queries
+    (shown, never tested). A slice without a query here has no row."""
+    joined = per_query.join(slices, "query_id", join_type="inner")
+    keys = [*by, *SLICE_KEYS]
+    out = summarize(joined, keys).sort_by([(k, "ascending") for k in keys])
+    return out.append_column("too_small", pc.less(out["n_queries"], MIN_SLICE_QUERIES))
 
 
 def _key_strings(table: pa.Table, by: list[str]) -> pa.Array:

@@ -1,11 +1,11 @@
 """The results warehouse: a DuckDB catalogue of runs, the summaries of their results, and views.
 
 Layout under `$CHUNKEVAL_HOME/warehouse/` (schema: docs/warehouse.md):
-- `results/<run_id>/`: the run's Parquet files (`per_query`, `summary`, `by_corpus`, `references`,
+- `results/<run_id>/`: the run's Parquet files (`per_query`, `summary`, `by_corpus`, `references`, `by_slice`, `slices`,
   `models`) and its `manifest.json`, written under temporary names and renamed before the run's row
   turns `completed`. They are the source of truth.
 - `chunkeval.duckdb`: tables `meta` (schema version), `runs` (one row per run), `baselines`, and
-  `summaries` and `corpus_summaries`: the summary rows of every completed run, loaded from its
+  `summaries`, `corpus_summaries` and `slice_summaries`: the summary rows of every completed run, loaded from its
   Parquet files in the transaction that marks it completed (and rebuilt from them by `repair`), so
   that questions over years of runs never open thousands of files. The views show completed runs only,
   so a run killed at any point leaves no rows in the reports.

@@ -91,7 +91,9 @@ class Baselines(Results):
     ) -> list[dict]:
         """Configurations whose metric fell for real in the newest completed run, against the pinned (or
         given) baseline run, else the previous completed run: a paired mean fall larger than `threshold`
-        that is significant at `alpha` after Holm (`chunkeval.analysis.comparisons.regressions`)."""
+        that is significant at `alpha` after Holm (`chunkeval.analysis.comparisons.regressions`). Where the newest
+        run recorded slices of its gold set, each slice large enough to test is checked too, in the same Holm
+        family (a regression's `slice` names it; None for the whole gold set)."""
         newest = self.last_completed(experiment)
         if newest is None:
             return []
@@ -106,4 +108,5 @@ class Baselines(Results):
             self.run_columns(newest, "per_query", columns),
             self.run_columns(reference, "per_query", columns),
         )
-        return P.regressions_between(newest, reference, after, before, metrics, threshold, alpha, questions)
+        slices = self.query_slices(newest)
+        return P.regressions_between(newest, reference, after, before, metrics, threshold, alpha, questions, slices)

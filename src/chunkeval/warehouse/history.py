@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from chunkeval.errors import InputError
 from chunkeval.stats.aggregate import METRICS, summary_sql
-from chunkeval.vocabulary import CONFIG_KEYS, RERANK_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, RERANK_KEYS, slice_name
 from chunkeval.warehouse.migrations import Schema
 from chunkeval.warehouse.tables import (
     DUPLICATES_SQL,
@@ -84,23 +84,38 @@ class History(Schema):
         config: dict | None = None,
         last: int | None = None,
         configs: list[dict] | None = None,
+        in_slice: tuple[str, str] | None = None,
     ) -> list[dict]:
         """The metric (macro mean, with its 95 % bootstrap interval where the run recorded one) per
         completed run and configuration, oldest first, with the change against the previous run scored
-        the same way (the `trend` view's numbers, read from `config_summary` for one metric)."""
+        the same way (the `trend` view's numbers, read from `config_summary` for one metric). With `in_slice`
+        (column, value), over that slice's queries (`slice_summary`; rows say `n_queries` and `too_small`)."""
         if metric not in METRICS:
             raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
         where, params = self._summary_filter(experiment, config, configs)
         keys = ", ".join(CONFIG_KEYS)
+        source, extra = "config_summary", ""
+        if in_slice is not None:
+            source, extra = "slice_summary", ", n_queries, too_small"
+            where += " AND slice_column = ? AND slice_value = ?"
+            params += list(in_slice)
         sql = (
             f"SELECT run_id, started_at, duplicates, {keys}, '{metric}' AS metric, {metric}_mean AS value, "
             f"{metric}_ci_low AS ci_low, {metric}_ci_high AS ci_high, {metric}_mean - lag({metric}_mean) OVER "
-            f"(PARTITION BY duplicates, relevance, {keys} ORDER BY started_at, run_id) AS change "
-            f"FROM config_summary WHERE {where}"
+            f"(PARTITION BY duplicates, relevance, {keys} ORDER BY started_at, run_id) AS change{extra} "
+            f"FROM {source} WHERE {where}"
         )
         if last:  # the newest `last` runs (their changes still against the run before each)
             sql, params = self._newest_runs(sql, params, experiment, last)
         return self._dicts(sql + f" ORDER BY started_at, run_id, {keys}", params)
+
+    def slices(self, experiment: str) -> list[str]:
+        """The slices (`column=value`) the experiment's completed runs recorded, in name order."""
+        rows = self._dicts(
+            "SELECT DISTINCT slice_column, slice_value FROM slice_summary WHERE experiment = ? ORDER BY 1, 2",
+            [experiment],
+        )
+        return [slice_name(r["slice_column"], r["slice_value"]) for r in rows]
 
     def history(self, experiment: str, metrics: list[str], configs: list[dict], last: int) -> list[dict]:
         """Several metrics at once (mean and 95 % interval each) of the given configurations over the

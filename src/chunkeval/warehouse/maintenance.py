@@ -13,6 +13,7 @@ from chunkeval.errors import Fault, InputError
 from chunkeval.files import write_text
 from chunkeval.warehouse.baselines import Baselines
 from chunkeval.warehouse.db import Damaged
+from chunkeval.warehouse.migrations import SUMMARY_TABLES
 from chunkeval.warehouse.runs import Lifecycle
 from chunkeval.warehouse.tables import utc_now
 
@@ -119,7 +120,7 @@ class Maintenance(Lifecycle, Baselines):
                 write_text(self.manifest_path(run_id), json.dumps({"run_id": run_id, "status": "deleted"}))
         with self.connect() as con:
             con.execute("BEGIN TRANSACTION")
-            for table in ("runs", "summaries", "corpus_summaries"):
+            for table in ("runs", *SUMMARY_TABLES):
                 con.execute(f"DELETE FROM {table} WHERE list_contains(?, run_id)", [ids])
             con.execute("COMMIT")
         for run_id in ids:

@@ -2,8 +2,8 @@
 the summary tables loaded from each completed run's Parquet files (`_materialize`).
 
 Tables `meta` (schema version, where the results folder was when the views were made), `runs`,
-`baselines`, `summaries` and `corpus_summaries` (docs/warehouse.md). Views `config_summary`,
-`corpus_summary` and `trend` read the summary tables; `query_results`, `gold_references` and `run_models`
+`baselines`, `summaries`, `corpus_summaries` and `slice_summaries` (docs/warehouse.md). Views `config_summary`,
+`corpus_summary`, `slice_summary` and `trend` read the summary tables; `query_results`, `gold_references` and `run_models`
 read the Parquet files of every run (for ad hoc SQL). The views show completed runs only, so a run killed
 at any point leaves no rows in the reports.
 """
@@ -25,6 +25,7 @@ from chunkeval.warehouse.tables import (
     DUPLICATES_SQL,
     INDEX_OF_OLDER_ROWS,
     MANIFEST_COLUMNS,
+    SLICE_SUMMARY,
     SUMMARY,
     added_keys_sql,
     empty_results,
@@ -33,11 +34,13 @@ from chunkeval.warehouse.tables import (
     projection,
     quote,
     run_setting_sql,
+    slice_table_sql,
     sql_type,
     summary_tables_sql,
 )
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
+SUMMARY_TABLES = ("summaries", "corpus_summaries", "slice_summaries")  # loaded from each completed run's files
 
 # Each step moves the schema up by one version; an older warehouse is brought up to date on open.
 MIGRATIONS = [
@@ -85,6 +88,10 @@ MIGRATIONS = [
     # v8: summaries gain the document-level metrics (doc_ndcg_at_k, …) of runs over document gold (qrels); older
     # rows read NULL (`_add_columns`)
     "SELECT 1",
+    # v9: slices of the gold set (`--slice-by`): runs write by_slice.parquet (the summary per configuration and
+    # slice) and slices.parquet (which queries each slice holds); the table `slice_summaries` and the view
+    # `slice_summary`. Older runs have no slices (no rows)
+    "SLICES",  # `slice_table_sql()`
 ]
 
 
@@ -115,7 +122,9 @@ class Schema(Connections, Layout):
             return
         for step in range(version, upto):
             con.execute("BEGIN TRANSACTION")
-            step_sql = {None: summary_tables_sql, "ADDED_KEYS": added_keys_sql}.get(MIGRATIONS[step])
+            step_sql = {None: summary_tables_sql, "ADDED_KEYS": added_keys_sql, "SLICES": slice_table_sql}.get(
+                MIGRATIONS[step]
+            )
             con.execute(step_sql() if step_sql else MIGRATIONS[step])
             if step == 5:  # the summaries of every completed run so far
                 self._materialize(
@@ -161,10 +170,14 @@ class Schema(Connections, Layout):
         view_kind = "TEMP VIEW" if temporary else "VIEW"
         duplicates = DUPLICATES_SQL.format(t="r.")
         relevance = run_setting_sql("relevance", "r.")
-        for view, table in (("config_summary", "summaries"), ("corpus_summary", "corpus_summaries")):
+        for view, table, schema in (
+            ("config_summary", "summaries", SUMMARY),
+            ("corpus_summary", "corpus_summaries", SUMMARY),
+            ("slice_summary", "slice_summaries", SLICE_SUMMARY),
+        ):
             con.execute(f"""
                 CREATE OR REPLACE {view_kind} {view} AS
-                SELECT {projection("summary", set(SUMMARY.names), "s")}, {duplicates} AS duplicates,
+                SELECT {projection("summary", set(schema.names), "s")}, {duplicates} AS duplicates,
                        {relevance} AS relevance
                 FROM {table} s JOIN runs r USING (run_id)
                 WHERE r.status = 'completed'""")
@@ -207,12 +220,15 @@ class Schema(Connections, Layout):
         computed from its per-query rows by the shared SQL (`chunkeval.stats.aggregate`), without intervals."""
         if not run_ids:
             return
-        for table in ("summaries", "corpus_summaries"):
-            con.execute(f"DELETE FROM {table} WHERE list_contains(?, run_id)", [run_ids])
+        have = {t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        for table in SUMMARY_TABLES:
+            if table in have:  # slice_summaries from v9 on (a migration of an older warehouse loads v6's tables)
+                con.execute(f"DELETE FROM {table} WHERE list_contains(?, run_id)", [run_ids])
         summaries = [self._file(r, "summary") for r in run_ids if self._file(r, "summary").is_file()]
         self._insert_by_name(con, "summaries", parquet(summaries), summaries)
-        by_corpus = [self._file(r, "by_corpus") for r in run_ids if self._file(r, "by_corpus").is_file()]
-        self._insert_by_name(con, "corpus_summaries", parquet(by_corpus), by_corpus)
+        for kind, table in (("by_corpus", "corpus_summaries"), ("by_slice", "slice_summaries")):
+            files = [self._file(r, kind) for r in run_ids if self._file(r, kind).is_file() and table in have]
+            self._insert_by_name(con, table, parquet(files), files)
         older = [
             r for r in run_ids if not self._file(r, "by_corpus").is_file() and self._file(r, "per_query").is_file()
         ]
@@ -250,7 +266,7 @@ class Schema(Connections, Layout):
         with self.connect() as con:
             con.execute("BEGIN TRANSACTION")
             done = [r for (r,) in con.execute("SELECT run_id FROM runs WHERE status = 'completed'").fetchall()]
-            for table in ("summaries", "corpus_summaries"):
+            for table in SUMMARY_TABLES:
                 con.execute(f"DELETE FROM {table}")
             self._materialize(con, done)
             con.execute("COMMIT")

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval.errors import InputError
-from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, slice_name
 from chunkeval.warehouse.history import History
 from chunkeval.warehouse.migrations import SCHEMA_VERSION
 from chunkeval.warehouse.tables import empty_results, projection, quote
@@ -25,6 +25,26 @@ class Results(History):
             return con.sql(
                 f"SELECT * FROM config_summary WHERE run_id = ? ORDER BY {', '.join(CONFIG_KEYS)}", params=[run_id]
             ).to_arrow_table()
+
+    def slice_summary(self, run_id: str) -> pa.Table:
+        """A run's summary per configuration and slice of the gold set (no rows for a run without slices)."""
+        with self.connect() as con:
+            return con.sql(
+                f"SELECT * FROM slice_summary WHERE run_id = ? ORDER BY slice_column, slice_value, {', '.join(CONFIG_KEYS)}",
+                params=[run_id],
+            ).to_arrow_table()
+
+    def query_slices(self, run_id: str) -> dict[str, set[str]]:
+        """Which queries each slice (`column=value`) of a run's gold set holds ({} for a run without slices)."""
+        path = self._file(run_id, "slices")
+        if not path.is_file():
+            return {}
+        out: dict[str, set[str]] = {}
+        with self.connect() as con:
+            found = con.execute(f"SELECT query_id, slice_column, slice_value FROM read_parquet({quote(path)})")
+            for query_id, column, value in found.fetchall():
+                out.setdefault(slice_name(column, value), set()).add(query_id)
+        return out
 
     def run_file(self, run_id: str, kind: str, order: str = "") -> pa.Table:
         """One results file of a completed run, with the columns the views show (read directly: a run's

@@ -19,7 +19,7 @@ from chunkeval._version import __version__
 from chunkeval.errors import InputError
 from chunkeval.faults import checkpoint
 from chunkeval.files import pid_alive, write_tables, write_text
-from chunkeval.stats.summaries import summarize
+from chunkeval.stats.summaries import summarize, summarize_slices
 from chunkeval.vocabulary import CONFIG_KEYS
 from chunkeval.warehouse.db import LockTimeout
 from chunkeval.warehouse.history import History
@@ -125,12 +125,16 @@ class Lifecycle(History):
         by_corpus: pa.Table | None = None,
         retrieved: pa.Table | None = None,
         corpora: dict[str, str] | None = None,
+        slices: pa.Table | None = None,
+        by_slice: pa.Table | None = None,
     ) -> None:
         """Write the run's files (each whole or not at all), its manifest, then mark it completed.
         `gold_check` is the gold-set check's findings on the run's inputs (`chunkeval gold check`); without
         `by_corpus` (the sweep's per-corpus summary) it is computed from `per_query`. `retrieved` (what
         every configuration retrieved) and `corpora` (the texts the run read: a copy of each version is
-        kept, `layout`) are what `chunkeval inspect` and `diff` show."""
+        kept, `layout`) are what `chunkeval inspect` and `diff` show. `slices` (which queries each slice of the
+        gold set holds: `chunkeval.engine.slices`) is kept with its summary `by_slice` (computed from `per_query`
+        when not given)."""
         folder = self.results / run_id
         folder.mkdir(parents=True, exist_ok=True)
         if corpora is not None:
@@ -143,14 +147,15 @@ class Lifecycle(History):
             tables[folder / "references.parquet"] = run_col(references)
         if models is not None:
             tables[folder / "models.parquet"] = run_col(models)
+        keys = [k for k in CONFIG_KEYS if k in per_query.column_names]
         if by_corpus is None:
-            settings = (self.read_manifest(run_id) or self.run(run_id))["settings"]  # the manifest needs no lock
-            skip = bool(json.loads(settings or "{}").get("skip_empty_gold"))
-            by_corpus = summarize(
-                per_query if skip or "has_gold" not in per_query.column_names else per_query.drop_columns(["has_gold"]),
-                [k for k in CONFIG_KEYS if k in per_query.column_names] + ["corpus_id"],
-            )
+            by_corpus = summarize(self._averaged(run_id, per_query), keys + ["corpus_id"])
         tables[folder / "by_corpus.parquet"] = run_col(by_corpus)
+        if slices is not None:
+            if by_slice is None:
+                by_slice = summarize_slices(self._averaged(run_id, per_query), slices, keys)
+            tables[folder / "slices.parquet"] = run_col(slices)
+            tables[folder / "by_slice.parquet"] = run_col(by_slice)
         if retrieved is not None:  # [start, end) kept as start and length, zstd: half the bytes of snappy's end
             length = pc.subtract(retrieved["end"], retrieved["start"]).cast(pa.int32())
             stored = retrieved.drop_columns(["end"]).append_column("length", length)
@@ -164,6 +169,13 @@ class Lifecycle(History):
                 "that opens the warehouse records it",
                 exc.path,
             ) from None
+
+    def _averaged(self, run_id: str, per_query: pa.Table) -> pa.Table:
+        """The per-query rows a run's averages take: without `has_gold` (every question counts) unless the run
+        left questions without references out (`skip_empty_gold`, read from the manifest: it needs no lock)."""
+        settings = (self.read_manifest(run_id) or self.run(run_id))["settings"]
+        skip = bool(json.loads(settings or "{}").get("skip_empty_gold"))
+        return per_query if skip or "has_gold" not in per_query.column_names else per_query.drop_columns(["has_gold"])
 
     def fail_run(self, run_id: str, error: str) -> None:
         """Record a running run failed (its manifest first). Where the catalogue is held past the lock

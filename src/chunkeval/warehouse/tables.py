@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from chunkeval.vocabulary import METRICS, RERANK_KEYS, RUN_SETTINGS
+from chunkeval.vocabulary import METRICS, RERANK_KEYS, RUN_SETTINGS, SLICE_KEYS
 
 STATUSES = ("running", "completed", "failed", "skipped")
 TRIGGERS = ("manual", "schedule", "event")
@@ -75,7 +75,11 @@ INDEX_STATS = {
 }
 SUMMARY = pa.schema({**_AVERAGES, "n_chunks": pa.int64(), "truncated_chunks": pa.int64(), **INDEX_STATS})
 CORPUS_SUMMARY = pa.schema({**_AVERAGES, "corpus_id": pa.string()})
-RESULT_FILES = ("per_query", "summary", "by_corpus", "references", "models")
+# v9: per configuration and slice of the gold set (`--slice-by`); `too_small`: fewer queries than a test needs
+SLICE_SUMMARY = pa.schema({**_AVERAGES, **{k: pa.string() for k in SLICE_KEYS}, "too_small": pa.bool_()})
+# what each run's `slices.parquet` holds: which queries each slice holds
+QUERY_SLICES = pa.schema({"query_id": pa.string(), **{k: pa.string() for k in SLICE_KEYS}, "run_id": pa.string()})
+RESULT_FILES = ("per_query", "summary", "by_corpus", "references", "models", "by_slice", "slices")
 
 
 def utc_now() -> datetime:
@@ -129,7 +133,7 @@ def empty_results() -> dict[str, pa.Table]:
     }
 
 
-_TYPES = {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DOUBLE"}
+_TYPES = {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN"}
 
 
 def _column_sql(field: pa.Field) -> str:
@@ -161,6 +165,11 @@ def sql_type(kind: pa.DataType) -> str:
 
 def summary_tables_sql() -> str:
     return _ddl("summaries", SUMMARY) + _ddl("corpus_summaries", CORPUS_SUMMARY)
+
+
+def slice_table_sql() -> str:
+    """v9: the per-slice summaries of completed runs."""
+    return _ddl("slice_summaries", SLICE_SUMMARY)
 
 
 _GLOB = re.compile(r"([\[*?])")
@@ -202,7 +211,7 @@ def projection(kind: str, names: set[str], alias: str) -> str:
     )
     drop = ", ".join(c for c in ("run_id", "model", "retriever", "index", *RERANK_KEYS) if c in names)
     rest = f"{alias}.* EXCLUDE ({drop})" if drop else f"{alias}.*"
-    if kind in ("per_query", "summary", "by_corpus"):
+    if kind in ("per_query", "summary", "by_corpus", "by_slice"):
         return (
             f"r.experiment, r.started_at, r.trigger, {model} AS model, {retriever} AS retriever, {index} AS index, "
             f"{later}, {rest}, r.run_id"

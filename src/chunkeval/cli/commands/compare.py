@@ -22,6 +22,7 @@ from chunkeval.errors import InputError
 WAREHOUSE_SESSION = True  # only reads
 
 HEADER = ["a", "b", "queries", "mean a", "mean b", "difference", "p t-test", "p randomisation", "p Holm"]
+POWER_HEADER = ["MDE", "queries for 0.02 / 0.05 / 0.10"]
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -31,7 +32,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
         description="Compare configurations query by query: within a run (each against the best, or --all-pairs), "
         "two runs of one experiment (the configurations they share), or two ranked-list files "
         "(--gold G --run-file A --run-file B). Paired t-test, paired randomisation test (10,000 sign "
-        "flips, seeded), the bootstrap interval of the mean difference, Holm over the call's comparisons.",
+        "flips, seeded), the bootstrap interval of the mean difference, Holm over the call's comparisons; and what the "
+        "questions can tell: the smallest difference (MDE) a paired t-test at --alpha detects with power 0.8 given the "
+        "spread of each pair's differences, and the questions 0.02, 0.05 and 0.10 would need (per comparison, before "
+        "Holm; docs/statistics.md).",
     )
     add_run(p, "a completed run (give two to compare runs)", many=True)
     add_experiment(p, "the experiment (its last completed run when no --run is given)")
@@ -91,7 +95,7 @@ def _compare_files(args: argparse.Namespace) -> list[dict]:
         tables.append(score_run(gold, ranked, args.k)[0])
     values = [dict(zip(t["query_id"].to_pylist(), t[args.metric].to_pylist())) for t in tables]
     sides = [{"run_file": path, "k": args.k} for path in args.run_file]
-    return C.adjust([C.compare(values[0], values[1], sides[0], sides[1], args.metric)], args.alpha)
+    return C.adjust([C.compare(values[0], values[1], sides[0], sides[1], args.metric, alpha=args.alpha)], args.alpha)
 
 
 def _label(side: dict) -> str:
@@ -99,7 +103,7 @@ def _label(side: dict) -> str:
 
 
 def _print_table(results: list[dict], metric: str, alpha: float) -> None:
-    from chunkeval.report.terminal import format_rows
+    from chunkeval.report.terminal import format_rows, power_sentence
 
     rows = [
         [
@@ -113,13 +117,22 @@ def _print_table(results: list[dict], metric: str, alpha: float) -> None:
             f"{r['p_permutation']:.4f}",
             f"{r['p_adjusted']:.4f}",
             "yes" if r["significant"] else "no",
+            "–" if r["mde"] != r["mde"] else f"{r['mde']:.3f}",
+            " / ".join("–" if n is None else str(n) for n in r["n_needed"].values()),
         ]
         for r in results
     ]
     print(
         f"{metric}: paired by query; differences a − b with 95 % bootstrap intervals; Holm over {len(results)} comparison(s)"
     )
-    print(format_rows([*HEADER, f"significant (α={alpha})"], rows))
+    print(format_rows([*HEADER, f"significant (α={alpha})", *POWER_HEADER], rows))
+    typical = sorted(results, key=lambda r: (r["mde"] != r["mde"], r["mde"]))[(len(results) - 1) // 2]
+    median = " (the median MDE of these comparisons)" if len(results) > 1 else ""
+    print(
+        f"\n{power_sentence(typical['n_queries'], metric, typical['mde'], typical['n_needed'])}{median}. MDE: the "
+        f"smallest paired difference a t-test at α={alpha} detects with power 0.8, from the spread of the pair's "
+        "per-query differences; needed queries at that spread, per comparison, before Holm"
+    )
     unmatched = sum(r["n_unmatched"] for r in results)
     if unmatched:
         print(f"\n{unmatched} query row(s) present on one side only were left out of the pairing")

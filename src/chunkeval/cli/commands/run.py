@@ -150,7 +150,11 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     )
     print(format_summary(summary, CONFIG_KEYS, tied=ties(wh.query_results(result["run_id"]), default_metrics(summary))))
     print(TIE_NOTE.format(alpha=0.05))
-    from chunkeval.report.terminal import approximate, format_index_costs
+    from chunkeval.report.terminal import approximate, format_index_costs, format_slices
+
+    by_slice = wh.slice_summary(result["run_id"])
+    if by_slice.num_rows:  # --slice-by: their per-slice rows are in the view slice_summary and the report
+        print(format_slices(by_slice))
 
     if approximate(summary):
         print("\nindexes (build seconds, size, and milliseconds per query: one at a time p50/p95, and batched)")

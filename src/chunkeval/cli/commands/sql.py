@@ -18,7 +18,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "sql",
         help="run one read-only SQL query over the warehouse and print its rows",
         description="Run one statement that only reads (SELECT, WITH …, EXPLAIN) over the warehouse's tables and "
-        "views (runs, config_summary, corpus_summary, trend, query_results, gold_references, run_models; "
+        "views (runs, config_summary, corpus_summary, slice_summary, trend, query_results, gold_references, run_models; "
         "docs/warehouse.md). The warehouse is held only while the query runs: unlike a DuckDB session left "
         "open on chunkeval.duckdb, it never blocks a run for long.",
     )

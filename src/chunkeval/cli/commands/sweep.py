@@ -16,7 +16,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="score a grid of chunking settings and k on a span gold set or document qrels, write the results",
         description="Score every (chunker, chunk size, overlap, k) on a span gold set or document qrels (--beir, "
         "--qrels). Writes the summary to --out, the per-query table to <out>.per_query, the per-corpus summary to "
-        "<out>.by_corpus and, for document qrels, each configuration's document ranking to <out>.doc_runs/.",
+        "<out>.by_corpus, with --slice-by the per-slice summary to <out>.by_slice and, for document qrels, each "
+        "configuration's document ranking to <out>.doc_runs/.",
     )
     add_experiment_flags(p)
     p.add_argument("--out", required=True, help="summary file, .csv or .parquet")
@@ -37,6 +38,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         default_metrics,
         format_index_costs,
         format_models,
+        format_slices,
         format_summary,
     )
 
@@ -44,9 +46,14 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     exp = experiment_from_args(args)
     check_writable_dir(cache_dir(), "the embedding cache ($CHUNKEVAL_HOME)")
     result = run_sweep(exp, Embedders(cache_dir(), args.batch_size, device=args.device))
-    write_tables(
-        {out: result.summary, beside(out, "per_query"): result.per_query, beside(out, "by_corpus"): result.by_corpus}
-    )
+    tables = {
+        out: result.summary,
+        beside(out, "per_query"): result.per_query,
+        beside(out, "by_corpus"): result.by_corpus,
+    }
+    if result.by_slice is not None:
+        tables[beside(out, "by_slice")] = result.by_slice
+    write_tables(tables)
     for note in result.notes:
         print(f"note: {note}")
     doc_runs = write_doc_runs(result.per_query, out.with_name(f"{out.stem}.doc_runs"))
@@ -56,8 +63,10 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     truncated = sum(result.summary["truncated_chunks"].to_pylist()) // max(len(exp.k), 1)
     print(
         f"\n{result.texts_embedded} text(s) embedded; {truncated} chunk(s) longer than the model's input were "
-        f"embedded from their beginning; results in {out} and {beside(out, 'per_query').name}, {beside(out, 'by_corpus').name}"
+        f"embedded from their beginning; results in {out} and " + ", ".join(p.name for p in list(tables)[1:])
     )
+    if result.by_slice is not None:
+        print(format_slices(result.by_slice))
     if doc_runs:
         print(f"document rankings (MaxP, top k) as TREC run files: {doc_runs}")
     if result.models.num_rows:

@@ -18,6 +18,7 @@ from chunkeval.cli.options import (
 from chunkeval.cli.output import iso
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
+from chunkeval.vocabulary import MIN_SLICE_QUERIES, slice_name
 
 WAREHOUSE_SESSION = True  # only reads
 SHOWN_RUNS = 30  # runs a terminal shows by default
@@ -35,6 +36,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_config(
         p,
         "only configurations with these settings, e.g. chunk_size=200,k=5 (keys: chunker, chunk_size, chunk_overlap, k)",
+    )
+    p.add_argument(
+        "--slice",
+        metavar="COLUMN=VALUE",
+        help="the metric over one slice of the gold set, e.g. type=numbers (runs recorded with --slice-by); with "
+        "--fail-on-regression, only that slice's regressions",
     )
     window = p.add_mutually_exclusive_group()
     window.add_argument(
@@ -76,8 +83,9 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if args.baseline:
         wh.run(args.baseline)
     config = config_filter(args.config)
+    in_slice = _slice(wh, args)
     shown = args.last or (None if args.all or args.json else SHOWN_RUNS)
-    rows = wh.trend(args.experiment, args.metric, config, shown)
+    rows = wh.trend(args.experiment, args.metric, config, shown, in_slice=in_slice)
     if config and not rows and wh.last_completed(args.experiment):
         raise InputError(
             f"no configuration of experiment {args.experiment!r} matches --config "
@@ -89,21 +97,41 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         print(f"no completed run of experiment {args.experiment!r} with {args.metric}")
     elif args.verbose or not args.fail_on_regression:
         print(_table(rows, args.metric))
+        if in_slice and any(r["too_small"] for r in rows):
+            print(f"(* fewer than {MIN_SLICE_QUERIES} queries: too small to test; no regression is tested on it)")
         left_out = wh.count_runs(args.experiment, "completed") - len({r["run_id"] for r in rows})
         if left_out > 0 and shown:
             print(f"({left_out} earlier completed run(s) not shown: --last N or --all shows them)")
     if args.fail_on_regression:
-        return _verdict(wh, args, config)
+        return _verdict(wh, args, config, in_slice)
     return 0
 
 
-def _verdict(wh, args: argparse.Namespace, config: dict) -> int:
+def _slice(wh, args: argparse.Namespace) -> tuple[str, str] | None:
+    """`--slice COLUMN=VALUE` as (column, value), a slice the experiment's runs recorded."""
+    if args.slice is None:
+        return None
+    column, sep, value = args.slice.partition("=")
+    if not sep or not column.strip() or not value.strip():
+        raise InputError(f"--slice takes COLUMN=VALUE, e.g. type=numbers; got {args.slice!r}")
+    known = wh.slices(args.experiment)
+    if slice_name(column.strip(), value.strip()) not in known:
+        raise InputError(
+            f"no slice {args.slice!r} in the runs of experiment {args.experiment!r}; "
+            + (f"known: {', '.join(known)}" if known else "its runs recorded no slices (run with --slice-by)")
+        )
+    return column.strip(), value.strip()
+
+
+def _verdict(wh, args: argparse.Namespace, config: dict, in_slice: tuple[str, str] | None = None) -> int:
     """The regression check's verdict on stdout, each regression (with the questions that lost most) on
-    stderr; 1 when there is one."""
+    stderr; 1 when there is one. With `in_slice`, that slice's regressions only."""
     from chunkeval.report.terminal import regression_message
 
     falls = wh.regressions(args.experiment, [args.metric], args.threshold, args.baseline, args.alpha)
     falls = [f for f in falls if all(f[k] == v for k, v in config.items())]
+    if in_slice is not None:
+        falls = [f for f in falls if f.get("slice") == slice_name(*in_slice)]
     newest = wh.last_completed(args.experiment)
     reference = (args.baseline or wh.reference_run(args.experiment, newest["run_id"])) if newest else None
     out = sys.stderr if args.json else sys.stdout  # JSON on stdout stays one document
@@ -117,7 +145,9 @@ def _verdict(wh, args: argparse.Namespace, config: dict) -> int:
             file=out,
         )
         return 0
-    print(f"REGRESSION: {args.metric} fell in {len(falls)} configuration(s), {against}", file=out)
+    sliced = sum(1 for f in falls if f.get("slice"))
+    where = f" ({sliced} of them in a slice of the gold set)" if sliced else ""
+    print(f"REGRESSION: {args.metric} fell in {len(falls)} configuration(s){where}, {against}", file=out)
     print(_diff_link(wh, args, config, reference, newest["run_id"]), file=out)
     for f in falls:
         print(regression_message(f), file=sys.stderr)
@@ -154,7 +184,8 @@ def _table(rows: list[dict], metric: str) -> str:
     keys = shown_keys(rows)
     if len({r["duplicates"] for r in rows}) > 1:  # changes are only against runs scored the same way
         keys.insert(0, "duplicates")
-    cols = ["run_id", "started_at", *keys, metric, "change"]
+    sliced = "n_queries" in rows[0]  # rows of one slice: its queries, those too small to test marked
+    cols = ["run_id", "started_at", *keys, *(["queries"] if sliced else []), metric, "change"]
     return format_rows(
         cols,
         [
@@ -162,6 +193,7 @@ def _table(rows: list[dict], metric: str) -> str:
                 r["run_id"],
                 iso(r["started_at"]),
                 *(str(r[k]) for k in keys),
+                *([f"{r['n_queries']}{'*' if r['too_small'] else ''}"] if sliced else []),
                 "–" if r["value"] is None else f"{r['value']:.3f}",
                 "" if r["change"] is None else f"{r['change']:+.3f}",
             ]

@@ -1,0 +1,57 @@
+"""What a run's gold set can tell about its grid: for each metric and configuration, the smallest paired
+difference from the best configuration that the questions detect (`chunkeval.stats.power`: a two-sided paired
+t-test at alpha, power 0.8, from the spread of the per-query differences against the best configuration).
+What the report's grid shows; `chunkeval compare` gives the same for each of its comparisons.
+Definitions: docs/statistics.md ("How much a gold set can tell")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from chunkeval.stats.power import ALPHA, detectable, mde
+from chunkeval.vocabulary import CONFIG_KEYS
+
+
+@dataclass(frozen=True)
+class Detectable:
+    """One metric of a run: each configuration's MDE against the best (by its configuration-key tuple), and
+    the median configuration's: its queries, MDE and queries needed for 0.02, 0.05 and 0.10."""
+
+    by_config: dict[tuple, float]
+    n: int
+    mde: float
+    n_needed: dict[str, int | None]
+
+
+def against_best(per_query: pa.Table, metrics, alpha: float = ALPHA) -> dict[str, Detectable]:
+    """Per metric measured by at least two configurations: every other configuration's differences from the
+    best one (the highest mean; queries paired by query_id), their MDE, and the median one's queries needed."""
+    present = [k for k in CONFIG_KEYS if k in per_query.column_names]
+    out = {}
+    for metric in metrics:
+        if metric not in per_query.column_names:
+            continue
+        rows = per_query.filter(pc.is_valid(per_query[metric])) if per_query[metric].null_count else per_query
+        values: dict[tuple, dict[str, float]] = {}  # configuration → query_id → value (keys as lists: None stays None)
+        keys = zip(*(rows[k].to_pylist() for k in present))
+        for key, query, value in zip(keys, rows["query_id"].to_pylist(), rows[metric].to_pylist()):
+            values.setdefault(key, {})[query] = value
+        if len(values) < 2:
+            continue
+        best = max(values, key=lambda key: np.mean(list(values[key].values())))  # the first of equal means
+        diffs = {}
+        for key, mine in values.items():
+            common = sorted(set(mine) & set(values[best]))
+            if key != best and len(common) >= 2:
+                diffs[key] = np.asarray([values[best][q] - mine[q] for q in common])
+        if not diffs:
+            continue
+        smallest = {key: mde(float(d.std(ddof=1)), len(d), alpha) for key, d in diffs.items()}
+        median = sorted(diffs, key=lambda key: smallest[key])[(len(diffs) - 1) // 2]
+        value, needed = detectable(diffs[median], alpha)
+        out[metric] = Detectable(smallest, len(diffs[median]), value, needed)
+    return out
