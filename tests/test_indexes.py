@@ -4,6 +4,7 @@ server on 127.0.0.1 started here. Oracles: exact top-k by numpy's argsort, and f
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import socket
@@ -23,7 +24,7 @@ import pytest
 from chunkeval.cli import main
 from chunkeval.engine import indexes
 from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.indexes import parse_index
+from chunkeval.engine.indexes import parse_index, persist
 from chunkeval.engine.indexes.measure import measure
 from chunkeval.engine.sweep import Embedders, run_sweep
 from chunkeval.errors import InputError
@@ -151,6 +152,7 @@ def test_a_build_is_shared_persisted_reused_and_rebuilt_alike_when_damaged(own_h
     c, q = unit(3000, 32, 6), unit(100, 32, 7)
     a, b = parse_index("hnsw:m=8:ef_search=8"), parse_index("hnsw:m=8:ef_search=64")
     first, _ = indexes.search(a, q, c, 5)
+    persist.wait_all()  # the file is written in the background while the run searches
     files = sorted((own_home / "indexes" / "faiss").glob("*.faiss"))
     assert len(files) == 1  # two ef_search values, one build
     indexes.search(b, q, c, 5)
@@ -167,6 +169,16 @@ def test_a_build_is_shared_persisted_reused_and_rebuilt_alike_when_damaged(own_h
     indexes.forget()
     np.testing.assert_array_equal(indexes.search(a, q, c, 5)[0], first)  # rebuilt: a deterministic build
     assert files[0].with_name(files[0].name + ".damaged").is_file()
+    persist.wait_all()
+    record = files[0].with_suffix(".json")
+    kept = json.loads(record.read_text())
+    assert set(kept) == {"xxh3_128", "build_seconds"}
+    # a record of the SHA-256 days is still checked, and read
+    old = {"sha256": hashlib.sha256(files[0].read_bytes()).hexdigest(), "build_seconds": kept["build_seconds"]}
+    record.write_text(json.dumps(old))
+    mtime = files[0].stat().st_mtime_ns
+    indexes.forget()
+    assert indexes.get(a, c).build_seconds == kept["build_seconds"] and files[0].stat().st_mtime_ns == mtime
 
 
 # ------------------------------------------------------------------------------------------------ Chroma

@@ -3,9 +3,10 @@
 `exact` is chunkeval's exact top-k (`chunkeval.engine.retrievers.dense.top_k`); `hnsw` and `ivf` are faiss
 indexes in process (`faiss_kinds`); `chroma` a Chroma collection (`chroma_kind`). An index is built once per
 (vectors, kind, build parameters): kept in memory for the settings that share it, and persisted (faiss
-files under `$CHUNKEVAL_HOME/indexes/faiss/`, each with its SHA-256 and build seconds beside it; Chroma collections named by
-what they hold), so a warm run builds nothing. A persisted index that does not match its checksum or
-cannot be read is set aside (renamed `.damaged`) and built again, like a damaged embedding-cache part.
+files under `$CHUNKEVAL_HOME/indexes/faiss/`, written in the background with their checksum and build
+seconds beside them (`persist`); Chroma collections named by what they hold), so a warm run builds nothing.
+A persisted index that does not match its checksum or cannot be read is set aside (renamed `.damaged`) and
+built again, like a damaged embedding-cache part.
 
 `search(spec, queries, chunks, depth)` is what a retriever calls instead of the exact top-k;
 `chunkeval.engine.indexes.measure` measures what an index costs (recall against exact, time, bytes).
@@ -14,7 +15,6 @@ cannot be read is set aside (renamed `.damaged`) and built again, like a damaged
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import time
@@ -25,8 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from chunkeval.engine.indexes import faiss_kinds
+from chunkeval.engine.indexes import faiss_kinds, persist
 from chunkeval.engine.indexes.chroma_kind import ChromaIndex
+from chunkeval.engine.indexes.persist import Pending, vectors_digest
 from chunkeval.engine.indexes.spec import (  # noqa: F401 (the index vocabulary, re-exported)
     EXACT,
     KINDS,
@@ -38,7 +39,6 @@ from chunkeval.engine.indexes.spec import (  # noqa: F401 (the index vocabulary,
     parse_indexes,
 )
 from chunkeval.engine.retrievers.dense import top_k
-from chunkeval.files import hash_file, write_text
 from chunkeval.paths import home
 
 log = logging.getLogger("chunkeval")
@@ -56,8 +56,12 @@ class Built:
     spec: IndexSpec  # the setting it was built for (its build parameters are every sharer's)
     handle: object  # a faiss index, a ChromaIndex, or the vectors themselves for exact
     build_seconds: float  # how long its build took (recorded beside it: a warm run reports the same)
-    nbytes: int | None
+    stored: int | Pending | None  # its bytes, or the file being written that will tell them
     n_vectors: int
+
+    @property
+    def nbytes(self) -> int | None:
+        return self.stored.size if isinstance(self.stored, Pending) else self.stored
 
     def search(self, spec: IndexSpec, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         with self.searching(spec) as search:
@@ -76,13 +80,6 @@ class Built:
 
 
 _memory: OrderedDict[str, Built] = OrderedDict()
-
-
-def vectors_digest(vectors: np.ndarray) -> str:
-    x = np.ascontiguousarray(vectors, dtype=np.float32)
-    digest = hashlib.sha256(f"{x.shape}".encode())
-    digest.update(memoryview(x).cast("B"))
-    return digest.hexdigest()
 
 
 def build_name(spec: IndexSpec, digest: str) -> str:
@@ -110,7 +107,9 @@ def get(spec: IndexSpec, vectors: np.ndarray, where: str = "") -> Built:
 
 
 def forget() -> None:
-    """Drop the indexes kept in memory (a test's way to see what a fresh process reads from disk)."""
+    """Drop the indexes kept in memory, their files written (a test's way to see what a fresh process reads
+    from disk)."""
+    persist.wait_all()
     _memory.clear()
 
 
@@ -131,21 +130,14 @@ def _open_faiss(spec: IndexSpec, name: str, vectors: np.ndarray) -> Built:
     path, record = folder / f"{name}.faiss", folder / f"{name}.json"
     if path.is_file():
         try:
-            kept = json.loads(record.read_text()) if record.is_file() else {}
-            if kept.get("sha256") != hash_file(path).hexdigest():
-                raise ValueError("its checksum does not match")
-            return Built(spec, faiss_kinds.read(path), float(kept["build_seconds"]), path.stat().st_size, len(vectors))
+            index, seconds = persist.read(path, record)
+            return Built(spec, index, seconds, path.stat().st_size, len(vectors))
         except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:  # faiss: RuntimeError
             _set_aside(path, exc)
     started = time.perf_counter()
     index = faiss_kinds.build(spec, vectors)
     seconds = time.perf_counter() - started
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{name}.{os.getpid()}.tmp"
-    faiss_kinds.write(index, tmp)
-    write_text(record, json.dumps({"sha256": hash_file(tmp).hexdigest(), "build_seconds": seconds}) + "\n")
-    os.replace(tmp, path)
-    return Built(spec, index, seconds, path.stat().st_size, len(vectors))
+    return Built(spec, index, seconds, Pending(index, path, record, seconds), len(vectors))
 
 
 def _open_chroma(spec: IndexSpec, name: str, vectors: np.ndarray) -> Built:

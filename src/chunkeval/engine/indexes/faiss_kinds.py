@@ -94,11 +94,3 @@ def _params(spec: IndexSpec):
     if spec.kind == "hnsw":
         return faiss.SearchParametersHNSW(efSearch=spec.get("ef_search"))
     return faiss.SearchParametersIVF(nprobe=spec.get("nprobe"))
-
-
-def write(index, path) -> None:
-    load_library("faiss").write_index(index, str(path))
-
-
-def read(path):
-    return load_library("faiss").read_index(str(path))

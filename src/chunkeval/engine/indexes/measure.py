@@ -96,9 +96,10 @@ def _measure_part(spec, q, c, rows, out: Measures, sample: set, where: str) -> N
     depth = max(out.ks)
     built = indexes.get(spec, c, f"corpus {where}" if where else "")
     out.build_seconds += built.build_seconds
-    out.nbytes = None if built.nbytes is None or out.nbytes is None else out.nbytes + built.nbytes
     with built.searching(spec) as search:
         ids = _timed(search, q, depth, rows, out, sample)
+    # its size after the searches: a file just built is being written meanwhile (indexes.persist)
+    out.nbytes = None if built.nbytes is None or out.nbytes is None else out.nbytes + built.nbytes
     for i, k in enumerate(out.ks):
         out.depth[i, rows] = min(k, len(c))
     if spec.kind == EXACT:
