@@ -239,6 +239,26 @@ def test_no_common_query_is_an_error():
         C.pair({"a": 1.0}, {"b": 1.0})
 
 
+def test_configurations_of_an_arrow_table_pair_when_a_key_is_null():
+    """A sweep's per-query table holds `candidates` null where nothing was reranked: its configurations pair
+    by that null, as the warehouse's columns do (a null read through numpy was NaN, which pairs with nothing)."""
+    import pyarrow as pa
+
+    table = pa.table(
+        {
+            "k": [5, 5, 10, 10],
+            "candidates": pa.array([None, None, None, None], pa.int64()),
+            "query_id": ["q1", "q2", "q1", "q2"],
+        }
+    )
+    assert C.rows_by_config(table, ["k", "candidates"]) == {
+        (5, None): {"q1": 0, "q2": 1},
+        (10, None): {"q1": 2, "q2": 3},
+    }
+    columns = {name: np.array(table[name].to_pylist(), dtype=object) for name in table.column_names}
+    assert C.rows_by_config(columns, ["k", "candidates"]) == C.rows_by_config(table, ["k", "candidates"])
+
+
 def test_configurations_tied_with_the_best_are_marked(recorded, capsys, tmp_path):
     wh, (run_id, _) = recorded
     per_query = wh.query_results(run_id)

@@ -230,11 +230,17 @@ TIE_NOTE = (
 def rows_by_config(table, keys: list[str]) -> dict[tuple, dict[str, int]]:
     """configuration values → {query_id: row}, in one pass over the table (Arrow, or columns of numpy)."""
     out: dict[tuple, dict[str, int]] = {}
-    for i, (key, qid) in enumerate(
-        zip(zip(*(_column(table, k).tolist() for k in keys)), _column(table, "query_id").tolist())
-    ):
+    for i, (key, qid) in enumerate(zip(zip(*(_values(table, k) for k in keys)), _values(table, "query_id"))):
         out.setdefault(key, {})[qid] = i
     return out
+
+
+def _values(table, name: str) -> list:
+    """A key column as Python values, a null as None (as `Warehouse.run_columns` reads it): through numpy, an
+    Arrow integer column with nulls would turn them into NaN, which equals nothing, not even itself."""
+    if isinstance(table, pa.Table):
+        return table[name].to_pylist()
+    return table[name].tolist()
 
 
 def _column(table, name: str) -> np.ndarray:

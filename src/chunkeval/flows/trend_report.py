@@ -92,7 +92,8 @@ def trend_report(
                 payload={
                     "experiment": name,
                     "threshold": threshold,
-                    "regressions": [{k: str(v) for k, v in r.items()} for r in falls],
+                    # a null (the whole gold set's slice, a key a configuration lacks) stays null, not "None"
+                    "regressions": [{k: None if v is None else str(v) for k, v in r.items()} for r in falls],
                 },
             )
             for r in falls:
