@@ -218,9 +218,15 @@ def _rows_by_config(table, keys: list[str]) -> dict[tuple, dict[str, int]]:
 
 
 def _column(table, name: str) -> np.ndarray:
-    """A column of an Arrow table or of a mapping of numpy columns (`Warehouse.run_columns`), as numpy."""
+    """A column of an Arrow table or of a mapping of numpy columns (`Warehouse.run_columns`), as numpy. A
+    null in a column that is not floating reads as None (as `run_columns` reads it): numpy would make it NaN,
+    and NaN equals nothing, so each row of a configuration with a null key (`candidates` of a row that was
+    not reranked) would become a configuration of its own."""
     if isinstance(table, pa.Table):
-        return table[name].to_numpy(zero_copy_only=False)
+        column = table[name]
+        if column.null_count and not pa.types.is_floating(column.type):
+            return np.asarray(column.to_pylist(), dtype=object)
+        return column.to_numpy(zero_copy_only=False)
     return table[name]
 
 
