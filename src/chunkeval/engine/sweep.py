@@ -31,7 +31,7 @@ from chunkeval.engine.indexes import search as index_search
 from chunkeval.engine.indexes.measure import STATS as INDEX_STATS
 from chunkeval.engine.indexes.measure import measure as measure_index
 from chunkeval.engine.inputs import SpanGold, corpus_ids_in, load_corpora, load_span_gold
-from chunkeval.engine.retrieved import retrieved_table
+from chunkeval.engine.retrieved import qrels_table, retrieved_table
 from chunkeval.engine.scoring import reference_table, score_chunking, summarize_sweep  # noqa: F401 (re-exported)
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANKER  # noqa: F401 (re-exported)
 
@@ -91,6 +91,7 @@ class SweepResult:
     notes: tuple[str, ...] = ()
     retrieved: pa.Table | None = None  # what every configuration retrieved (`chunkeval.engine.retrieved`)
     corpora: dict | None = None  # the texts the run read, by corpus id
+    qrels: pa.Table | None = None  # under document gold, the qrels with the questions (`retrieved.qrels_table`)
 
 
 def load_inputs(exp: Experiment) -> Inputs:
@@ -231,7 +232,13 @@ def embed_all(inputs: Inputs, chunkings: list[Chunking], configs: list[Config], 
     return Embedded(queries, chunks, truncated)
 
 
-def retrieve(
+def retrieve(*args, **kwargs) -> np.ndarray:
+    """Top-k chunk indices per question (-1 padding), over the pooled corpora or each question's own (the
+    arguments of `retrieve_scored`)."""
+    return retrieve_scored(*args, **kwargs)[0]
+
+
+def retrieve_scored(
     inputs: Inputs,
     chunking: Chunking,
     config: Config,
@@ -239,8 +246,9 @@ def retrieve(
     k: int,
     own_corpus: bool = False,
     rrf_k: int = 60,
-) -> np.ndarray:
-    """Top-k chunk indices per question (-1 padding), over the pooled corpora or each question's own."""
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Top-k chunk indices per question (-1 padding), over the pooled corpora or each question's own, and the
+    retriever's score of each (`retrievers.retrieve_scored`; None for a plug-in)."""
     chunks = chunking.chunks
     key = (config.chunking, config.model)
     request = retrievers.RetrievalRequest(
@@ -251,7 +259,8 @@ def retrieve(
         chunk_vectors=embedded.chunks.get(key),
         search=_searcher(config.index),
     )
-    return retrievers.retrieve(config.retriever, request, rrf_k=rrf_k, **groups_of(inputs, chunking, own_corpus))
+    groups = groups_of(inputs, chunking, own_corpus)
+    return retrievers.retrieve_scored(config.retriever, request, rrf_k=rrf_k, **groups)
 
 
 def _searcher(spec: IndexSpec | None):
@@ -319,11 +328,12 @@ def score_config(
     doc = isinstance(inputs.gold, DocGold)  # document gold: retrieval deep enough for MaxP to find k documents
     if config.reranker == NO_RERANKER:
         depth = retrieval_depth(max(exp.k), len(chunking.chunks)) if doc else max(exp.k)
-        topk = retrieve(inputs, chunking, config, embedded, depth, exp.own_corpus, exp.rrf_k)
+        topk, scores = retrieve_scored(inputs, chunking, config, embedded, depth, exp.own_corpus, exp.rrf_k)
     else:  # the first stage's top candidates, re-scored; scored at the k the candidates cover
         ks = tuple(k for k in exp.k if k <= config.candidates)
         first = retrieve(inputs, chunking, config, embedded, config.candidates, exp.own_corpus, exp.rrf_k)
-        topk = rerank_top(inputs, chunking, config, embedded, first, config.candidates if doc else max(ks), scorers)
+        keep = config.candidates if doc else max(ks)
+        topk, scores = rerank_top(inputs, chunking, config, embedded, first, keep, scorers)
     if doc:
         keys = {"index": config.index_key, "reranker": config.reranker, "candidates": config.candidates}
         table, _ = score_documents(
@@ -344,12 +354,10 @@ def score_config(
             config.index_key,
             exp.relevance,
         )
-    if kept is not None and not doc:  # retrieved lists are kept for span gold (document gold: its run files)
-        dense = config.retriever == "dense"  # its score is the cosine; the others give ranks only
-        vectors = (embedded.queries.get(config.model), embedded.chunks.get((config.chunking, config.model)))
-        kept.append(
-            retrieved_table(inputs.gold, chunking.chunks, topk, table, inputs.copies, *(vectors if dense else ()))
-        )
+    if kept is not None:  # at the largest k (under document gold, not the depth MaxP looked at)
+        top = max(ks)
+        scores = None if scores is None else scores[:, :top]
+        kept.append(retrieved_table(inputs.gold, chunking.chunks, topk[:, :top], table, inputs.copies, scores))
     if config.index is None:
         nothing = pa.nulls(table.num_rows, pa.float64())
         for name in ("ann_recall_at_k", "ann_found", "ann_depth"):
@@ -383,8 +391,8 @@ def rerank_top(
     first: np.ndarray,
     keep: int,
     scorers: dict | None = None,
-) -> np.ndarray:
-    """The `keep` best of the first stage's candidates by the configuration's reranker."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """The `keep` best of the first stage's candidates by the configuration's reranker, and its scores."""
     from chunkeval.engine import rerank
 
     if _reranks_with_vectors(config):
@@ -453,4 +461,10 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
         tuple(exp.notes() + changed),
         pa.concat_tables(kept) if kept else None,
         dict(inputs.corpora),
+        kept_qrels(inputs),
     )
+
+
+def kept_qrels(inputs: Inputs) -> pa.Table | None:
+    """Under document gold, the qrels a run keeps beside its retrieved lists (None under span gold)."""
+    return qrels_table(inputs.gold) if isinstance(inputs.gold, DocGold) else None

@@ -136,13 +136,16 @@ def store(
     gold: dict,
     retrieved: pa.Table | None,
     corpora: dict,
+    qrels: pa.Table | None = None,
 ) -> str | None:
     """The run recorded; where another process held the warehouse past the lock timeout, the reason (the
     results are kept and the next command records them), returned rather than raised: no retry waits again."""
     try:
         wh = warehouse()
         write_doc_runs(per_query, wh.results / run_id / "doc_runs")  # document gold: the TREC run files, first
-        wh.complete_run(run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus, retrieved, corpora)
+        wh.complete_run(
+            run_id, per_query, summary, texts_embedded, refs, models, gold, by_corpus, retrieved, corpora, qrels
+        )
     except LockTimeout as exc:
         return str(exc)
     return None
@@ -268,6 +271,7 @@ def evaluate(
             check_gold(inputs, exp),
             retrieved,
             inputs.corpora,
+            sweep.kept_qrels(inputs),
         )
         if held:
             raise LockTimeout(held)
