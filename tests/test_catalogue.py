@@ -716,6 +716,14 @@ CASES = {
         lambda w: ["run", "--mlflow", f"http://127.0.0.1:{free_port()}"],
         "--mlflow: no MLflow server answers at http://127.0.0.1:",
     ),
+    "run: experiment mlflow key not http": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + "mlflow: file:///tmp/mlruns\n")],
+        "mlflow takes the http(s) URI",
+    ),
+    "run: experiment mlflow key not a server": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + f"mlflow: http://127.0.0.1:{free_port()}\n")],
+        "the experiment's mlflow: no MLflow server answers at http://127.0.0.1:",
+    ),
     "inspect: unknown run": (lambda w: ["inspect", "--run", "nosuch", "--query", "q"], "no run 'nosuch'"),
     "inspect: unknown query": (
         lambda w: ["inspect", "--run", w["run_id"], "--query", "nosuch"],

@@ -2,8 +2,10 @@
 
 YAML keys are the long flag names with `_` for `-`: name, corpus_dir, questions, beir, split, queries, qrels, corpus, chunker,
 chunk_sizes, overlaps, k, model, retriever, index, rrf_k, own_corpus, skip_empty_gold, duplicates, backend, quantize, precision (model, retriever and
-the other lists take one value or a list), and `models`, a mapping that names served models with their
-settings (`chunkeval.engine.embedding.served`). Relative paths are read from the YAML file's folder.
+the other lists take one value or a list), `models`, a mapping that names served models with their
+settings (`chunkeval.engine.embedding.served`), and `mlflow`, the MLflow tracking server each run is published
+to (as `run --mlflow`; where results go, not a setting of the evaluation: runs do not record it).
+Relative paths are read from the YAML file's folder.
 """
 
 from __future__ import annotations
@@ -153,6 +155,7 @@ class Experiment:
     queries: str = ""  # with qrels and corpus_dir: document-level gold for any corpus
     qrels: str = ""
     strict: bool = False  # a qrels row naming an unknown query or document is an error, not left out
+    mlflow: str = ""  # the http(s) URI of an MLflow tracking server each run is published to (not recorded)
 
     @property
     def doc_gold(self) -> bool:
@@ -246,6 +249,10 @@ class Experiment:
 
     def validate(self, source: str | None = None) -> Experiment:
         check_name(self.name, "experiment name", source)
+        if self.mlflow and not self.mlflow.startswith(("http://", "https://")):
+            raise InputError(
+                f"mlflow takes the http(s) URI of an MLflow tracking server, got {short(self.mlflow)}", source
+            )
         if not self.chunker or not self.chunk_sizes or not self.overlaps or not self.k:
             raise InputError("an experiment needs at least one chunker, chunk size, overlap and k", source)
         for k in self.k:
@@ -408,6 +415,9 @@ class Experiment:
                 del data[key]  # runs of span gold stay as they were recorded before document gold existed
         if not self.beir:
             del data["split"]
+        del data[
+            "mlflow"
+        ]  # where runs are published, not how they are evaluated: runs record their settings without it
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
     def fingerprint(self) -> str:

@@ -111,6 +111,19 @@ def report(experiment: str, run_id: str) -> str:
     return str(write_report(wh, experiment, report_path(wh.root, experiment, run_id), run_id))
 
 
+@task(**TASK)  # no retries: a retry after a partial publish would make a second MLflow run
+def publish(uri: str, run_id: str, page: str) -> str:
+    """A recorded run published to the MLflow tracking server at `uri` (`chunkeval.cli.mlflow_export`); the
+    MLflow run's id. Where that fails, one line: the run itself stays recorded."""
+    from chunkeval.cli.mlflow_export import check_server, log_run
+
+    uri = check_server(uri, f"run {run_id} is recorded, but not published to MLflow")
+    try:
+        return log_run(uri, warehouse(), run_id, Path(page))
+    except Exception as exc:  # the client's own errors (a server that went away, a refused request)
+        raise Fault(f"run {run_id} is recorded, but publishing it to MLflow at {uri} failed: {exc}") from None
+
+
 @task(**TASK)
 def summarize(
     per_query: pa.Table,
@@ -198,16 +211,22 @@ def evaluate(
     batch_size: int | None = None,
     device: str = "auto",
     shards: int = 0,
+    mlflow: str | None = None,
 ) -> dict:
     """Run one experiment (`demo`, the path of an experiment YAML file, or its settings) and record it in the warehouse.
 
     With `if_changed`, a run whose corpus, gold set and model are those of the last completed run is
     recorded as `skipped` and embeds nothing. With `shards` (a Dask task runner: `with_task_runner`),
-    the texts the cache lacks are embedded by that many tasks on the cluster's workers first.
+    the texts the cache lacks are embedded by that many tasks on the cluster's workers first. A completed run
+    is published to the MLflow tracking server `mlflow` (else the experiment's `mlflow:` key) when one is given.
     """
     logger = get_run_logger()
     progress.one_line_input_errors()
     exp = Experiment.resolve(experiment)
+    if mlflow:
+        from chunkeval.cli.mlflow_export import check_uri
+
+        check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
     wh = warehouse()
     wh.reap()
     fps = fingerprint(exp, "none" if if_changed else "run")  # a skipped run sends no request
@@ -299,4 +318,7 @@ def evaluate(
         link_text=f"chunkeval report of run {run_id}",
         description=f"The HTML report of experiment {exp.name} at run {run_id} (a file on the machine that ran it)",
     )
-    return {"run_id": run_id, "status": "completed", "texts_embedded": embedders.texts_embedded, "report": str(page)}
+    done = {"run_id": run_id, "status": "completed", "texts_embedded": embedders.texts_embedded, "report": str(page)}
+    if mlflow or exp.mlflow:
+        done["mlflow_run"] = publish(mlflow or exp.mlflow, run_id, str(page))
+    return done
