@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from chunkeval import stats
 from chunkeval.errors import InputError
+from chunkeval.stats.columns import numbers
 from chunkeval.vocabulary import CONFIG_KEYS as KEYS
 
 
@@ -157,7 +158,7 @@ def tied_with_best(per_query: pa.Table, metric: str, alpha: float = 0.05) -> lis
         return configs
     grid = _query_grid(per_query)
     if grid is not None:  # every configuration answered the same queries: one batch of sign flips
-        column = per_query[metric].to_numpy(zero_copy_only=False).astype(np.float64)
+        column = numbers(per_query[metric]).astype(np.float64)
         matrix = column[grid]
         if not np.isnan(matrix).any():
             # the means as `within_run` sums them (in table order), so that the same configuration is best
@@ -221,12 +222,13 @@ def _column(table, name: str) -> np.ndarray:
     """A column of an Arrow table or of a mapping of numpy columns (`Warehouse.run_columns`), as numpy. A
     null in a column that is not floating reads as None (as `run_columns` reads it): numpy would make it NaN,
     and NaN equals nothing, so each row of a configuration with a null key (`candidates` of a row that was
-    not reranked) would become a configuration of its own."""
+    not reranked) would become a configuration of its own. Read without pyarrow's numpy conversion, which
+    imports pandas (`chunkeval.stats.columns`)."""
     if isinstance(table, pa.Table):
         column = table[name]
         if column.null_count and not pa.types.is_floating(column.type):
             return np.asarray(column.to_pylist(), dtype=object)
-        return column.to_numpy(zero_copy_only=False)
+        return numbers(column)
     return table[name]
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval.errors import InputError
+from chunkeval.stats.columns import numbers
 from chunkeval.vocabulary import CONFIG_KEYS
 from chunkeval.warehouse.history import History
 from chunkeval.warehouse.migrations import SCHEMA_VERSION
@@ -158,4 +159,4 @@ def _numpy(column) -> np.ndarray:
 
     if column.null_count and not pa.types.is_floating(column.type):
         return np.asarray(column.to_pylist(), dtype=object)
-    return column.to_numpy(zero_copy_only=False)
+    return numbers(column)
