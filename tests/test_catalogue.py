@@ -508,6 +508,10 @@ CASES = {
         lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size=big"],
         "--config chunk_size must be whole numbers",
     ),
+    "trend: configuration not in the experiment, the verdict alone": (
+        lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--fail-on-regression", "--config", "k=999"],
+        "no configuration of experiment 'cat' matches --config k=999",
+    ),
     "trend: configuration not in the experiment": (
         lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size=999"],
         "no configuration of experiment 'cat' matches",
