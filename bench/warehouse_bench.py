@@ -5,19 +5,25 @@
 Fills `$CHUNKEVAL_HOME/warehouse` (a temporary home unless --home names one; a home that already holds
 runs of experiment `bench` is topped up to N) through the library's own API: one real sweep of the
 demo experiment, then N nights of `Warehouse.begin_run` + `complete_run` with those results, one run
-per day ending today (in one `Warehouse.session`, as an import of history would run). Then it times, as a user runs them (a fresh process each, median of --repeat):
+per day ending today (in one `Warehouse.session`, as an import of history would run), each with its
+retrieved lists and corpus versions as a nightly run keeps them. Then it times, as a user runs them (a fresh
+process each, median of --repeat, wall and CPU seconds), the history check of issue 21 (goal: 1 s each at 10,000 runs, the HTML 5 s):
 
 - `chunkeval runs --experiment bench`
-- `chunkeval trend --experiment bench --metric span_recall --config <one configuration>`
-- the same with `--fail-on-regression`
+- `chunkeval trend --experiment bench --metric span_recall --config chunk_size=100,k=5` (a partial filter: 12 of
+  the 48 configurations; a terminal shows the last 30 runs)
+- `chunkeval trend --experiment bench --metric span_recall --fail-on-regression` (the regression check)
+- `chunkeval report --experiment bench` (the last run's table)
 - `chunkeval report --experiment bench --html <file>`
-- `chunkeval report --experiment bench --since 7d`
+
+and, beside them, `trend --config <one configuration>` and `report --since 7d`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -49,22 +55,36 @@ def fill(n_runs: int) -> tuple[int, float]:
             when = today - timedelta(days=n_runs - 1 - night)
             run_id = wh.begin_run("bench", fps, "schedule", settings, started_at=when)
             wh.complete_run(
-                run_id, result.per_query, result.summary, 0, result.references, result.models, check, result.by_corpus
+                run_id,
+                result.per_query,
+                result.summary,
+                0,
+                result.references,
+                result.models,
+                check,
+                result.by_corpus,
+                result.retrieved,
+                result.corpora,
             )
             if (night + 1) % 500 == 0:
                 print(f"  {night + 1} runs recorded ({time.perf_counter() - started:.0f} s)", flush=True)
     return result.summary.num_rows, time.perf_counter() - started
 
 
-def timed(argv: list[str], repeat: int) -> float:
-    times = []
+def timed(argv: list[str], repeat: int) -> tuple[float, float]:
+    """Median wall seconds and median CPU seconds (user + system) of `chunkeval ARGV` in a fresh process: on
+    a machine shared with other work the wall time waits for the CPU, the CPU time does not."""
+    walls, cpus = [], []
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "chunkeval.cli", *argv], capture_output=True, text=True)
-        times.append(time.perf_counter() - start)
+        walls.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         if done.returncode not in (0, 1):
             raise SystemExit(f"chunkeval {' '.join(argv)} failed: {done.stderr.strip()}")
-    return statistics.median(times)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def main() -> int:
@@ -85,26 +105,21 @@ def main() -> int:
     one = Warehouse.at_home().summary(Warehouse.at_home().last_completed("bench")["run_id"]).to_pylist()[0]
     config = ",".join(f"{k}={one[k]}" for k in ("model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"))
     out = Path(os.environ["CHUNKEVAL_HOME"]) / "bench.html"
-    commands = {
-        "runs": ["runs", "--experiment", "bench"],
-        "trend --config": ["trend", "--experiment", "bench", "--metric", "span_recall", "--config", config],
-        "trend --fail-on-regression": [
-            "trend",
-            "--experiment",
-            "bench",
-            "--metric",
-            "span_recall",
-            "--config",
-            config,
-            "--fail-on-regression",
-        ],
-        "report --html": ["report", "--experiment", "bench", "--html", str(out)],
-        "report --since 7d": ["report", "--experiment", "bench", "--since", "7d"],
+    trend = ["trend", "--experiment", "bench", "--metric", "span_recall"]
+    commands = {  # name → (argv, goal in seconds)
+        "runs --experiment bench": (["runs", "--experiment", "bench"], 1),
+        "trend --config chunk_size=100,k=5": ([*trend, "--config", "chunk_size=100,k=5"], 1),
+        "trend --fail-on-regression": ([*trend, "--fail-on-regression"], 1),
+        "report --experiment bench": (["report", "--experiment", "bench"], 1),
+        "report --experiment bench --html": (["report", "--experiment", "bench", "--html", str(out)], 5),
+        "trend --config <one configuration>": ([*trend, "--config", config], None),
+        "report --experiment bench --since 7d": (["report", "--experiment", "bench", "--since", "7d"], None),
     }
-    print(f"| command ({args.runs} runs) | seconds (median of {args.repeat}, fresh process each) |")
-    print("|---|---|")
-    for name, argv in commands.items():
-        print(f"| `{name}` | {timed(argv, args.repeat):.2f} |", flush=True)
+    print(f"| command ({args.runs} runs; median of {args.repeat}, fresh process each) | wall s | CPU s | goal |")
+    print("|---|---:|---:|---:|")
+    for name, (argv, goal) in commands.items():
+        wall, cpu = timed(argv, args.repeat)
+        print(f"| `{name}` | {wall:.2f} | {cpu:.2f} | {goal or ''} |", flush=True)
     return 0
 
 

@@ -508,6 +508,10 @@ CASES = {
         lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size=big"],
         "--config chunk_size must be whole numbers",
     ),
+    "trend: configuration not in the experiment, the verdict alone": (
+        lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--fail-on-regression", "--config", "k=999"],
+        "no configuration of experiment 'cat' matches --config k=999",
+    ),
     "trend: configuration not in the experiment": (
         lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size=999"],
         "no configuration of experiment 'cat' matches",
@@ -715,6 +719,14 @@ CASES = {
     "run: mlflow URI not a server": (
         lambda w: ["run", "--mlflow", f"http://127.0.0.1:{free_port()}"],
         "--mlflow: no MLflow server answers at http://127.0.0.1:",
+    ),
+    "run: experiment mlflow key not http": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + "mlflow: file:///tmp/mlruns\n")],
+        "mlflow takes the http(s) URI",
+    ),
+    "run: experiment mlflow key not a server": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + f"mlflow: http://127.0.0.1:{free_port()}\n")],
+        "the experiment's mlflow: no MLflow server answers at http://127.0.0.1:",
     ),
     "inspect: unknown run": (lambda w: ["inspect", "--run", "nosuch", "--query", "q"], "no run 'nosuch'"),
     "inspect: unknown query": (

@@ -9,13 +9,14 @@ import os
 import shutil
 import time
 
+import numpy as np
 import pytest
 
 import chunkeval
 from chunkeval.analysis.comparisons import RESULT_FIELDS
 from chunkeval.cli import main
 from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.sweep import Embedders, run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.warehouse import Warehouse
 
@@ -26,7 +27,7 @@ DISTRACTOR = (
 
 
 def record(wh: Warehouse, exp: Experiment, embedder) -> str:
-    result = run_sweep(exp, embedder)
+    result = run_sweep(exp, embedder or Embedders())
     run_id = wh.begin_run(exp.name, {}, "manual", exp.to_dict())
     wh.complete_run(
         run_id,
@@ -37,6 +38,7 @@ def record(wh: Warehouse, exp: Experiment, embedder) -> str:
         by_corpus=result.by_corpus,
         retrieved=result.retrieved,
         corpora=result.corpora,
+        qrels=result.qrels,
     )
     return run_id
 
@@ -201,3 +203,90 @@ def test_the_report_drills_down_into_every_question(kept):
     assert failures.count("<details") == 28 and failures.count('<details id="q-0" open>') == 1
     assert failures.count('<a href="#q-') == 28 and "<mark>" in failures and 'class="sortable"' in failures
     assert "Retrieved at k = 3" in failures and "lighthouses:" in failures
+
+
+def test_the_kept_scores_are_the_retrievers_own_best_first(embedder_factory):
+    """bm25 keeps its BM25 score and hybrid its fused score (each corpus on its own), the scores the retriever
+    returned, non-increasing by rank: what inspect and diff show beside each chunk."""
+    from chunkeval.engine import sweep
+
+    exp = Experiment(
+        name="scored", chunk_sizes=(50,), overlaps=("0",), k=(2, 4), retriever=("bm25", "hybrid"), own_corpus=True
+    )
+    embedders = sweep.Embedders.of(embedder_factory()).for_experiment(exp)
+    inputs = sweep.load_inputs(exp)
+    (chunking,) = [sweep.chunk_one(inputs.corpora, s, m, embedders) for s, m in sweep.chunking_jobs(exp)]
+    configs = sweep.plan(exp, [chunking])
+    embedded = sweep.embed_all(inputs, [chunking], configs, embedders)
+    kept = []
+    sweep.score_all(inputs, [chunking], configs, embedded, exp, kept)
+    assert [c.retriever for c in configs] == ["bm25", "hybrid"]
+    for config, table in zip(configs, kept):
+        topk, scores = sweep.retrieve_scored(inputs, chunking, config, embedded, 4, True, exp.rrf_k)
+        found = topk >= 0
+        assert table["start"].to_pylist() == chunking.chunks.start[topk[found]].tolist()
+        stored = table["score"].to_numpy()
+        assert table["score"].null_count == 0 and np.array_equal(stored, scores[found].astype(np.float32))
+        queries, ranks = table["query_id"].to_pylist(), table["rank"].to_pylist()
+        same = [i for i in range(1, len(ranks)) if queries[i] == queries[i - 1]]
+        assert same and all(ranks[i] == ranks[i - 1] + 1 and stored[i] <= stored[i - 1] for i in same)
+    bm25, hybrid = (t["score"].to_numpy() for t in kept)
+    assert bm25.max() > 1 and hybrid.max() <= 2 / (exp.rrf_k + 1)  # BM25 scores, and fused reciprocal ranks
+
+
+@pytest.fixture(scope="module")
+def doc_runs(tmp_path_factory):
+    """Two runs over document gold (a BEIR folder, bm25): the second after every document's text changed."""
+    from test_beir import beir_qrels, make_beir
+
+    root = tmp_path_factory.mktemp("docs")
+    beir = make_beir(root / "tiny")
+    docs = {d["_id"]: (d["title"] + " " + d["text"]).strip() for d in map(json.loads, (beir / "corpus.jsonl").open())}
+    exp = Experiment.from_dict(
+        {"name": "docs", "beir": str(beir), "retriever": "bm25", "chunk_sizes": [12], "overlaps": [0], "k": [2, 4]}
+    )
+    wh = Warehouse(root / "home" / "warehouse")
+    a = record(wh, exp, None)
+    shutil.copy(make_beir(root / "other", seed=8) / "corpus.jsonl", beir / "corpus.jsonl")  # same ids, new texts
+    b = record(wh, exp, None)
+    return root / "home", a, b, docs, beir_qrels(beir)
+
+
+def test_inspect_under_document_gold_lists_the_relevant_documents(doc_runs, monkeypatch, capsys):
+    home, a, _, docs, qrels = doc_runs
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
+    assert main(["inspect", "--run", a, "--query", "q0", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    relevant = sorted(((-g, d) for d, g in qrels["q0"].items() if g > 0))
+    assert doc["references"] == [{"doc_id": d, "grade": -g} for g, d in relevant]
+    assert [(c["k"], len(c["retrieved"])) for c in doc["configs"]] == [(2, 2), (4, 4)]
+    items = doc["configs"][1]["retrieved"]
+    assert [i["score"] for i in items] == sorted((i["score"] for i in items), reverse=True)
+    for item in items:
+        assert item["doc_id"] == item["corpus_id"] and item["chunk_id"].startswith(f"{item['doc_id']}:")
+        assert item["grade"] == max(qrels["q0"].get(item["doc_id"], 0), 0) and item["relevant"] == (item["grade"] > 0)
+        assert item["text"] == docs[item["doc_id"]][item["start"] : item["end"]] and item["overlaps"] == []
+    assert any(i["relevant"] for c in doc["configs"] for i in c["retrieved"]), (
+        "q0's words come from a relevant document"
+    )
+    assert chunkeval.inspect(a, "q0", config={"k": 4})["references"] == doc["references"]
+    assert main(["inspect", "--run", a, "--query", "q0", "--config", "k=2"]) == 0
+    out = capsys.readouterr().out
+    assert f"relevant documents ({len(relevant)}):" in out and f"  {relevant[0][1]} (grade {-relevant[0][0]:g})" in out
+    assert ", relevant (grade" in out or ", not relevant:" in out
+    assert all(line.split(": ")[0].split(", document ")[1] for line in out.splitlines() if line.startswith("  #"))
+
+
+def test_diff_under_document_gold_watches_doc_ndcg(doc_runs, monkeypatch, capsys):
+    home, a, b, _, qrels = doc_runs
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
+    assert main(["diff", "--run", a, "--run", b, "--json"]) == 0
+    docs = json.loads(capsys.readouterr().out)
+    assert [d["k"] for d in docs] == [2, 4]
+    for d in docs:
+        assert d["metric"] == "doc_ndcg_at_k" and d["better"] + d["worse"] + d["unchanged"] == len(qrels)
+        for q in d["queries"]:
+            assert q["question"] and all(i["doc_id"] == i["corpus_id"] for i in q["retrieved_a"] + q["retrieved_b"])
+    assert sum(len(d["queries"]) for d in docs) > 0, "new texts must move some question"
+    assert main(["diff", "--run", a, "--run", b, "--config", "k=4"]) == 0
+    assert "doc_ndcg_at_k" in capsys.readouterr().out

@@ -1,6 +1,7 @@
-"""`chunkeval run --mlflow URI` against a real `mlflow server` on 127.0.0.1, started once for this module
-(the extra `chunkeval[mlflow]`; skipped where mlflow is not installed). A real run of the demo data with
-bm25 (nothing to embed), through the real Prefect server of the session."""
+"""`chunkeval run --mlflow URI` and the experiment file's `mlflow:` key against a real `mlflow server` on
+127.0.0.1, started once for this module (the extra `chunkeval[mlflow]`; skipped where mlflow is not installed).
+Real runs of the demo data with bm25 (nothing to embed), through the real Prefect server of the session. The
+key's parsing needs no mlflow and runs everywhere."""
 
 from __future__ import annotations
 
@@ -16,12 +17,28 @@ import pytest
 import yaml
 
 from chunkeval.cli import main
+from chunkeval.engine.experiment import Experiment
+from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
 
-pytestmark = [
-    pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="pip install 'chunkeval[mlflow]'"),
-    pytest.mark.usefixtures("prefect_api"),
-]
+
+def test_the_experiment_file_names_its_server_and_runs_do_not_record_it(tmp_path):
+    """`mlflow:` is read and checked with the experiment (no mlflow client needed); it says where runs are
+    published, not how they are evaluated: their settings and fingerprint are those of the file without it."""
+    path = tmp_path / "tracked.yaml"
+    path.write_text("chunk_sizes: [60]\nretriever: bm25\nmlflow: http://127.0.0.1:5000\n")
+    exp = Experiment.from_yaml(path)
+    assert exp.mlflow == "http://127.0.0.1:5000" and "mlflow" not in exp.to_dict()
+    path.write_text("chunk_sizes: [60]\nretriever: bm25\n")
+    assert Experiment.from_yaml(path).fingerprint() == exp.fingerprint()
+    for value, message in (
+        ("file:///tmp/mlruns", "mlflow takes the http"),
+        ("[http://a, http://b]", "takes one value"),
+    ):
+        path.write_text(f"chunk_sizes: [60]\nmlflow: {value}\n")
+        with pytest.raises(InputError, match=message) as caught:
+            Experiment.from_yaml(path)
+        assert caught.value.path == str(path)
 
 
 def free_port() -> int:
@@ -58,6 +75,8 @@ def mlflow_server(tmp_path_factory):
         proc.wait(timeout=30)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="pip install 'chunkeval[mlflow]'")
+@pytest.mark.usefixtures("prefect_api")
 def test_a_run_is_published_with_a_nested_run_per_configuration(mlflow_server, tmp_path, monkeypatch, capsys):
     from mlflow.tracking import MlflowClient
 
@@ -84,3 +103,12 @@ def test_a_run_is_published_with_a_nested_run_per_configuration(mlflow_server, t
         assert "span_recall_micro" in child.data.metrics and child.info.status == "FINISHED"
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert "summary.parquet" in artifacts and any(a.endswith(".html") for a in artifacts)
+    # the experiment file's key publishes as the option does
+    (data / "experiment.yaml").write_text(yaml.safe_dump({**settings, "chunk_sizes": [60], "mlflow": mlflow_server}))
+    assert main(["run", str(data / "experiment.yaml")]) == 0
+    assert f"published to MLflow at {mlflow_server}: run " in capsys.readouterr().out
+    parents = client.search_runs([experiment.experiment_id], "attributes.run_name LIKE '2%'")
+    assert len(parents) == 2 and "mlflow" not in {p for run in parents for p in run.data.params}
+    (newest,) = [run for run in parents if run.info.run_id != parent.info.run_id]
+    children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{newest.info.run_id}'")
+    assert len(children) == 2 and newest.data.params["chunk_sizes"] == "[60]"

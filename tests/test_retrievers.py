@@ -8,7 +8,7 @@ import pytest
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
-from chunkeval.engine.retrievers import RetrievalRequest, needs_embeddings, retrieve
+from chunkeval.engine.retrievers import RetrievalRequest, needs_embeddings, retrieve, retrieve_scored
 from chunkeval.engine.retrievers.bm25 import bm25_scores, tokenize
 from chunkeval.engine.retrievers.dense import top_k
 from chunkeval.engine.retrievers.hybrid import rrf
@@ -139,6 +139,27 @@ def test_hybrid_fuses_reciprocal_ranks():
     assert retrieve("hybrid", hybrid_request(4), rrf_k=0).tolist() == [[0, 1, 2, 3]]
     assert retrieve("hybrid", hybrid_request(2)).tolist() == [[0, 2]]
     assert retrieve("hybrid", hybrid_request(2), fuse_depth=2).tolist() == [[0, 1]]
+
+
+def test_the_built_in_retrievers_give_the_score_they_ranked_by():
+    """The worked example above, with scores: hybrid's fused scores, bm25's BM25 scores, dense's cosines,
+    best first, NaN in the padding; a plug-in gives ranks only (None)."""
+    index, scores = retrieve_scored("hybrid", hybrid_request(4))
+    assert index.tolist() == [[0, 2, 3, 1]]
+    assert scores[0].tolist() == pytest.approx([1 / 63 + 1 / 61, 1 / 62 + 1 / 63, 1 / 64 + 1 / 62, 1 / 61], abs=1e-15)
+    index, scores = retrieve_scored("bm25", hybrid_request(4))
+    assert index.tolist() == [[0, 3, 2, -1]] and np.isnan(scores[0, 3])
+    assert scores[0, :3].tolist() == pytest.approx(bm25_scores(["apple"], HYBRID_CHUNKS).toarray()[0, [0, 3, 2]])
+    index, scores = retrieve_scored("dense", hybrid_request(4))
+    assert index.tolist() == [[1, 2, 0, 3]] and scores[0].tolist() == pytest.approx([0.9, 0.8, 0.2, 0.1], abs=1e-6)
+    grouped = retrieve_scored(
+        "bm25", hybrid_request(4), query_groups=np.array([0]), chunk_groups=np.array([0, 1, 0, 0])
+    )
+    statistics_of_three = bm25_scores(["apple"], [HYBRID_CHUNKS[i] for i in (0, 2, 3)]).toarray()[0]
+    assert grouped[0].tolist() == [[0, 3, 2, -1]] and grouped[1][0, :3].tolist() == pytest.approx(
+        statistics_of_three[[0, 2, 1]]
+    )
+    assert retrieve_scored(f"{HERE}:last_first", RetrievalRequest(["q"], ["a", "b"], k=1))[1] is None
 
 
 def test_rrf_ties_go_to_the_lower_chunk_index():

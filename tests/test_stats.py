@@ -336,3 +336,27 @@ def test_permutation_p_values_of_many_columns_equal_those_of_one(n):
     many = S.paired_permutation_columns(diffs, n_resamples=2000, seed=3)
     one = [S.paired_permutation(diffs[:, j], np.zeros(n), n_resamples=2000, seed=3) for j in range(6)]
     assert many.tolist() == one
+
+
+def test_columns_become_numpy_without_importing_pandas():
+    """`stats.columns.numbers`: numbers in their own dtype (chunked, sliced), NULL as NaN, anything else as
+    objects; and no pandas import (pyarrow's own conversion imports it: half a second of every report)."""
+    import subprocess
+    import sys
+
+    script = """
+import sys
+import duckdb
+import numpy as np
+from chunkeval.stats.columns import numbers
+t = duckdb.sql("SELECT i::INT AS i, i / 4 AS f, CASE WHEN i % 2 = 0 THEN i END AS n, 'q' || i AS s FROM range(7) r(i)")
+t = t.to_arrow_table()
+import pyarrow as pa
+sliced = pa.chunked_array([t["i"].combine_chunks().slice(2, 3), t["i"].combine_chunks().slice(0, 1)])
+assert numbers(t["i"]).dtype == np.int32 and numbers(t["i"]).tolist() == list(range(7))
+assert numbers(sliced).tolist() == [2, 3, 4, 0] and numbers(t["f"]).tolist() == [i / 4 for i in range(7)]
+assert np.isnan(numbers(t["n"])[1]) and numbers(t["n"])[2] == 2 and numbers(t["s"])[3] == "q3"
+assert "pandas" not in sys.modules
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

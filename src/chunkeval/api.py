@@ -360,7 +360,8 @@ def inspect(run_id: str, query_id: str, config: Mapping | None = None) -> Inspec
     """One question of a run recorded in the warehouse under `$CHUNKEVAL_HOME`, as `chunkeval inspect
     --json` gives it: `{query_id, question, references: [{corpus_id, start, end, text, context}], configs:
     [{configuration keys…, retrieved: [{rank, chunk_id, corpus_id, start, end, score, relevant, grade, text,
-    overlaps}]}]}`, for the configurations with the settings of `config`."""
+    overlaps}]}]}`, for the configurations with the settings of `config`. Under document gold the references
+    are the relevant documents `[{doc_id, grade}]` and each retrieved chunk names its `doc_id`."""
     from chunkeval.report.inspect import inspect_doc
     from chunkeval.warehouse import Warehouse
 

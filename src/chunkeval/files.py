@@ -70,10 +70,13 @@ def check_writable_dir(path: Path, what: str) -> Path:
     return path
 
 
-def write_tables(tables: dict[Path, pa.Table], point: str | None = None, compression: str | None = None) -> None:
+def write_tables(
+    tables: dict[Path, pa.Table], point: str | None = None, compression: str | None = None, **parquet
+) -> None:
     """Write every table (.parquet, else CSV) to a temporary name first, then rename them all.
     `point` names the fault-injection point between the first rename and the others; `compression` is
-    Parquet's codec (pyarrow's default, snappy, when None)."""
+    Parquet's codec (pyarrow's default, snappy, when None); `parquet`, more of `pyarrow.parquet.write_table`'s
+    options (encodings)."""
     staged = []
     try:
         for path, table in tables.items():
@@ -81,7 +84,7 @@ def write_tables(tables: dict[Path, pa.Table], point: str | None = None, compres
             tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
             staged.append((tmp, path))
             if path.suffix.lower() == ".parquet":
-                pq.write_table(table, tmp, **({"compression": compression} if compression else {}))
+                pq.write_table(table, tmp, **({"compression": compression} if compression else {}), **parquet)
             else:
                 pacsv.write_csv(table, tmp)
         for i, (tmp, path) in enumerate(staged):

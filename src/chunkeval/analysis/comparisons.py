@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from chunkeval import stats
 from chunkeval.errors import InputError
+from chunkeval.stats.columns import numbers
 from chunkeval.vocabulary import CONFIG_KEYS as KEYS
 from chunkeval.vocabulary import MIN_SLICE_QUERIES
 
@@ -177,7 +178,7 @@ def tied_with_best(per_query: pa.Table, metric: str, alpha: float = 0.05) -> lis
         return configs
     grid = _query_grid(per_query)
     if grid is not None:  # every configuration answered the same queries: one batch of sign flips
-        column = per_query[metric].to_numpy(zero_copy_only=False).astype(np.float64)
+        column = numbers(per_query[metric]).astype(np.float64)
         matrix = column[grid]
         if not np.isnan(matrix).any():
             # the means as `within_run` sums them (in table order), so that the same configuration is best
@@ -230,23 +231,24 @@ TIE_NOTE = (
 def rows_by_config(table, keys: list[str]) -> dict[tuple, dict[str, int]]:
     """configuration values → {query_id: row}, in one pass over the table (Arrow, or columns of numpy)."""
     out: dict[tuple, dict[str, int]] = {}
-    for i, (key, qid) in enumerate(zip(zip(*(_values(table, k) for k in keys)), _values(table, "query_id"))):
+    for i, (key, qid) in enumerate(
+        zip(zip(*(_column(table, k).tolist() for k in keys)), _column(table, "query_id").tolist())
+    ):
         out.setdefault(key, {})[qid] = i
     return out
 
 
-def _values(table, name: str) -> list:
-    """A key column as Python values, a null as None (as `Warehouse.run_columns` reads it): through numpy, an
-    Arrow integer column with nulls would turn them into NaN, which equals nothing, not even itself."""
-    if isinstance(table, pa.Table):
-        return table[name].to_pylist()
-    return table[name].tolist()
-
-
 def _column(table, name: str) -> np.ndarray:
-    """A column of an Arrow table or of a mapping of numpy columns (`Warehouse.run_columns`), as numpy."""
+    """A column of an Arrow table or of a mapping of numpy columns (`Warehouse.run_columns`), as numpy. A
+    null in a column that is not floating reads as None (as `run_columns` reads it): numpy would make it NaN,
+    and NaN equals nothing, so each row of a configuration with a null key (`candidates` of a row that was
+    not reranked) would become a configuration of its own. Read without pyarrow's numpy conversion, which
+    imports pandas (`chunkeval.stats.columns`)."""
     if isinstance(table, pa.Table):
-        return table[name].to_numpy(zero_copy_only=False)
+        column = table[name]
+        if column.null_count and not pa.types.is_floating(column.type):
+            return np.asarray(column.to_pylist(), dtype=object)
+        return numbers(column)
     return table[name]
 
 

@@ -4,7 +4,8 @@ One MLflow run per chunkeval run, in the MLflow experiment of the chunkeval expe
 settings as params, the tag `chunkeval.run_id`, the HTML report and `summary.parquet` as artifacts. Each
 configuration is a nested run (named by its configuration, its configuration keys as params, every macro
 mean and micro value of the summary as a metric): the MLflow UI then compares configurations like runs.
-Needs the extra: `pip install 'chunkeval[mlflow]'`. The server is checked before the run starts.
+Needs the extra: `pip install 'chunkeval[mlflow]'`. `chunkeval run` checks the server before the run starts;
+the `evaluate` flow publishes (`--mlflow URI`, or the experiment file's `mlflow:` key, also in a deployment).
 """
 
 from __future__ import annotations
@@ -24,22 +25,27 @@ from chunkeval.vocabulary import CONFIG_KEYS
 PARAM_LIMIT = 6000  # MLflow's longest param value
 
 
-def check_server(uri: str) -> str:
-    """The tracking server's URI when one answers there (its /health); else one line naming the URI."""
+def check_uri(uri: str, what: str = "--mlflow") -> None:
+    """An http(s) URI (`what` names where it was given: --mlflow, the experiment's mlflow)."""
     if not uri.startswith(("http://", "https://")):
-        raise InputError(f"--mlflow takes the http(s) URI of an MLflow tracking server, got {uri!r}")
+        raise InputError(f"{what} takes the http(s) URI of an MLflow tracking server, got {uri!r}")
+
+
+def check_server(uri: str, what: str = "--mlflow") -> str:
+    """The tracking server's URI when one answers there (its /health); else one line naming the URI."""
+    check_uri(uri, what)
     try:
         with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10) as answer:
             ok = answer.status == 200
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise InputError(f"--mlflow: no MLflow server answers at {uri} ({reason})") from None
+        raise InputError(f"{what}: no MLflow server answers at {uri} ({reason})") from None
     if not ok:
-        raise InputError(f"--mlflow: {uri} is no MLflow tracking server (its /health did not answer OK)")
+        raise InputError(f"{what}: {uri} is no MLflow tracking server (its /health did not answer OK)")
     try:
         import mlflow  # noqa: F401
     except ImportError:
-        raise InputError("--mlflow needs the mlflow client: pip install 'chunkeval[mlflow]'") from None
+        raise InputError(f"{what} needs the mlflow client: pip install 'chunkeval[mlflow]'") from None
     return uri.rstrip("/")
 
 

@@ -2,8 +2,10 @@
 
 YAML keys are the long flag names with `_` for `-`: name, corpus_dir, html, questions, beir, split, queries, qrels, strict, corpus, chunker,
 chunk_sizes, overlaps, k, model, retriever, index, rrf_k, own_corpus, skip_empty_gold, duplicates, slice_by, backend, quantize, precision (model, retriever and
-the other lists take one value or a list), and `models`, a mapping that names served models with their
-settings (`chunkeval.engine.embedding.served`). Relative paths are read from the YAML file's folder.
+the other lists take one value or a list), `models`, a mapping that names served models with their
+settings (`chunkeval.engine.embedding.served`), and `mlflow`, the MLflow tracking server each run is published
+to (as `run --mlflow`; where results go, not a setting of the evaluation: runs do not record it).
+Relative paths are read from the YAML file's folder.
 """
 
 from __future__ import annotations
@@ -155,6 +157,7 @@ class Experiment:
     strict: bool = False  # an unreadable document, or a qrels row naming an unknown query or document, is an error
     html: str = "full"  # what text an HTML document gives: full (all of <body>) or main (trafilatura's main content)
     slice_by: tuple[str, ...] = ()  # gold-set columns whose values make slices (chunkeval.engine.slices)
+    mlflow: str = ""  # the http(s) URI of an MLflow tracking server each run is published to (not recorded)
 
     @property
     def doc_gold(self) -> bool:
@@ -248,6 +251,10 @@ class Experiment:
 
     def validate(self, source: str | None = None) -> Experiment:
         check_name(self.name, "experiment name", source)
+        if self.mlflow and not self.mlflow.startswith(("http://", "https://")):
+            raise InputError(
+                f"mlflow takes the http(s) URI of an MLflow tracking server, got {short(self.mlflow)}", source
+            )
         if not self.chunker or not self.chunk_sizes or not self.overlaps or not self.k:
             raise InputError("an experiment needs at least one chunker, chunk size, overlap and k", source)
         for k in self.k:
@@ -418,6 +425,9 @@ class Experiment:
             del data["html"]  # runs of the default extraction stay as they were recorded before the key existed
         if not self.beir:
             del data["split"]
+        del data[
+            "mlflow"
+        ]  # where runs are published, not how they are evaluated: runs record their settings without it
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
     def fingerprint(self) -> str:

@@ -57,17 +57,20 @@ def check_reranker(name: str, served: tuple = (), source: str | None = None) -> 
         ) from None
 
 
-def order(first: np.ndarray, scores: np.ndarray, keep: int) -> np.ndarray:
+def order(first: np.ndarray, scores: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray]:
     """The candidates `first` (n_queries x C chunk indices, -1 padding) ordered by `scores` (same shape),
-    best first, ties to the lower chunk index; the best `keep` of them (-1 padding)."""
+    best first, ties to the lower chunk index; the best `keep` of them (-1 padding), with their scores
+    (float64, NaN in the padding)."""
     valid = first >= 0
     key_score = np.where(valid, scores, -np.inf)
     key_index = np.where(valid, first, np.iinfo(np.int64).max)
     ranked = np.lexsort((key_index, -key_score), axis=-1)  # by score down, then chunk index up
     out = np.take_along_axis(np.where(valid, first, -1), ranked, axis=1)[:, :keep]
+    kept = np.take_along_axis(key_score.astype(np.float64), ranked, axis=1)[:, :keep]
     if out.shape[1] < keep:
         out = np.pad(out, ((0, 0), (0, keep - out.shape[1])), constant_values=-1)
-    return out
+        kept = np.pad(kept, ((0, 0), (0, keep - kept.shape[1])), constant_values=np.nan)
+    return out, np.where(out >= 0, kept, np.nan)
 
 
 def bi_encoder_scores(query_vectors: np.ndarray, chunk_vectors: np.ndarray, first: np.ndarray) -> np.ndarray:

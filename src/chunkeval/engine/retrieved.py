@@ -1,11 +1,16 @@
 """What a configuration retrieved for every question, kept: one row per question and rank of the top k
 (the largest k of the run; a smaller k reads its first ranks), with the chunk's corpus and `[start, end)`,
-the retriever's score (the cosine for dense; null for retrievers that give ranks only) and whether the
-chunk is relevant (overlaps a reference of the question, as the metrics judge it) with its grade.
+the score that ranked it (the retriever's: the cosine for dense, the BM25 score for bm25, the fused score
+for hybrid; the reranker's for a reranked configuration; null for a plug-in, which gives ranks only) and
+whether the chunk is relevant with its grade: under span gold, whether it overlaps a reference of the
+question, as the metrics judge it (grade 1); under document gold, its document's grade in the qrels
+(relevant above 0), as the chunk-level metrics judge it.
 
 A chunk's id is `<corpus_id>:<start>-<end>` (`Chunks.ids`): it is not stored, since the three columns give it.
 Where the run read PDF documents, `first_page` and `last_page` say which pages (from 1) a chunk spans (null for a
-chunk of a document without pages)."""
+chunk of a document without pages). Under document gold the corpus id is the document's id, and
+`qrels_table` keeps the qrels (with each question's text) beside the lists, since a run over documents has
+no span references."""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ import pyarrow as pa
 
 from chunkeval.engine import metrics as M
 from chunkeval.engine.chunking import Chunks
+from chunkeval.engine.doc_metrics import Grades
+from chunkeval.engine.documents import DocGold
 from chunkeval.engine.duplicates import Copies
 from chunkeval.engine.extract import page_span
 from chunkeval.engine.inputs import SpanGold
@@ -23,31 +30,34 @@ SCHEMA_COLUMNS = ("query_id", "rank", "corpus_id", "start", "end", "score", "rel
 
 
 def retrieved_table(
-    gold: SpanGold,
+    gold: SpanGold | DocGold,
     chunks: Chunks,
     topk: np.ndarray,
     per_query: pa.Table,
     copies: Copies | None = None,
-    query_vectors: np.ndarray | None = None,
-    chunk_vectors: np.ndarray | None = None,
+    scores: np.ndarray | None = None,
     pages: dict[str, tuple[int, ...]] | None = None,
 ) -> pa.Table:
-    """The retrieved lists of one configuration (`topk`: chunk indices per question, -1 padding), keyed by
-    the configuration keys without k, whose values are those of its per-query rows. With vectors (a dense
-    retriever), the score is the cosine of the question and the chunk. `pages`: where each page of a PDF document
-    starts (document id → offsets), for the pages each chunk spans."""
+    """The retrieved lists of one configuration (`topk`: chunk indices per question, -1 padding; `scores`:
+    the score of each, same shape, or None where the retriever gives ranks only), keyed by the
+    configuration keys without k, whose values are those of its per-query rows. `pages`: where each page of
+    a PDF document starts (document id → offsets), for the pages each chunk spans."""
     n_q, depth = topk.shape
     query = np.repeat(np.arange(n_q), depth)
     rank = np.tile(np.arange(1, depth + 1, dtype=np.int16), n_q)
     chunk = topk.reshape(-1)
     keep = chunk >= 0
     query, rank, chunk = query[keep], rank[keep], chunk[keep]
-    judged = gold if copies is None else copies.gold_set(gold)  # under credit, every copy is relevant
-    relevance = M.chunk_relevance(judged, M.reference_chars(judged, chunks.corpus_names), chunks)
-    relevant = np.isin(query.astype(np.int64) * len(chunks) + chunk, relevance.keys)
-    score = None
-    if query_vectors is not None and chunk_vectors is not None:
-        score = np.einsum("ij,ij->i", query_vectors[query], chunk_vectors[chunk]).astype(np.float32)
+    if isinstance(gold, DocGold):  # a chunk is judged by its document's grade
+        docs = np.where(topk >= 0, chunks.corpus[np.maximum(topk, 0)].astype(np.int64), -1)
+        grade = Grades(gold, chunks.corpus_names).of(docs).reshape(-1)[keep].astype(np.float32)
+        relevant = grade > 0
+    else:
+        judged = gold if copies is None else copies.gold_set(gold)  # under credit, every copy is relevant
+        relevance = M.chunk_relevance(judged, M.reference_chars(judged, chunks.corpus_names), chunks)
+        relevant = np.isin(query.astype(np.int64) * len(chunks) + chunk, relevance.keys)
+        grade = relevant.astype(np.float32)  # span gold: a relevant chunk has grade 1
+    score = None if scores is None else np.asarray(scores, dtype=np.float32).reshape(-1)[keep]
     n = len(chunk)
     names = pa.array(chunks.corpus_names, pa.string())
     columns = {
@@ -62,7 +72,7 @@ def retrieved_table(
             "end": pa.array(chunks.end[chunk].astype(np.int64)),
             "score": pa.array(score, pa.float32()) if score is not None else pa.nulls(n, pa.float32()),
             "relevant": pa.array(relevant),
-            "grade": pa.array(relevant.astype(np.float32)),  # span gold: a relevant chunk has grade 1
+            "grade": pa.array(grade),
         }
     )
     if pages:
@@ -74,3 +84,28 @@ def retrieved_table(
         columns["first_page"] = pa.array([p and p[0] for p in spans], pa.int32())
         columns["last_page"] = pa.array([p and p[1] for p in spans], pa.int32())
     return pa.table(columns)
+
+
+def qrels_table(gold: DocGold) -> pa.Table:
+    """The qrels of a run over document gold, one row per judged document of each question (grade ≤ 0
+    included: judged, not relevant), with the question's text: what `chunkeval inspect` lists as a
+    question's references under document gold."""
+    rows = [
+        (qid, text, doc, grade)
+        for qid, text in zip(gold.query_ids, gold.questions)
+        for doc, grade in gold.qrels[qid].items()
+    ]
+    query_id, question, doc_id, grade = zip(*rows) if rows else ((), (), (), ())
+    return pa.table(
+        {
+            "query_id": pa.array(query_id, pa.string()),
+            "question": pa.array(question, pa.string()),
+            "doc_id": pa.array(doc_id, pa.string()),
+            "grade": pa.array(grade, pa.float64()),
+        }
+    )
+
+
+def kept_qrels(gold: SpanGold | DocGold) -> pa.Table | None:
+    """Under document gold, the qrels a run keeps beside its retrieved lists (None under span gold)."""
+    return qrels_table(gold) if isinstance(gold, DocGold) else None

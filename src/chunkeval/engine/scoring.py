@@ -171,3 +171,11 @@ def summarize_sweep(
         summary.join(chunk_stats, CHUNKING_KEYS).sort_by([(c, "ascending") for c in CONFIG_KEYS]),
         by_corpus.sort_by([(c, "ascending") for c in CONFIG_KEYS + ["corpus_id"]]),
     )
+
+
+def reference_tables(gold, corpora: dict[str, str], chunkings) -> pa.Table:
+    """`reference_table` of every chunking (`sweep.Chunking`s); under document gold its columns, no rows."""
+    from chunkeval.engine.documents import DocGold
+
+    gold = gold.without_spans() if isinstance(gold, DocGold) else gold
+    return pa.concat_tables([reference_table(gold, corpora, c.spec, c.chunks, c.model) for c in chunkings])

@@ -33,9 +33,10 @@ from chunkeval.engine.indexes import search as index_search
 from chunkeval.engine.indexes.measure import STATS as INDEX_STATS
 from chunkeval.engine.indexes.measure import measure as measure_index
 from chunkeval.engine.inputs import SpanGold, load_span_gold
-from chunkeval.engine.retrieved import retrieved_table
+from chunkeval.engine.retrieved import kept_qrels, retrieved_table
 from chunkeval.engine.scoring import (  # noqa: F401 (re-exported)
     reference_table,
+    reference_tables,
     score_chunking,
     summarize_slices,
     summarize_sweep,
@@ -105,6 +106,7 @@ class SweepResult:
     corpora: dict | None = None  # the texts the run read, by corpus id
     by_slice: pa.Table | None = None  # the summary per configuration and slice of the gold set (`slice_by`)
     slices: pa.Table | None = None  # which queries each slice holds
+    qrels: pa.Table | None = None  # under document gold, the qrels with the questions (`retrieved.qrels_table`)
 
 
 def load_inputs(exp: Experiment, quiet: bool = False) -> Inputs:
@@ -264,7 +266,13 @@ def embed_all(inputs: Inputs, chunkings: list[Chunking], configs: list[Config], 
     return Embedded(queries, chunks, truncated)
 
 
-def retrieve(
+def retrieve(*args, **kwargs) -> np.ndarray:
+    """Top-k chunk indices per question (-1 padding), over the pooled corpora or each question's own (the
+    arguments of `retrieve_scored`)."""
+    return retrieve_scored(*args, **kwargs)[0]
+
+
+def retrieve_scored(
     inputs: Inputs,
     chunking: Chunking,
     config: Config,
@@ -272,8 +280,9 @@ def retrieve(
     k: int,
     own_corpus: bool = False,
     rrf_k: int = 60,
-) -> np.ndarray:
-    """Top-k chunk indices per question (-1 padding), over the pooled corpora or each question's own."""
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Top-k chunk indices per question (-1 padding), over the pooled corpora or each question's own, and the
+    retriever's score of each (`retrievers.retrieve_scored`; None for a plug-in)."""
     chunks = chunking.chunks
     key = (config.chunking, config.model)
     request = retrievers.RetrievalRequest(
@@ -284,7 +293,8 @@ def retrieve(
         chunk_vectors=embedded.chunks.get(key),
         search=_searcher(config.index),
     )
-    return retrievers.retrieve(config.retriever, request, rrf_k=rrf_k, **groups_of(inputs, chunking, own_corpus))
+    groups = groups_of(inputs, chunking, own_corpus)
+    return retrievers.retrieve_scored(config.retriever, request, rrf_k=rrf_k, **groups)
 
 
 def _searcher(spec: IndexSpec | None):
@@ -353,11 +363,12 @@ def score_config(
     doc = isinstance(inputs.gold, DocGold)  # document gold: retrieval deep enough for MaxP to find k documents
     if config.reranker == NO_RERANKER:
         depth = retrieval_depth(max(exp.k), len(chunking.chunks)) if doc else max(exp.k)
-        topk = retrieve(inputs, chunking, config, embedded, depth, exp.own_corpus, exp.rrf_k)
+        topk, scores = retrieve_scored(inputs, chunking, config, embedded, depth, exp.own_corpus, exp.rrf_k)
     else:  # the first stage's top candidates, re-scored; scored at the k the candidates cover
         ks = tuple(k for k in exp.k if k <= config.candidates)
         first = retrieve(inputs, chunking, config, embedded, config.candidates, exp.own_corpus, exp.rrf_k)
-        topk = rerank_top(inputs, chunking, config, embedded, first, config.candidates if doc else max(ks), scorers)
+        keep = config.candidates if doc else max(ks)
+        topk, scores = rerank_top(inputs, chunking, config, embedded, first, keep, scorers)
     if doc:
         keys = {"index": config.index_key, "reranker": config.reranker, "candidates": config.candidates}
         table, _ = score_documents(
@@ -378,19 +389,11 @@ def score_config(
             config.index_key,
             exp.relevance,
         )
-    if kept is not None and not doc:  # retrieved lists are kept for span gold (document gold: its run files)
-        dense = config.retriever == "dense"  # its score is the cosine; the others give ranks only
-        vectors = (embedded.queries.get(config.model), embedded.chunks.get((config.chunking, config.model)))
+    if kept is not None:  # at the largest k (under document gold, not the depth MaxP looked at)
+        top = max(ks)
+        scores = None if scores is None else scores[:, :top]
         kept.append(
-            retrieved_table(
-                inputs.gold,
-                chunking.chunks,
-                topk,
-                table,
-                inputs.copies,
-                *(vectors if dense else (None, None)),
-                inputs.pages,
-            )
+            retrieved_table(inputs.gold, chunking.chunks, topk[:, :top], table, inputs.copies, scores, inputs.pages)
         )
     if config.index is None:
         nothing = pa.nulls(table.num_rows, pa.float64())
@@ -425,8 +428,8 @@ def rerank_top(
     first: np.ndarray,
     keep: int,
     scorers: dict | None = None,
-) -> np.ndarray:
-    """The `keep` best of the first stage's candidates by the configuration's reranker."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """The `keep` best of the first stage's candidates by the configuration's reranker, and its scores."""
     from chunkeval.engine import rerank
 
     if _reranks_with_vectors(config):
@@ -464,11 +467,6 @@ def score_all(
     return pa.concat_tables(tables), stats
 
 
-def reference_tables(inputs: Inputs, chunkings: list[Chunking]) -> pa.Table:
-    gold = inputs.gold.without_spans() if isinstance(inputs.gold, DocGold) else inputs.gold  # columns, no rows
-    return pa.concat_tables([reference_table(gold, inputs.corpora, c.spec, c.chunks, c.model) for c in chunkings])
-
-
 def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
     """The whole sweep of an experiment in one process (the flow runs the same steps as tasks)."""
     embedders = Embedders.of(embedders).for_experiment(exp)
@@ -483,7 +481,7 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
     summary, by_corpus = summarize_sweep(
         per_query, chunk_stats(chunkings, configs, embedded, index_stats), exp.skip_empty_gold
     )
-    references = reference_tables(inputs, chunkings)
+    references = reference_tables(inputs.gold, inputs.corpora, chunkings)
     return SweepResult(
         per_query,
         summary,
@@ -497,4 +495,5 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
         dict(inputs.corpora),
         summarize_slices(per_query, inputs.slices, exp.skip_empty_gold),
         inputs.slices,
+        kept_qrels(inputs.gold),
     )

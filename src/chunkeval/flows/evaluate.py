@@ -24,7 +24,9 @@ from chunkeval.engine.doc_metrics import write_doc_runs
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.fingerprints import input_fingerprints
 from chunkeval.engine.metrics import METRICS
+from chunkeval.engine.retrieved import kept_qrels
 from chunkeval.engine.runners import TaskRunner
+from chunkeval.engine.scoring import reference_tables
 from chunkeval.errors import Fault, InputError
 from chunkeval.faults import checkpoint
 from chunkeval.paths import cache_dir
@@ -97,7 +99,7 @@ def score(
 
 @task(**TASK)
 def references(inputs: sweep.Inputs, chunkings: list) -> pa.Table:
-    return sweep.reference_tables(inputs, chunkings)
+    return reference_tables(inputs.gold, inputs.corpora, chunkings)
 
 
 @task(**TASK)
@@ -109,6 +111,19 @@ def check_gold(inputs: sweep.Inputs, exp: Experiment) -> dict:
 def report(experiment: str, run_id: str) -> str:
     wh = warehouse()
     return str(write_report(wh, experiment, report_path(wh.root, experiment, run_id), run_id))
+
+
+@task(**TASK)  # no retries: a retry after a partial publish would make a second MLflow run
+def publish(uri: str, run_id: str, page: str) -> str:
+    """A recorded run published to the MLflow tracking server at `uri` (`chunkeval.cli.mlflow_export`); the
+    MLflow run's id. Where that fails, one line: the run itself stays recorded."""
+    from chunkeval.cli.mlflow_export import check_server, log_run
+
+    uri = check_server(uri, f"run {run_id} is recorded, but not published to MLflow")
+    try:
+        return log_run(uri, warehouse(), run_id, Path(page))
+    except Exception as exc:  # the client's own errors (a server that went away, a refused request)
+        raise Fault(f"run {run_id} is recorded, but publishing it to MLflow at {uri} failed: {exc}") from None
 
 
 @task(**TASK)
@@ -143,6 +158,7 @@ def store(
     corpora: dict,
     slices: pa.Table | None = None,
     by_slice: pa.Table | None = None,
+    qrels: pa.Table | None = None,
 ) -> str | None:
     """The run recorded; where another process held the warehouse past the lock timeout, the reason (the
     results are kept and the next command records them), returned rather than raised: no retry waits again."""
@@ -162,6 +178,7 @@ def store(
             corpora,
             slices,
             by_slice,
+            qrels,
         )
     except LockTimeout as exc:
         return str(exc)
@@ -215,16 +232,22 @@ def evaluate(
     batch_size: int | None = None,
     device: str = "auto",
     shards: int = 0,
+    mlflow: str | None = None,
 ) -> dict:
     """Run one experiment (`demo`, the path of an experiment YAML file, or its settings) and record it in the warehouse.
 
     With `if_changed`, a run whose corpus, gold set and model are those of the last completed run is
     recorded as `skipped` and embeds nothing. With `shards` (a Dask task runner: `with_task_runner`),
-    the texts the cache lacks are embedded by that many tasks on the cluster's workers first.
+    the texts the cache lacks are embedded by that many tasks on the cluster's workers first. A completed run
+    is published to the MLflow tracking server `mlflow` (else the experiment's `mlflow:` key) when one is given.
     """
     logger = get_run_logger()
     progress.one_line_input_errors()
     exp = Experiment.resolve(experiment)
+    if mlflow:
+        from chunkeval.cli.mlflow_export import check_uri
+
+        check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
     wh = warehouse()
     wh.reap()
     fps = fingerprint(exp, "none" if if_changed else "run")  # a skipped run sends no request
@@ -292,6 +315,7 @@ def evaluate(
             inputs.corpora,
             inputs.slices,
             by_slice,
+            kept_qrels(inputs.gold),
         )
         if held:
             raise LockTimeout(held)
@@ -319,4 +343,7 @@ def evaluate(
         link_text=f"chunkeval report of run {run_id}",
         description=f"The HTML report of experiment {exp.name} at run {run_id} (a file on the machine that ran it)",
     )
-    return {"run_id": run_id, "status": "completed", "texts_embedded": embedders.texts_embedded, "report": str(page)}
+    done = {"run_id": run_id, "status": "completed", "texts_embedded": embedders.texts_embedded, "report": str(page)}
+    if mlflow or exp.mlflow:
+        done["mlflow_run"] = publish(mlflow or exp.mlflow, run_id, str(page))
+    return done

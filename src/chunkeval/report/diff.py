@@ -21,11 +21,11 @@ from chunkeval.report.inspect import (
     format_items,
     item_html,
     lists_by_config,
-    references_by_query,
     retrieved_items,
+    run_references,
 )
-from chunkeval.report.terminal import printable
-from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.report.terminal import measured, printable
+from chunkeval.vocabulary import CONFIG_KEYS, SPAN_METRICS
 
 UNCHANGED = 1e-9  # a change of at most this much is no change
 SHOWN_QUERIES = 10  # changed questions a terminal shows per configuration
@@ -41,13 +41,22 @@ def _values(wh, run_id: str, metric: str) -> dict[tuple, dict[str, float]]:
     return out
 
 
+def default_metric(wh, run_id: str) -> str:
+    """The first metric of the regression rule the run measures: span_recall, or under document gold (no span
+    metric measured) doc_ndcg_at_k, the first of the rule's document metrics."""
+    if measured(wh.summary(run_id), SPAN_METRICS):
+        return REGRESSION_METRICS[0]
+    return next(m for m in REGRESSION_METRICS if m.startswith("doc_"))
+
+
 def diff_doc(wh, run_a: str, run_b: str, config: dict | None = None, metric: str | None = None) -> list[dict]:
     """One object per configuration both runs have (with the settings of `config`): its keys, `metric`,
-    `better`, `worse`, `unchanged`, compare's fields, and `queries` that changed, worse first."""
-    metric = metric or REGRESSION_METRICS[0]
+    `better`, `worse`, `unchanged`, compare's fields, and `queries` that changed, worse first. The metric
+    by default: the first of the regression rule that run b measures (`default_metric`)."""
     config = dict(config or {})
     for run_id in (run_a, run_b):
         wh.retrieved_file(run_id)  # its errors first: unknown or unfinished run, or no retrieved lists kept
+    metric = metric or default_metric(wh, run_b)
     comparisons = wh.compare(metric, [run_a, run_b], config=config)
     if not comparisons:
         wanted = ",".join(f"{k}={v}" for k, v in config.items())
@@ -55,7 +64,7 @@ def diff_doc(wh, run_a: str, run_b: str, config: dict | None = None, metric: str
             f"runs {run_a} and {run_b} share no configuration" + (f" matching --config {wanted}" if wanted else "")
         )
     values = {run_a: _values(wh, run_a, metric), run_b: _values(wh, run_b, metric)}
-    refs = {run_a: references_by_query(wh, run_a), run_b: references_by_query(wh, run_b)}
+    refs = {run_a: run_references(wh, run_a), run_b: run_references(wh, run_b)}
     out, changed_ids = [], set()
     for c in comparisons:
         keys = {k: c["a"][k] for k in CONFIG_KEYS if k in c["a"]}
@@ -83,7 +92,8 @@ def diff_doc(wh, run_a: str, run_b: str, config: dict | None = None, metric: str
             q["question"] = refs[run_b][0].get(q["query_id"]) or refs[run_a][0].get(q["query_id"])
             for side, run_id in (("retrieved_a", run_a), ("retrieved_b", run_b)):
                 rows = lists_by_config(lists[run_id], [keys], q["query_id"])[0]
-                q[side] = retrieved_items(rows, refs[run_id][1].get(q["query_id"], []), texts[run_id])
+                found = refs[run_id][1].get(q["query_id"], [])
+                q[side] = retrieved_items(rows, found, texts[run_id], refs[run_id][2])
         doc["queries"] = [
             {k: q[k] for k in ("query_id", "question", "a", "b", "retrieved_a", "retrieved_b")} for q in doc["queries"]
         ]

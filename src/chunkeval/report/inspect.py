@@ -3,7 +3,11 @@ chunks it retrieved with their rank, score and text, the characters they share w
 
 `inspect_doc` gives the data (`chunkeval inspect --json`, `chunkeval.inspect`), `format_inspect` the text a
 terminal shows (colour on a terminal, `[[…]]` markers otherwise). Texts are read from the copy of the
-corpus version the run read (`warehouse.layout`), never from another version."""
+corpus version the run read (`warehouse.layout`), never from another version.
+
+Under document gold (a run over qrels) a question's references are its relevant documents (`doc_id`,
+`grade`, best grade first), and each retrieved chunk names its document (`doc_id`) with its grade: the
+chunk is relevant when its document is, and no characters are marked (the qrels judge documents, not spans)."""
 
 from __future__ import annotations
 
@@ -74,9 +78,32 @@ class _Texts:
         return None if text is None else text[start:end]
 
 
-def retrieved_items(rows: list[dict], references: list[dict], texts: _Texts) -> list[dict]:
+def doc_references(wh, run_id: str) -> tuple[dict[str, str], dict[str, list[dict]]] | None:
+    """Under document gold, the run's question texts and each question's relevant documents `{doc_id, grade}`
+    (best grade first); None for a run of span gold."""
+    qrels = wh.qrels(run_id)
+    if qrels is None:
+        return None
+    questions, docs = {}, {}
+    for r in qrels.to_pylist():  # ordered by query, grade down, document
+        questions[r["query_id"]] = r["question"]
+        if r["grade"] > 0:
+            docs.setdefault(r["query_id"], []).append({"doc_id": r["doc_id"], "grade": r["grade"]})
+    return questions, docs
+
+
+def run_references(wh, run_id: str) -> tuple[dict[str, str], dict[str, list[dict]], bool]:
+    """The question texts and references of a run: spans (`references_by_query`), or under document gold
+    the relevant documents (`doc_references`); and whether the run is of document gold."""
+    found = doc_references(wh, run_id)
+    return (*found, True) if found is not None else (*references_by_query(wh, run_id), False)
+
+
+def retrieved_items(rows: list[dict], references: list[dict], texts: _Texts, documents: bool = False) -> list[dict]:
     """The retrieved chunks of one configuration and question (rows of `retrieved.parquet`), as `inspect`
-    gives them; a chunk of a PDF document with `pages`, the first and last page it spans."""
+    gives them; a chunk of a PDF document with `pages`, the first and last page it spans. Under document gold
+    (`documents`: the references name documents), each names its document."""
+    spans = [] if documents else references
     return [
         {
             "rank": r["rank"],
@@ -88,7 +115,8 @@ def retrieved_items(rows: list[dict], references: list[dict], texts: _Texts) -> 
             "relevant": r["relevant"],
             "grade": r["grade"],
             "text": texts(r["corpus_id"], r["start"], r["end"]),
-            "overlaps": overlaps(r["corpus_id"], r["start"], r["end"], references),
+            "overlaps": overlaps(r["corpus_id"], r["start"], r["end"], spans),
+            **({"doc_id": r["corpus_id"]} if documents else {}),
             **({"pages": [r["first_page"], r["last_page"]]} if r.get("first_page") is not None else {}),
         }
         for r in sorted(rows, key=lambda r: r["rank"])
@@ -109,7 +137,8 @@ def lists_by_config(retrieved: pa.Table, configs: list[dict], query_id: str) -> 
 
 def inspect_doc(wh, run_id: str, query_id: str, config: dict | None = None) -> dict:
     """One question of a recorded run: `{query_id, question, references: [{start, end, text, context}],
-    configs: [{configuration keys…, retrieved: [...]}]}` (the documented shape of `inspect --json`)."""
+    configs: [{configuration keys…, retrieved: [...]}]}` (the documented shape of `inspect --json`); under
+    document gold the references are `[{doc_id, grade}]` and each retrieved chunk has its `doc_id`."""
     retrieved = wh.retrieved(run_id, [query_id])  # its errors first: unknown run, or none kept
     per_query = wh.query_results(run_id)
     if query_id not in set(per_query["query_id"].to_pylist()):
@@ -118,10 +147,10 @@ def inspect_doc(wh, run_id: str, query_id: str, config: dict | None = None) -> d
     if not configs:
         wanted = ",".join(f"{k}={v}" for k, v in (config or {}).items())
         raise InputError(f"no configuration of run {run_id} matches --config {wanted}")
-    questions, by_query = references_by_query(wh, run_id)
+    questions, by_query, documents = run_references(wh, run_id)
     question, references = questions.get(query_id), by_query.get(query_id, [])
     texts = _Texts(wh, run_id)
-    for ref in references:
+    for ref in () if documents else references:
         ref["text"] = texts(ref["corpus_id"], ref["start"], ref["end"])
         ref["context"] = texts(ref["corpus_id"], max(0, ref["start"] - CONTEXT), ref["end"] + CONTEXT)
     return {
@@ -129,7 +158,7 @@ def inspect_doc(wh, run_id: str, query_id: str, config: dict | None = None) -> d
         "question": question,
         "references": references,
         "configs": [
-            {**c, "retrieved": retrieved_items(rows, references, texts)}
+            {**c, "retrieved": retrieved_items(rows, references, texts, documents)}
             for c, rows in zip(configs, lists_by_config(retrieved, configs, query_id))
         ],
     }
@@ -169,6 +198,8 @@ def format_items(items: list[dict], colour: bool, indent: str = "  ") -> list[st
     for item in items:
         score = "–" if item["score"] is None else f"{item['score']:.3f}"
         verdict = f"relevant (grade {item['grade']:g})" if item["relevant"] else "not relevant"
+        if "doc_id" in item:  # document gold: the chunk is judged by its document
+            verdict = f"document {printable(item['doc_id'])}, {verdict}"
         lines.append(f"{indent}#{item['rank']} score {score}, {verdict}: {printable(item['chunk_id'])}{pages(item)}")
         lines.append(f"{indent}   {marked(item['text'], item['start'], item['overlaps'], colour)}")
     return lines
@@ -177,8 +208,11 @@ def format_items(items: list[dict], colour: bool, indent: str = "  ") -> list[st
 def format_inspect(doc: dict, colour: bool = False) -> str:
     """The terminal's view of `inspect_doc`."""
     lines = [f"question {printable(doc['query_id'])}: {printable(doc['question'] or '(question text not recorded)')}"]
-    lines.append(f"references ({len(doc['references'])}):")
-    for ref in doc["references"]:
+    items = [i for c in doc["configs"] for i in c["retrieved"]]
+    documents = any("doc_id" in r for r in doc["references"] + items)  # document gold
+    lines.append(f"{'relevant documents' if documents else 'references'} ({len(doc['references'])}):")
+    lines += [f"  {printable(r['doc_id'])} (grade {r['grade']:g})" for r in doc["references"] if documents]
+    for ref in () if documents else doc["references"]:
         start = max(0, ref["start"] - CONTEXT)
         where = f"{printable(ref['corpus_id'])} [{ref['start']}, {ref['end']})"
         lines.append(f"  {where}: …{marked(ref['context'], start, [[ref['start'], ref['end']]], colour)}…")
@@ -202,7 +236,9 @@ def item_html(item: dict) -> str:
                 at = e
         parts.append(escape(text[at:]))
     score = "–" if item["score"] is None else f"{item['score']:.3f}"
-    verdict = "relevant" if item["relevant"] else "not relevant"
+    verdict = f"relevant (grade {item['grade']:g})" if item["relevant"] else "not relevant"
+    if "doc_id" in item:
+        verdict = f"document <code>{escape(item['doc_id'])}</code>, {verdict}"
     return (
         f"<li><b>#{item['rank']}</b> <code>{escape(item['chunk_id'])}</code>{pages(item)} score {score}, {verdict}"
         f"<div class=chunk>{''.join(parts)}</div></li>"

@@ -15,6 +15,7 @@ from chunkeval.errors import InputError
 from chunkeval.report import charts
 from chunkeval.report.terminal import power_sentence, rerank_label
 from chunkeval.stats.aggregate import MICRO, MICRO_F1
+from chunkeval.stats.columns import numbers
 from chunkeval.vocabulary import CONFIG_KEYS, INDEX_METRICS, METRICS, approximate_index, shown_keys, split_list
 from chunkeval.warehouse import Warehouse
 
@@ -94,8 +95,8 @@ def budget_table(
                    coalesce(max(span_recall) FILTER (WHERE retrieved_tokens <= budget), 0) AS best
             FROM q, b GROUP BY ALL)
         ORDER BY point, query_id""").to_arrow_table()
-    point = best["point"].to_numpy().astype(np.int64)
-    values = best["best"].to_numpy(zero_copy_only=False).astype(np.float64)
+    point = numbers(best["point"]).astype(np.int64)
+    values = numbers(best["best"]).astype(np.float64)
     n_points = int(point.max()) + 1 if len(point) else 0
     means = np.bincount(point, weights=values, minlength=n_points) / np.maximum(
         np.bincount(point, minlength=n_points), 1

@@ -117,6 +117,11 @@ class History(Schema):
         )
         return [slice_name(r["slice_column"], r["slice_value"]) for r in rows]
 
+    def has_configuration(self, experiment: str, config: dict) -> bool:
+        """Whether a completed run of the experiment has a configuration with the settings of `config`."""
+        where, params = self._summary_filter(experiment, config, None)
+        return bool(self._dicts(f"SELECT 1 AS found FROM config_summary WHERE {where} LIMIT 1", params))
+
     def history(self, experiment: str, metrics: list[str], configs: list[dict], last: int) -> list[dict]:
         """Several metrics at once (mean and 95 % interval each) of the given configurations over the
         newest `last` completed runs, oldest first: what the report's trend charts draw, in one query."""

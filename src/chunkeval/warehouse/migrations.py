@@ -168,19 +168,19 @@ class Schema(Connections, Layout):
         run's Parquet files only when the schema changed or the warehouse moved (making them reads the
         footer of every file). `temporary`: views of this connection alone, on a warehouse it cannot write."""
         view_kind = "TEMP VIEW" if temporary else "VIEW"
-        duplicates = DUPLICATES_SQL.format(t="r.")
-        relevance = run_setting_sql("relevance", "r.")
+        duplicates = DUPLICATES_SQL.format(t="")
+        relevance = run_setting_sql("relevance")
         for view, table, schema in (
             ("config_summary", "summaries", SUMMARY),
             ("corpus_summary", "corpus_summaries", SUMMARY),
             ("slice_summary", "slice_summaries", SLICE_SUMMARY),
         ):
+            # the run settings read from each run's JSON once, not once per summary row (half of a trend's time)
             con.execute(f"""
                 CREATE OR REPLACE {view_kind} {view} AS
-                SELECT {projection("summary", set(schema.names), "s")}, {duplicates} AS duplicates,
-                       {relevance} AS relevance
-                FROM {table} s JOIN runs r USING (run_id)
-                WHERE r.status = 'completed'""")
+                SELECT {projection("summary", set(schema.names), "s")}, r.duplicates, r.relevance
+                FROM {table} s JOIN (SELECT *, {duplicates} AS duplicates, {relevance} AS relevance
+                                     FROM runs WHERE status = 'completed') r USING (run_id)""")
         con.execute(f"""
             CREATE OR REPLACE {view_kind} trend AS
             WITH long AS (

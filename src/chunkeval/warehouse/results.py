@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval.errors import InputError
+from chunkeval.stats.columns import numbers
 from chunkeval.vocabulary import CONFIG_KEYS, slice_name
 from chunkeval.warehouse.history import History
 from chunkeval.warehouse.migrations import SCHEMA_VERSION
@@ -84,12 +85,25 @@ class Results(History):
         return {c: _unmasked(v) for c, v in found.items()}
 
     def _question_texts(self, run_id: str) -> list[tuple[str, str]]:
-        """(query_id, question) of a run's gold set."""
-        path = self._file(run_id, "references")
-        if not path.is_file():
+        """(query_id, question) of a run's gold set (of its qrels under document gold: no span references)."""
+        paths = [p for p in (self._file(run_id, "references"), self._file(run_id, "qrels")) if p.is_file()]
+        if not paths:
             return []
         with self.connect() as con:
-            return con.execute(f"SELECT DISTINCT query_id, question FROM read_parquet({quote(path)})").fetchall()
+            return con.execute(
+                " UNION ".join(f"SELECT DISTINCT query_id, question FROM read_parquet({quote(p)})" for p in paths)
+            ).fetchall()
+
+    def qrels(self, run_id: str) -> pa.Table | None:
+        """Under document gold, the run's qrels (`query_id, question, doc_id, grade`); None for a run of
+        span gold (or recorded before runs over documents kept them)."""
+        path = self._file(run_id, "qrels")
+        if not path.is_file():
+            return None
+        with self.connect() as con:
+            return con.sql(
+                f"SELECT * FROM read_parquet({quote(path)}) ORDER BY query_id, grade DESC, doc_id"
+            ).to_arrow_table()
 
     def query_results(self, run_id: str) -> pa.Table:
         return self.run_file(run_id, "per_query", f"ORDER BY {', '.join(CONFIG_KEYS)}, query_id")
@@ -165,4 +179,4 @@ def _numpy(column) -> np.ndarray:
 
     if column.null_count and not pa.types.is_floating(column.type):
         return np.asarray(column.to_pylist(), dtype=object)
-    return column.to_numpy(zero_copy_only=False)
+    return numbers(column)

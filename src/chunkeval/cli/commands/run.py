@@ -46,8 +46,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "--mlflow",
         metavar="URI",
         help="also publish the run to this MLflow tracking server (http://HOST:PORT): settings as params, each "
-        "configuration a nested run with its means as metrics, the report and summary as artifacts; "
-        "needs pip install 'chunkeval[mlflow]'",
+        "configuration a nested run with its means as metrics, the report and summary as artifacts (the experiment "
+        "file's mlflow: key does the same; this option wins); needs pip install 'chunkeval[mlflow]'",
     )
     p.set_defaults(func=run)
     return p
@@ -100,16 +100,19 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.vocabulary import CONFIG_KEYS
 
     if args.mlflow:
-        from chunkeval.cli.mlflow_export import check_server
+        from chunkeval.cli.mlflow_export import check_uri
 
-        args.mlflow = check_server(
-            args.mlflow
-        )  # before anything is read or built: a URI that is no server is bad input
+        check_uri(args.mlflow, "--mlflow")  # before the experiment is read
     if args.experiment_file:
         exp = experiment_from_args(args, name=args.experiment)
     else:
         named = named_experiment(args.experiment or "demo", gives_settings(args), warehouse, tuple(args.plugin or ()))
         exp = experiment_from_args(args, named, name=args.experiment)
+    mlflow = args.mlflow or exp.mlflow
+    if mlflow:  # before anything is read or built: a URI where no server answers is bad input
+        from chunkeval.cli.mlflow_export import check_server
+
+        mlflow = check_server(mlflow, "--mlflow" if args.mlflow else "the experiment's mlflow")
     from chunkeval.engine.runners import check_task_runner, cluster_workers, parse_task_runner
 
     runner = check_task_runner(parse_task_runner(args.task_runner))
@@ -131,6 +134,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
                 batch_size=args.batch_size,
                 device=args.device,
                 shards=shards,
+                mlflow=mlflow or None,
             )
     finally:
         log.propagate = True
@@ -160,11 +164,6 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         print("\nindexes (build seconds, size, and milliseconds per query: one at a time p50/p95, and batched)")
         print(format_index_costs(summary, CONFIG_KEYS))
     print(f"\nreport: {result['report']}")
-    if args.mlflow:
-        from pathlib import Path
-
-        from chunkeval.cli.mlflow_export import log_run
-
-        mlflow_run = log_run(args.mlflow, wh, result["run_id"], Path(result["report"]))
-        print(f"published to MLflow at {args.mlflow}: run {mlflow_run} (one nested run per configuration)")
+    if result.get("mlflow_run"):  # the flow published it
+        print(f"published to MLflow at {mlflow}: run {result['mlflow_run']} (one nested run per configuration)")
     return 0

@@ -84,13 +84,14 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         wh.run(args.baseline)
     config = config_filter(args.config)
     in_slice = _slice(wh, args)
+    if args.fail_on_regression and not (args.verbose or args.json):  # the verdict alone: no table to read
+        if config and not wh.has_configuration(args.experiment, config):
+            _no_match(wh, args.experiment, config)
+        return _verdict(wh, args, config, in_slice)
     shown = args.last or (None if args.all or args.json else SHOWN_RUNS)
     rows = wh.trend(args.experiment, args.metric, config, shown, in_slice=in_slice)
-    if config and not rows and wh.last_completed(args.experiment):
-        raise InputError(
-            f"no configuration of experiment {args.experiment!r} matches --config "
-            + ",".join(f"{k}={v}" for k, v in config.items())
-        )
+    if config and not rows:
+        _no_match(wh, args.experiment, config)
     if args.json:
         write_json_rows([{**r, "started_at": iso(r["started_at"])} for r in rows])
     elif not rows:
@@ -105,6 +106,14 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if args.fail_on_regression:
         return _verdict(wh, args, config, in_slice)
     return 0
+
+
+def _no_match(wh, experiment: str, config: dict) -> None:
+    """The error of a --config that no configuration of the experiment's completed runs has (none when it has
+    no completed run yet: the command says so itself)."""
+    if wh.last_completed(experiment):
+        wanted = ",".join(f"{k}={v}" for k, v in config.items())
+        raise InputError(f"no configuration of experiment {experiment!r} matches --config {wanted}")
 
 
 def _slice(wh, args: argparse.Namespace) -> tuple[str, str] | None:

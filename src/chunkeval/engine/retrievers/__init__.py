@@ -1,6 +1,7 @@
 """Retrievers by name: `dense`, `bm25`, `hybrid`, or `module:function` for one's own retriever or reranker.
 
-Every retriever maps a `RetrievalRequest` to chunk indices (int, n_queries x k, best first, -1 padding).
+Every retriever maps a `RetrievalRequest` to chunk indices (int, n_queries x k, best first, -1 padding);
+the built-in ones also give their score of each (`retrieve_scored`), a plug-in gives ranks only.
 With `query_groups`/`chunk_groups` each query only sees the chunks of its own group (its corpus): the
 retriever is called once per group on that group's queries and chunks, so corpus statistics (BM25's
 IDF and average length) come from that corpus alone, and the indices are mapped back to global ones.
@@ -17,9 +18,9 @@ from functools import partial
 import numpy as np
 
 from chunkeval.engine import plugins
-from chunkeval.engine.retrievers.bm25 import bm25_top_k
+from chunkeval.engine.retrievers.bm25 import bm25_ranked
 from chunkeval.engine.retrievers.dense import top_k
-from chunkeval.engine.retrievers.hybrid import FUSE_DEPTH, RRF_K, rrf
+from chunkeval.engine.retrievers.hybrid import FUSE_DEPTH, RRF_K, rrf_ranked
 from chunkeval.errors import InputError
 
 BUILTIN = ("dense", "bm25", "hybrid")
@@ -43,15 +44,27 @@ class RetrievalRequest:
 
 def vector_top(request: RetrievalRequest, depth: int) -> np.ndarray:
     """The `depth` nearest chunks of each query by its vectors, through the request's index (exact without one)."""
+    return vector_ranked(request, depth)[0]
+
+
+def vector_ranked(request: RetrievalRequest, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """`vector_top`, and the search's score of each chunk (float64, NaN in the padding)."""
     _require_vectors("dense search", request)
     search = request.search or top_k
-    return search(request.query_vectors, request.chunk_vectors, depth)[0]
+    index, scores = search(request.query_vectors, request.chunk_vectors, depth)
+    return index, np.where(index >= 0, scores, np.nan).astype(np.float64)
 
 
 Retriever = Callable[[RetrievalRequest], np.ndarray]
 
 
-def retrieve(
+def retrieve(name: str, request: RetrievalRequest, **options) -> np.ndarray:
+    """Top-k chunk indices (int64, n_queries x k, -1 padding) of retriever `name`, pooled or per group
+    (`options`: those of `retrieve_scored`)."""
+    return retrieve_scored(name, request, **options)[0]
+
+
+def retrieve_scored(
     name: str,
     request: RetrievalRequest,
     *,
@@ -59,8 +72,10 @@ def retrieve(
     chunk_groups: np.ndarray | None = None,
     rrf_k: float = RRF_K,
     fuse_depth: int = FUSE_DEPTH,
-) -> np.ndarray:
-    """Top-k chunk indices (int64, n_queries x k, -1 padding) of retriever `name`, pooled or per group."""
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """`retrieve`, and the retriever's score of each chunk it ranks (float64, n_queries x k, NaN in the
+    padding): the search's score for dense (the cosine; an index's own), the BM25 score for bm25, the fused
+    score for hybrid. None for a plug-in, which gives ranks only."""
     fn = _resolve(name)
     if request.k < 1:
         raise InputError(f"k must be at least 1, got {request.k}")
@@ -77,13 +92,16 @@ def retrieve(
     if len(query_groups) != n_q or len(chunk_groups) != n_c:
         raise ValueError("one group per query and one per chunk")
     index = np.full((n_q, request.k), -1, dtype=np.int64)
+    scores = np.full((n_q, request.k), np.nan) if name in _BUILTINS else None
     for group in np.unique(query_groups):  # one call per corpus
         qi, ci = np.flatnonzero(query_groups == group), np.flatnonzero(chunk_groups == group)
         if len(ci) == 0:
             continue  # a corpus without chunks: nothing to retrieve
-        local = _call(name, fn, _subset(request, qi, ci), qi)
+        local, local_scores = _call(name, fn, _subset(request, qi, ci), qi)
         index[qi] = np.where(local >= 0, ci[local], -1)
-    return index
+        if scores is not None:
+            scores[qi] = local_scores
+    return index, scores
 
 
 def check_retriever(name: str) -> None:
@@ -100,22 +118,23 @@ def needs_embeddings(name: str) -> bool:
     return bool(getattr(fn, "needs_embeddings", True)) or _candidate_depth(name, fn) is not None
 
 
-def _dense(request: RetrievalRequest) -> np.ndarray:
-    return vector_top(request, request.k)
+# the built-in retrievers give (indices, scores)
+def _dense(request: RetrievalRequest) -> tuple[np.ndarray, np.ndarray]:
+    return vector_ranked(request, request.k)
 
 
-def _bm25(request: RetrievalRequest) -> np.ndarray:
-    return bm25_top_k(request.query_texts, request.chunk_texts, request.k)
+def _bm25(request: RetrievalRequest) -> tuple[np.ndarray, np.ndarray]:
+    return bm25_ranked(request.query_texts, request.chunk_texts, request.k)
 
 
-def _hybrid(request: RetrievalRequest, c: float = RRF_K, depth: int = FUSE_DEPTH) -> np.ndarray:
+def _hybrid(request: RetrievalRequest, c: float = RRF_K, depth: int = FUSE_DEPTH) -> tuple[np.ndarray, np.ndarray]:
     depth = max(depth, request.k)  # so that k chunks can be fused when k exceeds the depth
     dense = vector_top(request, depth)
-    lexical = bm25_top_k(request.query_texts, request.chunk_texts, depth)
-    return rrf([dense, lexical], len(request.chunk_texts), request.k, c)
+    lexical = bm25_ranked(request.query_texts, request.chunk_texts, depth)[0]
+    return rrf_ranked([dense, lexical], len(request.chunk_texts), request.k, c)
 
 
-_BUILTINS: dict[str, Retriever] = {"dense": _dense, "bm25": _bm25, "hybrid": _hybrid}
+_BUILTINS: dict[str, Callable] = {"dense": _dense, "bm25": _bm25, "hybrid": _hybrid}
 
 
 def _resolve(name: str) -> Retriever:
@@ -150,14 +169,21 @@ def _candidate_depth(name: str, fn: Retriever) -> int | None:
     return depth
 
 
-def _call(name: str, fn: Retriever, request: RetrievalRequest, rows: np.ndarray) -> np.ndarray:
-    """Run one retriever on one (sub)request and check its answer; `rows` are the global query numbers."""
+def _call(
+    name: str, fn: Retriever, request: RetrievalRequest, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Run one retriever on one (sub)request and check its answer; `rows` are the global query numbers.
+    The scores of a built-in retriever, None for a plug-in."""
     n_q, n_c, k = len(request.query_texts), len(request.chunk_texts), request.k
+    builtin = name in _BUILTINS
     if n_q == 0 or n_c == 0:
-        return np.full((n_q, k), -1, dtype=np.int64)
-    if name not in _BUILTINS and request.candidates is None and (depth := _candidate_depth(name, fn)):
+        return np.full((n_q, k), -1, dtype=np.int64), np.full((n_q, k), np.nan) if builtin else None
+    if builtin:
+        index, scores = fn(request)
+        return _check(name, index, n_q, n_c, k, rows), scores
+    if request.candidates is None and (depth := _candidate_depth(name, fn)):
         request = replace(request, candidates=vector_top(request, depth))
-    return _check(name, fn(request), n_q, n_c, k, rows)
+    return _check(name, fn(request), n_q, n_c, k, rows), None
 
 
 def _check(name: str, result: object, n_q: int, n_c: int, k: int, rows: np.ndarray) -> np.ndarray:

@@ -69,9 +69,17 @@ def bm25_scores(
 
 def bm25_top_k(query_texts: Sequence[str], chunk_texts: Sequence[str], k: int, **params) -> np.ndarray:
     """Indices (int64, n_queries x k) of the k best-scoring chunks with a positive score, -1 padded."""
+    return bm25_ranked(query_texts, chunk_texts, k, **params)[0]
+
+
+def bm25_ranked(
+    query_texts: Sequence[str], chunk_texts: Sequence[str], k: int, **params
+) -> tuple[np.ndarray, np.ndarray]:
+    """`bm25_top_k`, and the BM25 score of each chunk it ranks (float64, NaN in the padding)."""
     scores = bm25_scores(query_texts, chunk_texts, **params)
     index = np.full((scores.shape[0], k), -1, dtype=np.int64)
+    values = np.full((scores.shape[0], k), np.nan)
     for lo in range(0, scores.shape[0], _BLOCK):
         block = scores[lo : lo + _BLOCK].toarray()
-        index[lo : lo + len(block)] = top_positive(block, k)
-    return index
+        index[lo : lo + len(block)], values[lo : lo + len(block)] = top_positive(block, k)
+    return index, values
