@@ -251,32 +251,7 @@ class Experiment:
 
     def validate(self, source: str | None = None) -> Experiment:
         check_name(self.name, "experiment name", source)
-        if self.mlflow and not self.mlflow.startswith(("http://", "https://")):
-            raise InputError(
-                f"mlflow takes the http(s) URI of an MLflow tracking server, got {short(self.mlflow)}", source
-            )
-        if not self.chunker or not self.chunk_sizes or not self.overlaps or not self.k:
-            raise InputError("an experiment needs at least one chunker, chunk size, overlap and k", source)
-        for k in self.k:
-            check_k(k, source=source)
-        from chunkeval.engine.duplicates import MODES
-        from chunkeval.engine.extract import check_html_mode
-
-        check_html_mode(self.html, source)
-
-        if self.duplicates not in MODES:
-            raise InputError(f"duplicates must be {' or '.join(MODES)}, got {self.duplicates!r}", source)
-        from chunkeval.engine.metrics import share_held
-
-        _listed(share_held, self.relevance, source)
-        from chunkeval.engine.embedding.backends import check_backend
-
-        check_backend(self.backend, self.quantize, source, self.precision)
-        for key, values in (("k", self.k), ("chunk_sizes", self.chunk_sizes), ("rrf_k", (self.rrf_k,))):
-            if any(abs(v) > MAX_INT for v in values):
-                raise InputError(f"{key} must be at most {MAX_INT}, got {max(values, key=abs)}", source)
-        if self.rrf_k < 0:
-            raise InputError(f"rrf_k must be 0 or more, got {self.rrf_k}", source)
+        check_run_settings(self, source)
         from chunkeval.engine.rerank import check_reranking
 
         check_reranking(self, source)
@@ -433,3 +408,28 @@ class Experiment:
     def fingerprint(self) -> str:
         """Hash of the settings (not the data): two runs of the same experiment settings share it."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def check_run_settings(exp: Experiment, source: str | None) -> None:
+    """The settings that stand alone: the grid's sizes, and the run settings' values."""
+    if exp.mlflow and not exp.mlflow.startswith(("http://", "https://")):
+        raise InputError(f"mlflow takes the http(s) URI of an MLflow tracking server, got {short(exp.mlflow)}", source)
+    if not exp.chunker or not exp.chunk_sizes or not exp.overlaps or not exp.k:
+        raise InputError("an experiment needs at least one chunker, chunk size, overlap and k", source)
+    for k in exp.k:
+        check_k(k, source=source)
+    from chunkeval.engine.duplicates import MODES
+    from chunkeval.engine.embedding.backends import check_backend
+    from chunkeval.engine.extract import check_html_mode
+    from chunkeval.engine.metrics import share_held
+
+    check_html_mode(exp.html, source)
+    if exp.duplicates not in MODES:
+        raise InputError(f"duplicates must be {' or '.join(MODES)}, got {exp.duplicates!r}", source)
+    _listed(share_held, exp.relevance, source)
+    check_backend(exp.backend, exp.quantize, source, exp.precision)
+    for key, values in (("k", exp.k), ("chunk_sizes", exp.chunk_sizes), ("rrf_k", (exp.rrf_k,))):
+        if any(abs(v) > MAX_INT for v in values):
+            raise InputError(f"{key} must be at most {MAX_INT}, got {max(values, key=abs)}", source)
+    if exp.rrf_k < 0:
+        raise InputError(f"rrf_k must be 0 or more, got {exp.rrf_k}", source)
