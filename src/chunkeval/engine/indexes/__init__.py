@@ -128,6 +128,7 @@ def reach(url: str) -> None:
 def _open_faiss(spec: IndexSpec, name: str, vectors: np.ndarray) -> Built:
     folder = index_root() / "faiss"
     path, record = folder / f"{name}.faiss", folder / f"{name}.json"
+    persist.wait_all(path)  # one this process built, left memory and is still writing: read it, not build again
     if path.is_file():
         try:
             index, seconds = persist.read(path, record)

@@ -46,9 +46,9 @@ class Pending:
         self.path, self.record, self.seconds = path, record, seconds
         self._size: int | None = None
         self._thread = threading.Thread(target=self._write, args=(index,), name=f"chunkeval-index-{path.stem[:16]}")
-        self._thread.start()
-        with _lock:
+        with _lock:  # registered before it starts: a write that ends at once still leaves the set
             _pending.add(self)
+        self._thread.start()
 
     def _write(self, index) -> None:
         import xxhash
@@ -90,10 +90,10 @@ _pending: set[Pending] = set()
 _lock = threading.Lock()
 
 
-def wait_all() -> None:
-    """Every index file being written, written."""
+def wait_all(path: Path | None = None) -> None:
+    """Every index file being written (or the one at `path`), written."""
     with _lock:
-        pending = list(_pending)
+        pending = [p for p in _pending if path is None or p.path == path]
     for p in pending:
         p.wait()
 
