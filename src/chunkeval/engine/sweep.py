@@ -33,6 +33,7 @@ from chunkeval.engine.indexes.measure import measure as measure_index
 from chunkeval.engine.inputs import SpanGold, corpus_ids_in, load_corpora, load_span_gold
 from chunkeval.engine.retrieved import retrieved_table
 from chunkeval.engine.scoring import reference_table, score_chunking, summarize_sweep  # noqa: F401 (re-exported)
+from chunkeval.progress import Stopwatch
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANKER  # noqa: F401 (re-exported)
 
 
@@ -309,11 +310,49 @@ def score_config(
     scorers: dict | None = None,
     measured: dict | None = None,
     kept: list | None = None,
+    clock: Stopwatch | None = None,
 ) -> tuple[pa.Table, dict]:
     """Retrieve once at the largest k, score at every k: one configuration's per-query table (with its
     `index` and `ann_recall_at_k`), and what its index cost (`chunkeval.engine.indexes.measure`, measured
     once per chunking, model and index in `measured`: dense, hybrid and reranked rows share it). With
-    `kept`, its retrieved lists (`chunkeval.engine.retrieved`) are appended to it."""
+    `kept`, its retrieved lists (`chunkeval.engine.retrieved`) are appended to it. With `clock`, the seconds
+    of its retrieval (reranking and the index's measures included) and of its scoring are added to it."""
+    clock = clock or Stopwatch()
+    with clock.stage("retrieval"):
+        topk, ks = _retrieve_top(inputs, chunkings, config, embedded, exp, scorers)
+    with clock.stage("scoring"):
+        table = _score_top(inputs, chunkings, config, embedded, exp, topk, ks, kept)
+    if config.index is None:
+        nothing = pa.nulls(table.num_rows, pa.float64())
+        for name in ("ann_recall_at_k", "ann_found", "ann_depth"):
+            table = table.append_column(name, nothing)
+        return table, {}
+    with clock.stage("retrieval"):  # the index's measures
+        chunking = chunkings[config.chunking]
+        every = tuple(sorted(set(exp.k)))
+        key = (config.chunking, config.model, config.index)
+        measured = {} if measured is None else measured
+        if key not in measured:
+            measured[key] = measure_index(
+                config.index,
+                embedded.queries[config.model],
+                embedded.chunks[(config.chunking, config.model)],
+                every,
+                group_names=chunking.chunks.corpus_names,
+                **groups_of(inputs, chunking, exp.own_corpus),
+            )
+        found = measured[key]
+        rows = [every.index(k) for k in sorted(set(ks))]  # the k of this configuration, in its table's order
+        table = table.append_column("ann_recall_at_k", pa.array(np.concatenate([found.recall(i) for i in rows])))
+        table = table.append_column("ann_found", pa.array(found.found[rows].reshape(-1)))
+        table = table.append_column("ann_depth", pa.array(found.depth[rows].reshape(-1)))
+        return table, found.stats()
+
+
+def _retrieve_top(
+    inputs: Inputs, chunkings: list[Chunking], config: Config, embedded: Embedded, exp: Experiment, scorers: dict | None
+) -> tuple[np.ndarray, tuple[int, ...]]:
+    """A configuration's ranked chunks (deep enough for MaxP under document gold), and the k it is scored at."""
     chunking = chunkings[config.chunking]
     ks = exp.k
     doc = isinstance(inputs.gold, DocGold)  # document gold: retrieval deep enough for MaxP to find k documents
@@ -324,6 +363,22 @@ def score_config(
         ks = tuple(k for k in exp.k if k <= config.candidates)
         first = retrieve(inputs, chunking, config, embedded, config.candidates, exp.own_corpus, exp.rrf_k)
         topk = rerank_top(inputs, chunking, config, embedded, first, config.candidates if doc else max(ks), scorers)
+    return topk, ks
+
+
+def _score_top(
+    inputs: Inputs,
+    chunkings: list[Chunking],
+    config: Config,
+    embedded: Embedded,
+    exp: Experiment,
+    topk: np.ndarray,
+    ks: tuple[int, ...],
+    kept: list | None,
+) -> pa.Table:
+    """A configuration's per-query table at every k (with its retrieved lists appended to `kept`)."""
+    chunking = chunkings[config.chunking]
+    doc = isinstance(inputs.gold, DocGold)
     if doc:
         keys = {"index": config.index_key, "reranker": config.reranker, "candidates": config.candidates}
         table, _ = score_documents(
@@ -350,29 +405,7 @@ def score_config(
         kept.append(
             retrieved_table(inputs.gold, chunking.chunks, topk, table, inputs.copies, *(vectors if dense else ()))
         )
-    if config.index is None:
-        nothing = pa.nulls(table.num_rows, pa.float64())
-        for name in ("ann_recall_at_k", "ann_found", "ann_depth"):
-            table = table.append_column(name, nothing)
-        return table, {}
-    every = tuple(sorted(set(exp.k)))
-    key = (config.chunking, config.model, config.index)
-    measured = {} if measured is None else measured
-    if key not in measured:
-        measured[key] = measure_index(
-            config.index,
-            embedded.queries[config.model],
-            embedded.chunks[(config.chunking, config.model)],
-            every,
-            group_names=chunking.chunks.corpus_names,
-            **groups_of(inputs, chunking, exp.own_corpus),
-        )
-    found = measured[key]
-    rows = [every.index(k) for k in sorted(set(ks))]  # the k this configuration is scored at, in its table's order
-    table = table.append_column("ann_recall_at_k", pa.array(np.concatenate([found.recall(i) for i in rows])))
-    table = table.append_column("ann_found", pa.array(found.found[rows].reshape(-1)))
-    table = table.append_column("ann_depth", pa.array(found.depth[rows].reshape(-1)))
-    return table, found.stats()
+    return table
 
 
 def rerank_top(
@@ -408,15 +441,17 @@ def score_all(
     embedded: Embedded,
     exp: Experiment,
     kept: list | None = None,
+    clock: Stopwatch | None = None,
 ) -> tuple[pa.Table, dict]:
     """Every configuration's per-query table, one after the other (each is a few vectorised steps), and per
-    first-stage configuration what its index cost; with `kept`, what each retrieved."""
+    first-stage configuration what its index cost; with `kept`, what each retrieved; with `clock`, the
+    seconds of retrieval and of scoring."""
     scorers: dict = {}  # CrossEncoder rerankers, loaded once for the grid
     measured: dict = {}  # index measures, once per chunking, model and index
     stats: dict = {}
     tables = []
     for c in configs:
-        table, cost = score_config(inputs, chunkings, c, embedded, exp, scorers, measured, kept)
+        table, cost = score_config(inputs, chunkings, c, embedded, exp, scorers, measured, kept, clock)
         tables.append(table)
         stats.setdefault(first_stage(c), cost)
     return pa.concat_tables(tables), stats

@@ -111,11 +111,13 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         named = named_experiment(args.experiment or "demo", gives_settings(args), warehouse, tuple(args.plugin or ()))
         exp = experiment_from_args(args, named, name=args.experiment)
     from chunkeval.engine.runners import check_task_runner, cluster_workers, parse_task_runner
+    from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
 
     runner = check_task_runner(parse_task_runner(args.task_runner))
-    preflight(exp, args.if_changed)
+    clock = Stopwatch()
+    with clock.stage("checks"):
+        preflight(exp, args.if_changed)
     shards = cluster_workers(runner) if runner.distributed else 0
-    from chunkeval.progress import quiet_prefect, show_progress
 
     quiet_prefect(args.verbose)
     from chunkeval.flows.evaluate import with_task_runner
@@ -142,20 +144,26 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.analysis.comparisons import TIE_NOTE, ties
     from chunkeval.report.terminal import default_metrics
 
-    wh = warehouse()
-    summary = wh.summary(result["run_id"])
+    clock.merge(result.get("stage_seconds", {}), result.get("stage_cpu_seconds"))
+    with clock.stage("summary"):  # the table below, with its ties
+        wh = warehouse()
+        summary = wh.summary(result["run_id"])
+        table = format_summary(
+            summary, CONFIG_KEYS, tied=ties(wh.query_results(result["run_id"]), default_metrics(summary))
+        )
     print(
         f"experiment {exp.name}: run {result['run_id']} completed, {summary.num_rows} configuration(s), "
         f"{result['texts_embedded']} text(s) embedded\n"
     )
-    print(format_summary(summary, CONFIG_KEYS, tied=ties(wh.query_results(result["run_id"]), default_metrics(summary))))
+    print(table)
     print(TIE_NOTE.format(alpha=0.05))
     from chunkeval.report.terminal import approximate, format_index_costs
 
     if approximate(summary):
         print("\nindexes (build seconds, size, and milliseconds per query: one at a time p50/p95, and batched)")
         print(format_index_costs(summary, CONFIG_KEYS))
-    print(f"\nreport: {result['report']}")
+    print(f"\n{clock.line()}")
+    print(f"report: {result['report']}")
     if args.mlflow:
         from pathlib import Path
 
