@@ -19,12 +19,11 @@ import pyarrow as pa
 
 from chunkeval.engine import retrievers
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, chunk_corpora, needs_embeddings
-from chunkeval.engine.doc_metrics import retrieval_depth, score_documents
+from chunkeval.engine.doc_metrics import retrieval_depth, score_documents, shallow_first
 from chunkeval.engine.documents import DocGold, load_document_gold
 from chunkeval.engine.duplicates import Copies, find_copies
-from chunkeval.engine.embedders import Embedders, probe_models  # noqa: F401 (re-exported: sweep.Embedders)
+from chunkeval.engine.embedders import Embedders, embed_shard, probe_models  # noqa: F401 (re-exported)
 from chunkeval.engine.embedding import Embedder
-from chunkeval.engine.embedding.served import ServedModel
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.indexes import NO_INDEX, IndexSpec
 from chunkeval.engine.indexes import search as index_search
@@ -34,7 +33,7 @@ from chunkeval.engine.inputs import SpanGold, corpus_ids_in, load_corpora, load_
 from chunkeval.engine.retrieved import retrieved_table
 from chunkeval.engine.scoring import reference_table, score_chunking, summarize_sweep  # noqa: F401 (re-exported)
 from chunkeval.progress import Stopwatch
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANKER  # noqa: F401 (re-exported)
+from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANKER, approximate_index  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -195,25 +194,6 @@ def embedding_shards(
     return shards
 
 
-def embed_shard(
-    model: str,
-    kind: str,
-    texts: list[str],
-    cache_dir: Path,
-    batch_size: int | None,
-    device: str | None,
-    backend: str,
-    quantize: str,
-    precision: str = "fp32",
-    served: ServedModel | None = None,
-) -> dict:
-    """Embed one shard into the cache at `cache_dir` (this process loads the model, or sends its texts to
-    the served model) and return its counters for `Embedders.count`."""
-    embedder = Embedder(model, cache_dir, batch_size, device, backend, quantize, precision, served=served)
-    embedder.embed(texts, kind)
-    return {"model": model, "counters": embedder.counters()}
-
-
 def embed_all(inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedders: Embedders) -> Embedded:
     """Per model, one embedding call for the questions and one for the chunks of every chunking it
     retrieves from: repeated texts are embedded once."""
@@ -240,19 +220,24 @@ def retrieve(
     k: int,
     own_corpus: bool = False,
     rrf_k: int = 60,
+    rows: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Top-k chunk indices per question (-1 padding), over the pooled corpora or each question's own."""
+    """Top-k chunk indices per question (-1 padding), over the pooled corpora or each question's own; of the
+    questions `rows` alone where given."""
     chunks = chunking.chunks
-    key = (config.chunking, config.model)
+    rows = np.arange(inputs.gold.n_queries) if rows is None else rows
+    vectors, groups = embedded.queries.get(config.model), groups_of(inputs, chunking, own_corpus)
     request = retrievers.RetrievalRequest(
-        query_texts=list(inputs.gold.questions),
+        query_texts=[inputs.gold.questions[i] for i in rows.tolist()],
         chunk_texts=chunks.texts(inputs.corpora),
         k=k,
-        query_vectors=embedded.queries.get(config.model),
-        chunk_vectors=embedded.chunks.get(key),
+        query_vectors=None if vectors is None else vectors[rows],
+        chunk_vectors=embedded.chunks.get((config.chunking, config.model)),
         search=_searcher(config.index),
     )
-    return retrievers.retrieve(config.retriever, request, rrf_k=rrf_k, **groups_of(inputs, chunking, own_corpus))
+    if groups:
+        groups["query_groups"] = groups["query_groups"][rows]
+    return retrievers.retrieve(config.retriever, request, rrf_k=rrf_k, **groups)
 
 
 def _searcher(spec: IndexSpec | None):
@@ -358,7 +343,16 @@ def _retrieve_top(
     doc = isinstance(inputs.gold, DocGold)  # document gold: retrieval deep enough for MaxP to find k documents
     if config.reranker == NO_RERANKER:
         depth = retrieval_depth(max(exp.k), len(chunking.chunks)) if doc else max(exp.k)
-        topk = retrieve(inputs, chunking, config, embedded, depth, exp.own_corpus, exp.rrf_k)
+
+        def search(rows: np.ndarray | None, d: int) -> np.ndarray:
+            return retrieve(inputs, chunking, config, embedded, d, exp.own_corpus, exp.rrf_k, rows)
+
+        exact_dense = config.retriever == "dense" and not approximate_index(config.index_key)
+        topk = (
+            shallow_first(search, max(exp.k), depth, chunking.chunks.corpus)
+            if doc and exact_dense
+            else search(None, depth)
+        )
     else:  # the first stage's top candidates, re-scored; scored at the k the candidates cover
         ks = tuple(k for k in exp.k if k <= config.candidates)
         first = retrieve(inputs, chunking, config, embedded, config.candidates, exp.own_corpus, exp.rrf_k)
