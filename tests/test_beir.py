@@ -272,3 +272,32 @@ def test_evaluate_run_scores_a_chunk_run_against_document_qrels_by_maxp(tmp_path
     run.write_text(json.dumps({"query_id": "q", "retrieved_chunk_ids": ["x:B"]}) + "\n")
     assert main(argv) == 2
     assert "'x:B' is not a chunk id <doc_id>:<start>-<end>" in capsys.readouterr().err
+
+
+def test_a_dense_maxp_search_looks_deeper_only_for_queries_that_need_it():
+    """`shallow_first` (a run's exact dense search under document gold): the first k documents of every query
+    equal those of one search 1,000 chunks deep, and only a query whose first 100 chunks hold fewer than k
+    documents is searched again (here the first: its best 150 chunks are one document's)."""
+    from chunkeval.engine.doc_metrics import shallow_first
+    from chunkeval.engine.retrievers.dense import top_k
+
+    rng = np.random.default_rng(5)
+    chunks = rng.standard_normal((2000, 16)).astype(np.float32)
+    queries = rng.standard_normal((6, 16)).astype(np.float32)
+    chunks[:150] = queries[0] + 0.01 * chunks[:150]  # document 0: 150 chunks near the first query
+    chunks /= np.linalg.norm(chunks, axis=1, keepdims=True)
+    doc_of_chunk = np.r_[np.zeros(150, dtype=np.int64), 1 + np.arange(1850) // 10]
+    asked = []
+
+    def search(rows, depth):
+        asked.append((None if rows is None else rows.tolist(), depth))
+        return top_k(queries if rows is None else queries[rows], chunks, depth)
+
+    found, scores = shallow_first(search, 10, 1000, doc_of_chunk)
+    assert asked == [(None, 100), ([0, 1], 1000)]  # with another query: a one-row product rounds apart
+    deep, deep_scores = top_k(queries, chunks, 1000)
+    assert np.array_equal(found[0], deep[0]) and np.array_equal(found[1:, :100], deep[1:, :100])
+    assert np.array_equal(scores[0], deep_scores[0]) and np.array_equal(scores[1:, :100], deep_scores[1:, :100])
+    assert np.isnan(scores[1:, 100:]).all()  # the scores follow their chunks
+    n_docs = int(doc_of_chunk.max()) + 1
+    assert np.array_equal(maxp_ranking(found, doc_of_chunk, n_docs, 10), maxp_ranking(deep, doc_of_chunk, n_docs, 10))

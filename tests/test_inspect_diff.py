@@ -208,7 +208,7 @@ def test_the_report_drills_down_into_every_question(kept):
 def test_the_kept_scores_are_the_retrievers_own_best_first(embedder_factory):
     """bm25 keeps its BM25 score and hybrid its fused score (each corpus on its own), the scores the retriever
     returned, non-increasing by rank: what inspect and diff show beside each chunk."""
-    from chunkeval.engine import sweep
+    from chunkeval.engine import ranking, sweep
 
     exp = Experiment(
         name="scored", chunk_sizes=(50,), overlaps=("0",), k=(2, 4), retriever=("bm25", "hybrid"), own_corpus=True
@@ -222,7 +222,7 @@ def test_the_kept_scores_are_the_retrievers_own_best_first(embedder_factory):
     sweep.score_all(inputs, [chunking], configs, embedded, exp, kept)
     assert [c.retriever for c in configs] == ["bm25", "hybrid"]
     for config, table in zip(configs, kept):
-        topk, scores = sweep.retrieve_scored(inputs, chunking, config, embedded, 4, True, exp.rrf_k)
+        topk, scores = ranking.retrieve_scored(inputs, chunking, config, embedded, 4, True, exp.rrf_k)
         found = topk >= 0
         assert table["start"].to_pylist() == chunking.chunks.start[topk[found]].tolist()
         stored = table["score"].to_numpy()

@@ -46,7 +46,7 @@ def parts(cache_root):
 
 def test_damaged_cache_parts_are_set_aside_and_their_texts_embedded_again(tmp_path, caplog):
     root = tmp_path / "cache"
-    first = Embedder(cache_dir=root, flush_every=3)
+    first = Embedder(cache_dir=root, flush_every=3, part_seconds=0)  # four parts of three texts
     original, _ = first.embed(TEXTS)
     files = parts(root)
     assert len(files) == 4

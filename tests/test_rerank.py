@@ -61,7 +61,7 @@ def _steps(exp: Experiment, embedders: Embedders):
 def test_reranking_every_chunk_by_a_model_is_dense_retrieval_by_it(embedder_factory):
     """A first stage that returns every chunk (the last first), reranked by MiniLM: exactly dense
     retrieval by MiniLM, indices and tie rule included; with candidates = k, the first stage's set."""
-    from chunkeval.engine import sweep
+    from chunkeval.engine import ranking
 
     exp = Experiment(
         name="rerank",
@@ -73,15 +73,15 @@ def test_reranking_every_chunk_by_a_model_is_dense_retrieval_by_it(embedder_fact
     )
     inputs, chunkings, configs, embedded = _steps(exp, Embedders.of(embedder_factory()))
     (dense,) = [c for c in configs if c.retriever == "dense" and c.reranker == "none"]
-    expected, cosines = sweep.retrieve_scored(inputs, chunkings[0], dense, embedded, 5)
+    expected, cosines = ranking.retrieve_scored(inputs, chunkings[0], dense, embedded, 5)
     (every,) = [c for c in configs if c.retriever.endswith("backwards") and c.candidates == 100_000]
-    first = sweep.retrieve(inputs, chunkings[0], every, embedded, every.candidates)
+    first = ranking.retrieve(inputs, chunkings[0], every, embedded, every.candidates)
     assert (first[:, : len(chunkings[0].chunks)] >= 0).all()  # every chunk is a candidate
-    reranked, scores = sweep.rerank_top(inputs, chunkings[0], every, embedded, first, 5)
+    reranked, scores = ranking.rerank_top(inputs, chunkings[0], every, embedded, first, 5)
     assert np.array_equal(reranked, expected) and np.allclose(scores, cosines, atol=1e-6)  # its scores: the cosines
     (bm25,) = [c for c in configs if c.retriever == "bm25" and c.candidates == 5]
-    first = sweep.retrieve(inputs, chunkings[0], bm25, embedded, 5)
-    again = sweep.rerank_top(inputs, chunkings[0], bm25, embedded, first, 5)[0]
+    first = ranking.retrieve(inputs, chunkings[0], bm25, embedded, 5)
+    again = ranking.rerank_top(inputs, chunkings[0], bm25, embedded, first, 5)[0]
     assert [set(r) for r in again] == [set(r) for r in first] and not np.array_equal(again, first)
     exp = exp.with_overrides(
         k=(1, 5), retriever=("dense", "plugins_for_tests:every_chunk_backwards"), candidates=(100_000,)

@@ -67,6 +67,30 @@ def test_bm25_scores_match_the_formula():
     np.testing.assert_allclose(other, reference_bm25(QUERIES, CHUNKS, k1=0.9, b=0.4), rtol=0, atol=1e-9)
 
 
+def test_bm25_weights_are_those_of_bm25s_index_to_the_bit():
+    """chunkeval makes bm25s's weights over arrays, with bm25s's own formulas; bm25s's `BM25.index`, chunk by
+    chunk, gives the same floats for every variant."""
+    import bm25s
+    import scipy.sparse as sp
+
+    from chunkeval.engine.retrievers.bm25 import bm25_matrices, token_ids
+
+    chunks = CHUNKS + [" ".join(CHUNKS[i % 3] for i in range(n)) for n in (2, 5, 9)]  # longer, repeated terms
+    ids, lengths, n_terms = token_ids([*chunks, *QUERIES])
+    per_chunk = np.split(ids[: lengths[: len(chunks)].sum()], np.cumsum(lengths[: len(chunks)])[:-1])
+    for method, k1, b in (("lucene", 1.5, 0.75), ("robertson", 1.2, 0.4), ("atire", 0.9, 1.0)):
+        model = bm25s.BM25(k1=k1, b=b, method=method, dtype="float64")
+        model.index(
+            ([p.tolist() for p in per_chunk], {i: i for i in range(n_terms)}),
+            create_empty_token=False,
+            show_progress=False,
+        )
+        s = model.scores
+        theirs = sp.csc_matrix((s["data"], s["indices"], s["indptr"]), shape=(len(chunks), n_terms)).T.toarray()
+        mine = bm25_matrices(QUERIES, chunks, k1=k1, b=b, method=method)[1].toarray()
+        assert np.array_equal(mine, theirs), method
+
+
 def test_bm25_ranks_by_score_and_never_retrieves_zero_scores():
     scores = reference_bm25(QUERIES, CHUNKS)
     got = retrieve("bm25", RetrievalRequest(QUERIES, CHUNKS, k=4))

@@ -140,3 +140,22 @@ def probe_models(exp: Experiment, mode: str = "run") -> list[str]:
             if served is not None:
                 probes.check(served, mode)
     return probes.CHANGED[seen:]
+
+
+def embed_shard(
+    model: str,
+    kind: str,
+    texts: list[str],
+    cache_dir: Path,
+    batch_size: int | None,
+    device: str | None,
+    backend: str,
+    quantize: str,
+    precision: str = "fp32",
+    served: ServedModel | None = None,
+) -> dict:
+    """Embed one shard into the cache at `cache_dir` (this process loads the model, or sends its texts to
+    the served model) and return its counters for `Embedders.count`."""
+    embedder = Embedder(model, cache_dir, batch_size, device, backend, quantize, precision, served=served)
+    embedder.embed(texts, kind)
+    return {"model": model, "counters": embedder.counters()}

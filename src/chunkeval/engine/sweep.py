@@ -20,19 +20,18 @@ import pyarrow as pa
 from chunkeval.engine import retrievers
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, chunk_corpora, needs_embeddings
 from chunkeval.engine.corpus import corpus_names, skipped_notes
-from chunkeval.engine.doc_metrics import retrieval_depth, score_documents
+from chunkeval.engine.doc_metrics import score_documents
 from chunkeval.engine.documents import DocGold, load_document_gold, load_documents, warn_left_out
 from chunkeval.engine.duplicates import Copies, find_copies
-from chunkeval.engine.embedders import Embedders, probe_models  # noqa: F401 (re-exported: sweep.Embedders)
+from chunkeval.engine.embedders import Embedders, embed_shard, probe_models  # noqa: F401 (re-exported)
 from chunkeval.engine.embedding import Embedder
-from chunkeval.engine.embedding.served import ServedModel
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.extract import DocumentReader
 from chunkeval.engine.indexes import NO_INDEX, IndexSpec
-from chunkeval.engine.indexes import search as index_search
 from chunkeval.engine.indexes.measure import STATS as INDEX_STATS
 from chunkeval.engine.indexes.measure import measure as measure_index
 from chunkeval.engine.inputs import SpanGold, load_span_gold
+from chunkeval.engine.ranking import groups_of, reranks_with_vectors, retrieve_top
 from chunkeval.engine.retrieved import kept_qrels, retrieved_table
 from chunkeval.engine.scoring import (  # noqa: F401 (re-exported)
     reference_table,
@@ -42,7 +41,14 @@ from chunkeval.engine.scoring import (  # noqa: F401 (re-exported)
     summarize_sweep,
 )
 from chunkeval.engine.slices import load_slices
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, NO_MODEL, NO_RERANKER  # noqa: F401 (re-exported)
+from chunkeval.progress import Stopwatch
+from chunkeval.vocabulary import (  # noqa: F401 (re-exported)
+    CHUNKING_KEYS,
+    CONFIG_KEYS,
+    NO_MODEL,
+    NO_RERANKER,
+    approximate_index,
+)
 
 
 @dataclass(frozen=True)
@@ -167,12 +173,6 @@ def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
     return [replace(c, reranker=r, candidates=n) for c in configs for r, n in exp.rerank_grid()]
 
 
-def _reranks_with_vectors(config: Config) -> bool:
-    from chunkeval.engine.rerank import is_cross_encoder
-
-    return config.reranker != NO_RERANKER and not is_cross_encoder(config.reranker)
-
-
 def check_indexes_fit(
     inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedders: Embedders, own_corpus: bool
 ) -> None:
@@ -208,7 +208,7 @@ def _wanted(configs: list[Config]) -> dict[str, list[int]]:
     for c in configs:
         if retrievers.needs_embeddings(c.retriever) and c.chunking not in wanted.setdefault(c.model, []):
             wanted[c.model].append(c.chunking)
-        if _reranks_with_vectors(c) and c.chunking not in wanted.setdefault(c.reranker, []):
+        if reranks_with_vectors(c) and c.chunking not in wanted.setdefault(c.reranker, []):
             wanted[c.reranker].append(c.chunking)  # a bi-encoder reranker reads its own vectors
     return {model: indices for model, indices in wanted.items() if indices}
 
@@ -229,25 +229,6 @@ def embedding_shards(
     return shards
 
 
-def embed_shard(
-    model: str,
-    kind: str,
-    texts: list[str],
-    cache_dir: Path,
-    batch_size: int | None,
-    device: str | None,
-    backend: str,
-    quantize: str,
-    precision: str = "fp32",
-    served: ServedModel | None = None,
-) -> dict:
-    """Embed one shard into the cache at `cache_dir` (this process loads the model, or sends its texts to
-    the served model) and return its counters for `Embedders.count`."""
-    embedder = Embedder(model, cache_dir, batch_size, device, backend, quantize, precision, served=served)
-    embedder.embed(texts, kind)
-    return {"model": model, "counters": embedder.counters()}
-
-
 def embed_all(inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedders: Embedders) -> Embedded:
     """Per model, one embedding call for the questions and one for the chunks of every chunking it
     retrieves from: repeated texts are embedded once."""
@@ -264,56 +245,6 @@ def embed_all(inputs: Inputs, chunkings: list[Chunking], configs: list[Config], 
             chunks[(i, model)] = vectors[a:b]
             truncated[(i, model)] = int(cut[a:b].sum())
     return Embedded(queries, chunks, truncated)
-
-
-def retrieve(*args, **kwargs) -> np.ndarray:
-    """Top-k chunk indices per question (-1 padding), over the pooled corpora or each question's own (the
-    arguments of `retrieve_scored`)."""
-    return retrieve_scored(*args, **kwargs)[0]
-
-
-def retrieve_scored(
-    inputs: Inputs,
-    chunking: Chunking,
-    config: Config,
-    embedded: Embedded,
-    k: int,
-    own_corpus: bool = False,
-    rrf_k: int = 60,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Top-k chunk indices per question (-1 padding), over the pooled corpora or each question's own, and the
-    retriever's score of each (`retrievers.retrieve_scored`; None for a plug-in)."""
-    chunks = chunking.chunks
-    key = (config.chunking, config.model)
-    request = retrievers.RetrievalRequest(
-        query_texts=list(inputs.gold.questions),
-        chunk_texts=chunks.texts(inputs.corpora),
-        k=k,
-        query_vectors=embedded.queries.get(config.model),
-        chunk_vectors=embedded.chunks.get(key),
-        search=_searcher(config.index),
-    )
-    groups = groups_of(inputs, chunking, own_corpus)
-    return retrievers.retrieve_scored(config.retriever, request, rrf_k=rrf_k, **groups)
-
-
-def _searcher(spec: IndexSpec | None):
-    if spec is None or not spec.approximate:
-        return None  # the exact top-k
-    return lambda queries, chunks, depth: index_search(spec, queries, chunks, depth)
-
-
-def groups_of(inputs: Inputs, chunking: Chunking, own_corpus: bool) -> dict:
-    """With `own_corpus`, each question's corpus and each chunk's, as numbers (else nothing)."""
-    if not own_corpus:
-        return {}
-    chunks = chunking.chunks
-    names = corpus_names(inputs.corpus_of, chunks.corpus_names)  # `chunks.corpus_names` are document ids
-    index = {name: i for i, name in enumerate(dict.fromkeys(names))}
-    return {
-        "query_groups": np.asarray([index.get(c, -1) for c in inputs.gold.query_corpora], dtype=np.int64),
-        "chunk_groups": np.asarray([index[n] for n in names], dtype=np.int64)[chunks.corpus.astype(np.int64)],
-    }
 
 
 def first_stage(config: Config) -> Config:
@@ -353,22 +284,60 @@ def score_config(
     scorers: dict | None = None,
     measured: dict | None = None,
     kept: list | None = None,
+    clock: Stopwatch | None = None,
 ) -> tuple[pa.Table, dict]:
     """Retrieve once at the largest k, score at every k: one configuration's per-query table (with its
     `index` and `ann_recall_at_k`), and what its index cost (`chunkeval.engine.indexes.measure`, measured
     once per chunking, model and index in `measured`: dense, hybrid and reranked rows share it). With
-    `kept`, its retrieved lists (`chunkeval.engine.retrieved`) are appended to it."""
+    `kept`, its retrieved lists (`chunkeval.engine.retrieved`) are appended to it. With `clock`, the seconds
+    of its retrieval (reranking and the index's measures included) and of its scoring are added to it."""
+    clock = clock or Stopwatch()
+    with clock.stage("retrieval"):
+        topk, scores, ks = retrieve_top(inputs, chunkings, config, embedded, exp, scorers)
+    with clock.stage("scoring"):
+        table = _score_top(inputs, chunkings, config, embedded, exp, topk, scores, ks, kept)
+    if config.index is None:
+        nothing = pa.nulls(table.num_rows, pa.float64())
+        for name in ("ann_recall_at_k", "ann_found", "ann_depth"):
+            table = table.append_column(name, nothing)
+        return table, {}
+    with clock.stage("retrieval"):  # the index's measures
+        chunking = chunkings[config.chunking]
+        every = tuple(sorted(set(exp.k)))
+        key = (config.chunking, config.model, config.index)
+        measured = {} if measured is None else measured
+        if key not in measured:
+            measured[key] = measure_index(
+                config.index,
+                embedded.queries[config.model],
+                embedded.chunks[(config.chunking, config.model)],
+                every,
+                group_names=chunking.chunks.corpus_names,
+                **groups_of(inputs, chunking, exp.own_corpus),
+            )
+        found = measured[key]
+        rows = [every.index(k) for k in sorted(set(ks))]  # the k of this configuration, in its table's order
+        table = table.append_column("ann_recall_at_k", pa.array(np.concatenate([found.recall(i) for i in rows])))
+        table = table.append_column("ann_found", pa.array(found.found[rows].reshape(-1)))
+        table = table.append_column("ann_depth", pa.array(found.depth[rows].reshape(-1)))
+        return table, found.stats()
+
+
+def _score_top(
+    inputs: Inputs,
+    chunkings: list[Chunking],
+    config: Config,
+    embedded: Embedded,
+    exp: Experiment,
+    topk: np.ndarray,
+    scores: np.ndarray | None,
+    ks: tuple[int, ...],
+    kept: list | None,
+) -> pa.Table:
+    """A configuration's per-query table at every k (with its retrieved lists and their scores appended to
+    `kept`)."""
     chunking = chunkings[config.chunking]
-    ks = exp.k
-    doc = isinstance(inputs.gold, DocGold)  # document gold: retrieval deep enough for MaxP to find k documents
-    if config.reranker == NO_RERANKER:
-        depth = retrieval_depth(max(exp.k), len(chunking.chunks)) if doc else max(exp.k)
-        topk, scores = retrieve_scored(inputs, chunking, config, embedded, depth, exp.own_corpus, exp.rrf_k)
-    else:  # the first stage's top candidates, re-scored; scored at the k the candidates cover
-        ks = tuple(k for k in exp.k if k <= config.candidates)
-        first = retrieve(inputs, chunking, config, embedded, config.candidates, exp.own_corpus, exp.rrf_k)
-        keep = config.candidates if doc else max(ks)
-        topk, scores = rerank_top(inputs, chunking, config, embedded, first, keep, scorers)
+    doc = isinstance(inputs.gold, DocGold)
     if doc:
         keys = {"index": config.index_key, "reranker": config.reranker, "candidates": config.candidates}
         table, _ = score_documents(
@@ -395,55 +364,7 @@ def score_config(
         kept.append(
             retrieved_table(inputs.gold, chunking.chunks, topk[:, :top], table, inputs.copies, scores, inputs.pages)
         )
-    if config.index is None:
-        nothing = pa.nulls(table.num_rows, pa.float64())
-        for name in ("ann_recall_at_k", "ann_found", "ann_depth"):
-            table = table.append_column(name, nothing)
-        return table, {}
-    every = tuple(sorted(set(exp.k)))
-    key = (config.chunking, config.model, config.index)
-    measured = {} if measured is None else measured
-    if key not in measured:
-        measured[key] = measure_index(
-            config.index,
-            embedded.queries[config.model],
-            embedded.chunks[(config.chunking, config.model)],
-            every,
-            group_names=chunking.chunks.corpus_names,
-            **groups_of(inputs, chunking, exp.own_corpus),
-        )
-    found = measured[key]
-    rows = [every.index(k) for k in sorted(set(ks))]  # the k this configuration is scored at, in its table's order
-    table = table.append_column("ann_recall_at_k", pa.array(np.concatenate([found.recall(i) for i in rows])))
-    table = table.append_column("ann_found", pa.array(found.found[rows].reshape(-1)))
-    table = table.append_column("ann_depth", pa.array(found.depth[rows].reshape(-1)))
-    return table, found.stats()
-
-
-def rerank_top(
-    inputs: Inputs,
-    chunking: Chunking,
-    config: Config,
-    embedded: Embedded,
-    first: np.ndarray,
-    keep: int,
-    scorers: dict | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The `keep` best of the first stage's candidates by the configuration's reranker, and its scores."""
-    from chunkeval.engine import rerank
-
-    if _reranks_with_vectors(config):
-        vectors = embedded.chunks[(config.chunking, config.reranker)]
-        scores = rerank.bi_encoder_scores(embedded.queries[config.reranker], vectors, first)
-    else:
-        scorers = {} if scorers is None else scorers
-        if config.reranker not in scorers:
-            from chunkeval.paths import home
-
-            scorers[config.reranker] = rerank.CrossEncoderScorer(config.reranker, home() / "cache" / "rerank")
-        texts = chunking.chunks.texts(inputs.corpora)
-        scores = scorers[config.reranker].scores(list(inputs.gold.questions), texts, first)
-    return rerank.order(first, scores, keep)
+    return table
 
 
 def score_all(
@@ -453,15 +374,17 @@ def score_all(
     embedded: Embedded,
     exp: Experiment,
     kept: list | None = None,
+    clock: Stopwatch | None = None,
 ) -> tuple[pa.Table, dict]:
     """Every configuration's per-query table, one after the other (each is a few vectorised steps), and per
-    first-stage configuration what its index cost; with `kept`, what each retrieved."""
+    first-stage configuration what its index cost; with `kept`, what each retrieved; with `clock`, the
+    seconds of retrieval and of scoring."""
     scorers: dict = {}  # CrossEncoder rerankers, loaded once for the grid
     measured: dict = {}  # index measures, once per chunking, model and index
     stats: dict = {}
     tables = []
     for c in configs:
-        table, cost = score_config(inputs, chunkings, c, embedded, exp, scorers, measured, kept)
+        table, cost = score_config(inputs, chunkings, c, embedded, exp, scorers, measured, kept, clock)
         tables.append(table)
         stats.setdefault(first_stage(c), cost)
     return pa.concat_tables(tables), stats

@@ -89,12 +89,12 @@ def embed(inputs: sweep.Inputs, chunkings: list, configs: list, embedders: sweep
 @task(**TASK)
 def score(
     inputs: sweep.Inputs, chunkings: list, configs: list, embedded: sweep.Embedded, exp: Experiment
-) -> tuple[pa.Table, dict, pa.Table]:
-    """Every configuration's per-query table, what each configuration's index cost, and what each
-    retrieved (kept with the run)."""
-    kept = []
-    per_query, index_stats = sweep.score_all(inputs, chunkings, configs, embedded, exp, kept)
-    return per_query, index_stats, pa.concat_tables(kept) if kept else None
+) -> tuple[pa.Table, dict, pa.Table, progress.Stopwatch]:
+    """Every configuration's per-query table, what each configuration's index cost, what each retrieved
+    (kept with the run), and the seconds of retrieval and of scoring."""
+    kept, clock = [], progress.Stopwatch()
+    per_query, index_stats = sweep.score_all(inputs, chunkings, configs, embedded, exp, kept, clock)
+    return per_query, index_stats, pa.concat_tables(kept) if kept else None, clock
 
 
 @task(**TASK)
@@ -250,7 +250,9 @@ def evaluate(
         check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
     wh = warehouse()
     wh.reap()
-    fps = fingerprint(exp, "none" if if_changed else "run")  # a skipped run sends no request
+    clock = progress.Stopwatch()  # each stage's seconds, returned with the run (`chunkeval run` prints them)
+    with clock.stage("checks"):
+        fps = fingerprint(exp, "none" if if_changed else "run")  # a skipped run sends no request
     settings = exp.recorded_settings()
     flow_run_id = flow_run.get_id()
     last = wh.last_completed(exp.name)
@@ -267,56 +269,60 @@ def evaluate(
     try:  # from here a run that ends (an error, ^C, SIGTERM) is recorded failed
         checkpoint("started")
         logger.info("experiment %s: run %s (%s)", exp.name, run_id, trigger)
-        progress.step("loading")
-        inputs = load(exp)
-        embedders = sweep.Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
+        with clock.stage("loading", show=True):
+            inputs = load(exp)
+            embedders = sweep.Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
         for note in exp.notes():
             logger.info(note)
-        progress.step("chunking")
-        jobs = sweep.chunking_jobs(exp)
-        done = chunk.map(
-            unmapped(inputs.corpora), [s for s, _ in jobs], [m for _, m in jobs], unmapped(embedders)
-        ).result()
-        chunkings = [c for c, _ in done]
-        configs = sweep.plan(exp, chunkings)
-        sweep.check_indexes_fit(inputs, chunkings, configs, embedders, exp.own_corpus)
-        if shards:  # tasks ran on workers, each with its own copy of the embedders: count what they embedded
-            for _, counted in done:
-                for model, counters in counted.items():
-                    embedders.count(model, counters)
-            work = sweep.embedding_shards(inputs, chunkings, configs, embedders, shards)
-            logger.info("embedding %d shard(s) on the cluster's workers", len(work))
-            for result in [embed_shard.submit(m, kind, texts, embedders) for m, kind, texts in work]:
-                found = result.result()
-                embedders.count(found["model"], found["counters"])
-        embedded = embed(inputs, chunkings, configs, embedders)
+        with clock.stage("chunking", show=True):
+            jobs = sweep.chunking_jobs(exp)
+            done = chunk.map(
+                unmapped(inputs.corpora), [s for s, _ in jobs], [m for _, m in jobs], unmapped(embedders)
+            ).result()
+            chunkings = [c for c, _ in done]
+            configs = sweep.plan(exp, chunkings)
+            sweep.check_indexes_fit(inputs, chunkings, configs, embedders, exp.own_corpus)
+        with clock.stage("embedding"):
+            if shards:  # tasks ran on workers, each with its own copy of the embedders: count what they embedded
+                for _, counted in done:
+                    for model, counters in counted.items():
+                        embedders.count(model, counters)
+                work = sweep.embedding_shards(inputs, chunkings, configs, embedders, shards)
+                logger.info("embedding %d shard(s) on the cluster's workers", len(work))
+                for result in [embed_shard.submit(m, kind, texts, embedders) for m, kind, texts in work]:
+                    found = result.result()
+                    embedders.count(found["model"], found["counters"])
+            embedded = embed(inputs, chunkings, configs, embedders)
         logger.info(
             "%d text(s) embedded, %d chunk(s) truncated to the model's input",
             embedders.texts_embedded,
             sum(embedded.truncated.values()),
         )
         progress.step("scoring")
-        per_query, index_stats, retrieved = score(inputs, chunkings, configs, embedded, exp)
-        refs = references(inputs, chunkings)
-        summary, by_corpus, by_slice = summarize(
-            per_query, index_stats, chunkings, configs, embedded, exp.skip_empty_gold, inputs.slices
-        )
-        progress.step("storing")
-        held = store(
-            run_id,
-            per_query,
-            summary,
-            by_corpus,
-            embedders.texts_embedded,
-            refs,
-            embedders.table(),
-            check_gold(inputs, exp),
-            retrieved,
-            inputs.corpora,
-            inputs.slices,
-            by_slice,
-            kept_qrels(inputs.gold),
-        )
+        per_query, index_stats, retrieved, scored = score(inputs, chunkings, configs, embedded, exp)
+        clock.merge(scored.seconds, scored.cpu)
+        with clock.stage("scoring"):
+            refs = references(inputs, chunkings)
+            summary, by_corpus, by_slice = summarize(
+                per_query, index_stats, chunkings, configs, embedded, exp.skip_empty_gold, inputs.slices
+            )
+            gold = check_gold(inputs, exp)
+        with clock.stage("storing", show=True):
+            held = store(
+                run_id,
+                per_query,
+                summary,
+                by_corpus,
+                embedders.texts_embedded,
+                refs,
+                embedders.table(),
+                gold,
+                retrieved,
+                inputs.corpora,
+                inputs.slices,
+                by_slice,
+                kept_qrels(inputs.gold),
+            )
         if held:
             raise LockTimeout(held)
     except BaseException as exc:
@@ -327,9 +333,9 @@ def evaluate(
         table=summary_rows(summary),
         description=f"chunkeval run {run_id} of experiment {exp.name}: macro mean ± std and micro per configuration",
     )
-    progress.step("report")
     try:
-        page = Path(report(exp.name, run_id))
+        with clock.stage("report", show=True):
+            page = Path(report(exp.name, run_id))
     except InputError:
         if not wh.has_run(run_id):  # `runs delete` or `runs prune` in another process, meanwhile
             raise Fault(
@@ -343,7 +349,14 @@ def evaluate(
         link_text=f"chunkeval report of run {run_id}",
         description=f"The HTML report of experiment {exp.name} at run {run_id} (a file on the machine that ran it)",
     )
-    done = {"run_id": run_id, "status": "completed", "texts_embedded": embedders.texts_embedded, "report": str(page)}
+    done = {
+        "run_id": run_id,
+        "status": "completed",
+        "texts_embedded": embedders.texts_embedded,
+        "report": str(page),
+        "stage_seconds": clock.seconds,
+        "stage_cpu_seconds": clock.cpu,
+    }
     if mlflow or exp.mlflow:
         done["mlflow_run"] = publish(mlflow or exp.mlflow, run_id, str(page))
     return done

@@ -114,11 +114,13 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
         mlflow = check_server(mlflow, "--mlflow" if args.mlflow else "the experiment's mlflow")
     from chunkeval.engine.runners import check_task_runner, cluster_workers, parse_task_runner
+    from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
 
     runner = check_task_runner(parse_task_runner(args.task_runner))
-    preflight(exp, args.if_changed)
+    clock = Stopwatch()
+    with clock.stage("checks"):
+        preflight(exp, args.if_changed)
     shards = cluster_workers(runner) if runner.distributed else 0
-    from chunkeval.progress import quiet_prefect, show_progress
 
     quiet_prefect(args.verbose)
     from chunkeval.flows.evaluate import with_task_runner
@@ -146,13 +148,18 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.analysis.comparisons import TIE_NOTE, ties
     from chunkeval.report.terminal import default_metrics
 
-    wh = warehouse()
-    summary = wh.summary(result["run_id"])
+    clock.merge(result.get("stage_seconds", {}), result.get("stage_cpu_seconds"))
+    with clock.stage("summary"):  # the table below, with its ties
+        wh = warehouse()
+        summary = wh.summary(result["run_id"])
+        table = format_summary(
+            summary, CONFIG_KEYS, tied=ties(wh.query_results(result["run_id"]), default_metrics(summary))
+        )
     print(
         f"experiment {exp.name}: run {result['run_id']} completed, {summary.num_rows} configuration(s), "
         f"{result['texts_embedded']} text(s) embedded\n"
     )
-    print(format_summary(summary, CONFIG_KEYS, tied=ties(wh.query_results(result["run_id"]), default_metrics(summary))))
+    print(table)
     print(TIE_NOTE.format(alpha=0.05))
     from chunkeval.report.terminal import approximate, format_index_costs, format_slices
 
@@ -163,7 +170,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if approximate(summary):
         print("\nindexes (build seconds, size, and milliseconds per query: one at a time p50/p95, and batched)")
         print(format_index_costs(summary, CONFIG_KEYS))
-    print(f"\nreport: {result['report']}")
+    print(f"\n{clock.line()}")
+    print(f"report: {result['report']}")
     if result.get("mlflow_run"):  # the flow published it
         print(f"published to MLflow at {mlflow}: run {result['mlflow_run']} (one nested run per configuration)")
     return 0

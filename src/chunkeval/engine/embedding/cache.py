@@ -34,6 +34,7 @@ class EmbeddingCache:
         self._index: dict[str, int] = {}
         self._vectors = np.zeros((0, 0), dtype=np.float32)
         self._truncated = np.zeros(0, dtype=bool)
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []  # appended since the arrays were last joined
         self._seen: set[str] = set()
         self.refresh()
 
@@ -83,7 +84,7 @@ class EmbeddingCache:
         try:
             return int((self.dir / "width").read_text())
         except (OSError, ValueError):
-            return self._vectors.shape[1] if len(self) else None
+            return self._joined()[0].shape[1] if len(self) else None
 
     def _set_aside(self, path: Path, exc: Exception) -> None:
         aside = path.with_name(path.name + ".corrupt")
@@ -103,12 +104,21 @@ class EmbeddingCache:
         keep = [i for i, h in enumerate(hashes) if h not in self._index]
         if not keep:
             return
-        base = len(self._truncated)
+        base = len(self._index)
         for offset, i in enumerate(keep):
             self._index[hashes[i]] = base + offset
-        vectors = vectors[keep]
-        self._vectors = vectors if base == 0 else np.concatenate([self._vectors, vectors])
-        self._truncated = np.concatenate([self._truncated, truncated[keep]])
+        self._pending.append((vectors[keep], truncated[keep]))  # joined when read: appending part after part
+        # would otherwise copy every vector held so far each time (quadratic in the parts of a large run)
+
+    def _joined(self) -> tuple[np.ndarray, np.ndarray]:
+        """The vectors and truncated flags of every row, the parts appended since the last call joined once."""
+        if self._pending:
+            held = [(self._vectors, self._truncated)] if len(self._truncated) else []
+            parts = held + self._pending
+            self._vectors = np.concatenate([v for v, _ in parts])
+            self._truncated = np.concatenate([t for _, t in parts])
+            self._pending = []
+        return self._vectors, self._truncated
 
     def __len__(self) -> int:
         return len(self._index)
@@ -118,7 +128,8 @@ class EmbeddingCache:
         return np.fromiter((self._index.get(h, -1) for h in hashes), dtype=np.int64, count=len(hashes))
 
     def get(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self._vectors[rows], self._truncated[rows]
+        vectors, truncated = self._joined()
+        return vectors[rows], truncated[rows]
 
     def add(self, hashes: list[str], vectors: np.ndarray, truncated: np.ndarray) -> None:
         """Persist new vectors as one part file, then make them available."""

@@ -72,15 +72,27 @@ def pick_device(device: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def fitting_batch(device: str, batch_size: int | None) -> int:
-    """The batch size: the one given, else 16 on a CPU and, on a GPU, as many ~256-word-piece texts as a
-    quarter of its free memory holds at about 8 MiB each (activations with headroom), 32 to 1,024.
+STATIC_BATCH = 1024  # texts a batch of a static model, on any device (`fitting_batch`)
+PART_SECONDS = 1.0  # a cache part embedded faster than this makes the next part twice as large (`Embedder`),
+MAX_PART = 65536  # up to this many texts
+
+
+def fitting_batch(device: str, batch_size: int | None, static: bool = False) -> int:
+    """The batch size: the one given, else for a static model (a table lookup per word piece) `STATIC_BATCH`
+    on any device, else 16 on a CPU and, on a GPU, as many ~256-word-piece texts as a quarter of its free
+    memory holds at about 8 MiB each (activations with headroom), 32 to 1,024.
+
+    A static model spends its time in the tokenizer, which works on a batch in parallel: at 16 texts a batch
+    its overhead per batch was a fifth of the time on 100-token chunks (`bench/scale.py`); its vectors are the
+    same at every batch size.
 
     16 on a CPU because smaller batches keep a layer's activations in cache: on two CPUs (an AMD EPYC
     and an Intel Xeon, both AVX-512) torch embedded 13-14 % more texts per second at 16 than at 32, and about as many at 8
     (`bench/embedding_backends.py --phases speed --batch-size B`, README)."""
     if batch_size is not None:
         return batch_size
+    if static:
+        return STATIC_BATCH
     if not device.startswith("cuda"):
         return 16
     import torch
@@ -104,7 +116,8 @@ class Embedder:
     backend: str = "torch"  # torch, onnx or openvino (chunkeval.engine.embedding.backends)
     quantize: str = "none"  # none or int8 (onnx and openvino)
     precision: str = "fp32"  # fp32, bf16 or fp16: how the model runs (chunkeval.engine.embedding.precision)
-    flush_every: int = 512  # texts per cache part file
+    flush_every: int = 512  # texts of the first cache part file of an embedding call
+    part_seconds: float = PART_SECONDS  # a part embedded faster makes the next twice as large (0: all flush_every)
     texts_embedded: int = 0  # texts this embedder added to the cache
     texts_shared: int = 0  # of those, texts whose model input equalled an earlier one's: not run through the model
     _st: object = field(default=None, repr=False)
@@ -200,7 +213,7 @@ class Embedder:
                     device,
                     self.precision,
                 )
-                self.batch_size = fitting_batch(device, self.batch_size)
+                self.batch_size = fitting_batch(device, self.batch_size, not is_transformer(resolve_model(self.model)))
                 log.info("embedding on %s, %d texts per batch", device, self.batch_size)
             except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -262,11 +275,16 @@ class Embedder:
         missing = [h for h, r in zip(unique, self.cache.rows(unique)) if r < 0]
         if missing:
             log.info("embedding %d new text(s) of %d", len(missing), len(unique))
-        for lo in range(0, len(missing), self.flush_every):  # a killed run keeps what it has embedded
+        lo, size = 0, self.flush_every
+        while lo < len(missing):  # a killed run keeps what it has embedded, part file by part file
             progress.step("embedding", lo, len(missing))
-            part = missing[lo : lo + self.flush_every]
+            part = missing[lo : lo + size]
+            started = time.perf_counter()
             vectors, truncated = self._encode([first_text[h] for h in part], prompt)
             self.cache.add(part, vectors, truncated)
+            lo += len(part)
+            if time.perf_counter() - started < self.part_seconds:  # a fast model: fewer, larger parts (a
+                size = min(2 * size, MAX_PART)  # million chunks of a static model made 2,000 parts of 512 texts)
         if missing:
             progress.step("embedding", len(missing), len(missing))
         return self.cache.get(self.cache.rows(hashes))

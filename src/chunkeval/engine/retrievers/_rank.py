@@ -1,10 +1,15 @@
-"""Top-k of score rows in which a score of 0 or less means "not retrieved"."""
+"""Top-k of score rows in which a score of 0 or less means "not retrieved", dense or sparse."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from chunkeval.engine.retrievers.dense import _block_top
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 
 def top_positive(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -21,4 +26,25 @@ def top_positive(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     idx[~found] = -1
     index[:, :width] = idx
     values[:, :width] = np.where(found, val, np.nan)
+    return index, values
+
+
+def sparse_top_positive(scores: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """`top_positive` of a sparse matrix (an entry not stored is 0: never retrieved), read from the stored
+    entries of each row alone: the work and memory follow the entries, not rows x columns."""
+    index = np.full((scores.shape[0], k), -1, dtype=np.int64)
+    values = np.full((scores.shape[0], k), np.nan)
+    bounds = scores.indptr
+    for row in range(scores.shape[0]):  # one row's entries at a time, each step vectorised over them
+        vals, cols = scores.data[bounds[row] : bounds[row + 1]], scores.indices[bounds[row] : bounds[row + 1]]
+        positive = vals > 0
+        vals, cols = vals[positive], cols[positive].astype(np.int64)
+        if len(vals) > k:  # those above the k-th best, then the lowest columns of those equal to it
+            kth = np.partition(vals, len(vals) - k)[len(vals) - k]
+            above, tied = np.flatnonzero(vals > kth), np.flatnonzero(vals == kth)
+            keep = np.concatenate((above, tied[np.argsort(cols[tied], kind="stable")[: k - len(above)]]))
+            vals, cols = vals[keep], cols[keep]
+        order = np.lexsort((cols, -vals))  # by score, then by column
+        index[row, : len(order)] = cols[order]
+        values[row, : len(order)] = vals[order]
     return index, values
