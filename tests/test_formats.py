@@ -227,6 +227,32 @@ def test_qrels_rows_naming_an_unreadable_document_are_left_out_and_counted(extra
     assert set(docs.skipped) == {"latin", "scanned"} and docs.corpus_of["manuals/deck/handbook"] == "manuals"
     with pytest.raises(InputError, match="document 'latin' is unreadable"):
         load_document_gold(*args, strict=True)
+    # the run records what it left out: each row in its gold-set check, the documents and the count in its manifest
+    from chunkeval.engine.experiment import Experiment
+    from chunkeval.engine.gold_check import check_gold
+    from chunkeval.engine.sweep import Embedders, load_inputs, run_sweep
+    from chunkeval.warehouse import Warehouse
+
+    settings = {"corpus_dir": args[2], "queries": args[3], "qrels": args[4], "retriever": "bm25", "chunk_sizes": [12]}
+    exp = Experiment.from_dict({**settings, "k": [3]})
+    inputs = load_inputs(exp, quiet=True)
+    check = check_gold(inputs.gold, inputs.corpora, None, inputs.skipped).to_dict()
+    assert check["left_out_qrels"] == [
+        {"row": 2, "query_id": "a", "doc_id": "latin", "reason": "unreadable document"},
+        {"row": 3, "query_id": "b", "doc_id": "scanned", "reason": "unreadable document"},
+        {"row": 4, "query_id": "a", "doc_id": "nowhere", "reason": "unknown document"},
+    ]
+    result = run_sweep(exp, Embedders())
+    wh = Warehouse(tmp_path / "warehouse")
+    run_id = wh.begin_run("formats", {}, "manual", exp.to_dict())
+    wh.complete_run(run_id, result.per_query, result.summary, 0, result.references, result.models, check)
+    manifest = json.loads(wh.manifest_path(run_id).read_text())
+    assert manifest["status"] == "completed" and manifest["documents_left_out"] == ["latin", "scanned"]
+    assert manifest["qrels_rows_left_out"] == 3 and wh.read_manifest(run_id)["status"] == "completed"
+    from chunkeval.report.gold_sections import gold_check_html
+
+    page = gold_check_html(wh.gold_check(run_id), exp.to_dict())
+    assert "Qrels rows left out: 3</summary>" in page and "<td>nowhere</td><td>unknown document</td>" in page
 
 
 def test_extracted_text_is_cached_by_content_and_extractor_and_the_fingerprint_covers_the_extractor(

@@ -60,6 +60,7 @@ class DocGold:
     source: str = ""
     dropped: int = 0  # qrels rows naming an unknown query or document
     unreadable: int = 0  # qrels rows naming a document that was left out, unreadable
+    left_out: tuple = ()  # each of those rows: {"row", "query_id", "doc_id", "reason"} (the run's gold check)
 
     @property
     def query_corpora(self) -> list[str]:
@@ -121,15 +122,18 @@ def load_doc_gold(queries_path: Path, qrels_path: Path, docs: Documents, strict:
     queries = load_queries(queries_path)
     qrels: dict[str, dict[str, float]] = {}
     dropped = unreadable = 0
+    left_out = []
     for row, qid, doc, grade in read_qrels(qrels_path):
         if qid in queries and doc in docs.skipped:
             unreadable += 1
+            left_out.append({"row": row, "query_id": qid, "doc_id": doc, "reason": "unreadable document"})
             continue
         if qid not in queries or doc not in docs.texts:
+            what = f"query {qid!r}" if qid not in queries else f"document {doc!r}"
             if strict:
-                what = f"query {qid!r}" if qid not in queries else f"document {doc!r}"
                 raise InputError(f"names an unknown {what}", qrels_path, row)
             dropped += 1
+            left_out.append({"row": row, "query_id": qid, "doc_id": doc, "reason": f"unknown {what.split()[0]}"})
             continue
         judged = qrels.setdefault(qid, {})
         if doc in judged:
@@ -148,6 +152,7 @@ def load_doc_gold(queries_path: Path, qrels_path: Path, docs: Documents, strict:
         str(qrels_path),
         dropped,
         unreadable,
+        tuple(left_out),
     )
 
 

@@ -7,7 +7,9 @@
 - long references: longer than a chunk size in cl100k tokens, so no single chunk of that size holds one;
 - repeated questions: the same question text asked twice about the same corpus;
 - unreadable documents: documents of the corpus folder left out of the run, since they gave no text (a PDF
-  without a text layer, a damaged file, text that is not UTF-8).
+  without a text layer, a damaged file, text that is not UTF-8);
+- qrels rows left out (document gold): rows naming an unreadable document, an unknown query or an unknown
+  document (each an error with `--strict`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class GoldReport:
     long_references: list[dict] = field(default_factory=list)
     repeated_questions: list[dict] = field(default_factory=list)
     skipped_documents: list[dict] = field(default_factory=list)
+    left_out_qrels: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -43,9 +46,10 @@ def check_gold(
 ) -> GoldReport:
     """What a gold set says about itself; of document gold, its repeated questions alone (it has no spans).
     `skipped`: the documents left out as unreadable (`chunkeval.engine.corpus.Skipped`)."""
+    left_out = []
     if isinstance(gold, DocGold):
-        gold = gold.without_spans()
-    report = GoldReport(skipped_documents=[s.to_dict() for s in skipped])
+        left_out, gold = [dict(r) for r in gold.left_out], gold.without_spans()
+    report = GoldReport(skipped_documents=[s.to_dict() for s in skipped], left_out_qrels=left_out)
     corpus_of = [gold.corpus_ids[q] for q in gold.ref_query.tolist()]
     texts = [corpora[c][s:e] for c, s, e in zip(corpus_of, gold.ref_start.tolist(), gold.ref_end.tolist())]
     items = [

@@ -75,6 +75,11 @@ GOLD_FINDINGS = [  # (key, title, what it means)
         "Unreadable documents",
         "left out of the run: they gave no text (a PDF without a text layer, a damaged file, text not UTF-8)",
     ),
+    (
+        "left_out_qrels",
+        "Qrels rows left out",
+        "they name an unreadable document, or a query or document the run does not have",
+    ),
 ]
 
 
@@ -101,7 +106,10 @@ def gold_check_html(check: dict | None, settings: dict) -> str:
         items = check.get(key) or []
         if not items:
             continue
-        if key == "skipped_documents":
+        if key == "left_out_qrels":
+            header = ["row", "query", "document", "why"]
+            rows = [[str(i["row"])] + [escape(i[c]) for c in ("query_id", "doc_id", "reason")] for i in items[:SHOWN]]
+        elif key == "skipped_documents":
             header = ["document", "corpus", "file", "why"]
             rows = [[escape(i[c]) for c in ("document", "corpus", "file", "reason")] for i in items[:SHOWN]]
         elif key == "repeated_questions":

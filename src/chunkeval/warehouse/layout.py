@@ -43,10 +43,19 @@ class Layout:
         return self.results / run_id / "manifest.json"
 
     def _write_manifest(self, row: dict) -> None:
-        """The run's catalogue row as a small JSON file beside its results: what `repair` rebuilds from."""
+        """The run's catalogue row as a small JSON file beside its results: what `repair` rebuilds from. Once
+        the run's gold-set check is written (a completed run), the manifest also names the documents it left out
+        as unreadable and counts the qrels rows it left out (`documents_left_out`, `qrels_rows_left_out`)."""
         doc = {c: (row[c].isoformat() if isinstance(row.get(c), datetime) else row.get(c)) for c in MANIFEST_COLUMNS}
         folder = self.results / row["run_id"]
         folder.mkdir(parents=True, exist_ok=True)
+        try:
+            check = json.loads((folder / "gold_check.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            check = None
+        if isinstance(check, dict):
+            doc["documents_left_out"] = [d.get("document") for d in check.get("skipped_documents") or []]
+            doc["qrels_rows_left_out"] = len(check.get("left_out_qrels") or [])
         write_text(folder / "manifest.json", json.dumps(doc, indent=1, sort_keys=True))
 
     def read_manifest(self, run_id: str) -> dict | None:

@@ -32,7 +32,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_corpus_filter(g, "only these corpora")
     g.add_argument("--chunk-size", type=int, help="report references longer than this many cl100k tokens")
     g.add_argument("--limit", type=int, default=20, help="rows shown per finding (default 20; --json lists all)")
-    add_json(g, "print an object with the six lists")
+    add_json(g, "print an object with one list per finding")
     g.set_defaults(func=check)
     return p
 
