@@ -193,6 +193,31 @@ def test_rrf_ties_go_to_the_lower_chunk_index():
     assert rrf([dense, lexical], 6, 4).tolist() == [[0, 2, 5, -1], [4, -1, -1, -1]]
 
 
+def test_rrf_fuses_sparsely_to_the_scores_of_a_full_matrix():
+    """The fusion keeps only the chunks the lists hold (memory follows them, not queries x chunks): its top k and
+    scores equal, bit for bit, those of the whole query x chunk matrix filled list after list and sorted by
+    score, then chunk; over three lists of random depths, with padding and queries past one block."""
+    from chunkeval.engine.retrievers.hybrid import _BLOCK, rrf_ranked
+
+    rng = np.random.default_rng(3)
+    n_q, n_chunks, k, c = _BLOCK + 7, 300, 12, 60
+    lists = []
+    for depth in (40, 25, 60):
+        ranked = np.argsort(rng.random((n_q, n_chunks)), axis=1)[:, :depth]
+        ranked[rng.random((n_q, depth)) < 0.1] = -1  # holes: a list shorter for some queries
+        lists.append(np.where(np.cumsum(ranked < 0, axis=1) > 0, -1, ranked))
+    fused = np.zeros((n_q, n_chunks))
+    for ranked in lists:
+        row, pos = np.nonzero(ranked >= 0)
+        fused[row, ranked[row, pos]] += 1.0 / (c + pos + 1)
+    index, values = rrf_ranked(lists, n_chunks, k, c)
+    for q in range(n_q):
+        held = np.flatnonzero(fused[q] > 0)
+        order = held[np.lexsort((held, -fused[q, held]))][:k]
+        assert index[q, : len(order)].tolist() == order.tolist() and (index[q, len(order) :] == -1).all()
+        assert np.array_equal(values[q, : len(order)], fused[q, order])
+
+
 def test_unknown_retrievers_are_input_errors():
     with pytest.raises(InputError, match="unknown retriever 'bm26': choose dense, bm25, hybrid, or module:function"):
         retrieve("bm26", RetrievalRequest(["q"], ["c"], k=1))

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
-from chunkeval.engine.retrievers._rank import top_positive
+from chunkeval.engine.retrievers._rank import sparse_top_positive
 
 RRF_K = 60
 FUSE_DEPTH = 1000
-_BLOCK = 512  # queries fused at a time: bounds memory at BLOCK x n_chunks float64 scores
+_BLOCK = 512  # queries fused at a time; memory follows their lists' entries, never queries x chunks
 
 
 def rrf(lists: Sequence[np.ndarray], n_chunks: int, k: int, c: float = RRF_K) -> np.ndarray:
@@ -25,10 +26,16 @@ def rrf_ranked(lists: Sequence[np.ndarray], n_chunks: int, k: int, c: float = RR
     index = np.full((n_q, k), -1, dtype=np.int64)
     values = np.full((n_q, k), np.nan)
     for lo in range(0, n_q, _BLOCK):
-        fused = np.zeros((min(_BLOCK, n_q - lo), n_chunks))
+        n = min(_BLOCK, n_q - lo)
+        keys, terms = [], []  # (row, chunk) as one number, and its term 1 / (c + rank), list after list
         for ranked in lists:
-            part = ranked[lo : lo + _BLOCK]
+            part = ranked[lo : lo + n]
             row, pos = np.nonzero(part >= 0)
-            fused[row, part[row, pos]] += 1.0 / (c + pos + 1)
-        index[lo : lo + len(fused)], values[lo : lo + len(fused)] = top_positive(fused, k)
+            keys.append(row * np.int64(n_chunks) + part[row, pos])
+            terms.append(1.0 / (c + pos + 1))
+        cells, where = np.unique(np.concatenate(keys), return_inverse=True)
+        fused = np.zeros(len(cells))
+        np.add.at(fused, where, np.concatenate(terms))  # in list order: the sums a dense add gives, bit for bit
+        matrix = sp.csr_matrix((fused, (cells // n_chunks, cells % n_chunks)), shape=(n, n_chunks))
+        index[lo : lo + n], values[lo : lo + n] = sparse_top_positive(matrix, k)
     return index, values
