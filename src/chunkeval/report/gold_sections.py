@@ -170,6 +170,9 @@ def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table, drilldow
         _table(["query", "corpus", "question", "reference offsets", "tokens", "span recall"], straddling)
         if straddling
         else "<p>No reference straddles a chunk boundary.</p>"
+        if refs.num_rows
+        else "<p>This run was recorded without its reference table (through the Python API): there are no "
+        "references to check.</p>"
     )
     return (
         f'<section id="failures"><h2>6. Failure analysis at {escape(label(chosen))}</h2>'
