@@ -180,3 +180,8 @@ def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table, drilldow
         f"<h3>References that straddle a chunk boundary ({len(straddling)} of {len(mine)})</h3>"
         f"<p>No single chunk holds these whole: the usual reason for partial recall.</p>{straddle_html}{drilldown}</section>"
     )
+
+
+def section_doc_failures(chosen: dict, drilldown: str) -> str:
+    """Under document gold (no span recall, no reference to straddle a chunk): the drill-down alone."""
+    return f'<section id="failures"><h2>6. Failure analysis at {escape(label(chosen))}</h2>{drilldown}</section>'
