@@ -69,11 +69,11 @@ class _Texts:
     """The run's corpus texts, each read once."""
 
     def __init__(self, wh, run_id: str):
-        self.wh, self.run_id, self.found = wh, run_id, {}
+        self.wh, self.run_id, self.found, self.versions = wh, run_id, {}, {}
 
     def __call__(self, corpus_id: str, start: int, end: int) -> str | None:
         if corpus_id not in self.found:
-            self.found[corpus_id] = self.wh.corpus_text(self.run_id, corpus_id)
+            self.found[corpus_id] = self.wh.corpus_text(self.run_id, corpus_id, self.versions)
         text = self.found[corpus_id]
         return None if text is None else text[start:end]
 
