@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import csv
+import json
 import re
 import shutil
 import subprocess
+from html import escape
 
 import matplotlib.image
 import numpy as np
@@ -87,14 +89,19 @@ def test_every_section_is_there(page):
     assert "<h3>Regressions</h3><table>" in html  # the model that reads 16 word pieces regressed
 
 
+def assert_offline(html: str) -> None:
+    """The page runs only its own script (the table sorter) and fetches nothing."""
+    assert html.count("<script>") == 1
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", html)
+    assert "<link" not in html and "@import" not in html and not re.search(r"url\(\s*['\"]?https?:", html)
+    assert "default-src 'none'" in html
+
+
 def test_user_text_is_escaped_and_nothing_is_fetched(page):
     html = page.read_text(encoding="utf-8")
     assert "<script>document.title" not in html
     assert "&lt;script&gt;document.title=&#x27;pwned&#x27;&lt;/script&gt;" in html
-    assert html.count("<script>") == 1  # the table sorter, ours
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", html)
-    assert "<link" not in html and "@import" not in html and not re.search(r"url\(\s*['\"]?https?:", html)
-    assert "default-src 'none'" in html
+    assert_offline(html)
 
 
 def test_pareto_front():
@@ -171,6 +178,80 @@ def test_report_command(warehouse, tmp_path, monkeypatch, capsys):
     assert main(["report", "--experiment", "rep", "--html", str(tmp_path / "none" / "x.html")]) == 2
     assert main(["report", "--experiment", "rep", "--html", str(out), "--config", "chunk_size=999"]) == 2
     assert "no configuration" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def doc_run(tmp_path_factory):
+    """A run over document gold (a BEIR folder, bm25, k 2 and 4) recorded with its retrieved lists, texts and
+    qrels; q0's most relevant document is titled with a script."""
+    from test_beir import beir_qrels, make_beir
+    from test_inspect_diff import record
+
+    root = tmp_path_factory.mktemp("docreport")
+    beir = make_beir(root / "tiny")
+    qrels = beir_qrels(beir)
+    evil = max(qrels["q0"], key=qrels["q0"].get)
+    docs = [json.loads(line) for line in (beir / "corpus.jsonl").read_text().splitlines()]
+    for d in docs:
+        d["title"] = "<script>alert('doc')</script> & co" if d["_id"] == evil else d["title"]
+    (beir / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    exp = Experiment.from_dict(
+        {"name": "docs", "beir": str(beir), "retriever": "bm25", "chunk_sizes": [12], "overlaps": [0], "k": [2, 4]}
+    )
+    wh = Warehouse(root / "home" / "warehouse")
+    return root / "home", record(wh, exp, None), qrels
+
+
+def test_the_drilldown_under_document_gold(doc_run, tmp_path, monkeypatch, capsys):
+    """One row per judged question with its per-query doc metrics, worst doc_ndcg_at_k first; each question's
+    view lists its qrels' documents and grades and the chunks `inspect --json` gives at the chosen k, those of
+    relevant documents highlighted whole; the titled script is text, and the page fetches nothing."""
+    home, run_id, qrels = doc_run
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
+    out = tmp_path / "docs.html"
+    assert main(["report", "--experiment", "docs", "--html", str(out), "--config", "k=2"]) == 0
+    html, _ = out.read_text(encoding="utf-8"), capsys.readouterr()
+    assert 'href="#failures"' in html and "Failure analysis at none bm25 fixed_token 12/0 k=2" in html
+    per_query = {
+        r["query_id"]: r for r in Warehouse(home / "warehouse").query_results(run_id).to_pylist() if r["k"] == 2
+    }
+    table = html[html.index('<table class="sortable"><thead><tr><th>query</th>') :]
+    table = table[: table.index("</table>")]
+    header = re.findall(r"<th>(\w+)</th>", table)
+    assert header == ["query", "corpus", "doc_ndcg_at_k", "doc_recall_at_k", "doc_mrr", "doc_precision_at_k"]
+    rows = re.findall(r'<tr><td data-v="([^"]*)"><a href="#(q-\d+)">[^<]*</a></td><td>tiny</td>(.*?)</tr>', table)
+    assert sorted(q for q, _, _ in rows) == sorted(per_query) == sorted(qrels)  # q9 has no qrels: left out
+    for qid, _, cells in rows:
+        assert [float(v) for v in re.findall(r'data-v="([^"]*)"', cells)] == [per_query[qid][m] for m in header[2:]]
+    ndcg = [per_query[q]["doc_ndcg_at_k"] for q, _, _ in rows]
+    assert ndcg == sorted(ndcg)
+    relevant_shown = 0
+    for qid, anchor, _ in rows:
+        view = html[html.index(f'<details id="{anchor}"') :]
+        view = view[: view.index("</details>")]
+        judged = re.findall(r"<li><code>([^<]*)</code> (?:<mark>relevant \(grade (\d+)\)</mark>|grade (\d+))<div", view)
+        assert [(d, int(a or b), bool(a)) for d, a, b in judged] == [
+            (d, g, g > 0) for d, g in sorted(qrels[qid].items(), key=lambda x: (-x[1], x[0]))
+        ]
+        if qid not in (rows[0][0], rows[-1][0], "q0"):  # inspected: the worst, the best, the one of the script
+            continue
+        assert main(["inspect", "--run", run_id, "--query", qid, "--config", "k=2", "--json"]) == 0
+        (config,) = json.loads(capsys.readouterr().out)["configs"]
+        items = re.findall(
+            r"<li><b>#(\d+)</b> <code>([^<]*)</code> score ([\d.]+), document <code>([^<]*)</code>, "
+            r"(?:relevant \(grade \d+\)|not relevant)<div class=chunk>(.*?)</div></li>",
+            view,
+            re.S,
+        )
+        assert [(int(r), c, s, d) for r, c, s, d, _ in items] == [
+            (i["rank"], i["chunk_id"], f"{i['score']:.3f}", i["doc_id"]) for i in config["retrieved"]
+        ]
+        for (*_, text), item in zip(items, config["retrieved"]):
+            assert text == (f"<mark>{escape(item['text'])}</mark>" if item["relevant"] else escape(item["text"]))
+            relevant_shown += item["relevant"]
+    assert relevant_shown, "the best question finds a relevant document at k = 2"
+    assert "&lt;script&gt;alert(&#x27;doc&#x27;)&lt;/script&gt; &amp; co" in html
+    assert_offline(html)
 
 
 @pytest.mark.skipif(

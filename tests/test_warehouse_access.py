@@ -138,4 +138,5 @@ def test_a_report_of_a_run_without_span_references_says_what_it_lacks(tmp_path, 
     wh.complete_run(run_id, result.per_query, result.summary, 0)  # as the Python API may record it
     html = build_report(wh, "api")
     assert "recorded without span references" in html
+    assert "recorded without its reference table (through the Python API)" in html  # the failure analysis too
     assert "was recorded before chunkeval kept retrieved lists" in html  # the drill-down says what it lacks

@@ -178,6 +178,9 @@ def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table, drilldow
         _table(["query", "corpus", "question", "reference offsets", "tokens", "span recall"], straddling)
         if straddling
         else "<p>No reference straddles a chunk boundary.</p>"
+        if refs.num_rows
+        else "<p>This run was recorded without its reference table (through the Python API): there are no "
+        "references to check.</p>"
     )
     return (
         f'<section id="failures"><h2>6. Failure analysis at {escape(label(chosen))}</h2>'
@@ -185,3 +188,8 @@ def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table, drilldow
         f"<h3>References that straddle a chunk boundary ({len(straddling)} of {len(mine)})</h3>"
         f"<p>No single chunk holds these whole: the usual reason for partial recall.</p>{straddle_html}{drilldown}</section>"
     )
+
+
+def section_doc_failures(chosen: dict, drilldown: str) -> str:
+    """Under document gold (no span recall, no reference to straddle a chunk): the drill-down alone."""
+    return f'<section id="failures"><h2>6. Failure analysis at {escape(label(chosen))}</h2>{drilldown}</section>'

@@ -69,27 +69,37 @@ class _Texts:
     """The run's corpus texts, each read once."""
 
     def __init__(self, wh, run_id: str):
-        self.wh, self.run_id, self.found = wh, run_id, {}
+        self.wh, self.run_id, self.found, self.versions = wh, run_id, {}, {}
 
     def __call__(self, corpus_id: str, start: int, end: int) -> str | None:
         if corpus_id not in self.found:
-            self.found[corpus_id] = self.wh.corpus_text(self.run_id, corpus_id)
+            self.found[corpus_id] = self.wh.corpus_text(self.run_id, corpus_id, self.versions)
         text = self.found[corpus_id]
         return None if text is None else text[start:end]
 
 
-def doc_references(wh, run_id: str) -> tuple[dict[str, str], dict[str, list[dict]]] | None:
-    """Under document gold, the run's question texts and each question's relevant documents `{doc_id, grade}`
-    (best grade first); None for a run of span gold."""
+def doc_judgements(wh, run_id: str) -> tuple[dict[str, str], dict[str, list[dict]]] | None:
+    """Under document gold, the run's question texts and each question's judged documents `{doc_id, grade}`
+    (best grade first, those of grade 0 or less too); None for a run of span gold."""
     qrels = wh.qrels(run_id)
     if qrels is None:
         return None
     questions, docs = {}, {}
     for r in qrels.to_pylist():  # ordered by query, grade down, document
         questions[r["query_id"]] = r["question"]
-        if r["grade"] > 0:
-            docs.setdefault(r["query_id"], []).append({"doc_id": r["doc_id"], "grade": r["grade"]})
+        docs.setdefault(r["query_id"], []).append({"doc_id": r["doc_id"], "grade": r["grade"]})
     return questions, docs
+
+
+def doc_references(wh, run_id: str) -> tuple[dict[str, str], dict[str, list[dict]]] | None:
+    """Under document gold, the run's question texts and each question's relevant documents `{doc_id, grade}`
+    (best grade first); None for a run of span gold."""
+    found = doc_judgements(wh, run_id)
+    if found is None:
+        return None
+    questions, judged = found
+    relevant = {q: [d for d in docs if d["grade"] > 0] for q, docs in judged.items()}
+    return questions, {q: docs for q, docs in relevant.items() if docs}
 
 
 def run_references(wh, run_id: str) -> tuple[dict[str, str], dict[str, list[dict]], bool]:

@@ -131,8 +131,14 @@ class Layout:
         return found if isinstance(found, dict) else {}
 
     def corpus_text(self, run_id: str, corpus_id: str, _cache: dict | None = None) -> str | None:
-        """The text of a corpus as the run read it, or None where no intact copy of that version is kept."""
-        digest = self.corpus_versions(run_id).get(corpus_id)
+        """The text of a corpus as the run read it, or None where no intact copy of that version is kept.
+        `_cache`, a dict the caller keeps between calls, holds the run's versions once read (a run over
+        document gold has one corpus per document: thousands, each read of `corpora.json` naming them all)."""
+        if _cache is None:
+            _cache = {}
+        if run_id not in _cache:
+            _cache[run_id] = self.corpus_versions(run_id)
+        digest = _cache[run_id].get(corpus_id)
         if digest is None:
             return None
         try:
