@@ -26,7 +26,7 @@ DISTRACTOR = (
 )
 
 
-def record(wh: Warehouse, exp: Experiment, embedder) -> str:
+def record(wh: Warehouse, exp: Experiment, embedder, gold_check: dict | None = None) -> str:
     result = run_sweep(exp, embedder or Embedders())
     run_id = wh.begin_run(exp.name, {}, "manual", exp.to_dict())
     wh.complete_run(
@@ -39,6 +39,7 @@ def record(wh: Warehouse, exp: Experiment, embedder) -> str:
         retrieved=result.retrieved,
         corpora=result.corpora,
         qrels=result.qrels,
+        gold_check=gold_check,
     )
     return run_id
 

@@ -198,8 +198,13 @@ def doc_run(tmp_path_factory):
     exp = Experiment.from_dict(
         {"name": "docs", "beir": str(beir), "retriever": "bm25", "chunk_sizes": [12], "overlaps": [0], "k": [2, 4]}
     )
+    from chunkeval.engine.gold_check import check_gold
+    from chunkeval.engine.sweep import load_inputs
+
+    inputs = load_inputs(exp, quiet=True)
+    check = check_gold(inputs.gold, inputs.corpora, None, inputs.skipped).to_dict()
     wh = Warehouse(root / "home" / "warehouse")
-    return root / "home", record(wh, exp, None), qrels
+    return root / "home", record(wh, exp, None, check), qrels
 
 
 def test_the_drilldown_under_document_gold(doc_run, tmp_path, monkeypatch, capsys):
@@ -212,6 +217,12 @@ def test_the_drilldown_under_document_gold(doc_run, tmp_path, monkeypatch, capsy
     assert main(["report", "--experiment", "docs", "--html", str(out), "--config", "k=2"]) == 0
     html, _ = out.read_text(encoding="utf-8"), capsys.readouterr()
     assert 'href="#failures"' in html and "Failure analysis at none bm25 fixed_token 12/0 k=2" in html
+    gold = html[html.index('<section id="gold">') :]  # the gold set: its qrels counted, and its findings
+    gold, grades = gold[: gold.index("</section>")], [g for judged in qrels.values() for g in judged.values()]
+    counts = [len(qrels), len(grades), sum(g > 0 for g in grades)]
+    assert "".join(f"<td>{n}</td>" for n in counts) in gold and 'href="#gold"' in html
+    assert "Unreadable documents" in gold and "Ambiguous" not in gold  # the findings of document gold alone
+    assert "<summary>Qrels rows left out: 1</summary>" in gold  # make_beir's row naming a query it does not ask
     per_query = {
         r["query_id"]: r for r in Warehouse(home / "warehouse").query_results(run_id).to_pylist() if r["k"] == 2
     }

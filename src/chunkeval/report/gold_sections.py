@@ -84,25 +84,37 @@ GOLD_FINDINGS = [  # (key, title, what it means)
 
 
 SHOWN = 100  # rows listed per finding; the counts cover them all
+OF_DOCUMENTS = ("repeated_questions", "skipped_documents", "left_out_qrels")  # the findings of document gold
 
 
-def gold_check_html(check: dict | None, settings: dict) -> str:
-    """The findings of `chunkeval gold check` recorded with the run, one list per kind."""
+def gold_check_html(check: dict | None, settings: dict, documents: bool = False) -> str:
+    """The findings of `chunkeval gold check` recorded with the run, one list per kind (with `documents`, those
+    of document gold alone: it has no spans to be ambiguous, overlap, be empty or long)."""
     if check is None:
-        return "<h3>Gold-set check</h3><p>This run was recorded without a gold-set check (chunkeval before 0.2).</p>"
-    scoring = (
-        "credit: each is replaced by the copy the retrieved chunks cover most"
-        if settings.get("duplicates") == "credit"
-        else "positional: only the gold copy counts (<code>--duplicates credit</code> gives the others credit)"
-    )
-    sizes = settings.get("chunk_sizes") or []
-    parts = [
-        f"<h3>Gold-set check</h3><p>What <code>chunkeval gold check</code> found in this run's inputs"
-        f"{f' (long means over {min(sizes)} cl100k tokens)' if sizes else ''}. Ambiguous references are scored {scoring}.</p>"
-    ]
-    counts = [[escape(title), str(len(check.get(key) or [])), escape(meaning)] for key, title, meaning in GOLD_FINDINGS]
-    parts.append(_table(["finding", "count", "meaning"], counts))
-    for key, title, _ in GOLD_FINDINGS:
+        return "<h3>Gold-set check</h3><p>This run was recorded without a gold-set check.</p>"
+    findings = [f for f in GOLD_FINDINGS if f[0] in OF_DOCUMENTS] if documents else GOLD_FINDINGS
+    if documents:
+        intro = "<p>What the run found in its documents and qrels.</p>"
+    else:
+        scoring = (
+            "credit: each is replaced by the copy the retrieved chunks cover most"
+            if settings.get("duplicates") == "credit"
+            else "positional: only the gold copy counts (<code>--duplicates credit</code> gives the others credit)"
+        )
+        sizes = settings.get("chunk_sizes") or []
+        intro = (
+            f"<p>What <code>chunkeval gold check</code> found in this run's inputs"
+            f"{f' (long means over {min(sizes)} cl100k tokens)' if sizes else ''}. Ambiguous references are scored "
+            f"{scoring}.</p>"
+        )
+    counts = [[escape(title), str(len(check.get(key) or [])), escape(meaning)] for key, title, meaning in findings]
+    return f"<h3>Gold-set check</h3>{intro}{_table(['finding', 'count', 'meaning'], counts)}{_finding_lists(check, findings)}"
+
+
+def _finding_lists(check: dict, findings: list) -> str:
+    """Each finding's items, a folded table each (the first `SHOWN`)."""
+    parts = []
+    for key, title, _ in findings:
         items = check.get(key) or []
         if not items:
             continue
@@ -187,6 +199,26 @@ def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table, drilldow
         f"<h3>Questions with zero recall ({len(zero)} of {len(rows)})</h3>{zero_html}"
         f"<h3>References that straddle a chunk boundary ({len(straddling)} of {len(mine)})</h3>"
         f"<p>No single chunk holds these whole: the usual reason for partial recall.</p>{straddle_html}{drilldown}</section>"
+    )
+
+
+def section_doc_gold(qrels: pa.Table | None, check: dict | None, settings: dict) -> str:
+    """The gold set of a run over document gold: judged and relevant documents per question, and the findings
+    of its documents and qrels (unreadable documents, qrels rows left out, repeated questions)."""
+    if qrels is None or not qrels.num_rows:
+        counts = "<p>This run was recorded without its qrels.</p>"
+    else:
+        rows = qrels.select(["query_id", "grade"]).to_pylist()
+        judged, relevant = Counter(r["query_id"] for r in rows), Counter(r["query_id"] for r in rows if r["grade"] > 0)
+        n = np.array([judged[q] for q in judged])
+        m = np.array([relevant[q] for q in judged])
+        counts = _table(
+            ["questions", "judged documents", "relevant (grade > 0)", "median judged per question", "most"],
+            [[str(len(n)), str(int(n.sum())), str(int(m.sum())), _num(float(np.median(n)), 1), str(int(n.max()))]],
+        )
+    return (
+        '<section id="gold"><h2>5. The gold set</h2><p>Document-level gold: each question\'s judged documents and '
+        f"their grades (qrels).</p>{counts}{gold_check_html(check, settings, documents=True)}</section>"
     )
 
 

@@ -18,7 +18,7 @@ from chunkeval.errors import InputError
 from chunkeval.faults import checkpoint
 from chunkeval.files import write_text
 from chunkeval.report.drilldown import drilldown
-from chunkeval.report.gold_sections import section_doc_failures, section_failures, section_gold
+from chunkeval.report.gold_sections import section_doc_failures, section_doc_gold, section_failures, section_gold
 from chunkeval.report.index_section import section_indexes
 from chunkeval.report.inspect import ITEM_STYLE
 from chunkeval.report.sections import (
@@ -113,11 +113,14 @@ def build_report(
                 section_budget(per_query, chosen),
             ]
             if spans
-            else [section_doc_failures(chosen, drilldown(wh, run_id, chosen, per_query))]
+            else [
+                section_doc_gold(wh.qrels(run_id), wh.gold_check(run_id), settings),
+                section_doc_failures(chosen, drilldown(wh, run_id, chosen, per_query)),
+            ]
         ),
         section_trend(wh, experiment, trend_configs, threshold, checked=checked),
     ]
-    of_spans = ("tradeoff", "distributions", "gold", "budget")
+    of_spans = ("tradeoff", "distributions", "budget")
     nav = "".join(
         f'<a href="#{s}">{t}</a>'
         for s, t in [
