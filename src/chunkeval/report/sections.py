@@ -1,4 +1,7 @@
-"""TODO docstring"""
+"""The sections of the HTML report that read a run's summary and history: its summary, the grid of every
+configuration with ties and the smallest detectable differences, the trade-off between precision and
+recall, the distributions per query, recall against a budget of retrieved tokens, and the trend with its
+regressions (the gold set and failure analysis: `gold_sections`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""TODO docstring"""
+"""Paired tests of two configurations' per-query values: the paired t-test (its p-value from the regularised
+incomplete beta function, checked against scipy), the paired randomisation (sign-flip) test, exact up to
+`EXACT_MAX_N` pairs, Holm's step-down correction, and `compare_paired`, which gives them with a bootstrap
+interval of the mean difference. Definitions: docs/statistics.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO docstring"""
+"""The built-in chunkers, each text → chunk `[start, end)` character offsets: fixed windows of tokens or of
+characters with an overlap, the whole document as one chunk (`none`), and recursive splitting on separators
+within a token budget (as LangChain's RecursiveCharacterTextSplitter, measured in cl100k tokens)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""TODO docstring"""
+"""Tokens in cl100k_base (tiktoken, offline): the tokenizer token chunkers and token counts use, the
+character span of each token of a text, and token counts of many texts on threads."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""TODO docstring"""
+"""Model folders chunkeval builds itself (a static model distilled from MiniLM, a cross-encoder made from it):
+built once under a lock in a temporary folder beside the final one, then renamed; a record of the recipe and
+of every file's size says whether a folder is complete, and a folder that disagrees with its recipe, or that
+a killed build left behind, is rebuilt."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO docstring"""
+"""The embedding cache: each model's vectors keyed by the hash of their text, in Parquet part files
+(`<root>/<fingerprint>/part-*.parquet`) written whole under temporary names, so that runs share them and a
+run that dies keeps what it embedded. A damaged part is set aside and its texts are embedded again."""
 
 from __future__ import annotations
 
