@@ -1,25 +1,30 @@
 """`chunkeval run --mlflow URI` and the experiment file's `mlflow:` key against a real `mlflow server` on
-127.0.0.1, started once for this module (the extra `chunkeval[mlflow]`; skipped where mlflow is not installed).
-Real runs of the demo data with bm25 (nothing to embed), through the real Prefect server of the session. The
-key's parsing needs no mlflow and runs everywhere."""
+127.0.0.1 (mlflow 3.17.2 in a venv of its own, tests/mlflow_server.py), started once for this module. What was
+published is read back with MLflow's own client in that venv, not with chunkeval's code. Where the venv is not
+built the server tests are skipped, except in CI (CI=true), where that is a failure. Real runs of the demo data
+with bm25 (nothing to embed), through the real Prefect server of the session. The key's parsing needs no
+server and runs everywhere."""
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
+import json
+import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 
 import pytest
 import yaml
 
 from chunkeval.cli import main
+from chunkeval.cli.mlflow_export import MlflowError, batches, log_run
 from chunkeval.engine.experiment import Experiment
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
+from chunkeval.report.html import report_path
+from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.warehouse import Warehouse
+from mlflow_server import mlflow_server, read_back, venv_dir, venv_python
 
 
 def test_the_experiment_file_names_its_server_and_runs_do_not_record_it(tmp_path):
@@ -41,45 +46,77 @@ def test_the_experiment_file_names_its_server_and_runs_do_not_record_it(tmp_path
         assert caught.value.path == str(path)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def test_batches_keep_within_mlflows_limits():
+    """At most 100 params, 1000 metrics and 1000 entities a request; every item sent once, in order."""
+    params, metrics = list(range(250)), list(range(1000, 3950))
+    sent = list(batches(params, metrics))
+    assert all(len(p) <= 100 and len(m) <= 1000 and len(p) + len(m) <= 1000 for p, m in sent)
+    assert [x for p, _ in sent for x in p] == params and [x for _, m in sent for x in m] == metrics
+    assert [(len(p), len(m)) for p, m in sent][:3] == [(100, 900), (100, 900), (50, 950)]
+
+
+@pytest.fixture(scope="session")
+def mlflow_python():
+    """The python of the mlflow venv; absent, the tests skip, but not in CI, which builds it (.ci/run)."""
+    python = venv_python()
+    if python is None:
+        where = f"no complete mlflow venv at {venv_dir()}: python tests/mlflow_server.py builds it"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(where)
+        pytest.skip(where)
+    return python
 
 
 @pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
+def mlflow_uri(mlflow_python, tmp_path_factory):
     """A real MLflow tracking server (SQLite store, artifacts served) on 127.0.0.1; yields its URI."""
-    root = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination", str(root / "artifacts")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(240):
-            try:
-                with urllib.request.urlopen(uri + "/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("mlflow server did not start")
+    with mlflow_server(mlflow_python, tmp_path_factory.mktemp("mlflow")) as uri:
         yield uri
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="pip install 'chunkeval[mlflow]'")
-@pytest.mark.usefixtures("prefect_api")
-def test_a_run_is_published_with_a_nested_run_per_configuration(mlflow_server, tmp_path, monkeypatch, capsys):
-    from mlflow.tracking import MlflowClient
+def api(uri: str, endpoint: str, body: dict | None = None) -> dict:
+    """One request of MLflow's REST API (a GET without a body), as the test's own client."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{uri}/api/2.0/mlflow/{endpoint}", data, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read() or b"{}")
 
+
+def sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def check_published(runs: list[dict], wh: Warehouse, run_id: str) -> dict:
+    """The MLflow run of chunkeval run `run_id` as read back holds what the warehouse holds: the settings as
+    params, a nested run per configuration whose metrics are the summary's means and micro values."""
+    (parent,) = [r for r in runs if r["name"] == run_id]
+    assert parent["status"] == "FINISHED" and parent["tags"]["chunkeval.run_id"] == run_id
+    assert parent["end_time"] >= parent["start_time"] > 0 and "mlflow.parentRunId" not in parent["tags"]
+    recorded = wh.run(run_id)
+    settings = json.loads(recorded["settings"])
+    expected = {k: v if isinstance(v, str) else json.dumps(v, sort_keys=True) for k, v in settings.items()}
+    assert parent["params"] == {**expected, "trigger": recorded["trigger"]}
+    children = {r["name"]: r for r in runs if r["tags"].get("mlflow.parentRunId") == parent["run_id"]}
+    summary = wh.summary(run_id).to_pylist()
+    assert len(children) == len(summary)
+    for row in summary:
+        child = children[" ".join(f"{k}={row[k]}" for k in CONFIG_KEYS if k in row)]
+        assert child["status"] == "FINISHED" and child["tags"]["chunkeval.run_id"] == run_id
+        assert child["params"] == {k: str(row[k]) for k in CONFIG_KEYS if k in row}
+        means = {k: v for k, v in row.items() if k.endswith(("_mean", "_micro")) and v is not None}
+        assert set(child["metrics"]) == set(means) and "span_recall_micro" in means
+        assert all(abs(child["metrics"][k] - v) <= 1e-12 for k, v in means.items())
+        assert child["artifacts"] == {}
+    report = report_path(wh.root, recorded["experiment"], run_id)
+    summary_file = wh.results / run_id / "summary.parquet"
+    assert parent["artifacts"] == {report.name: sha256(report), "summary.parquet": sha256(summary_file)}
+    return parent
+
+
+@pytest.mark.usefixtures("mlflow_python", "prefect_api")  # in this order: where there is no venv, no server starts
+def test_a_run_is_published_with_a_nested_run_per_configuration(
+    mlflow_uri, mlflow_python, tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
     data = tmp_path / "data"
     shutil.copytree(DEMO_DIR / "corpora", data / "corpora")
@@ -87,28 +124,40 @@ def test_a_run_is_published_with_a_nested_run_per_configuration(mlflow_server, t
     settings = {"name": "tracked", "corpus_dir": "corpora", "questions": "questions.csv", "chunker": ["fixed_token"],
                 "chunk_sizes": [60, 120], "overlaps": [0], "k": [1, 3], "retriever": ["bm25"]}  # fmt: skip
     (data / "experiment.yaml").write_text(yaml.safe_dump(settings))
-    assert main(["run", str(data / "experiment.yaml"), "--mlflow", mlflow_server]) == 0
-    out = capsys.readouterr().out
-    assert f"published to MLflow at {mlflow_server}: run " in out and "View run" not in out
-    client = MlflowClient(mlflow_server)
-    experiment = client.get_experiment_by_name("tracked")
-    (parent,) = client.search_runs(
-        [experiment.experiment_id], "tags.`chunkeval.run_id` != '' and attributes.run_name LIKE '2%'"
-    )
-    assert parent.data.params["chunk_sizes"] == "[60, 120]" and parent.data.params["trigger"] == "manual"
-    children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-    assert len(children) == 4  # 2 chunk sizes x 2 k
-    for child in children:
-        assert child.data.params["retriever"] == "bm25" and 0 <= child.data.metrics["span_recall_mean"] <= 1
-        assert "span_recall_micro" in child.data.metrics and child.info.status == "FINISHED"
-    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert "summary.parquet" in artifacts and any(a.endswith(".html") for a in artifacts)
-    # the experiment file's key publishes as the option does
-    (data / "experiment.yaml").write_text(yaml.safe_dump({**settings, "chunk_sizes": [60], "mlflow": mlflow_server}))
+    assert main(["run", str(data / "experiment.yaml"), "--mlflow", mlflow_uri]) == 0
+    assert f"published to MLflow at {mlflow_uri}: run " in capsys.readouterr().out
+    # the experiment file's key publishes as the option does, into the same MLflow experiment
+    (data / "experiment.yaml").write_text(yaml.safe_dump({**settings, "chunk_sizes": [60], "mlflow": mlflow_uri}))
     assert main(["run", str(data / "experiment.yaml")]) == 0
-    assert f"published to MLflow at {mlflow_server}: run " in capsys.readouterr().out
-    parents = client.search_runs([experiment.experiment_id], "attributes.run_name LIKE '2%'")
-    assert len(parents) == 2 and "mlflow" not in {p for run in parents for p in run.data.params}
-    (newest,) = [run for run in parents if run.info.run_id != parent.info.run_id]
-    children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{newest.info.run_id}'")
-    assert len(children) == 2 and newest.data.params["chunk_sizes"] == "[60]"
+    assert f"published to MLflow at {mlflow_uri}: run " in capsys.readouterr().out
+    wh = Warehouse.at_home()
+    second, first = (run["run_id"] for run in wh.runs("tracked"))
+    # a server that keeps the experiment's artifacts itself, not through its proxy: one line, the run FAILED
+    tracked = api(mlflow_uri, "experiments/get-by-name?experiment_name=tracked")["experiment"]["experiment_id"]
+    api(mlflow_uri, "experiments/update", {"experiment_id": tracked, "new_name": "tracked-old"})
+    api(mlflow_uri, "experiments/create", {"name": "tracked", "artifact_location": str(tmp_path / "elsewhere")})
+    report = report_path(wh.root, "tracked", second)
+    with pytest.raises(MlflowError, match=f"MLflow at {mlflow_uri} keeps this run's artifacts at .*must serve"):
+        log_run(mlflow_uri, wh, second, report)
+
+    published = read_back(mlflow_python, mlflow_uri, "tracked-old", "tracked")
+    runs = published["tracked-old"]
+    assert len(runs) == 2 + 4 + 2 and {run["experiment_id"] for run in runs} == {tracked}  # two parents, 4 + 2 nested
+    assert check_published(runs, wh, first)["params"]["chunk_sizes"] == "[60, 120]"
+    assert check_published(runs, wh, second)["params"]["chunk_sizes"] == "[60]"
+    (failed,) = published["tracked"]
+    assert failed["status"] == "FAILED" and failed["params"] == {} and failed["name"] == second
+
+    # a refusal once the run is recorded: one line naming the server, MLflow's error code and message; the
+    # chunkeval run stays recorded
+    api(mlflow_uri, "experiments/delete", {"experiment_id": failed["experiment_id"]})
+    (data / "experiment.yaml").write_text(yaml.safe_dump({**settings, "chunk_sizes": [60], "k": [1]}))
+    assert main(["run", str(data / "experiment.yaml"), "--mlflow", mlflow_uri]) == 1
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("chunkeval: error:")]
+    newest = wh.runs("tracked")[0]
+    assert newest["status"] == "completed" and newest["run_id"] not in (first, second)
+    assert line == (
+        f"chunkeval: error: run {newest['run_id']} is recorded, but publishing it to MLflow at {mlflow_uri} failed: "
+        f"MLflow at {mlflow_uri} refused POST mlflow/runs/create: HTTP 400 INVALID_PARAMETER_VALUE: The experiment "
+        f"{failed['experiment_id']} must be in the 'active' state. Current state is deleted."
+    )

@@ -47,7 +47,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         metavar="URI",
         help="also publish the run to this MLflow tracking server (http://HOST:PORT): settings as params, each "
         "configuration a nested run with its means as metrics, the report and summary as artifacts (the experiment "
-        "file's mlflow: key does the same; this option wins); needs pip install 'chunkeval[mlflow]'",
+        "file's mlflow: key does the same; this option wins); the server must serve artifacts (its default)",
     )
     p.set_defaults(func=run)
     return p
