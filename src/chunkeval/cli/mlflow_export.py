@@ -163,12 +163,13 @@ def _metrics(row: dict) -> dict:
 
 def log_run(uri: str, wh, run_id: str, report: Path | None = None) -> str:
     """Publish a completed run to the MLflow server at `uri`; the MLflow run id. Where publishing fails
-    part-way, the MLflow run is marked FAILED (when the server still answers) and the error raised."""
+    part-way, the MLflow run (and the nested run it was writing) is marked FAILED (when the server still answers)
+    and the error raised."""
     uri = uri.rstrip("/")
     run = wh.run(run_id)
     experiment_id = _experiment_id(uri, run["experiment"])
     info = _create_run(uri, experiment_id, run_id, {"chunkeval.run_id": run_id})
-    parent = info["run_id"]
+    parent, child = info["run_id"], None
     try:
         if not info.get("artifact_uri", "").startswith(ARTIFACTS):
             raise MlflowError(
@@ -182,12 +183,15 @@ def log_run(uri: str, wh, run_id: str, report: Path | None = None) -> str:
             child = _create_run(uri, experiment_id, _label(row), tags)["run_id"]
             _log(uri, child, {k: str(row[k]) for k in CONFIG_KEYS if k in row}, _metrics(row))
             _end_run(uri, child)
+            child = None
         for path in (report, wh.results / run_id / "summary.parquet"):
             if path is not None and Path(path).is_file():
                 _upload(uri, info["artifact_uri"], Path(path))
     except Exception:
-        try:
-            _end_run(uri, parent, "FAILED")
+        try:  # the nested run being written (if any), then the parent
+            for unfinished in (child, parent):
+                if unfinished is not None:
+                    _end_run(uri, unfinished, "FAILED")
         except MlflowError:
             pass  # the server is gone: the first error is the one to tell
         raise

@@ -117,12 +117,14 @@ def report(experiment: str, run_id: str) -> str:
 def publish(uri: str, run_id: str, page: str) -> str:
     """A recorded run published to the MLflow tracking server at `uri` (`chunkeval.cli.mlflow_export`); the
     MLflow run's id. Where that fails, one line: the run itself stays recorded."""
-    from chunkeval.cli.mlflow_export import check_server, log_run
+    from chunkeval.cli.mlflow_export import MlflowError, check_server, log_run
 
     uri = check_server(uri, f"run {run_id} is recorded, but not published to MLflow")
     try:
         return log_run(uri, warehouse(), run_id, Path(page))
-    except Exception as exc:  # the client's own errors (a server that went away, a refused request)
+    except MlflowError as exc:  # a refused or unanswered request: its line names the server
+        raise Fault(f"run {run_id} is recorded, but not published: {exc}") from None
+    except Exception as exc:  # anything else on the way (a file that could not be read)
         raise Fault(f"run {run_id} is recorded, but publishing it to MLflow at {uri} failed: {exc}") from None
 
 
