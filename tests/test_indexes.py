@@ -99,6 +99,18 @@ def test_at_full_depth_an_index_answers_the_exact_top_k(setting, own_home):
     assert np.all(found.recall(0) == 1.0) and np.all(found.recall(1) == 1.0)
 
 
+def test_exact_search_is_timed_only_beside_an_index():
+    """Untimed (a grid without an approximate index), exact search keeps its recall of 1 and its size, and its
+    latency columns are empty; timed (beside an index, its baseline), it has them. An index is always timed."""
+    c, q = unit(500, 16, 1), unit(40, 16, 2)
+    alone, beside = measure(parse_index("exact"), q, c, (5,), timed=False), measure(parse_index("exact"), q, c, (5,))
+    assert np.all(alone.recall(0) == 1.0) and alone.stats()["index_bytes"] == c.nbytes
+    assert {alone.stats()[m] for m in ("latency_p50_ms", "latency_p95_ms", "batch_ms_per_query")} == {None}
+    assert beside.stats()["latency_p95_ms"] >= beside.stats()["latency_p50_ms"] > 0
+    assert beside.stats()["batch_ms_per_query"] > 0
+    assert measure(parse_index("ivf:nlist=4:nprobe=4"), q, c, (5,), timed=False).stats()["latency_p50_ms"] > 0
+
+
 def test_a_shallow_search_loses_recall_measured_as_the_share_of_exact_ids_found(own_home):
     """On 20,000 random vectors with ef_search 1 HNSW misses; ann_recall_at_k is the share of the exact top k
     it found, computed here from an argsort, and equal to what faiss's own output gives."""

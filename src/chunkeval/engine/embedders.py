@@ -23,7 +23,7 @@ class Embedders:
     def __init__(
         self,
         cache_dir: Path | None = None,
-        batch_size: int | None = 32,
+        batch_size: int | None = None,  # None: chosen for the device and model (`fitting_batch`)
         given: tuple[Embedder, ...] = (),
         device: str | None = None,
         backend: str = "torch",

@@ -313,6 +313,7 @@ def score_config(
                 embedded.chunks[(config.chunking, config.model)],
                 every,
                 group_names=chunking.chunks.corpus_names,
+                timed=config.index.approximate or any(spec.approximate for spec in exp.index_specs()),
                 **groups_of(inputs, chunking, exp.own_corpus),
             )
         found = measured[key]

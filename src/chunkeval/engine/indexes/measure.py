@@ -9,7 +9,10 @@ denominator is the number of chunks. Definitions: docs/indexes.md.
 
 Latency is that of one query at a time (up to `LATENCY_QUERIES` questions, evenly spaced, after
 `WARMUP` searches), at the depth the configuration retrieves (its largest k): p50 and p95 in milliseconds.
-`batch_ms_per_query` is one batched search of every question, divided by their number.
+`batch_ms_per_query` is one batched search of every question, divided by their number. Exact search is timed
+only where asked (`timed`: the sweep asks where the grid holds an approximate index, the baseline it is
+compared with); untimed, its latency columns are empty: at a million chunks the timing alone would search every
+question twice more.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class Measures:
     nbytes: int | None = 0
     latencies_ms: list[float] = field(default_factory=list)
     batch_seconds: float = 0.0
+    timed: bool = True  # False: exact search, not timed (its latency columns empty)
 
     def recall(self, i: int) -> np.ndarray:
         return np.divide(self.found[i], self.depth[i], out=np.zeros(self.found.shape[1]), where=self.depth[i] > 0)
@@ -51,7 +55,7 @@ class Measures:
             "index_bytes": None if self.nbytes is None else int(self.nbytes),
             "latency_p50_ms": float(np.percentile(lat, 50)) if len(lat) else None,
             "latency_p95_ms": float(np.percentile(lat, 95)) if len(lat) else None,
-            "batch_ms_per_query": 1000.0 * self.batch_seconds / n_q if n_q else None,
+            "batch_ms_per_query": 1000.0 * self.batch_seconds / n_q if n_q and self.timed else None,
         }
 
 
@@ -63,12 +67,14 @@ def measure(
     query_groups: np.ndarray | None = None,
     chunk_groups: np.ndarray | None = None,
     group_names: list[str] | None = None,
+    timed: bool = True,
 ) -> Measures:
     """The measures of `spec` over these vectors, pooled or per group (each query against its corpus's
-    index, as retrieval searched)."""
+    index, as retrieval searched); exact search without its times unless `timed` (an index is always timed)."""
     ks = tuple(ks)
     n_q = len(queries)
     out = Measures(ks, np.zeros((len(ks), n_q)), np.zeros((len(ks), n_q)))
+    out.timed = timed or spec.kind != EXACT
     if query_groups is None:
         parts = [(np.arange(n_q), np.arange(len(chunks)), "")]
     else:
@@ -96,8 +102,9 @@ def _measure_part(spec, q, c, rows, out: Measures, sample: set, where: str) -> N
     depth = max(out.ks)
     built = indexes.get(spec, c, f"corpus {where}" if where else "")
     out.build_seconds += built.build_seconds
-    with built.searching(spec) as search:
-        ids = _timed(search, q, depth, rows, out, sample)
+    if out.timed:
+        with built.searching(spec) as search:
+            ids = _timed(search, q, depth, rows, out, sample)
     # its size after the searches: a file just built is being written meanwhile (indexes.persist)
     out.nbytes = None if built.nbytes is None or out.nbytes is None else out.nbytes + built.nbytes
     for i, k in enumerate(out.ks):
