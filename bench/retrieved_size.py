@@ -6,7 +6,10 @@
 
 Runs the sweep with the library (`run_sweep`), records it in a temporary warehouse with its retrieved lists
 and corpora (`Warehouse.complete_run`), and prints the bytes of `retrieved.parquet`, of the run's other
-result files together, and of the corpus copies (`corpora/*.txt.gz`) against the corpora's own bytes.
+result files together, and of the corpus copies (`corpora/*.txt.gz`) against the corpora's own bytes. Then
+where the bytes of `retrieved.parquet` are: each column's compressed bytes in the file, and the entropy of
+each byte of the float32 scores (bits out of 8, over all rows): what an encoding that codes each byte stream
+apart, as Parquet's byte-stream split does, cannot go below.
 """
 
 from __future__ import annotations
@@ -76,12 +79,40 @@ def main() -> None:
         raw = sum(len(t.encode("utf-8")) for t in result.corpora.values())
         configs = result.summary.num_rows
         queries = len(set(result.per_query["query_id"].to_pylist()))
+        columns(folder / "retrieved.parquet")
         print(
             f"{which}: {configs} configurations x {queries} questions, {result.retrieved.num_rows} retrieved rows "
             f"(sweep {swept:.0f} s)\n"
             f"  retrieved.parquet {retrieved:,} bytes; the run's other result files {others:,} bytes "
             f"(ratio {retrieved / others:.2f})\n"
             f"  corpus copies {copies:,} bytes gzip for {raw:,} bytes of text ({len(result.corpora)} corpora)"
+        )
+
+
+def columns(path: Path) -> None:
+    """Each column's compressed bytes in the file, and the entropy of each byte of its float32 scores."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    sizes: dict[str, int] = {}
+    for g in range(meta.num_row_groups):
+        for c in range(meta.num_columns):
+            column = meta.row_group(g).column(c)
+            sizes[column.path_in_schema] = sizes.get(column.path_in_schema, 0) + column.total_compressed_size
+    print("  bytes per column: " + ", ".join(f"{name} {n:,}" for name, n in sorted(sizes.items(), key=lambda x: -x[1])))
+    scores = pq.read_table(path, columns=["score"])["score"].drop_null().to_numpy().astype(np.float32)
+    if len(scores):
+        words = scores.view(np.uint32)
+        bits = []
+        for shift in (0, 8, 16, 24):  # least significant byte first
+            p = np.bincount((words >> shift) & 255, minlength=256) / len(words)
+            p = p[p > 0]
+            bits.append(float(-(p * np.log2(p)).sum()))
+        floor = sum(bits) / 8 * len(words)
+        print(
+            f"  score bytes' entropy (low to high): {', '.join(f'{b:.2f}' for b in bits)} bits of 8; "
+            f"{len(words):,} scores, their byte streams coded apart, need at least {floor:,.0f} bytes"
         )
 
 

@@ -56,8 +56,9 @@ def test_every_kind_of_finding_on_a_toy_set(tmp_path, capsys):
         "long_references",
         "repeated_questions",
         "skipped_documents",
+        "left_out_qrels",  # of document gold: `gold check` reads span gold, so none
     }
-    assert doc["skipped_documents"] == []  # every document was read (tests/test_formats.py: one that is not)
+    assert doc["skipped_documents"] == doc["left_out_qrels"] == []  # every document read (test_formats: not)
     assert doc["ambiguous_references"][0]["occurrences"] == [[18, 36], [52, 70]]
     assert main(["gold", "check", "--corpus-dir", str(tmp_path / "c"), "--questions", str(q)]) == 0
     out = capsys.readouterr().out

@@ -240,8 +240,8 @@ def check_gold(
     html: str = "full",
 ) -> dict:
     """`chunkeval gold check` from Python: the lists ambiguous_references, overlapping_references,
-    empty_references, long_references (with `chunk_size`), repeated_questions and skipped_documents (the
-    documents of the folder left out as unreadable)."""
+    empty_references, long_references (with `chunk_size`), repeated_questions, skipped_documents (the
+    documents of the folder left out as unreadable) and left_out_qrels (of document gold; empty here)."""
     from chunkeval.engine.experiment import Experiment
     from chunkeval.engine.gold_check import check_gold as check
     from chunkeval.engine.sweep import load_inputs
