@@ -4,21 +4,17 @@ with the score of each ranked chunk. The steps of `chunkeval.engine.sweep` betwe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from chunkeval.engine import retrievers
 from chunkeval.engine.corpus import corpus_names
 from chunkeval.engine.doc_metrics import retrieval_depth, shallow_first
 from chunkeval.engine.documents import DocGold
+from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.grid import Chunking, Config, Embedded, Inputs
 from chunkeval.engine.indexes import IndexSpec
 from chunkeval.engine.indexes import search as index_search
 from chunkeval.vocabulary import NO_RERANKER, approximate_index
-
-if TYPE_CHECKING:
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import Chunking, Config, Embedded, Inputs
 
 
 def reranks_with_vectors(config: Config) -> bool:

@@ -3,7 +3,7 @@
 A configuration is (model, retriever, index, chunker, chunk_size, chunk_overlap, k). The steps are separate
 so that a flow can run each as a task:
 `load_inputs` → `chunk_one` (per chunking job: a setting, and for a semantic chunker a model) →
-`embed_all` (one call per model) → `retrieve` (per configuration, once at the largest k) →
+`embed_all` (one call per model) → `ranking.retrieve_top` (per configuration, once at the largest k) →
 `chunkeval.engine.scoring`: `score_chunking` and `reference_table` → `summarize_sweep`.
 Each distinct text (chunk, question or semantic piece) is embedded once per model across the grid;
 a grid whose chunkers and retrievers need no vectors loads no model, and its rows carry model `none`.
@@ -11,26 +11,26 @@ a grid whose chunkers and retrievers need no vectors loads no model, and its row
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from chunkeval.engine import retrievers
-from chunkeval.engine.chunking import ChunkerSpec, Chunks, chunk_corpora, needs_embeddings
+from chunkeval.engine.chunking import ChunkerSpec, chunk_corpora, needs_embeddings
 from chunkeval.engine.corpus import corpus_names, skipped_notes
 from chunkeval.engine.doc_metrics import score_documents
 from chunkeval.engine.documents import DocGold, load_document_gold, load_documents, warn_left_out
-from chunkeval.engine.duplicates import Copies, find_copies
+from chunkeval.engine.duplicates import find_copies
 from chunkeval.engine.embedders import Embedders, embed_shard, probe_models  # noqa: F401 (re-exported)
 from chunkeval.engine.embedding import Embedder
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.extract import DocumentReader
-from chunkeval.engine.indexes import NO_INDEX, IndexSpec
+from chunkeval.engine.grid import Chunking, Config, Embedded, Inputs, SweepResult  # noqa: F401 (re-exported)
 from chunkeval.engine.indexes.measure import STATS as INDEX_STATS
 from chunkeval.engine.indexes.measure import measure as measure_index
-from chunkeval.engine.inputs import SpanGold, load_span_gold
+from chunkeval.engine.inputs import load_span_gold
 from chunkeval.engine.ranking import groups_of, reranks_with_vectors, retrieve_top
 from chunkeval.engine.retrieved import kept_qrels, retrieved_table
 from chunkeval.engine.scoring import (  # noqa: F401 (re-exported)
@@ -49,70 +49,6 @@ from chunkeval.vocabulary import (  # noqa: F401 (re-exported)
     NO_RERANKER,
     approximate_index,
 )
-
-
-@dataclass(frozen=True)
-class Inputs:
-    corpora: dict[str, str]  # document id → text (a corpus file is a corpus of one document, named like it)
-    gold: SpanGold | DocGold
-    copies: Copies | None = None  # every copy of every reference, with `duplicates: credit`
-    corpus_of: dict[str, str] | None = None  # document id → its corpus, where documents share corpora
-    skipped: tuple = ()  # the documents left out as unreadable (`chunkeval.engine.corpus.Skipped`)
-    pages: dict | None = None  # document id → where each of its pages starts (PDF documents)
-    slices: pa.Table | None = None  # query_id, slice_column, slice_value (`slice_by`: chunkeval.engine.slices)
-
-
-@dataclass(frozen=True)
-class Chunking:
-    """The chunks of one setting; `model` is the model a semantic chunker embedded with (None for the others)."""
-
-    spec: ChunkerSpec
-    model: str | None
-    chunks: Chunks
-
-
-@dataclass(frozen=True)
-class Config:
-    """What one retrieval run covers: a chunking, the model of its rows, a retriever (every k at once), and
-    the index its dense half searches (None for a retriever that reads no vectors: index `none`)."""
-
-    chunking: int
-    model: str
-    retriever: str
-    index: IndexSpec | None = None
-
-    @property
-    def index_key(self) -> str:
-        return self.index.key if self.index is not None else NO_INDEX
-
-    reranker: str = NO_RERANKER  # the first stage's top `candidates` re-scored by it (chunkeval.engine.rerank)
-    candidates: int | None = None
-
-
-@dataclass(frozen=True)
-class Embedded:
-    """Question vectors per model, and chunk vectors and truncated-chunk counts per (chunking, model)."""
-
-    queries: dict[str, np.ndarray]
-    chunks: dict[tuple[int, str], np.ndarray]
-    truncated: dict[tuple[int, str], int]
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    per_query: pa.Table
-    summary: pa.Table
-    by_corpus: pa.Table
-    references: pa.Table
-    models: pa.Table
-    texts_embedded: int
-    model_loaded: bool
-    notes: tuple[str, ...] = ()
-    retrieved: pa.Table | None = None  # what every configuration retrieved (`chunkeval.engine.retrieved`)
-    corpora: dict | None = None  # the texts the run read, by corpus id
-    by_slice: pa.Table | None = None  # the summary per configuration and slice of the gold set (`slice_by`)
-    slices: pa.Table | None = None  # which queries each slice holds
-    qrels: pa.Table | None = None  # under document gold, the qrels with the questions (`retrieved.qrels_table`)
 
 
 def load_inputs(exp: Experiment, quiet: bool = False) -> Inputs:
