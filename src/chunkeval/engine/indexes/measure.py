@@ -73,8 +73,7 @@ def measure(
     index, as retrieval searched); exact search without its times unless `timed` (an index is always timed)."""
     ks = tuple(ks)
     n_q = len(queries)
-    out = Measures(ks, np.zeros((len(ks), n_q)), np.zeros((len(ks), n_q)))
-    out.timed = timed or spec.kind != EXACT
+    out = Measures(ks, np.zeros((len(ks), n_q)), np.zeros((len(ks), n_q)), timed=timed or spec.kind != EXACT)
     if query_groups is None:
         parts = [(np.arange(n_q), np.arange(len(chunks)), "")]
     else:

@@ -1,4 +1,4 @@
-"""Top-k of score rows in which a score of 0 or less means "not retrieved", dense or sparse."""
+"""Top-k of sparse score rows, in which a score not stored (0), or of 0 or less, means "not retrieved"."""
 
 from __future__ import annotations
 
@@ -6,32 +6,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from chunkeval.engine.retrievers.dense import _block_top
-
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
 
-def top_positive(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (int64, n_rows x k) of the k best positive scores per row, ties to the lower index, -1 padded;
-    and their scores (float64, NaN in the padding)."""
-    width = min(k, scores.shape[1])
-    index = np.full((len(scores), k), -1, dtype=np.int64)
-    values = np.full((len(scores), k), np.nan)
-    if width == 0 or len(scores) == 0:
-        return index, values
-    scores = np.where(scores > 0, scores, -np.inf)
-    idx, val = _block_top(scores, width)
-    found = np.isfinite(val)
-    idx[~found] = -1
-    index[:, :width] = idx
-    values[:, :width] = np.where(found, val, np.nan)
-    return index, values
-
-
 def sparse_top_positive(scores: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """`top_positive` of a sparse matrix (an entry not stored is 0: never retrieved), read from the stored
-    entries of each row alone: the work and memory follow the entries, not rows x columns."""
+    """Indices (int64, n_rows x k) of the k best positive scores per row of a sparse matrix (an entry not stored
+    is 0: never retrieved), ties to the lower column, -1 padded; and their scores (float64, NaN in the padding).
+    Read from the stored entries of each row alone: the work and memory follow the entries, not rows x columns."""
     index = np.full((scores.shape[0], k), -1, dtype=np.int64)
     values = np.full((scores.shape[0], k), np.nan)
     bounds = scores.indptr

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import scipy.sparse as sp
 
 from chunkeval.engine.retrievers._rank import sparse_top_positive
 
@@ -22,6 +21,8 @@ def rrf(lists: Sequence[np.ndarray], n_chunks: int, k: int, c: float = RRF_K) ->
 
 def rrf_ranked(lists: Sequence[np.ndarray], n_chunks: int, k: int, c: float = RRF_K) -> tuple[np.ndarray, np.ndarray]:
     """`rrf`, and the fused score of each chunk it ranks (float64, NaN in the padding)."""
+    import scipy.sparse as sp  # imported when used, as bm25 does: reading results never needs it
+
     n_q = len(lists[0])
     index = np.full((n_q, k), -1, dtype=np.int64)
     values = np.full((n_q, k), np.nan)
