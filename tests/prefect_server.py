@@ -36,8 +36,9 @@ def wait_for(check, timeout: float, what: str, proc: subprocess.Popen | None = N
 
 
 @contextlib.contextmanager
-def prefect_server(prefect_home: Path) -> Iterator[dict]:
-    """A real Prefect server (its own PREFECT_HOME and database); yields the environment its clients need."""
+def prefect_server(prefect_home: Path, **settings: str) -> Iterator[dict]:
+    """A real Prefect server (its own PREFECT_HOME and database, and any further PREFECT_ `settings`); yields the
+    environment its clients need."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(
@@ -46,6 +47,7 @@ def prefect_server(prefect_home: Path) -> Iterator[dict]:
         PREFECT_UI_ENABLED="false",
         PREFECT_SERVER_API_HOST="127.0.0.1",
         HF_HUB_OFFLINE="1",
+        **settings,
     )
     url = f"http://127.0.0.1:{port}/api"
 
@@ -56,6 +58,7 @@ def prefect_server(prefect_home: Path) -> Iterator[dict]:
         except OSError:
             return False
 
+    prefect_home.mkdir(parents=True, exist_ok=True)
     with open(prefect_home / "server.log", "wb") as log:
         proc = subprocess.Popen(
             [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from chunkeval.paths import DEMO_DIR
+from chunkeval.paths import DEPLOYMENTS_FILE as DEPLOYMENTS
 from chunkeval.warehouse import Warehouse
 from prefect_server import BIN, wait_for
 
@@ -69,6 +70,90 @@ def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, 
         os.killpg(serve.pid, signal.SIGTERM)
         serve.wait(30)
         log.close()
+
+
+def served(env: dict, log_path: Path, *args: str) -> subprocess.Popen:
+    """`chunkeval serve` (with `args`) in its own process group, its output to `log_path`."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            [str(BIN / "chunkeval"), "serve", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(30)
+
+
+def test_a_served_schedule_fires_through_the_scheduler(prefect_server, prefect_api, tmp_path):
+    """What a user relies on: nobody starts the run. `chunkeval serve` registers a deployment with a
+    10-second interval; the server's scheduler creates its flow runs (auto_scheduled), one runs to completion
+    and lands in the warehouse with trigger `schedule`; serve reads back and prints each scheduled
+    deployment's next run (a nightly cron's too). Broken under SQLAlchemy 2.1 (issue 29): no run is created."""
+    from prefect.client.orchestration import get_client
+
+    home = tmp_path / "home"
+    env = client_env(prefect_server, home)
+    exp = experiment_file(
+        tmp_path,
+        "ticks",
+        DEMO_DIR / "corpora",
+        DEMO_DIR / "questions.csv",
+        chunker=["fixed_token"],
+        chunk_sizes=[60],
+        overlaps=[0],
+        k=[3],
+        retriever=["bm25"],
+    )
+    flow = "chunkeval.flows.evaluate:evaluate"
+    params = {"experiment": str(exp), "trigger": "schedule"}
+    spec = {
+        "deployments": [
+            {"name": "ticks", "entrypoint": flow, "parameters": params, "schedules": [{"interval": 10}]},
+            {"name": "ticks-nightly", "entrypoint": flow, "parameters": params, "schedules": [{"cron": "0 2 * * *"}]},
+        ]
+    }
+    (tmp_path / "prefect.yaml").write_text(yaml.safe_dump(spec))
+    serve = served(env, tmp_path / "serve.log", "--prefect-file", str(tmp_path / "prefect.yaml"))
+    said = lambda: (tmp_path / "serve.log").read_text(errors="replace")  # noqa: E731
+    try:
+        wait_for(lambda: said().count("next run at") >= 2, 120, "serve's next scheduled runs", serve)
+        assert "evaluate/ticks-nightly: next run at" in said() and " 02:00:00 " in said(), said()
+        assert "WARNING" not in said(), said()
+        wh = Warehouse(home / "warehouse")
+        wait_for(lambda: wh.runs("ticks", "completed"), 300, "a scheduled run in the warehouse", serve)
+    finally:
+        stop(serve)
+    (run, *_) = wh.runs("ticks", "completed")
+    assert run["trigger"] == "schedule" and wh.summary(run["run_id"]).num_rows == 1
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(run["flow_run_id"]).auto_scheduled  # the scheduler made it, not a person
+
+
+def test_serve_says_so_when_the_scheduler_creates_nothing(tmp_path):
+    """A server whose scheduler does not run (here switched off; under SQLAlchemy 2.1 it failed every loop):
+    serve says, in one line naming the likely cause, that no run was scheduled, instead of polling silently."""
+    from prefect_server import prefect_server as start_prefect_server
+
+    with start_prefect_server(tmp_path / "prefect", PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED="false") as server:
+        env = {
+            **client_env(server, tmp_path / "home"),
+            "PREFECT_SERVER_SERVICES_SCHEDULER_RECENT_DEPLOYMENTS_LOOP_SECONDS": "2",
+        }
+        serve = served(env, tmp_path / "serve.log", "--prefect-file", str(DEPLOYMENTS))
+        said = lambda: (tmp_path / "serve.log").read_text(errors="replace")  # noqa: E731
+        try:
+            wait_for(lambda: "WARNING" in said(), 120, "serve's warning", serve)
+        finally:
+            stop(serve)
+    (line,) = [x for x in said().splitlines() if "WARNING" in x]
+    assert "evaluate/nightly, watch/poll, trend-report/weekly" in line and "within 4 s" in line, line
+    assert "SQLAlchemy" in line and "next run at" not in said()
 
 
 def test_four_runs_of_two_experiments_at_once_all_complete(prefect_server, tmp_path, shared_home):

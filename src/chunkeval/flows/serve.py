@@ -6,6 +6,9 @@ The YAML file is the one description of the deployments: `prefect deploy --all` 
 from __future__ import annotations
 
 import importlib
+import sys
+import threading
+import time
 from pathlib import Path
 
 import yaml
@@ -56,5 +59,96 @@ def deployments(prefect_file: Path = DEFAULT_FILE) -> list:
     return out
 
 
+def scheduler_wait() -> float:
+    """Seconds to wait for the server's scheduler to have created a deployment's first runs: two loops of
+    its service for recently changed deployments (PREFECT_SERVER_SERVICES_SCHEDULER_RECENT_DEPLOYMENTS_LOOP_SECONDS,
+    5 s by default), as this process's settings give it (a server elsewhere may be set otherwise)."""
+    from prefect.settings import get_current_settings
+
+    return 2 * get_current_settings().server.services.scheduler.recent_deployments_loop_seconds
+
+
+NOT_DEPLOYED = "not deployed"
+
+
+def next_runs(names: list[str]) -> dict[str, object]:
+    """The expected start of the next scheduled flow run of each deployment `flow/name`, read back from the
+    Prefect server: None where it holds no scheduled run, NOT_DEPLOYED where the deployment does not exist."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterId,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.sorting import FlowRunSort
+    from prefect.exceptions import ObjectNotFound
+
+    scheduled = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])))
+    out: dict[str, object] = {}
+    with get_client(sync_client=True) as client:
+        for name in names:
+            try:
+                deployment = client.read_deployment_by_name(name)
+            except ObjectNotFound:
+                out[name] = NOT_DEPLOYED
+                continue
+            runs = client.read_flow_runs(
+                deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])),
+                flow_run_filter=scheduled,
+                sort=FlowRunSort.EXPECTED_START_TIME_ASC,
+                limit=1,
+            )
+            out[name] = runs[0].expected_start_time if runs else None
+    return out
+
+
+def watch_schedules(names: list[str], wait: float, say=print, registered: float = 120.0) -> dict[str, object]:
+    """Once the served deployments exist (`serve` registers them first, within `registered` seconds), wait
+    up to `wait` seconds for the server's scheduler to create their runs; then say each one's next
+    scheduled time, and in one line which have none, naming the likely cause. Returns what it read."""
+
+    def read() -> dict[str, object]:
+        try:
+            return next_runs(names)
+        except Exception:  # the server not answering yet: read again
+            return {}
+
+    found: dict[str, object] = {}
+    deadline = time.monotonic() + registered
+    while time.monotonic() < deadline:
+        found = read()
+        if found and NOT_DEPLOYED not in found.values():
+            break
+        time.sleep(1)
+    deadline = time.monotonic() + wait
+    while not all(found.get(n) not in (None, NOT_DEPLOYED) for n in names) and time.monotonic() < deadline:
+        time.sleep(1)
+        found = read() or found
+    missing = []
+    for name in names:
+        when = found.get(name)
+        if when in (None, NOT_DEPLOYED):
+            missing.append(name)
+        else:
+            say(f"chunkeval serve: {name}: next run at {when:%Y-%m-%d %H:%M:%S %Z}")
+    if missing:
+        say(
+            f"chunkeval serve: WARNING: the Prefect server scheduled no run of {', '.join(missing)} within "
+            f"{wait:g} s (two loops of its scheduler): its scheduler service is failing or off. See the server's "
+            "log; SQLAlchemy 2.1 beside prefect 3.8.8 breaks it (chunkeval pins SQLAlchemy < 2.1), and "
+            "PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED=false turns it off"
+        )
+    return found
+
+
 def serve_all(prefect_file: Path = DEFAULT_FILE) -> None:
-    serve(*deployments(prefect_file))
+    """Serve the file's deployments; meanwhile a thread reads back each scheduled one's next run and says it."""
+    served = deployments(prefect_file)
+    scheduled = [f"{d.flow_name}/{d.name}" for d in served if d.schedules]
+    if scheduled:
+        say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+        threading.Thread(target=watch_schedules, args=(scheduled, scheduler_wait(), say), daemon=True).start()
+    serve(*served)
