@@ -6,7 +6,7 @@ this module only reads and checks the setting, so that a bad one fails before an
 On a cluster the chunkings run as tasks on the workers and the embedding is split into one shard per
 worker; each worker embeds its shard into the shared cache folder, writing its own part files. The
 flow's process then reads the cache, retrieves, scores and writes the warehouse: the catalogue stays
-one DuckDB file written by one process. Workers must see the same `$CHUNKEVAL_HOME` (README: Running
+one DuckDB file written by one process. Workers must see the same `$CHUNKEVAL_HOME` (docs/scheduling.md: Running
 on a Dask cluster).
 """
 

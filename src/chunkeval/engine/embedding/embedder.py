@@ -88,7 +88,7 @@ def fitting_batch(device: str, batch_size: int | None, static: bool = False) -> 
 
     16 on a CPU because smaller batches keep a layer's activations in cache: on two CPUs (an AMD EPYC
     and an Intel Xeon, both AVX-512) torch embedded 13-14 % more texts per second at 16 than at 32, and about as many at 8
-    (`bench/embedding_backends.py --phases speed --batch-size B`, README)."""
+    (`bench/embedding_backends.py --phases speed --batch-size B`, docs/performance.md)."""
     if batch_size is not None:
         return batch_size
     if static:

@@ -31,7 +31,7 @@ from chunkeval.errors import InputError
 PRECISIONS = ("fp32", "bf16", "fp16")
 log = logging.getLogger("chunkeval")
 
-# what the README (Performance) measured: torch autocast bf16 against fp32 on an Intel Xeon with AMX
+# what docs/performance.md reports: torch autocast bf16 against fp32 on an Intel Xeon with AMX
 AMX_SPEEDUP = "2.9×"
 
 
@@ -108,7 +108,7 @@ def advice(precision: str, backend: str, quantize: str, device: str, flags: froz
     """The one line a run prints about its precision on this hardware, or None.
 
     - fp32 where bf16 would be faster (a CPU with AMX, or a GPU): that `--precision bf16` is there,
-      with what the README measured;
+      with what docs/performance.md reports;
     - bf16 on a CPU without AVX-512 BF16 or AMX, or on a GPU without bf16: that it will be slower."""
     flags = cpu_flags() if flags is None else flags
     gpu = device.startswith("cuda") and backend == "torch"
@@ -123,7 +123,7 @@ def advice(precision: str, backend: str, quantize: str, device: str, flags: froz
         if has_amx(flags):
             return (
                 f"fp32 on a CPU with AMX: --precision bf16 embedded {AMX_SPEEDUP} faster than fp32 on an AMX "
-                "Xeon (README, Performance; vectors within a cosine of 0.9999 of fp32's)"
+                "Xeon (docs/performance.md; vectors within a cosine of 0.9999 of fp32's)"
             )
         return None
     if precision == "bf16":
