@@ -79,3 +79,24 @@ def test_a_missing_optional_library_is_one_line_saying_what_to_install():
         "Results.to_pandas needs pandas, which is not installed: pip install pandas",
         "Results.to_polars needs polars, which is not installed: pip install polars",
     ]
+
+
+def test_the_api_is_discoverable_by_dir_and_help():
+    """The API loads on first use, yet dir() and tab completion list it, and help(chunkeval) is a short manual
+    that documents each function of __all__ (issue 32)."""
+    import pydoc
+    import subprocess
+    import sys
+
+    import chunkeval
+
+    fresh = subprocess.run(  # before anything has loaded the API
+        [sys.executable, "-c", "import chunkeval; print(' '.join(n for n in dir(chunkeval) if n[0] != '_'))"],
+        capture_output=True,
+        text=True,
+    )
+    assert fresh.stdout.split() == sorted(n for n in chunkeval.__all__ if not n.startswith("_")), fresh.stderr
+    page = pydoc.render_doc(chunkeval, renderer=pydoc.plaintext)
+    for name in ("evaluate", "score", "compare", "regressions", "inspect", "check_gold"):
+        assert f"\n    {name}(" in page, name  # the manual's line and the function's own entry
+        assert getattr(chunkeval, name).__doc__.split("\n")[0] in page, name
