@@ -149,3 +149,42 @@ def test_minilm_static_real_build(minilm_static, shared_home):
     )
     assert query.shape == (256,) and np.isfinite(query).all()
     assert query @ related > query @ unrelated
+
+
+@pytest.mark.slow
+def test_a_build_shows_a_bar_and_is_timed_as_its_own_stage(tiny):
+    """A first run's model build (issue 35): a progress bar over the word pieces, with the time left once it
+    knows the pace, and its seconds in a stage of their own, taken out of the stage that needed the model."""
+    import io
+
+    from chunkeval import progress
+
+    (tiny / RECORD).unlink()  # force a build
+    shown, clock = io.StringIO(), progress.Stopwatch()
+    with progress.show_progress(shown), clock.stage("checks"):
+        assert models.ensure_model(TINY.name, quiet=True) == tiny
+    lines = shown.getvalue().splitlines()
+    assert lines[0].startswith("building static model [") and lines[0].endswith("0/1000     0 s")
+    assert lines[-1].startswith("building static model [" + "#" * 28 + "] 1000/1000")
+    assert list(clock.seconds) == ["building models", "checks"]
+    assert clock.seconds["checks"] < 0.5 * clock.seconds["building models"]
+
+
+def test_a_terminal_bar_says_how_long_is_left():
+    import io
+    import re
+
+    from chunkeval import progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    shown = Tty()
+    bar = progress.TerminalProgress(shown)
+    bar("embedding", 0, 100)
+    bar("embedding", 25, 100)
+    bar("embedding", 100, 100)
+    first, quarter, done = shown.getvalue().split("\r")[1:]
+    assert "left" not in first and "left" not in done  # no pace yet; nothing left
+    assert re.fullmatch(r"embedding  \[#{7}\.{21}\] 25/100 +\d+ s, about \d+ s left", quarter), quarter

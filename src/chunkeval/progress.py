@@ -13,9 +13,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 _sink: Callable[[str, int | None, int | None], None] | None = None
+_clocks: list[Stopwatch] = []  # the stopwatches timing a stage now, innermost last
+
+
+def stage(name: str, show: bool = False):
+    """Time the block as a stage of the run timing this work now (a context manager; nothing when none is)."""
+    return _clocks[-1].stage(name, show) if _clocks else nullcontext()
 
 
 def step(name: str, done: int | None = None, total: int | None = None) -> None:
@@ -26,22 +32,34 @@ def step(name: str, done: int | None = None, total: int | None = None) -> None:
 
 class Stopwatch:
     """Seconds per stage of a run, in the order the stages first ran (a stage timed twice adds up): wall-clock
-    seconds, and the CPU seconds of this process meanwhile (every thread; on a busy machine, what a stage cost)."""
+    seconds, and the CPU seconds of this process meanwhile (every thread; on a busy machine, what a stage cost).
+
+    Stages nest: library code deep inside one opens its own with `progress.stage(name)` (a model built on first
+    use, say), whose seconds are then its own and not its parent's."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
+        self._open: list[list[float]] = []  # per open stage: wall and CPU at its start, and its children's
 
     @contextmanager
     def stage(self, name: str, show: bool = False):
         """Time the block as stage `name`; with `show`, it is also the progress step shown meanwhile."""
         if show:
             step(name)
-        wall, cpu = time.perf_counter(), time.process_time()
+        frame = [time.perf_counter(), time.process_time(), 0.0, 0.0]
+        self._open.append(frame)
+        _clocks.append(self)
         try:
             yield
         finally:
-            self.add(name, time.perf_counter() - wall, time.process_time() - cpu)
+            _clocks.remove(self)
+            self._open.pop()
+            wall, cpu = time.perf_counter() - frame[0], time.process_time() - frame[1]
+            self.add(name, wall - frame[2], cpu - frame[3])
+            if self._open:
+                self._open[-1][2] += wall
+                self._open[-1][3] += cpu
 
     def add(self, name: str, seconds: float, cpu: float = 0.0) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
@@ -78,6 +96,8 @@ class TerminalProgress:
             if total:
                 filled = int(self.width * min(done or 0, total) / total)
                 line = f"{name:<10} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}  {elapsed:4.0f} s"
+                if done and done < total:  # at the pace so far
+                    line += f", about {elapsed * (total - done) / done:.0f} s left"
             else:
                 line = f"{name}…"
             if self.tty:

@@ -118,7 +118,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
     runner = check_task_runner(parse_task_runner(args.task_runner))
     clock = Stopwatch()
-    with clock.stage("checks"):
+    with show_progress(), clock.stage("checks"):  # a model built on first use is a stage of its own, with a bar
         preflight(exp, args.if_changed)
     shards = cluster_workers(runner) if runner.distributed else 0
 

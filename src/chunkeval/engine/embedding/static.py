@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chunkeval import progress
 from chunkeval.engine.embedding.built import build_folder, folder_is_built
 from chunkeval.engine.embedding.folders import existing_folder
 from chunkeval.errors import InputError
@@ -53,9 +54,11 @@ class ModelSpec:
 
 
 def _unit_token_vectors(
-    base: Path, token_ids: np.ndarray, prefix: list[int], suffix: list[int], batch: int = 512
+    base: Path, token_ids: np.ndarray, prefix: list[int], suffix: list[int], batch: int = 512, what: str = "building"
 ) -> np.ndarray:
-    """Mean-pooled last hidden state of `prefix + [id] + suffix` (`[CLS] id [SEP]`) for each id, float64."""
+    """Mean-pooled last hidden state of `prefix + [id] + suffix` (`[CLS] id [SEP]`) for each id, float64: the
+    build's cost (about two thirds of it; loading torch and sentence-transformers the rest), shown as step `what`
+    counting word pieces."""
     import inspect
 
     import torch
@@ -67,6 +70,7 @@ def _unit_token_vectors(
     ids = torch.as_tensor(token_ids, dtype=torch.long)
     with torch.inference_mode():
         for lo in range(0, len(ids), batch):
+            progress.step(what, lo, len(ids))
             piece = ids[lo : lo + batch, None]
             seq = torch.cat(
                 [
@@ -79,6 +83,7 @@ def _unit_token_vectors(
             extra = {"token_type_ids": torch.zeros_like(seq)} if types else {}
             hidden = model(input_ids=seq, attention_mask=torch.ones_like(seq), **extra).last_hidden_state
             out[lo : lo + len(piece)] = hidden.double().mean(dim=1).numpy()
+    progress.step(what, len(ids), len(ids))
     return np.nan_to_num(out)
 
 
@@ -130,7 +135,7 @@ def build_static(
         keep = keep[:max_pieces]
 
     torch.manual_seed(0)
-    vectors = _unit_token_vectors(transformer, keep, prefix, suffix)
+    vectors = _unit_token_vectors(transformer, keep, prefix, suffix, what="building static model")
     vectors = _pca(vectors, min(dims, vectors.shape[1], len(keep) - 1))
     rank_p = 1.0 / np.arange(2, len(keep) + 2)  # Zipf: the vocabulary is roughly in frequency order
     rank_p /= rank_p.sum()
@@ -182,11 +187,14 @@ def ensure_model(name: str, quiet: bool = False) -> Path:
     if not is_buildable(name):
         raise InputError(f"no model named {name!r} can be built here; known: {', '.join(sorted(MODELS))}")
     spec = MODELS[name]
-    return build_folder(
-        model_dir(name),
-        spec.record(),
-        lambda tmp: spec.build(tmp, **spec.params),
-        f"building {name} ({spec.description})",
-        quiet,
-        needs="modules.json",
-    )
+    if is_built(name):
+        return model_dir(name)
+    with progress.stage("building models"):  # a first run's own stage, not its checks'
+        return build_folder(
+            model_dir(name),
+            spec.record(),
+            lambda tmp: spec.build(tmp, **spec.params),
+            f"building {name} ({spec.description})",
+            quiet,
+            needs="modules.json",
+        )
