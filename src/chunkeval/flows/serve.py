@@ -9,6 +9,7 @@ import importlib
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -31,8 +32,9 @@ def _flow(entrypoint: str):
 def _schedule(spec: dict):
     if "cron" in spec:
         return Cron(spec["cron"], timezone=spec.get("timezone", "UTC"))
-    if "interval" in spec:
-        return Interval(spec["interval"])
+    if "interval" in spec:  # anchor_date: an ISO time the intervals count from (default: when it is served)
+        anchor = spec.get("anchor_date")
+        return Interval(spec["interval"], anchor_date=datetime.fromisoformat(str(anchor)) if anchor else None)
     raise InputError(f"a schedule needs cron or interval, got {spec}")
 
 
