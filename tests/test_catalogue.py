@@ -245,7 +245,7 @@ CASES = {
         lambda w: sweep(w["t"], "--chunk-sizes", "abc"),
         "--chunk-sizes must be whole numbers",
     ),
-    "sweep: chunk size 0": (lambda w: sweep(w["t"], "--chunk-sizes", "0"), "chunk_size must be at least 1"),
+    "sweep: chunk size 0": (lambda w: sweep(w["t"], "--chunk-sizes", "0"), "chunk_sizes must be at least 1"),
     "sweep: overlap not a number": (lambda w: sweep(w["t"], "--overlaps", "ten%"), "overlap must be a whole number"),
     "sweep: overlap not below size": (lambda w: sweep(w["t"], "--overlaps", "50"), "chunk_overlap"),
     "sweep: k below 1": (lambda w: sweep(w["t"], "--k", "0"), "k must be at least 1"),
@@ -1291,6 +1291,79 @@ CASES.update(
         "trend: an unknown slice": (
             lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--slice", "type=numbers"],
             "no slice 'type=numbers' in the runs of experiment 'cat'; its runs recorded no slices (run with --slice-by)",
+        ),
+    }
+)
+
+# issue 30, classes 7 and 9: settings read through the one settings table (docs/settings.md, docs/limits.md)
+MANY_SIZES = ",".join(str(n) for n in range(10, 61))  # 51 sizes × 10 k of bm25: 510 configurations
+CASES.update(
+    {
+        "run: a key given twice": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "k: [5]\n")],
+            "exp.yaml: key 'k' given twice (line 5)",
+        ),
+        "run: a number as a key": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "1: a\n")], "key must be a name"),
+        "run: null as a key": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "~: a\n")], "key must be a name"),
+        "run: a list as a key": (lambda w: ["run", experiment(w["t"], GOOD_YAML + "[a, 1]: b\n")], "got 'a sequence'"),
+        "run: a key given twice in a mapping": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "models:\n  a: {model: m, model: n}\n")],
+            "key 'model' given twice",
+        ),
+        "sweep: --k 1000000000": (lambda w: sweep(w["t"], "--k", "1000000000"), "k must be at most 10000"),
+        "run: k past its maximum in a file": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML.replace("k: [1]", "k: [10001]"))],
+            "exp.yaml: k must be at most 10000",
+        ),
+        "sweep: --chunk-sizes past its maximum": (
+            lambda w: sweep(w["t"], "--chunk-sizes", "2000000"),
+            "chunk_sizes must be at most 1000000",
+        ),
+        "sweep: --candidates past its maximum": (
+            lambda w: sweep(w["t"], "--reranker", "all-MiniLM-L6-v2", "--candidates", "20000"),
+            "candidates must be at most 10000",
+        ),
+        "sweep: --batch-size past its maximum": (
+            lambda w: sweep(w["t"], "--batch-size", "100000000"),
+            "--batch-size must be at most 65536",
+        ),
+        "evaluate-run: --k 1000000000": (
+            lambda w: evaluate_run(w["t"], None, None, "--k", "1000000000"),
+            "--k must be at most 10000",
+        ),
+        "sweep: reference offset 1e400": (
+            lambda w: sweep(
+                w["t"], questions=bad_refs(w["t"], '[{""content"": ""x"", ""start_index"": 1e400, ""end_index"": 3}]')
+            ),
+            "start_index and end_index must be whole numbers up to 2147483647, got inf and 3",
+        ),
+        "sweep: a relative plug-in chunker": (
+            lambda w: sweep(w["t"], "--chunker", ".x:f"),
+            "chunker '.x:f' is not module:function",
+        ),
+        "sweep: --plugin ..x": (lambda w: sweep(w["t"], "--plugin", "..x"), "--plugin '..x' is not a module name"),
+        "run: a relative module under plugins:": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "plugins: [..x]\n")],
+            "exp.yaml: plugins: '..x' is not a module name",
+        ),
+        "run: a relative plug-in retriever, listed": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "retriever: ['..x:f']\nplugins: [x]\n")],
+            "exp.yaml: retriever '..x:f' is not module:function",
+        ),
+        "sweep: a large grid off a terminal": (
+            lambda w: sweep(w["t"], "--retriever", "bm25", "--chunk-sizes", MANY_SIZES, "--k", "1,2,3,4,5,6,7,8,9,10"),
+            "510 configurations (each at each k)",
+        ),
+        "run: a grid past its max_configurations": (
+            lambda w: [
+                "run",
+                experiment(w["t"], GOOD_YAML.replace("[50]", "[50, 60, 70]") + "max_configurations: 2\n"),
+            ],
+            "the grid has 3 configurations, more than its max_configurations (2)",
+        ),
+        "run: max_configurations below 0": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML + "max_configurations: -1\n")],
+            "max_configurations must be 0 or more",
         ),
     }
 )

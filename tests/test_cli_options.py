@@ -1,7 +1,7 @@
 """What a user types to `chunkeval` does not change when the CLI's code moves: every command path keeps
 its subcommands, positionals and options (flags, metavars, defaults, choices, types) as
 tests/data/cli_options.json recorded them from the CLI before it was split into command modules. Added since, on
-purpose: to run and sweep, `--plugin MODULE` (plug-ins run only when asked), `--precision` (how the model runs)
+purpose: to run and sweep, `--plugin MODULE` (plug-ins run only when asked), `--yes` (a large grid runs without asking), `--precision` (how the model runs)
 and `--html full|main` (the text of HTML documents); to `gold check`, `--html` and `--strict` (an unreadable
 document is an error); the command `extract` (a corpus's text, one file per document, docs/formats.md); and,
 with issue 20's slices of the gold set, `--slice-by COLUMNS` to run and sweep and `--slice COLUMN=VALUE` to trend."""

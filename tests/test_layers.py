@@ -33,8 +33,10 @@ LAYERS = [
     ("reports", ["chunkeval.report"]),
     ("interfaces", ["chunkeval.cli", "chunkeval.api", "chunkeval.flows", "chunkeval"]),
 ]
-MAX_MODULE_LINES = 500
-MAX_CLASS_LINES = 300
+# caps that catch a module grown several concepts, not one concept that needs its length (issue 31: the
+# experiment's settings table is one concept, one field per setting)
+MAX_MODULE_LINES = 800
+MAX_CLASS_LINES = 500
 
 
 def module_name(path: Path) -> str:

@@ -25,10 +25,12 @@ import json
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from inspect import Parameter, signature
 from pathlib import Path
 
 import pyarrow as pa
 
+from chunkeval.engine.experiment import SETTINGS
 from chunkeval.errors import InputError
 
 
@@ -159,11 +161,10 @@ def evaluate(
     `corpus_dir` is a corpus folder (docs/formats.md: .md, .txt, .html, .pdf and .jsonl files, subfolders) or a
     mapping corpus_id → text; `questions` a span gold
     CSV (Chroma's format) or a list of {question, references: [{content, start_index, end_index}],
-    corpus_id[, query_id]}. `experiment` is an experiment file or mapping to start from. Any other
-    setting is an experiment key (chunker, chunk_sizes, overlaps, k, model, retriever, index, rrf_k, corpus,
-    own_corpus, skip_empty_gold, duplicates, relevance, slice_by, backend, quantize, precision, html, strict;
-    document gold: beir, split, queries, qrels), given as a value or a list. Embeddings are cached in `cache_dir`
-    (default: `$CHUNKEVAL_HOME/cache/embeddings`).
+    corpus_id[, query_id]}. `experiment` is an experiment file or mapping to start from. Every other keyword
+    is an experiment setting (listed below, from the settings table; docs/settings.md), given as a value or
+    a list, checked as a file's are. Embeddings are cached in `cache_dir` (default:
+    `$CHUNKEVAL_HOME/cache/embeddings`).
     """
     from chunkeval.engine.embedding import check_batch_size, check_device
     from chunkeval.engine.experiment import Experiment
@@ -191,6 +192,25 @@ def evaluate(
     )
 
 
+def _with_settings(fn):
+    """`fn`'s signature and docstring with one keyword per experiment setting of the settings table (it
+    takes them, and old spellings, through `**settings`)."""
+    given = signature(fn)
+    own = [p for p in given.parameters.values() if p.kind is not Parameter.VAR_KEYWORD]
+    taken = {p.name for p in own}
+    extra = [s for s in SETTINGS if s.name not in taken]
+    keywords = [Parameter(s.name, Parameter.KEYWORD_ONLY, default=None) for s in extra]
+    fn.__signature__ = given.replace(parameters=own + keywords)
+    lines = [f"    {s.name}: {s.help.replace('%%', '%')}" for s in extra]
+    fn.__doc__ = (
+        (fn.__doc__ or "").rstrip() + "\n\n    Settings (default: the experiment's):\n" + "\n".join(lines) + "\n"
+    )
+    return fn
+
+
+evaluate = _with_settings(evaluate)
+
+
 def score(
     gold: Mapping[str, Sequence[str] | Mapping[str, float]],
     run: Mapping[str, Sequence[str]],
@@ -204,9 +224,9 @@ def score(
     first. Items are chunk ids or texts (a retrieved text is relevant when it equals a gold text).
     A gold query missing from `run` scores as an empty list; a repeated item keeps its first rank.
     """
-    from chunkeval.engine.experiment import check_k
     from chunkeval.engine.inputs import Qrels, Run
     from chunkeval.engine.metrics import score_run
+    from chunkeval.engine.settings import check_k
 
     check_k(k)
     judgments = {}

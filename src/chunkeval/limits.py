@@ -4,6 +4,8 @@ Each bound is documented in docs/limits.md; each is a one-line error (exit 2 at 
 - special files (FIFOs, devices, sockets) are refused by name, before they are opened;
 - a CSV header or a JSON Lines file's first line is checked from the file's first `HEADER_BYTES` bytes;
 - YAML whose aliases expand past `YAML_NODES` values, and JSON nested deeper than `JSON_DEPTH`, are refused;
+- a YAML mapping that gives a key twice, or a key that is not a string (`1:`, `true:`, `null:`, `[a]:`), is
+  refused, in every YAML file chunkeval reads;
 - names that become part of a path are at most `NAME_LENGTH` characters, and whole numbers at most
   `MAX_INT` (a 32-bit machine integer).
 """
@@ -120,10 +122,42 @@ def expanded_size(value, limit: int = YAML_NODES) -> int:
     return size(value)
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, where a mapping's keys are strings, each given once (PyYAML keeps the last of
+    a key given twice, and takes numbers, booleans, null and lists as keys)."""
+
+
+def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
+    seen = set()
+    for key_node, _ in node.value:  # the keys written here; merged ones (`<<: *alias`) may be overridden
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        if key_node.tag != "tag:yaml.org,2002:str":
+            shown = key_node.value if isinstance(key_node, yaml.ScalarNode) else f"a {key_node.id}"
+            raise _BadKey(f"a mapping key must be a name, got {short(shown)}", key_node.start_mark)
+        if key_node.value in seen:
+            raise _BadKey(f"key {short(key_node.value)} given twice", key_node.start_mark)
+        seen.add(key_node.value)
+    loader.flatten_mapping(node)
+    return loader.construct_mapping(node, deep=True)
+
+
+class _BadKey(yaml.YAMLError):
+    def __init__(self, message: str, mark):
+        super().__init__(message)
+        self.message, self.mark = message, mark
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
 def yaml_load(text: str, source) -> object:
-    """`yaml.safe_load`, with aliases that expand past `YAML_NODES` values refused (a 'billion laughs')."""
+    """`yaml.safe_load`, with a key given twice or a key that is no string refused, and aliases that expand
+    past `YAML_NODES` values refused (a 'billion laughs')."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader, stricter
+    except _BadKey as exc:
+        raise InputError(f"{exc.message} (line {exc.mark.line + 1})", source) from None
     except yaml.YAMLError as exc:
         raise InputError(f"broken YAML ({exc})".replace("\n", " "), source) from None
     except RecursionError:

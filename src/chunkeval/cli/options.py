@@ -1,10 +1,11 @@
 """Options that more than one command takes, each declared once here, and what turns their values into
-the library's: the experiment settings of `run` and `sweep`, `--experiment`, `--run`, `--metric`,
+the library's: the experiment settings of `run` and `sweep` (made from the settings table of
+`chunkeval.engine.settings`, one flag per setting), `--experiment`, `--run`, `--metric`,
 `--alpha`, `--config`, `--threshold`, `--json`, the run-file options of `compare` and `evaluate-run`.
 
 The checks of values that the Python API and the warehouse take too live beside what they check, in
 the layer below: metric names in `chunkeval.stats.aggregate`, alpha and the regression threshold in
-`chunkeval.analysis.comparisons`, k in `chunkeval.engine.experiment`, the batch size in the embedding.
+`chunkeval.analysis.comparisons`, k and every setting's range in `chunkeval.engine.settings`, the batch size in the embedding.
 """
 
 from __future__ import annotations
@@ -12,15 +13,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from chunkeval.engine.experiment import Experiment, parse_ints, split_flags
+from chunkeval.engine.experiment import SETTINGS, Experiment
+from chunkeval.engine.plugins import check_plugin_modules
+from chunkeval.engine.settings import LARGE_GRID, Setting, parse_ints, read_flag
 from chunkeval.errors import InputError
-from chunkeval.vocabulary import CONFIG_KEYS, GOLD_FORMATS, NUMBER_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, GOLD_FORMATS, NUMBER_KEYS, split_flags
 
 # --------------------------------------------------------------------------- experiment settings
 
+SETTING = {s.name: s for s in SETTINGS}
+
 
 def add_experiment_flags(p: argparse.ArgumentParser) -> None:
-    """An experiment file and the flags that override its settings (`run`, `sweep`), then how to embed."""
+    """An experiment file and the flags that override its settings (`run`, `sweep`): one flag per setting of
+    the settings table that has one (`chunkeval.engine.settings`), then how to embed."""
     p.add_argument(
         "experiment_file",
         nargs="?",
@@ -28,8 +34,9 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
         help="an experiment file; flags given as well override its settings",
     )
     g = p.add_argument_group("experiment settings")
-    _add_input_and_chunking_flags(g)
-    _add_retrieval_and_scoring_flags(g)
+    for s in SETTINGS:
+        if s.flag:
+            add_setting_flag(g, s)
     p.add_argument(
         "--plugin",
         action="append",
@@ -48,147 +55,32 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="where to embed: auto (a GPU when torch sees one, else the CPU), cpu, cuda or cuda:N",
     )
-
-
-def _add_input_and_chunking_flags(g) -> None:
-    g.add_argument(
-        "--corpus-dir",
-        help="corpus folder: .md, .txt, .html, .pdf and .jsonl files and subfolders of them (default: the demo corpora; "
-        "docs/formats.md)",
-    )
-    add_html(g)
-    g.add_argument(
-        "--questions", help="span gold set: CSV with question, references, corpus_id (default: the demo questions)"
-    )
-    g.add_argument(
-        "--beir",
-        metavar="DIR",
-        help="document gold from a BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv (docs/formats.md)",
-    )
-    g.add_argument("--split", help="the qrels of --beir: qrels/<split>.tsv (default test)")
-    g.add_argument("--queries", help="document gold: a JSONL file of queries (_id, text), judged by --qrels")
-    g.add_argument(
-        "--qrels", help="document gold for --corpus-dir: BEIR's TSV (query-id, corpus-id, score) or TREC qrels"
-    )
-    add_strict(g)
-    add_corpus_filter(g, "only these corpora (default: every corpus in the folder)")
-    g.add_argument(
-        "--slice-by",
-        metavar="COLUMNS",
-        help="comma-separated gold-set columns whose values make slices (type,tags): extra columns of the questions "
-        "CSV (tags: a JSON list) or fields of the queries file (or its metadata); every summary gains per-slice rows",
-    )
-    g.add_argument(
-        "--chunker",
-        help="comma-separated chunkers: fixed_token, fixed_char, recursive_token, none (the whole document), cluster_semantic, "
-        "semantic_breakpoint, or module:function (a chunker or a text splitter)",
-    )
-    g.add_argument(
-        "--chunk-sizes", help="comma-separated chunk sizes (tokens; characters for fixed_char), e.g. 100,200"
-    )
-    g.add_argument(
-        "--overlaps",
-        help="comma-separated overlaps: a number of tokens, or a share of the chunk size like 10%% (rounded down)",
-    )
-    g.add_argument("--k", help="comma-separated retrieval depths, e.g. 1,3,5")
-
-
-def _add_retrieval_and_scoring_flags(g) -> None:
-    g.add_argument(
-        "--model",
-        help="comma-separated embedding models: all-MiniLM-L6-v2 (default, bundled), minilm-static "
-        "(built locally on first use), local sentence-transformers folders, served models "
-        "openai:MODEL[@BASE_URL] (an OpenAI-compatible /embeddings endpoint), or names of the experiment "
-        "file's models: mapping",
-    )
-    g.add_argument("--retriever", help="comma-separated retrievers: dense (default), bm25, hybrid, or module:function")
-    g.add_argument(
-        "--index",
-        help="comma-separated indexes the dense half of dense and hybrid searches: exact (default), "
-        "hnsw[:m=16][:ef_construction=200][:ef_search=64], ivf:nlist=1024[:nprobe=16][:pq_m=48], "
-        "chroma[:url=http://HOST:PORT][:m=…][:ef_search=…] (docs/indexes.md)",
-    )
-    g.add_argument(
-        "--reranker",
-        help="comma-separated rerankers of the first stage's top --candidates: none (default), an embedding model "
-        "(as --model takes them), or a local sentence-transformers CrossEncoder folder",
-    )
-    g.add_argument(
-        "--candidates", help="comma-separated numbers of first-stage chunks a reranker re-scores (at least each k)"
-    )
-    g.add_argument("--rrf-k", type=int, help="the constant of hybrid's reciprocal rank fusion (default 60)")
-    g.add_argument(
-        "--own-corpus",
+    p.add_argument(
+        "--yes",
         action="store_true",
-        default=None,
-        help="retrieve each question from its own corpus only (default: from all corpora pooled, as Chroma does)",
+        help=f"run a grid of more than {LARGE_GRID} configurations without asking (as the experiment key "
+        "max_configurations does); off a terminal such a grid needs one of them",
     )
-    g.add_argument(
-        "--skip-empty-gold",
-        action="store_true",
-        default=None,
-        help="leave questions without references out of the averages (default: they score recall 0)",
-    )
-    g.add_argument(
-        "--duplicates",
-        choices=("positional", "credit"),
-        help="a reference whose text occurs more than once in its corpus: only its gold position counts "
-        "(positional, the default) or the copy the retrieved chunks cover most (credit); docs/metrics.md",
-    )
-    g.add_argument(
-        "--relevance",
-        help="which chunks are relevant to span gold: overlap (a character of a reference; the default), coverage:F "
-        "(a share F of some reference) or contains (a whole reference); set and rank metrics follow it (docs/metrics.md)",
-    )
-    g.add_argument(
-        "--backend",
-        choices=("torch", "onnx", "openvino"),
-        help="who runs the embedding model: torch (default, sentence-transformers), onnx (onnxruntime) or openvino; "
-        "exported once into $CHUNKEVAL_HOME/backends (docs/backends.md)",
-    )
-    g.add_argument(
-        "--precision",
-        choices=("fp32", "bf16", "fp16"),
-        help="how the model runs: fp32 (default), bf16 (torch or openvino; fast on CPUs with AMX or AVX-512 BF16, "
-        "and GPUs) or fp16 (GPU); vectors are cached apart per precision (docs/backends.md)",
-    )
-    g.add_argument(
-        "--quantize",
-        choices=("none", "int8"),
-        help="int8: quantised weights for backend onnx or openvino (faster, vectors drift; docs/backends.md)",
-    )
+
+
+def add_setting_flag(p, s: Setting, help: str | None = None) -> None:
+    """The flag of setting `s`, as its table entry describes it (`help` replaces its own)."""
+    kwargs = {"help": help or s.help}
+    if s.metavar:
+        kwargs["metavar"] = s.metavar
+    if s.choices:
+        kwargs["choices"] = s.choices
+    if s.kind == "bool":
+        kwargs.update(action="store_true", default=None)
+    elif s.kind == "int":
+        kwargs["type"] = int
+    if s.repeatable:
+        kwargs.update(action="extend", nargs="+")
+    p.add_argument(s.flag, **kwargs)
 
 
 # the settings among the experiment flags (not --batch-size or --device): giving one defines an experiment
-SETTING_FLAGS = (
-    "corpus_dir",
-    "questions",
-    "beir",
-    "split",
-    "queries",
-    "qrels",
-    "strict",
-    "html",
-    "corpus",
-    "slice_by",
-    "chunker",
-    "chunk_sizes",
-    "overlaps",
-    "k",
-    "model",
-    "retriever",
-    "index",
-    "reranker",
-    "candidates",
-    "rrf_k",
-    "own_corpus",
-    "skip_empty_gold",
-    "duplicates",
-    "relevance",
-    "backend",
-    "quantize",
-    "precision",
-)
+SETTING_FLAGS = tuple(s.dest for s in SETTINGS if s.flag)
 
 
 def gives_settings(args: argparse.Namespace) -> bool:
@@ -204,63 +96,25 @@ def experiment_from_args(
 
     check_batch_size(args.batch_size)
     check_device(args.device)
-    allow = tuple(args.plugin or ())
+    allow = tuple(check_plugin_modules(args.plugin or (), "--plugin"))
     exp = Experiment.from_yaml(Path(args.experiment_file), allow) if args.experiment_file else (default or Experiment())
-    return exp.with_overrides(
-        name=name,
-        corpus_dir=args.corpus_dir,
-        questions=args.questions,
-        beir=args.beir,
-        split=args.split,
-        queries=args.queries,
-        qrels=args.qrels,
-        strict=args.strict,
-        html=args.html,
-        corpus=tuple(split_flags(args.corpus)),
-        slice_by=tuple(split_flags(args.slice_by)),
-        chunker=tuple(split_flags(args.chunker)),
-        chunk_sizes=parse_ints(args.chunk_sizes, "--chunk-sizes"),
-        overlaps=tuple(split_flags(args.overlaps)),
-        k=parse_ints(args.k, "--k"),
-        model=tuple(split_flags(args.model)),
-        retriever=tuple(split_flags(args.retriever)),
-        index=tuple(split_flags(args.index)),
-        reranker=tuple(split_flags(args.reranker)),
-        candidates=parse_ints(args.candidates, "--candidates"),
-        rrf_k=args.rrf_k,
-        own_corpus=args.own_corpus,
-        skip_empty_gold=args.skip_empty_gold,
-        duplicates=args.duplicates,
-        relevance=args.relevance,
-        backend=args.backend,
-        quantize=args.quantize,
-        precision=args.precision,
-    ).checked_for_device(args.device)
+    flags = {s.name: read_flag(s, getattr(args, s.dest)) for s in SETTINGS if s.flag}
+    return exp.with_overrides(name=name, **flags).checked_for_device(args.device)
 
 
 def add_strict(p) -> None:
-    """`--strict`: an unreadable document (and a qrels row naming an unknown query or document) is an error."""
-    p.add_argument(
-        "--strict",
-        action="store_true",
-        default=None,
-        help="an unreadable document (a PDF without text, a damaged file, text not UTF-8) is an error, and so is a qrels "
-        "row naming an unknown query or document (default: left out, with a warning, and counted)",
-    )
+    """`--strict` of commands that read a corpus (the setting `strict`)."""
+    add_setting_flag(p, SETTING["strict"])
 
 
 def add_html(p) -> None:
-    """`--html full|main`: what text an HTML document gives (docs/formats.md)."""
-    p.add_argument(
-        "--html",
-        choices=("full", "main"),
-        help="the text of HTML documents: full (every visible text of <body>; the default) or main (the main content "
-        "as trafilatura finds it: navigation, headers and footers dropped); span offsets refer to that text",
-    )
+    """`--html full|main` of commands that read a corpus (the setting `html`; docs/formats.md)."""
+    add_setting_flag(p, SETTING["html"])
 
 
 def add_corpus_filter(p, help: str) -> None:
-    p.add_argument("--corpus", action="extend", nargs="+", metavar="ID", help=help)
+    """`--corpus ID …` of commands that read a corpus (the setting `corpus`), with the command's own help."""
+    add_setting_flag(p, SETTING["corpus"], help)
 
 
 # --------------------------------------------------------------------------- what a command reads
@@ -319,7 +173,7 @@ def add_json(p: argparse.ArgumentParser, help: str) -> None:
 
 
 def add_run_file_options(p: argparse.ArgumentParser, format_help: str, k_help: str) -> None:
-    """`--format` and `--k` of ranked-list files (`--k` is checked with `chunkeval.engine.experiment.check_k`)."""
+    """`--format` and `--k` of ranked-list files (`--k` is checked with `chunkeval.engine.settings.check_k`)."""
     p.add_argument("--format", default="auto", choices=list(GOLD_FORMATS), help=format_help)
     p.add_argument("--k", type=int, default=10, help=k_help)
 

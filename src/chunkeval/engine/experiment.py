@@ -1,23 +1,32 @@
-"""An experiment: a name plus everything a sweep takes. Immutable; given as flags or a YAML file.
-
-YAML keys are the long flag names with `_` for `-`: name, corpus_dir, html, questions, beir, split, queries, qrels, strict, corpus, chunker,
-chunk_sizes, overlaps, k, model, retriever, index, rrf_k, own_corpus, skip_empty_gold, duplicates, slice_by, backend, quantize, precision (model, retriever and
-the other lists take one value or a list), `models`, a mapping that names served models with their
-settings (`chunkeval.engine.embedding.served`), and `mlflow`, the MLflow tracking server each run is published
-to (as `run --mlflow`; where results go, not a setting of the evaluation: runs do not record it).
-Relative paths are read from the YAML file's folder.
+"""An experiment: a name plus everything a sweep takes. Immutable; given as flags, a YAML file, a mapping or
+the Python API's keywords. Its settings are declared once, as the fields of `Experiment`
+(`chunkeval.engine.settings`); docs/settings.md lists them, generated from here (`python -m
+chunkeval.engine.experiment docs/settings.md` rewrites its table). Relative paths are read from the YAML
+file's folder.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chunkeval.engine import plugins
+from chunkeval.engine.settings import (
+    LARGE_GRID,
+    MAX_CANDIDATES,
+    MAX_CHUNK_SIZE,
+    MAX_K,
+    Setting,
+    check_bounds,
+    read_value,
+    renamed,
+    setting,
+    table_of,
+)
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, check_name, short, yaml_load
 from chunkeval.paths import DEMO_DIR
@@ -35,34 +44,6 @@ if TYPE_CHECKING:
 
 # keys a run records beside its settings (not settings: a recorded run's settings are read back without them)
 RECORDED = ("index_libraries",)
-
-
-def whole_number(value, what: str) -> int:
-    """A whole number from YAML or a flag: `5` or `"5"`; never `18.9`, `5.0`, `true`, or one past `MAX_INT`."""
-    if isinstance(value, bool) or isinstance(value, float):
-        raise InputError(f"{what} must be whole numbers, got {short(value)}")
-    try:
-        number = int(str(value).strip()) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{what} must be whole numbers, got {short(value)}") from None
-    if abs(number) > MAX_INT:
-        raise InputError(f"{what} must be at most {MAX_INT}, got {short(value)}")
-    return number
-
-
-def parse_ints(values, what: str) -> tuple[int, ...]:
-    """Whole numbers from a YAML list (item by item) or a comma-separated string."""
-    if isinstance(values, (list, tuple)):
-        split_list(values)  # items must be single values
-        return tuple(whole_number(v, what) for v in values)
-    return tuple(whole_number(v, what) for v in split_list(values))
-
-
-def check_k(k: int, what: str = "k", source: str | None = None) -> int:
-    """A retrieval depth: at least 1 (`what` names it as the caller's user wrote it: k, --k)."""
-    if k < 1:
-        raise InputError(f"{what} must be at least 1, got {k}", source)
-    return k
 
 
 def parse_overlap(value: str, chunk_size: int) -> int:
@@ -127,37 +108,235 @@ def _listed(parse, value, source, *args):
 
 @dataclass(frozen=True)
 class Experiment:
-    name: str = "adhoc"
-    corpus_dir: str = str(DEMO_DIR / "corpora")
-    questions: str = str(DEMO_DIR / "questions.csv")
-    corpus: tuple[str, ...] = ()
-    chunker: tuple[str, ...] = ("fixed_token",)
-    chunk_sizes: tuple[int, ...] = (200,)
-    overlaps: tuple[str, ...] = ("0",)
-    k: tuple[int, ...] = (5,)
-    model: tuple[str, ...] = (DEFAULT_MODEL,)
-    retriever: tuple[str, ...] = ("dense",)
-    index: tuple[str, ...] = ("exact",)  # how the dense half searches (chunkeval.engine.indexes), resolved settings
-    rrf_k: int = 60
-    own_corpus: bool = False
-    skip_empty_gold: bool = False
-    duplicates: str = RUN_SETTINGS["duplicates"]  # a run setting (chunkeval.vocabulary)
-    relevance: str = RUN_SETTINGS["relevance"]  # a run setting: overlap, coverage:F or contains
-    backend: str = "torch"  # who runs the embedding model's transformer: torch, onnx or openvino (chunkeval.engine.embedding.backends)
-    quantize: str = "none"  # none or int8 (backends onnx and openvino)
-    precision: str = "fp32"  # how the model runs: fp32, bf16 or fp16 (chunkeval.engine.embedding.precision)
-    plugins: tuple[str, ...] = ()  # modules whose module:function chunkers and retrievers a file may name
-    models: tuple = ()  # served models named in `models:` (chunkeval.engine.embedding.served.ServedModel)
-    reranker: tuple[str, ...] = (NO_RERANKER,)  # none, embedding models, CrossEncoder folders (chunkeval.engine.rerank)
-    candidates: tuple[int, ...] = ()  # first-stage chunks a reranker re-scores
-    beir: str = ""  # a BEIR folder: document-level gold (chunkeval.engine.documents)
-    split: str = "test"  # the qrels of a BEIR folder: qrels/<split>.tsv
-    queries: str = ""  # with qrels and corpus_dir: document-level gold for any corpus
-    qrels: str = ""
-    strict: bool = False  # an unreadable document, or a qrels row naming an unknown query or document, is an error
-    html: str = "full"  # what text an HTML document gives: full (all of <body>) or main (trafilatura's main content)
-    slice_by: tuple[str, ...] = ()  # gold-set columns whose values make slices (chunkeval.engine.slices)
-    mlflow: str = ""  # the http(s) URI of an MLflow tracking server each run is published to (not recorded)
+    """An experiment's settings: each field is one entry of the settings table (`chunkeval.engine.settings`),
+    from which the flags, the reading of files and mappings, the API's keywords, the range checks and
+    docs/settings.md are made."""
+
+    name: str = setting(
+        "adhoc",
+        "text",
+        "the experiment's name (an experiment file's default: its file name); runs are recorded under it",
+        "experiment",
+        flag=None,
+    )
+    corpus_dir: str = setting(
+        str(DEMO_DIR / "corpora"),
+        "path",
+        "corpus folder: .md, .txt, .html, .pdf and .jsonl files and subfolders of them (default: the demo corpora; "
+        "docs/formats.md)",
+        "inputs",
+    )
+    questions: str = setting(
+        str(DEMO_DIR / "questions.csv"),
+        "path",
+        "span gold set: CSV with question, references, corpus_id (default: the demo questions)",
+        "inputs",
+    )
+    corpus: tuple[str, ...] = setting(
+        (),
+        "names",
+        "only these corpora (default: every corpus in the folder)",
+        "inputs",
+        metavar="ID",
+        repeatable=True,
+    )
+    chunker: tuple[str, ...] = setting(
+        ("fixed_token",),
+        "names",
+        "comma-separated chunkers: fixed_token, fixed_char, recursive_token, none (the whole document), "
+        "cluster_semantic, semantic_breakpoint, or module:function (a chunker or a text splitter)",
+        "chunking",
+    )
+    chunk_sizes: tuple[int, ...] = setting(
+        (200,),
+        "ints",
+        "comma-separated chunk sizes (tokens; characters for fixed_char), e.g. 100,200",
+        "chunking",
+        minimum=1,
+        maximum=MAX_CHUNK_SIZE,
+    )
+    overlaps: tuple[str, ...] = setting(
+        ("0",),
+        "names",
+        "comma-separated overlaps: a number of tokens, or a share of the chunk size like 10%% (rounded down)",
+        "chunking",
+    )
+    k: tuple[int, ...] = setting(
+        (5,), "ints", "comma-separated retrieval depths, e.g. 1,3,5", "retrieval", minimum=1, maximum=MAX_K
+    )
+    model: tuple[str, ...] = setting(
+        (DEFAULT_MODEL,),
+        "names",
+        "comma-separated embedding models: all-MiniLM-L6-v2 (default, bundled), minilm-static "
+        "(built locally on first use), local sentence-transformers folders, served models "
+        "openai:MODEL[@BASE_URL] (an OpenAI-compatible /embeddings endpoint), or names of the experiment "
+        "file's models: mapping",
+        "embedding",
+    )
+    retriever: tuple[str, ...] = setting(
+        ("dense",),
+        "names",
+        "comma-separated retrievers: dense (default), bm25, hybrid, or module:function",
+        "retrieval",
+    )
+    # how the dense half searches (chunkeval.engine.indexes), resolved settings
+    index: tuple[str, ...] = setting(
+        ("exact",),
+        "index",
+        "comma-separated indexes the dense half of dense and hybrid searches: exact (default), "
+        "hnsw[:m=16][:ef_construction=200][:ef_search=64], ivf:nlist=1024[:nprobe=16][:pq_m=48], "
+        "chroma[:url=http://HOST:PORT][:m=…][:ef_search=…] (docs/indexes.md)",
+        "retrieval",
+    )
+    rrf_k: int = setting(
+        60,
+        "int",
+        "the constant of hybrid's reciprocal rank fusion (default 60)",
+        "retrieval",
+        minimum=0,
+        maximum=MAX_INT,
+    )
+    own_corpus: bool = setting(
+        False,
+        "bool",
+        "retrieve each question from its own corpus only (default: from all corpora pooled, as Chroma does)",
+        "retrieval",
+    )
+    skip_empty_gold: bool = setting(
+        False,
+        "bool",
+        "leave questions without references out of the averages (default: they score recall 0)",
+        "scoring",
+    )
+    duplicates: str = setting(  # a run setting (chunkeval.vocabulary)
+        RUN_SETTINGS["duplicates"],
+        "text",
+        "a reference whose text occurs more than once in its corpus: only its gold position counts "
+        "(positional, the default) or the copy the retrieved chunks cover most (credit); docs/metrics.md",
+        "scoring",
+        choices=("positional", "credit"),
+    )
+    relevance: str = setting(  # a run setting: overlap, coverage:F or contains
+        RUN_SETTINGS["relevance"],
+        "text",
+        "which chunks are relevant to span gold: overlap (a character of a reference; the default), coverage:F "
+        "(a share F of some reference) or contains (a whole reference); set and rank metrics follow it "
+        "(docs/metrics.md)",
+        "scoring",
+    )
+    backend: str = setting(  # chunkeval.engine.embedding.backends
+        "torch",
+        "text",
+        "who runs the embedding model: torch (default, sentence-transformers), onnx (onnxruntime) or openvino; "
+        "exported once into $CHUNKEVAL_HOME/backends (docs/backends.md)",
+        "embedding",
+        choices=("torch", "onnx", "openvino"),
+    )
+    quantize: str = setting(
+        "none",
+        "text",
+        "int8: quantised weights for backend onnx or openvino (faster, vectors drift; docs/backends.md)",
+        "embedding",
+        choices=("none", "int8"),
+    )
+    precision: str = setting(  # chunkeval.engine.embedding.precision
+        "fp32",
+        "text",
+        "how the model runs: fp32 (default), bf16 (torch or openvino; fast on CPUs with AMX or AVX-512 BF16, "
+        "and GPUs) or fp16 (GPU); vectors are cached apart per precision (docs/backends.md)",
+        "embedding",
+        choices=("fp32", "bf16", "fp16"),
+    )
+    plugins: tuple[str, ...] = setting(
+        (),
+        "names",
+        "modules whose module:function chunkers, retrievers and rerankers an experiment file may run "
+        "(as --plugin MODULE does; docs/settings.md)",
+        "experiment",
+        flag=None,
+    )
+    models: tuple = setting(  # chunkeval.engine.embedding.served.ServedModel
+        (),
+        "models",
+        "a mapping that names served models with their settings (base_url, model, api_key_env, …; docs/served.md)",
+        "embedding",
+        flag=None,
+    )
+    reranker: tuple[str, ...] = setting(  # chunkeval.engine.rerank
+        (NO_RERANKER,),
+        "names",
+        "comma-separated rerankers of the first stage's top --candidates: none (default), an embedding model "
+        "(as --model takes them), or a local sentence-transformers CrossEncoder folder",
+        "retrieval",
+    )
+    candidates: tuple[int, ...] = setting(
+        (),
+        "ints",
+        "comma-separated numbers of first-stage chunks a reranker re-scores (at least each k)",
+        "retrieval",
+        minimum=1,
+        maximum=MAX_CANDIDATES,
+    )
+    beir: str = setting(  # chunkeval.engine.documents
+        "",
+        "path",
+        "document gold from a BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv (docs/formats.md)",
+        "inputs",
+        metavar="DIR",
+    )
+    split: str = setting("test", "text", "the qrels of --beir: qrels/<split>.tsv (default test)", "inputs")
+    queries: str = setting(
+        "", "path", "document gold: a JSONL file of queries (_id, text), judged by --qrels", "inputs"
+    )
+    qrels: str = setting(
+        "",
+        "path",
+        "document gold for --corpus-dir: BEIR's TSV (query-id, corpus-id, score) or TREC qrels",
+        "inputs",
+    )
+    strict: bool = setting(
+        False,
+        "bool",
+        "an unreadable document (a PDF without text, a damaged file, text not UTF-8) is an error, and so is a qrels "
+        "row naming an unknown query or document (default: left out, with a warning, and counted)",
+        "inputs",
+    )
+    html: str = setting(
+        "full",
+        "text",
+        "the text of HTML documents: full (every visible text of <body>; the default) or main (the main content "
+        "as trafilatura finds it: navigation, headers and footers dropped); span offsets refer to that text",
+        "inputs",
+        choices=("full", "main"),
+    )
+    slice_by: tuple[str, ...] = setting(  # chunkeval.engine.slices
+        (),
+        "names",
+        "comma-separated gold-set columns whose values make slices (type,tags): extra columns of the questions "
+        "CSV (tags: a JSON list) or fields of the queries file (or its metadata); every summary gains per-slice rows",
+        "inputs",
+        metavar="COLUMNS",
+    )
+    mlflow: str = setting(
+        "",
+        "text",
+        "the http(s) URI of an MLflow tracking server each run is published to (as run --mlflow, which wins); "
+        "where results go, so runs do not record it",
+        "output",
+        flag=None,
+        recorded=False,
+    )
+    max_configurations: int = setting(
+        0,
+        "int",
+        f"the grid size this experiment intends: a grid of more than {LARGE_GRID} configurations (each at each k) "
+        "runs without asking up to this many (0: ask, or need --yes off a terminal; docs/settings.md)",
+        "output",
+        flag=None,
+        minimum=0,
+        maximum=MAX_INT,
+        recorded=False,
+    )
 
     @property
     def doc_gold(self) -> bool:
@@ -168,47 +347,36 @@ class Experiment:
     def from_dict(
         cls, data: dict, base: Path | None = None, source: str | None = None, trusted: bool = True, allow=()
     ) -> Experiment:
-        """Settings from a mapping. From a file or a recorded run (`trusted=False`), a `module:function`
-        chunker or retriever must name a module of the mapping's `plugins:` or of `allow` (`--plugin`),
-        checked before anything is imported (`chunkeval.engine.plugins`)."""
-        names = {f.name for f in fields(cls)}
+        """Settings from a mapping, each read as the settings table says. From a file or a recorded run
+        (`trusted=False`), a `module:function` chunker or retriever must name a module of the mapping's
+        `plugins:` or of `allow` (`--plugin`), checked before anything is imported (`chunkeval.engine.plugins`)."""
+        table = {s.name: s for s in SETTINGS}
         data = {k: v for k, v in data.items() if k not in RECORDED}  # what a run recorded beside its settings
-        unknown = sorted(set(data) - names)
+        odd = [k for k in data if not isinstance(k, str)]
+        if odd:
+            raise InputError(f"experiment keys are names; got the key {short(odd[0])}", source)
+        data = renamed(data, SETTINGS, source, _note)
+        unknown = sorted(set(data) - set(table))
         if unknown:
             raise InputError(
-                f"unknown experiment key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}", source
+                f"unknown experiment key(s) {', '.join(unknown)}; known: {', '.join(sorted(table))}", source
             )
         values = {}
         for key, value in data.items():
             if value is None:
                 continue
-            if key == "index":
+            s = table[key]
+            if s.kind == "index":
                 values[key] = _index_values(value, source)
-                continue
-            if key in ("corpus_dir", "questions", "beir", "queries", "qrels") and base is not None:
-                value = str((base / str(value)).resolve())
-            if key in ("corpus", "chunker", "overlaps", "model", "retriever", "plugins", "reranker", "slice_by"):
-                if not isinstance(value, (str, int, float, list, tuple)):
-                    raise InputError(f"{key} must be a name or a list of names, got {value!r}", source)
-                value = tuple(_listed(split_list, value, source))
-            elif key == "models":
+            elif s.kind == "models":
                 from chunkeval.engine.embedding.served import parse_models
 
-                value = parse_models(value, source)
-            elif key in ("chunk_sizes", "k", "candidates"):
-                value = _listed(parse_ints, value, source, key)
-            elif key == "rrf_k":
-                if isinstance(value, (list, tuple, dict)):
-                    raise InputError(f"rrf_k takes one whole number, got {short(value)}", source)
-                value = _listed(whole_number, value, source, key)
-            elif key in ("own_corpus", "skip_empty_gold", "strict"):
-                if not isinstance(value, bool):
-                    raise InputError(f"{key} must be true or false, got {value!r}", source)
+                values[key] = parse_models(value, source)
             else:
-                if isinstance(value, (list, tuple, dict)):
-                    raise InputError(f"{key} takes one value, got {short(value)}", source)
-                value = str(value)
-            values[key] = value
+                value = _listed(read_value, value, source, s)
+                if s.kind == "path" and base is not None:
+                    value = str((base / value).resolve())
+                values[key] = value
         for key in ("model", "reranker"):  # a relative model folder is read from the file's folder
             if key in values and base is not None:
                 values[key] = _relative_models(values[key], base, values.get("models", ()))
@@ -400,9 +568,9 @@ class Experiment:
             del data["html"]  # runs of the default extraction stay as they were recorded before the key existed
         if not self.beir:
             del data["split"]
-        del data[
-            "mlflow"
-        ]  # where runs are published, not how they are evaluated: runs record their settings without it
+        for s in SETTINGS:
+            if not s.recorded:  # where runs are published, not how they are evaluated: runs record them not
+                del data[s.name]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
     def fingerprint(self) -> str:
@@ -416,8 +584,9 @@ def check_run_settings(exp: Experiment, source: str | None) -> None:
         raise InputError(f"mlflow takes the http(s) URI of an MLflow tracking server, got {short(exp.mlflow)}", source)
     if not exp.chunker or not exp.chunk_sizes or not exp.overlaps or not exp.k:
         raise InputError("an experiment needs at least one chunker, chunk size, overlap and k", source)
-    for k in exp.k:
-        check_k(k, source=source)
+    for s in SETTINGS:
+        if s.minimum is not None or s.maximum is not None:
+            check_bounds(s, getattr(exp, s.name), source)
     from chunkeval.engine.duplicates import MODES
     from chunkeval.engine.embedding.backends import check_backend
     from chunkeval.engine.extract import check_html_mode
@@ -428,8 +597,28 @@ def check_run_settings(exp: Experiment, source: str | None) -> None:
         raise InputError(f"duplicates must be {' or '.join(MODES)}, got {exp.duplicates!r}", source)
     _listed(share_held, exp.relevance, source)
     check_backend(exp.backend, exp.quantize, source, exp.precision)
-    for key, values in (("k", exp.k), ("chunk_sizes", exp.chunk_sizes), ("rrf_k", (exp.rrf_k,))):
-        if any(abs(v) > MAX_INT for v in values):
-            raise InputError(f"{key} must be at most {MAX_INT}, got {max(values, key=abs)}", source)
-    if exp.rrf_k < 0:
-        raise InputError(f"rrf_k must be 0 or more, got {exp.rrf_k}", source)
+
+
+SETTINGS: tuple[Setting, ...] = table_of(Experiment)  # the settings table, in the order of the fields
+
+
+def _note(line: str) -> None:
+    import sys
+
+    print(f"chunkeval: {line}", file=sys.stderr)
+
+
+def settings_reference() -> str:
+    """The reference table of docs/settings.md, as the settings table makes it."""
+    from chunkeval.engine.settings import reference
+
+    return reference(SETTINGS)
+
+
+if __name__ == "__main__":  # python -m chunkeval.engine.experiment docs/settings.md: rewrite its table
+    import sys
+
+    from chunkeval.engine.settings import with_reference
+
+    page = Path(sys.argv[1])
+    page.write_text(with_reference(page.read_text(encoding="utf-8"), SETTINGS), encoding="utf-8")

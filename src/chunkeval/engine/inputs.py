@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from chunkeval.errors import InputError
-from chunkeval.limits import HEADER_BYTES, head, json_loads, regular_file, short
+from chunkeval.limits import HEADER_BYTES, MAX_INT, head, json_loads, regular_file, short
 from chunkeval.vocabulary import GOLD_FORMATS
 
 log = logging.getLogger("chunkeval")
@@ -125,6 +125,17 @@ def read_table_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int
     if path.suffix.lower() == ".csv":
         return read_csv_rows(path, required)
     return read_jsonl_rows(path, required)
+
+
+def _offset(value) -> int:
+    """A character offset of a reference: a whole number (`18` or `18.0`, never `true`, `18.5` or `1e400`)
+    within `MAX_INT`, checked before it becomes an index."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(value)
+    number = int(value)
+    if abs(number) > MAX_INT:
+        raise ValueError(value)
+    return number
 
 
 def _json_value(value, path: Path, row: int, column: str):
@@ -239,9 +250,14 @@ def load_span_gold(
                 raise InputError(f"{where}: needs content, start_index and end_index", path, row)
             content = ref["content"]
             try:
-                start, end = int(ref["start_index"]), int(ref["end_index"])
-            except (TypeError, ValueError):
-                raise InputError(f"{where}: start_index and end_index must be integers", path, row) from None
+                start, end = _offset(ref["start_index"]), _offset(ref["end_index"])
+            except (TypeError, ValueError, OverflowError):
+                raise InputError(
+                    f"{where}: start_index and end_index must be whole numbers up to {MAX_INT}, got "
+                    f"{short(ref['start_index'])} and {short(ref['end_index'])}",
+                    path,
+                    row,
+                ) from None
             if not isinstance(content, str) or not content:
                 raise InputError(f"{where}: empty content", path, row)
             if start < 0 or end > len(text):

@@ -11,6 +11,7 @@ The check reads names only; nothing is imported before the whole input has been 
 
 from __future__ import annotations
 
+import re
 import sys
 from importlib.metadata import entry_points
 
@@ -18,6 +19,39 @@ from chunkeval.errors import InputError
 from chunkeval.limits import short
 
 GROUPS = {"chunker": "chunkeval.chunkers", "retriever": "chunkeval.retrievers", "reranker": "chunkeval.rerankers"}
+
+
+# a module as `import` names it: dotted identifiers, never relative (`.x`, `..x`) or a path
+DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def check_module_name(module: str, what: str, source=None) -> str:
+    """A module name to import: a dotted identifier (`package.module`), checked before any import."""
+    if not isinstance(module, str) or not DOTTED.fullmatch(module):
+        raise InputError(
+            f"{what} {short(module)} is not a module name: dotted identifiers such as package.module "
+            "(no relative name, path or space)",
+            source,
+        )
+    return module
+
+
+def check_plugin_modules(modules, what: str, source=None) -> list[str]:
+    """The modules of `plugins:` or `--plugin`, each a dotted identifier."""
+    return [check_module_name(str(m).strip(), what, source) for m in modules]
+
+
+def check_spec(kind: str, spec: str, source=None) -> None:
+    """A `module:function` spec whose module and function are dotted identifiers, checked before any import."""
+    module, colon, attr = spec.partition(":")
+    if not colon:
+        return
+    if not DOTTED.fullmatch(module.strip()) or not DOTTED.fullmatch(attr.strip()):
+        raise InputError(
+            f"{kind} {short(spec)} is not module:function (dotted identifiers, such as package.module:function; "
+            "no relative module)",
+            source,
+        )
 
 
 def module_of(spec: str) -> str | None:
@@ -48,7 +82,8 @@ def load_entry_point(kind: str, name: str):
 
 
 def check_module(kind: str, spec: str) -> None:
-    """Refuse a standard-library module as a plug-in, wherever the spec comes from."""
+    """Refuse a malformed name, or a standard-library module as a plug-in, wherever the spec comes from."""
+    check_spec(kind, spec)
     module = module_of(spec)
     if module is not None and is_stdlib(module):
         raise InputError(f"{kind} {short(spec)}: {module.split('.')[0]!r} is the standard library's, never a plug-in")
@@ -57,9 +92,13 @@ def check_module(kind: str, spec: str) -> None:
 def check_allowed(specs: dict[str, tuple[str, ...]], allowed: set[str], source) -> None:
     """For settings read from a file or a recorded run: every `module:function` spec's module (or a
     package above it) must be in `allowed`. `specs` maps a kind (chunker, retriever, …) to its values."""
+    check_plugin_modules(allowed, "plugins:", source)
     for kind, values in specs.items():
         for spec in values:
-            check_module(kind, spec)
+            try:
+                check_module(kind, spec)
+            except InputError as exc:
+                raise InputError(exc.message, source) from None
             module = module_of(spec)
             if module is None:
                 continue

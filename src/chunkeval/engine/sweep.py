@@ -109,6 +109,30 @@ def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
     return [replace(c, reranker=r, candidates=n) for c in configs for r, n in exp.rerank_grid()]
 
 
+def grid_size(exp: Experiment) -> int:
+    """The configurations a sweep of `exp` scores, each at each k (what `LARGE_GRID` and the experiment
+    key `max_configurations` count), from the settings alone."""
+    chunkings = [Chunking(spec, model, None) for spec, model in chunking_jobs(exp)]
+    return len(plan(exp, chunkings)) * len(exp.k)
+
+
+CHARS_PER_TOKEN = 4  # about, for English text: what turns a corpus's bytes into a number of chunks
+
+
+def texts_to_embed(exp: Experiment, corpus_bytes: int) -> int:
+    """About how many texts a sweep of `exp` embeds over a corpus of `corpus_bytes` (each model embeds
+    each chunking's chunks once; nothing when no chunker, retriever or reranker reads vectors)."""
+    if not exp.needs_model():
+        return 0
+    models = len(exp.model) if exp.first_stage_embeds() else 0
+    models += len(exp.embedding_rerankers())
+    total = 0
+    for spec in exp.grid():
+        step = max(spec.chunk_size - spec.chunk_overlap, 1) * (1 if spec.chunker == "fixed_char" else CHARS_PER_TOKEN)
+        total += -(-corpus_bytes // step) if spec.chunker != "none" else 1
+    return total * models
+
+
 def check_indexes_fit(
     inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedders: Embedders, own_corpus: bool
 ) -> None:

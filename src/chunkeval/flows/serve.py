@@ -12,12 +12,12 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import yaml
 from prefect import serve
 from prefect.events import DeploymentEventTrigger
 from prefect.schedules import Cron, Interval
 
 from chunkeval.errors import InputError
+from chunkeval.limits import yaml_load
 from chunkeval.paths import DEPLOYMENTS_FILE
 
 DEFAULT_FILE = DEPLOYMENTS_FILE
@@ -41,9 +41,10 @@ def _schedule(spec: dict):
 def deployments(prefect_file: Path = DEFAULT_FILE) -> list:
     """The deployments of the file, as runner deployments of this process's flows."""
     try:
-        spec = yaml.safe_load(Path(prefect_file).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        text = Path(prefect_file).read_text(encoding="utf-8")
+    except OSError as exc:
         raise InputError(f"cannot read deployments ({exc})", prefect_file) from None
+    spec = yaml_load(text, prefect_file)  # a key given twice is an error here too
     out = []
     for d in spec.get("deployments", []):
         out.append(

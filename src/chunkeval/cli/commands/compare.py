@@ -80,9 +80,9 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 def _compare_files(args: argparse.Namespace) -> list[dict]:
     """The two ranked-list files of --run-file, scored against --gold and compared query by query."""
     from chunkeval.analysis import comparisons as C
-    from chunkeval.engine.experiment import check_k
     from chunkeval.engine.inputs import load_gold_and_run
     from chunkeval.engine.metrics import RANK_METRICS, score_run
+    from chunkeval.engine.settings import check_k
 
     if not args.gold or len(args.run_file or []) != 2 or args.run:
         raise InputError("compare ranked-list files with --gold G --run-file A --run-file B (and no --run)")

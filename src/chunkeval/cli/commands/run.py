@@ -113,13 +113,17 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         from chunkeval.cli.mlflow_export import check_server
 
         mlflow = check_server(mlflow, "--mlflow" if args.mlflow else "the experiment's mlflow")
+    from chunkeval.cli.large_grid import check_grid  # with the engine: not when the parser is built
+    from chunkeval.engine.embedders import Embedders
     from chunkeval.engine.runners import check_task_runner, cluster_workers, parse_task_runner
+    from chunkeval.paths import cache_dir
     from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
 
     runner = check_task_runner(parse_task_runner(args.task_runner))
     clock = Stopwatch()
     with show_progress(), clock.stage("checks"):  # a model built on first use is a stage of its own, with a bar
         preflight(exp, args.if_changed)
+    check_grid(exp, args.yes, Embedders(cache_dir(), args.batch_size, device=args.device).for_experiment(exp))
     shards = cluster_workers(runner) if runner.distributed else 0
 
     quiet_prefect(args.verbose)

@@ -27,6 +27,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.analysis.comparisons import TIE_NOTE, ties
+    from chunkeval.cli.large_grid import check_grid  # with the engine: not when the parser is built
     from chunkeval.engine.doc_metrics import write_doc_runs
     from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
     from chunkeval.files import check_writable_dir, write_tables
@@ -45,7 +46,9 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     out = check_table_path(args.out)
     exp = experiment_from_args(args)
     check_writable_dir(cache_dir(), "the embedding cache ($CHUNKEVAL_HOME)")
-    result = run_sweep(exp, Embedders(cache_dir(), args.batch_size, device=args.device))
+    embedders = Embedders(cache_dir(), args.batch_size, device=args.device)
+    check_grid(exp, args.yes, embedders.for_experiment(exp))
+    result = run_sweep(exp, embedders)
     tables = {
         out: result.summary,
         beside(out, "per_query"): result.per_query,

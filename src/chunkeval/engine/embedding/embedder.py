@@ -34,18 +34,26 @@ from chunkeval.engine.embedding.registry import (
     resolve_model,
 )
 from chunkeval.errors import InputError
+from chunkeval.limits import short
 
 log = logging.getLogger("chunkeval")
 
 from chunkeval.vocabulary import DEFAULT_MODEL  # noqa: E402 (re-exported)
 
 DEVICES = ("auto", "cpu", "cuda")
+MAX_BATCH_SIZE = 65_536  # texts per embedding batch (docs/limits.md): past it a batch only risks memory
 
 
 def check_batch_size(batch_size: int | None, what: str = "--batch-size") -> int | None:
-    """Texts per embedding batch: at least 1, or None for the device's own choice."""
-    if batch_size is not None and batch_size < 1:
+    """Texts per embedding batch: 1 to `MAX_BATCH_SIZE` (docs/limits.md), or None for the device's own choice."""
+    if batch_size is None:
+        return None
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise InputError(f"{what} must be a whole number, got {short(batch_size)}")
+    if batch_size < 1:
         raise InputError(f"{what} must be at least 1, got {batch_size}")
+    if batch_size > MAX_BATCH_SIZE:
+        raise InputError(f"{what} must be at most {MAX_BATCH_SIZE} (docs/limits.md), got {short(batch_size)}")
     return batch_size
 
 

@@ -1,0 +1,152 @@
+"""The settings table (`chunkeval.engine.settings`): every way a setting arrives (flag, experiment file,
+mapping, Python API) is made from it and checked by it, and docs/settings.md shows what it says.
+
+The property tests feed malformed experiment files and flags: each is an experiment or one line of
+`InputError` (exit 2 at the command line), never another exception."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import chunkeval
+from chunkeval.cli.main import build_parser
+from chunkeval.cli.options import experiment_from_args
+from chunkeval.engine.experiment import SETTINGS, Experiment, settings_reference
+from chunkeval.engine.settings import MAX_K, SECTIONS, Setting, renamed, setting, table_of
+from chunkeval.errors import InputError
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
+
+
+def test_the_docs_table_is_the_generated_one():
+    """docs/settings.md holds the reference the table makes (regenerate: python -m chunkeval.engine.experiment
+    docs/settings.md)."""
+    assert settings_reference() in DOCS.read_text(encoding="utf-8")
+
+
+def test_every_setting_has_a_section_help_and_a_readable_kind():
+    kinds = {"path", "text", "bool", "int", "ints", "names", "index", "models"}
+    for s in SETTINGS:
+        assert s.section in SECTIONS and s.help and s.kind in kinds, s.name
+        assert (s.flag is None) or s.flag == "--" + s.name.replace("_", "-"), s.name
+
+
+def test_the_choices_are_the_implementations():
+    from chunkeval.engine.duplicates import MODES
+    from chunkeval.engine.embedding.backends import BACKENDS, QUANTIZE
+    from chunkeval.engine.embedding.precision import PRECISIONS
+    from chunkeval.engine.extract import HTML_MODES
+
+    table = {s.name: s.choices for s in SETTINGS}
+    assert set(table["duplicates"]) == set(MODES) and set(table["backend"]) == set(BACKENDS)
+    assert set(table["quantize"]) == set(QUANTIZE) and set(table["precision"]) == set(PRECISIONS)
+    assert set(table["html"]) == set(HTML_MODES)
+
+
+def test_every_flag_every_keyword_every_key_comes_from_the_table():
+    sweep = build_parser()._subparsers._group_actions[0].choices["sweep"]
+    flags = {flag for action in sweep._actions for flag in action.option_strings}
+    assert {s.flag for s in SETTINGS if s.flag} <= flags
+    keywords = inspect.signature(chunkeval.evaluate).parameters
+    assert {s.name for s in SETTINGS} <= set(keywords)
+    assert all(
+        f"    {s.name}: " in chunkeval.evaluate.__doc__ for s in SETTINGS if s.name not in ("corpus_dir", "questions")
+    )
+    assert Experiment.from_dict({s.name: s.default for s in SETTINGS if s.kind != "models"}).k == (5,)
+
+
+def test_an_old_spelling_is_read_with_a_note_and_never_beside_the_new():
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Renamed:
+        depth: tuple = setting((5,), "ints", "retrieval depths", "retrieval", deprecated=("k",))
+
+    table = table_of(Renamed)
+    notes = []
+    assert renamed({"k": [3]}, table, "exp.yaml", notes.append) == {"depth": [3]}
+    assert notes == ["note: exp.yaml: k is deprecated; write depth"]
+    with pytest.raises(InputError, match="k is an old spelling of depth: give one of them"):
+        renamed({"depth": [1], "k": [3]}, table)
+    assert isinstance(table[0], Setting) and table[0].flag == "--depth"
+
+
+def test_a_value_past_its_maximum_is_refused_however_it_arrives(tmp_path):
+    line = f"k must be at most {MAX_K}"
+    with pytest.raises(InputError, match=line):
+        Experiment.from_dict({"k": [MAX_K + 1]})
+    (tmp_path / "e.yaml").write_text(f"k: [{MAX_K + 1}]\n")
+    with pytest.raises(InputError, match=line):
+        Experiment.from_yaml(tmp_path / "e.yaml")
+    with pytest.raises(InputError, match=line):
+        Experiment().with_overrides(k=(MAX_K + 1,))
+    with pytest.raises(InputError, match="batch_size must be at most 65536"):
+        chunkeval.evaluate(batch_size=10**9)
+    with pytest.raises(InputError, match=line):
+        chunkeval.evaluate(k=[1_000_000_000])
+
+
+# --------------------------------------------------------------------------- malformed input, generated
+
+NAMES = [s.name for s in SETTINGS] + ["chunk_size", "top_k", "plugin"]
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(alphabet="ab1.:%-_ /,", max_size=12),
+    st.sampled_from(["fixed_token", "bm25", "dense", "exact", "hnsw:m=abc", "..x:f", ".x:f", "none", "10%", "1e400"]),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
+    max_leaves=6,
+)
+keys = st.one_of(st.sampled_from(NAMES), st.integers(), st.booleans(), st.none())
+
+
+def _one_line_or_experiment(call) -> None:
+    try:
+        call()
+    except InputError as exc:
+        assert "\n" not in str(exc) and str(exc)
+    except SystemExit as exc:  # argparse's usage error: exit 2
+        assert exc.code == 2
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(keys, values, max_size=5), st.booleans())
+def test_a_malformed_experiment_file_is_one_line(tmp_path, data, twice):
+    text = yaml.safe_dump(data, allow_unicode=True) if data else "{}\n"
+    if twice and data:
+        text += text.splitlines()[0] + "\n"  # the first key, given again
+    path = tmp_path / "exp.yaml"
+    path.write_text(text, encoding="utf-8")
+    _one_line_or_experiment(lambda: Experiment.from_yaml(path))
+
+
+FLAGS = [s.flag for s in SETTINGS if s.flag and s.kind != "bool"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(FLAGS + ["--batch-size", "--plugin"]),
+            st.one_of(
+                st.integers(min_value=-(2**65), max_value=2**65).map(str),
+                st.text(alphabet="ab1.:%-_,e9", min_size=1, max_size=12),
+            ),
+        ),
+        max_size=4,
+    )
+)
+def test_malformed_flags_are_one_line(pairs):
+    argv = ["sweep", "--out", "x.csv", "--retriever", "bm25", *[part for pair in pairs for part in pair]]
+    _one_line_or_experiment(lambda: experiment_from_args(build_parser().parse_args(argv)))
