@@ -120,6 +120,8 @@ class Proxy:
                 pass
 
             def do_GET(self):
+                if proxy.mode == "html":  # a login page or a proxy's, whatever is asked
+                    return self._answer(200, b"<html><body>Sign in</body></html>", {}, "text/html")
                 self._answer(200, b'{"ok": true}')
 
             def do_POST(self):
