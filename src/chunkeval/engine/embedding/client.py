@@ -196,7 +196,8 @@ class Client:
                 hint = ""
                 if status in (401, 403) and not self.key:
                     hint = " (no key was sent: bind one to this host in endpoints.yaml, docs/served.md)"
-                raise self._fail(f"HTTP {status}{tries}{hint}: {server_message(headers, raw)}")
+                said = " ".join(mask(server_message(headers, raw), self.key).split())[:200]  # masked, then cut
+                raise self._fail(f"HTTP {status}{tries}: {said}{hint}")
             return self._check(headers, raw, len(texts))
         raise AssertionError("unreachable")
 
