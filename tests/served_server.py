@@ -9,6 +9,7 @@ that folder between steps); it is built whole in a folder beside it and renamed,
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -98,13 +99,18 @@ class Proxy:
     """An HTTP server on 127.0.0.1 in front of `upstream` (or of nothing). `faults` is a list of what the
     next requests meet, one each: an HTTP status (`429`, `503`: answered by the proxy, with Retry-After
     for 429), `drop` (the connection closed with no answer), `kill` (the upstream server killed, then the
-    connection dropped), `slow` (the answer held back `slow_seconds` before it is forwarded). `mode` answers every request: `html`, `401`, `404`, `nan`, `short`, `wide`.
+    connection dropped), `slow` (the answer held back `slow_seconds` before it is forwarded). `mode` answers
+    every request: `html`, `401`, `404`, `nan`, `short`, `wide`; the hostile ones: `drip` (a good answer, one
+    byte a second), `huge` (300 MB of body, no length given), `usage` (`prompt_tokens` 1e30), `subnormal`,
+    `1e308`, `zero` (such vectors), `quote` (a 401 whose message quotes the request's key after 170
+    characters); `payload` answers `proxy.payload` (bytes) as it is.
     It records each request's Authorization header and input count."""
 
     def __init__(self, upstream: Infinity | None = None, mode: str | None = None, retry_after: str = "1"):
         self.upstream, self.mode, self.retry_after = upstream, mode, retry_after
         self.slow_seconds = 2.0
         self.faults: list[str] = []
+        self.payload = b""
         self.seen: list[tuple[str | None, int]] = []
         self.lock = threading.Lock()
         proxy = self
@@ -114,6 +120,8 @@ class Proxy:
                 pass
 
             def do_GET(self):
+                if proxy.mode == "html":  # a login page or a proxy's, whatever is asked
+                    return self._answer(200, b"<html><body>Sign in</body></html>", {}, "text/html")
                 self._answer(200, b'{"ok": true}')
 
             def do_POST(self):
@@ -137,6 +145,8 @@ class Proxy:
                     message = {"401": "Incorrect API key provided", "404": "The model does not exist"}
                     text = message.get(fault, "the server is busy")
                     return self._answer(int(fault), json.dumps({"error": {"message": text}}).encode(), headers)
+                if fault in HOSTILE:
+                    return HOSTILE[fault](self, request, proxy)
                 if fault == "html":
                     return self._answer(200, b"<html><body>Sign in</body></html>", {}, "text/html")
                 if fault in ("nan", "short", "wide"):
@@ -180,6 +190,53 @@ class Proxy:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def _vectors(request: dict, value: float, usage: int | None = None) -> bytes:
+    rows = [{"index": i, "embedding": [value] + [0.0] * 7} for i in range(len(request.get("input", [])))]
+    return json.dumps({"data": rows, "usage": {"prompt_tokens": usage if usage is not None else 3}}).encode()
+
+
+def _drip(handler, request, proxy) -> None:
+    payload = _vectors(request, 0.5)
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(payload)))
+    handler.end_headers()
+    with contextlib.suppress(OSError):  # the client gave up
+        for byte in payload[:120]:
+            handler.wfile.write(bytes([byte]))
+            handler.wfile.flush()
+            time.sleep(1)
+
+
+def _huge(handler, request, proxy) -> None:
+    handler.close_connection = True
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Connection", "close")
+    handler.end_headers()
+    chunk = b" " * (1 << 20)
+    with contextlib.suppress(OSError):  # the client stopped reading
+        for _ in range(300):
+            handler.wfile.write(chunk)
+
+
+HOSTILE = {
+    "drip": _drip,
+    "huge": _huge,
+    "usage": lambda h, r, p: h._answer(200, _vectors(r, 0.5, 10**30)),
+    "subnormal": lambda h, r, p: h._answer(200, _vectors(r, 1e-320)),
+    "1e308": lambda h, r, p: h._answer(200, _vectors(r, 1e308)),
+    "zero": lambda h, r, p: h._answer(200, _vectors(r, 0.0)),
+    "quote": lambda h, r, p: h._answer(
+        401,
+        json.dumps(
+            {"error": {"message": "Incorrect API key provided. " + "x" * 142 + f" {h.headers.get('Authorization')}"}}
+        ).encode(),
+    ),
+    "payload": lambda h, r, p: h._answer(200, p.payload),
+}
 
 
 def perturbed_minilm(source: Path, out: Path, scale: float = 0.05) -> Path:

@@ -52,6 +52,7 @@ def ws(tmp_path, recorded, monkeypatch):
     home, run_id, credit_run_id, disjoint_run_id = recorded
     monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
     monkeypatch.setenv("CHUNKEVAL_LOCK_TIMEOUT", "120")  # restored after the cases that change it
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the user's endpoints.yaml, if a case writes one
     corpus = tmp_path / "corpora"
     corpus.mkdir()
     (corpus / "doc.md").write_text("Alpha beta gamma. Delta epsilon zeta. " * 20, encoding="utf-8")
@@ -61,6 +62,7 @@ def ws(tmp_path, recorded, monkeypatch):
     (tmp_path / "run.jsonl").write_text('{"query_id": "1", "retrieved_chunk_ids": ["A"]}\n')
     return {
         "t": tmp_path,
+        "setenv": monkeypatch.setenv,
         "home": home,
         "run_id": run_id,
         "credit_run_id": credit_run_id,
@@ -1061,6 +1063,7 @@ def bad_server(mode: str) -> str:
 
 def served_yaml(t: Path, url: str, **settings) -> Path:
     entry = {"base_url": url, "model": "minilm", "max_retries": 0, **settings}
+    entry = {k: v for k, v in entry.items() if v is not None}  # no base_url: an endpoint names the server
     body = ", ".join(f"{k}: {json.dumps(v)}" for k, v in entry.items())
     return experiment(t, GOOD_YAML + f"model: [team]\nmodels:\n  team: {{{body}}}\n")
 
@@ -1088,11 +1091,37 @@ SERVED_CASES = {
     "served model answers one vector too few": ("short", {}, "answered 4 vector(s) for 5 input(s)"),
     "served model answers another width than dimensions": ("wide", {"dimensions": 384}, "width 385, not 384"),
     "served model answers NaN": ("nan", {}, "answered vectors with numbers that are not finite"),
+    # issue 30: keys bound to hosts by the user; hostile answers
+    "api_key_env sent to a host nobody bound it to": (
+        "http://10.255.255.1:9",
+        {"api_key_env": "CHUNKEVAL_TEST_KEY"},
+        "the key in CHUNKEVAL_TEST_KEY is not bound to http://10.255.255.1:9; a key goes only to hosts you bind",
+    ),
+    "a key with white space inside": ("401", {"api_key_env": "CHUNKEVAL_SPACED_KEY"}, "holds white space"),
+    "a key ending in CR, quoted late in the server's message": (
+        "quote",
+        {"api_key_env": "CHUNKEVAL_TEST_KEY"},
+        "xxxxxxxxxx Bearer ***",
+    ),
+    "an endpoint nobody defined": ("", {"endpoint": "nope"}, "no endpoint 'nope' in"),
+    "an endpoint beside a base_url": ("http://127.0.0.1:9", {"endpoint": "team-gw"}, "give it without base_url"),
+    "served model drips its answer past the timeout": ("drip", {"timeout": 1}, "no answer after 1 tries (ReadTimeout"),
+    "served model answers 300 MB": ("huge", {}, "answered more than the 2,359,296 bytes read for 5 input(s)"),
+    "served model answers subnormal numbers": ("subnormal", {}, "answered vectors with subnormal numbers"),
+    "served model answers 1e308": ("1e308", {}, "answered vectors with a component beyond 1e+06"),
+    "served model answers a zero vector": ("zero", {}, "answered a zero vector"),
 }
 
 
 def served_case(server: str | None, settings: dict):
     def argv(w):
+        w["setenv"]("CHUNKEVAL_TEST_KEY", "sk-test-" + "k" * 24 + "\r")  # as a CRLF .env file leaves it
+        w["setenv"]("CHUNKEVAL_SPACED_KEY", "sk-test one")
+        config = w["t"] / "config" / "chunkeval"
+        config.mkdir(parents=True, exist_ok=True)
+        write(config / "endpoints.yaml", "team-gw: {base_url: 'https://gw.example.com/v1', api_key_env: TEAM_KEY}\n")
+        if server == "":
+            return ["run", served_yaml(w["t"], None, **settings)]
         url = server if server and server.startswith("http") else f"http://127.0.0.1:{free_port()}"
         return ["run", served_yaml(w["t"], bad_server(server) if server and url != server else url, **settings)]
 
@@ -1266,6 +1295,67 @@ CASES.update(
         "extract: unreadable document with --strict": (
             lambda w: [in_corpus(w["t"], "damaged.pdf"), *extract(w["t"], "--strict")][1:],
             "damaged.pdf: document 'damaged' is unreadable: damaged PDF",
+        ),
+    }
+)
+
+
+def sparse(path: Path, size: int) -> Path:
+    """A file of `size` bytes that takes no disk (a hole), to cross a size limit fast."""
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+    return path
+
+
+# issue 30: documents and BEIR inputs, each class of input bounded
+CASES.update(
+    {
+        "sweep: an HTML page declaring charset=undefined with --strict": (
+            lambda w: [
+                in_corpus(w["t"], "u.html", b"<meta charset=undefined><p>caf\xe9</p>"),
+                *sweep(w["t"], "--strict"),
+            ][1:],
+            "u.html: document 'u' is unreadable: not UTF-8 and declares an unknown charset 'undefined'",
+        ),
+        "sweep: an HTML page declaring a codec that is no charset (rot13) with --strict": (
+            lambda w: [in_corpus(w["t"], "r.html", b"<meta charset=rot13><p>caf\xe9</p>"), *sweep(w["t"], "--strict")][
+                1:
+            ],
+            "declares an unknown charset 'rot13'",
+        ),
+        "sweep: a document file over the size limit": (
+            lambda w: [sparse(w["t"] / "corpora" / "big.html", (64 << 20) + 1), *sweep(w["t"])][1:],
+            "big.html: a document file of more than 64 MiB is refused",
+        ),
+        "sweep: BEIR corpus line with an empty _id": (
+            lambda w: beir_sweep(w["t"], corpus='{"_id": "", "text": "words"}\n'),
+            "corpus.jsonl: row 1: empty document _id",
+        ),
+        "sweep: BEIR corpus line with a list for an id": (
+            lambda w: beir_sweep(w["t"], corpus='{"id": [1], "text": "words"}\n'),
+            "corpus.jsonl: row 1: document id must be text or a number, got [1]",
+        ),
+        "sweep: BEIR query text that is a list": (
+            lambda w: beir_sweep(w["t"], queries='{"_id": "q1", "text": ["words"]}\n'),
+            "queries.jsonl: row 1: query text must be text, got ['words']",
+        ),
+        "sweep: BEIR grade of 1e308": (
+            lambda w: beir_sweep(w["t"], qrels="query-id\tcorpus-id\tscore\nq1\td1\t1e308\n"),
+            "test.tsv: row 1: grade '1e308' is beyond ±1,000",
+        ),
+        "evaluate-run: TREC qrels grade of -1e308": (
+            lambda w: evaluate_run(
+                w["t"],
+                write(w["t"] / "qrels.txt", "q1 0 d1 -1e308\n"),
+                write(w["t"] / "run.txt", "q1 Q0 d1 1 1.0 r\n"),
+                "--format",
+                "trec",
+            ),
+            "qrels.txt: row 1: grade '-1e308' is beyond ±1,000",
+        ),
+        "run: an MLflow URI where a proxy answers HTML": (
+            lambda w: ["run", "--mlflow", bad_server("html")],
+            "answered GET mlflow/experiments/search?max_results=1 with text/html that is not JSON",
         ),
     }
 )

@@ -28,6 +28,7 @@ from chunkeval.vocabulary import CONFIG_KEYS
 
 PARAM_LIMIT = 6000  # MLflow's longest param value
 BATCH_PARAMS, BATCH_METRICS, BATCH_ENTITIES = 100, 1000, 1000  # MLflow's limits on one runs/log-batch
+ANSWER_BYTES = 16 << 20  # the most read of one answer (MLflow's are a few KiB)
 ARTIFACTS = "mlflow-artifacts:"  # the scheme of a run's artifacts when the server proxies them
 
 
@@ -48,6 +49,10 @@ def check_server(uri: str, what: str = "--mlflow") -> str:
         raise InputError(f"{what}: no MLflow server answers at {uri} ({reason})") from None
     if not ok:
         raise InputError(f"{what}: {uri} is no MLflow tracking server (its /health did not answer OK)")
+    try:  # a proxy or a login page answers /health too: MLflow's API must answer JSON
+        _call(uri.rstrip("/"), "GET", "mlflow/experiments/search?max_results=1")
+    except MlflowError as exc:
+        raise InputError(f"{what}: {exc}") from None
     return uri.rstrip("/")
 
 
@@ -67,21 +72,30 @@ def _call(uri: str, method: str, endpoint: str, body=None, data: bytes | None = 
     request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": kind})
     try:
         with urllib.request.urlopen(request, timeout=60) as answer:
-            text = answer.read()
+            text, kind = answer.read(ANSWER_BYTES + 1), answer.headers.get("Content-Type", "")
     except urllib.error.HTTPError as exc:
-        raw = exc.read().decode("utf-8", "replace")
+        raw = exc.read(ANSWER_BYTES).decode("utf-8", "replace")
         try:
             found = json.loads(raw)
             code, message = found.get("error_code", ""), found.get("message", raw)
         except (ValueError, AttributeError):
             code, message = "", raw[:300]
         raise MlflowError(
-            f"MLflow at {uri} refused {method} {endpoint}: HTTP {exc.code} {code}: {message}", code
+            f"MLflow at {uri} refused {method} {endpoint}: HTTP {exc.code} {code}: {str(message)[:300]}", code
         ) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise MlflowError(f"MLflow at {uri} did not answer {method} {endpoint} ({reason})") from None
-    return json.loads(text) if text.strip() else {}
+    if len(text) > ANSWER_BYTES:
+        raise MlflowError(f"MLflow at {uri} answered {method} {endpoint} with more than {ANSWER_BYTES:,} bytes")
+    try:
+        return json.loads(text) if text.strip() else {}
+    except ValueError:  # a proxy's or a login page's HTML, answered with 200
+        what = kind.split(";")[0].strip() or "a body"
+        raise MlflowError(
+            f"MLflow at {uri} answered {method} {endpoint} with {what} that is not JSON: is {uri} an MLflow "
+            "tracking server, not a proxy or a login page?"
+        ) from None
 
 
 def _experiment_id(uri: str, name: str) -> str:

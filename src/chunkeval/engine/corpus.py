@@ -23,6 +23,7 @@ from pathlib import Path
 from chunkeval.engine.extract import DOCUMENT_SUFFIXES, DocumentReader, Unreadable, identity
 from chunkeval.engine.inputs import _jsonl_object, _nonempty, _query_id, listing
 from chunkeval.errors import InputError
+from chunkeval.limits import DOCUMENT_BYTES
 
 log = logging.getLogger("chunkeval")
 
@@ -181,6 +182,10 @@ def read_jsonl_documents(path: Path, corpus: str, into: Documents, strict: bool 
                 why = f"not UTF-8 text (invalid byte at offset {exc.start})"
                 _unreadable(into, strict, _document_id(obj, path, row), corpus, path, why, row)
                 continue
+        if len(line) > DOCUMENT_BYTES:
+            raise InputError(
+                f"a document of more than {DOCUMENT_BYTES >> 20} MiB is refused (docs/limits.md)", path, row
+            )
         obj = _jsonl_object(line, (), path, row)
         doc = _document_id(obj, path, row)
         if "text" not in obj:
@@ -197,7 +202,7 @@ def _document_id(obj: dict, path: Path, row: int) -> str:
     key = "_id" if "_id" in obj else "id" if "id" in obj else None
     if key is None:
         raise InputError("missing key(s) _id (or id)", path, row)
-    return _query_id(obj[key], path, row)
+    return _query_id(obj[key], path, row, f"document {key}")
 
 
 def read_file_document(

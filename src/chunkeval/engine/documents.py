@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from chunkeval.engine.inputs import (
     read_text,
 )
 from chunkeval.errors import InputError
+from chunkeval.limits import short
 
 log = logging.getLogger("chunkeval")
 
@@ -84,9 +86,14 @@ def load_queries(path: Path) -> dict[str, str]:
         qid = _query_id(obj["_id"], path, row)
         if qid in out:
             raise InputError(f"query id {qid!r} appears twice", path, row)
-        if not isinstance(obj["text"], str) or not obj["text"].strip():
+        text = obj["text"]
+        if isinstance(text, (int, float)) and not isinstance(text, bool) and math.isfinite(text):
+            text = str(text)  # a query that is a number (`"text": 1984`) is that number's text
+        if not isinstance(text, str):
+            raise InputError(f"query text must be text, got {short(text)}", path, row)
+        if not text.strip():
             raise InputError("empty query text", path, row)
-        out[qid] = obj["text"]
+        out[qid] = text
     return out
 
 
@@ -142,8 +149,6 @@ def load_doc_gold(queries_path: Path, qrels_path: Path, docs: Documents, strict:
     qids = [q for q in queries if q in qrels]
     if not qids:
         raise InputError("no query of the queries file has qrels", qrels_path)
-    if dropped:
-        log.warning("%s: %d qrels row(s) name an unknown query or document and are left out", qrels_path, dropped)
     return DocGold(
         qids,
         [queries[q] for q in qids],
@@ -159,6 +164,8 @@ def load_doc_gold(queries_path: Path, qrels_path: Path, docs: Documents, strict:
 def warn_left_out(docs: Documents, gold) -> None:
     """One warning line per document left out as unreadable, then the qrels rows naming them (document gold)."""
     docs.warn()
+    if getattr(gold, "dropped", 0):
+        log.warning("%s: %d qrels row(s) name an unknown query or document and are left out", gold.source, gold.dropped)
     if getattr(gold, "unreadable", 0):
         log.warning("%s: %d qrels row(s) name an unreadable document and are left out", gold.source, gold.unreadable)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from chunkeval.errors import InputError
-from chunkeval.limits import HEADER_BYTES, MAX_INT, head, json_loads, regular_file, short
+from chunkeval.limits import HEADER_BYTES, MAX_GRADE, MAX_INT, head, json_loads, regular_file, short
 from chunkeval.vocabulary import GOLD_FORMATS
 
 log = logging.getLogger("chunkeval")
@@ -148,9 +148,12 @@ def _json_value(value, path: Path, row: int, column: str):
         raise InputError(f"column {column}: broken JSON ({exc.msg})", path, row) from None
 
 
-def _query_id(value, path: Path, row: int) -> str:
+def _query_id(value, path: Path, row: int, what: str = "query_id") -> str:
+    """An id of a row (text or a whole number); `what` names it in the error (query_id, document _id)."""
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise InputError("empty query_id", path, row)
+        raise InputError(f"empty {what}", path, row)
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise InputError(f"{what} must be text or a number, got {short(value)}", path, row)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value)
@@ -433,13 +436,16 @@ def _trec_lines(path: Path, n_fields: int, what: str) -> Iterator[tuple[int, lis
 
 
 def _finite(text: str, what: str, path: Path, row: int) -> float:
-    """A number of a TREC file's column `what`: finite, or one line naming the file and row."""
+    """A number of a TREC file's column `what`: finite (a grade within ±`MAX_GRADE`), or one line naming the
+    file and row."""
     try:
         value = float(text)
     except ValueError:
         raise InputError(f"{what} {short(text)} is not a number", path, row) from None
     if not math.isfinite(value):
         raise InputError(f"{what} {short(text)} is not a finite number", path, row)
+    if what == "grade" and abs(value) > MAX_GRADE:
+        raise InputError(f"grade {short(text)} is beyond ±{MAX_GRADE:,} (docs/limits.md)", path, row)
     return value
 
 

@@ -3,16 +3,20 @@
 Texts are sent in batches of at most `batch_size` inputs and `max_batch_tokens` cl100k tokens,
 `concurrency` requests in flight. A request that meets 429, a 5xx, a timeout or a dropped connection is
 sent again after an exponential backoff with jitter (or the server's `Retry-After`, when longer), at most
-`max_retries` times. Every response is checked before its vectors are handed on: one vector per input,
-indices 0..n-1, one width (`dimensions` when given, the recorded width when known), finite numbers.
+`max_retries` times. A request, its whole answer included, has `timeout` seconds (a server that drips its
+answer cannot hold a run longer), and an answer is read only up to `max_body_bytes(n)` (1 MiB and 256 KiB
+per input). Every response is checked before its vectors are handed on: one vector per input, indices
+0..n-1, one width (`dimensions` when given, the recorded width when known), numbers that are finite, not
+subnormal and at most `MAX_COMPONENT` in magnitude, no zero vector; usage figures outside 0..2³¹−1 are
+not believed (the tokens are counted instead).
 Vectors are handed to `on_batch` as each response arrives, so that the caller caches them at once: a
-run that fails later loses none of them. The API key goes into the Authorization header only; error
-messages never hold it.
+run that fails later loses none of them. The API key goes into the Authorization header only, and only
+to a host the user bound it to (`chunkeval.engine.endpoints`); error messages never hold it (masked before
+any cut).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -24,13 +28,66 @@ from email.utils import parsedate_to_datetime
 import numpy as np
 
 from chunkeval.engine.embedding.served import ServedModel
+from chunkeval.engine.endpoints import mask
 from chunkeval.errors import InputError
+from chunkeval.limits import MAX_INT
 
 log = logging.getLogger("chunkeval")
 
 RETRY_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 BACKOFF = 0.5  # seconds before the first retry; doubled each time, with jitter
 MAX_WAIT = 60.0  # the longest wait between two tries (Retry-After included)
+MAX_COMPONENT = 1e6  # the largest magnitude of a vector's component (docs/served.md)
+BODY_BYTES, BODY_BYTES_PER_INPUT = 1 << 20, 256 << 10  # an answer's size: 1 MiB, and 256 KiB per input
+_deadline = threading.local()  # when the request this thread is making must be over (time.monotonic)
+
+
+def max_body_bytes(n: int) -> int:
+    """The most bytes read of an answer to a request of `n` inputs (3,072 floats in JSON take about 60 KiB)."""
+    return BODY_BYTES + n * BODY_BYTES_PER_INPUT
+
+
+class _DeadlineStream:
+    """A connection whose every read and write waits no longer than the request's deadline allows, so that a
+    server dripping its headers or body one byte at a time cannot outlive it."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def _timeout(self, timeout):
+        import httpcore
+
+        end = getattr(_deadline, "value", None)
+        if end is None:
+            return timeout
+        left = end - time.monotonic()
+        if left <= 0:
+            raise httpcore.ReadTimeout("the request's deadline passed")
+        return left if timeout is None else min(timeout, left)
+
+    def read(self, max_bytes, timeout=None):
+        return self.stream.read(max_bytes, self._timeout(timeout))
+
+    def write(self, buffer, timeout=None):
+        return self.stream.write(buffer, self._timeout(timeout))
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        return _DeadlineStream(self.stream.start_tls(ssl_context, server_hostname, self._timeout(timeout)))
+
+    def __getattr__(self, name):  # close, get_extra_info
+        return getattr(self.stream, name)
+
+
+class _DeadlineBackend:
+    def __init__(self, backend):
+        self.backend = backend
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        timeout = _DeadlineStream(None)._timeout(timeout)
+        return _DeadlineStream(self.backend.connect_tcp(host, port, timeout, local_address, socket_options))
+
+    def __getattr__(self, name):  # connect_unix_socket, sleep
+        return getattr(self.backend, name)
 
 
 class ServedError(InputError):
@@ -80,11 +137,11 @@ class Client:
         headers = {"Content-Type": "application/json"}
         if self.key:
             headers["Authorization"] = f"Bearer {self.key}"
-        self.http = httpx.Client(
-            headers=headers,
-            timeout=served.timeout,
-            limits=httpx.Limits(max_connections=served.concurrency + 1, max_keepalive_connections=served.concurrency),
-        )
+        limits = httpx.Limits(max_connections=served.concurrency + 1, max_keepalive_connections=served.concurrency)
+        transport = httpx.HTTPTransport(limits=limits)
+        pool = transport._pool  # httpx takes no network backend: the deadline wraps its connections
+        pool._network_backend = _DeadlineBackend(pool._network_backend)
+        self.http = httpx.Client(headers=headers, timeout=served.timeout, transport=transport)
         self.retries = 0
         self.width: int | None = None  # of the vectors so far (the cache's, or the first answer's)
         self._lock = threading.Lock()
@@ -93,10 +150,27 @@ class Client:
         self.http.close()
 
     def _fail(self, what: str) -> ServedError:
-        text = " ".join(what.split())
-        if self.key:
-            text = text.replace(self.key, "***")
+        text = " ".join(mask(what, self.key).split())  # masked first: a cut never leaves part of a key
         return ServedError(f"{self.served.name}: {self.served.endpoint}: {text[:300]}")
+
+    def _post(self, body: dict, n: int):
+        """(status, headers, bytes) of one request, within the deadline and the size cap."""
+        cap = max_body_bytes(n)
+        _deadline.value = time.monotonic() + self.served.timeout
+        try:
+            with self.http.stream("POST", self.served.endpoint, json=body) as response:
+                size = response.headers.get("content-length", "")
+                if size.isdigit() and int(size) > cap:
+                    raise self._fail(f"answered {int(size):,} bytes, more than the {cap:,} read for {n} input(s)")
+                chunks, got = [], 0
+                for chunk in response.iter_bytes():
+                    got += len(chunk)
+                    if got > cap:
+                        raise self._fail(f"answered more than the {cap:,} bytes read for {n} input(s)")
+                    chunks.append(chunk)
+                return response.status_code, response.headers, b"".join(chunks)
+        finally:
+            _deadline.value = None
 
     def request(self, texts: list[str]) -> tuple[np.ndarray, int | None]:
         """(vectors, tokens the server reports or None) for one batch, retried as the module says."""
@@ -108,19 +182,23 @@ class Client:
         for attempt in range(self.served.max_retries + 1):
             last = attempt == self.served.max_retries
             try:
-                response = self.http.post(self.served.endpoint, json=body)
-            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                status, headers, raw = self._post(body, len(texts))
+            except (httpx.TimeoutException, httpx.TransportError, httpx.DecodingError) as exc:
                 if last:
                     raise self._fail(f"no answer after {attempt + 1} tries ({type(exc).__name__}: {exc})") from None
                 self._wait(attempt, None, type(exc).__name__)
                 continue
-            if response.status_code in RETRY_STATUS and not last:
-                self._wait(attempt, response.headers.get("retry-after"), str(response.status_code))
+            if status in RETRY_STATUS and not last:
+                self._wait(attempt, headers.get("retry-after"), str(status))
                 continue
-            if response.status_code != 200:
+            if status != 200:
                 tries = f" after {attempt + 1} tries" if attempt else ""
-                raise self._fail(f"HTTP {response.status_code}{tries}: {server_message(response)}")
-            return self._check(response, len(texts))
+                hint = ""
+                if status in (401, 403) and not self.key:
+                    hint = " (no key was sent: bind one to this host in endpoints.yaml, docs/served.md)"
+                said = " ".join(mask(server_message(headers, raw), self.key).split())[:200]  # masked, then cut
+                raise self._fail(f"HTTP {status}{tries}: {said}{hint}")
+            return self._check(headers, raw, len(texts))
         raise AssertionError("unreachable")
 
     def _wait(self, attempt: int, retry_after: str | None, why: str) -> None:
@@ -133,12 +211,14 @@ class Client:
         log.info("%s: %s; trying again in %.1f s", self.served.endpoint, why, delay)
         time.sleep(delay)
 
-    def _check(self, response, n: int) -> tuple[np.ndarray, int | None]:
+    def _check(self, headers, raw: bytes, n: int) -> tuple[np.ndarray, int | None]:
         """The response's vectors in input order, every promise checked."""
-        kind = response.headers.get("content-type", "")
+        from chunkeval.limits import json_loads
+
+        kind = headers.get("content-type", "")
         try:
-            data = json.loads(response.text)
-        except ValueError:
+            data = json_loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):
             raise self._fail(f"answered {kind.split(';')[0] or 'something'} that is not JSON") from None
         items = data.get("data") if isinstance(data, dict) else None
         if not isinstance(items, list):
@@ -161,19 +241,29 @@ class Client:
             if want is not None and got != want:
                 raise self._fail(f"answered vectors of width {got}, not {want}")
             self.width = got
+        if any(isinstance(x, bool) or not isinstance(x, (int, float)) for r in rows for x in r):
+            raise self._fail("answered embeddings that are not numbers")
         try:
             vectors = np.asarray(rows, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise self._fail("answered embeddings that are not numbers") from None
+        except (TypeError, ValueError, OverflowError):
+            raise self._fail("answered embeddings that are not numbers (or beyond a float's range)") from None
         if got == 0 or not np.all(np.isfinite(vectors)):
             raise self._fail("answered vectors with numbers that are not finite (NaN or infinity)")
+        size = np.abs(vectors)
+        if np.any((size > 0) & (size < np.finfo(np.float64).tiny)):
+            raise self._fail("answered vectors with subnormal numbers (below 2.2e-308 in magnitude)")
+        if np.any(size > MAX_COMPONENT):
+            raise self._fail(f"answered vectors with a component beyond {MAX_COMPONENT:g} in magnitude")
         ordered = np.empty_like(vectors)
         ordered[index] = vectors
         norms = np.linalg.norm(ordered, axis=1, keepdims=True)
-        ordered = np.where(norms > 0, ordered / np.where(norms > 0, norms, 1), 0)  # cosine, as local models
+        if np.any(norms == 0):
+            raise self._fail("answered a zero vector (no direction to compare by cosine)")
+        ordered = ordered / norms  # cosine, as local models
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         tokens = usage.get("prompt_tokens", usage.get("total_tokens"))
-        return ordered.astype(np.float32), tokens if isinstance(tokens, int) and tokens >= 0 else None
+        believed = isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens <= MAX_INT
+        return ordered.astype(np.float32), tokens if believed else None
 
     def embed(
         self,
@@ -210,20 +300,24 @@ class Client:
             raise error
 
 
-def server_message(response) -> str:
-    """What the server said about a failure: its JSON error message, else the start of its text."""
+def server_message(headers, raw: bytes) -> str:
+    """What the server said about a failure: its JSON error message, else its text (whole: the caller masks
+    keys in it before cutting it short)."""
+    from chunkeval.limits import json_loads
+
+    text = raw.decode("utf-8", "replace")
     try:
-        data = response.json()
-    except ValueError:
-        kind = response.headers.get("content-type", "").split(";")[0]
-        return f"{kind or 'a body'} that is not JSON" if "html" in kind else response.text[:200] or "no message"
+        data = json_loads(text)
+    except (ValueError, RecursionError):
+        kind = headers.get("content-type", "").split(";")[0]
+        return f"{kind or 'a body'} that is not JSON" if "html" in kind else text or "no message"
     if isinstance(data, dict):
         error = data.get("error", data.get("detail", data.get("message")))
         if isinstance(error, dict):
             error = error.get("message", error)
         if error is not None:
-            return str(error)[:200]
-    return str(data)[:200]
+            return str(error)
+    return str(data)
 
 
 def retry_after_seconds(value: str | None) -> float | None:

@@ -1,9 +1,11 @@
 """Served embedding models: a model behind an OpenAI-compatible `/embeddings` endpoint.
 
 A served model is named on the model axis as `openai:MODEL` (OpenAI's endpoint, key from
-`OPENAI_API_KEY`) or `openai:MODEL@BASE_URL` (any compatible server; key from `OPENAI_API_KEY` when
-set), or by a name of the experiment's `models:` mapping, which gives every setting (`KEYS`). The key
-itself is read from the environment when a request is made and is never part of a setting.
+`OPENAI_API_KEY`) or `openai:MODEL@BASE_URL` (any compatible server), or by a name of the experiment's
+`models:` mapping, which gives every setting (`KEYS`), its server as a base URL or as an `endpoint:` of the
+user's `endpoints.yaml`. Which key goes to which host is the user's binding (`chunkeval.engine.endpoints`),
+never the experiment file's; the key itself is read from the environment when a request is made and is
+never part of a setting.
 
 A served model's identity (what keys its vectors) is its model name, `dimensions`, prefixes and input
 limit, plus a generation that `chunkeval.engine.embedding.probes` moves on when the model behind the
@@ -15,19 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 from dataclasses import asdict, dataclass, fields
-from urllib.parse import urlsplit
 
+from chunkeval.engine.endpoints import ENV_NAME, OPENAI_BASE_URL, check_base_url, endpoint_key, named
 from chunkeval.errors import InputError
 from chunkeval.limits import short
 
 PREFIX = "openai:"
-OPENAI_BASE_URL = "https://api.openai.com/v1"
-OPENAI_KEY_ENV = "OPENAI_API_KEY"
 _AT_URL = re.compile(r"@(?=https?://)")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -51,7 +49,8 @@ class ServedModel:
     price_per_million_tokens: float | None = None
     max_retries: int = 6
     probe_interval: float = 86400.0  # seconds between the watch's probes
-    timeout: float = 60.0  # seconds per request
+    timeout: float = 60.0  # seconds per request, the whole answer included
+    endpoint_name: str | None = None  # an endpoint of the user's endpoints.yaml (`endpoint:`), else base_url
 
     @property
     def endpoint(self) -> str:
@@ -74,46 +73,27 @@ class ServedModel:
     def prompts(self) -> dict[str, str]:
         return {k: v for k, v in (("query", self.query_prefix), ("document", self.document_prefix)) if v}
 
-    def key_env(self) -> str:
-        return self.api_key_env or OPENAI_KEY_ENV
-
     def api_key(self) -> str | None:
-        """The key from the environment; None where none is needed. A named variable that is unset is an error."""
-        key = os.environ.get(self.key_env()) or None
-        needs = self.api_key_env is not None or self.base_url == OPENAI_BASE_URL
-        if key is None and needs:
-            raise InputError(f"model {self.name}: the API key variable {self.key_env()} is not set")
-        return key
+        """The key from the environment, only where the user bound its variable to this model's host (or the
+        host is loopback): `endpoints.endpoint_key`. None where none is needed; a variable asked for that is
+        unset, or not bound to the host, is an error."""
+        if self.endpoint_name is not None:
+            return endpoint_key(self.endpoint_name, None, f"model {self.name}")[1]
+        return endpoint_key(self.base_url, self.api_key_env, f"model {self.name}")[1]
 
     def settings(self) -> dict:
         """The `models:` entry of this model (what an experiment's settings record; never a key)."""
         data = {k: v for k, v in asdict(self).items() if k != "name"}
         defaults = {f.name: f.default for f in fields(self)}
-        return {k: v for k, v in data.items() if k in ("api", "model", "base_url") or v != defaults[k]}
+        out = {k: v for k, v in data.items() if k in ("api", "model", "base_url") or v != defaults[k]}
+        if self.endpoint_name is not None:  # the server is the user's endpoint, looked up again when read
+            out.pop("base_url")
+            out["endpoint"] = out.pop("endpoint_name")
+        return out
 
 
 def is_spec(model: str) -> bool:
     return model.startswith(PREFIX)
-
-
-def check_base_url(url: str, what: str, source: str | None = None) -> str:
-    """An http(s) URL with a host and no credentials, query or fragment."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        raise InputError(f"{what}: base URL {short(url)} is not a URL", source) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError(f"{what}: base URL {short(url)} must be http:// or https:// with a host", source)
-    if parts.username or parts.password or parts.query or parts.fragment or (port is not None and port < 1):
-        raise InputError(
-            f"{what}: base URL {short(url)} must hold no user, password, query or fragment "
-            "(a key goes in the variable api_key_env names)",
-            source,
-        )
-    if any(c.isspace() for c in url):
-        raise InputError(f"{what}: base URL {short(url)} holds white space", source)
-    return url.rstrip("/")
 
 
 def parse_spec(spec: str, source: str | None = None) -> ServedModel:
@@ -159,12 +139,17 @@ def parse_entry(name: str, entry, source: str | None = None) -> ServedModel:
     """One entry of a `models:` mapping, every key checked."""
     if not isinstance(entry, dict):
         raise InputError(f"models: {name} must be a mapping of settings (api, base_url, model, …)", source)
-    known = [f.name for f in fields(ServedModel) if f.name != "name"]
+    known = [f.name for f in fields(ServedModel) if f.name not in ("name", "endpoint_name")] + ["endpoint"]
     unknown = sorted(str(k) for k in set(entry) - set(known))
     if unknown:
         raise InputError(f"models: {name}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}", source)
     if entry.get("api", "openai") != "openai":
         raise InputError(f"models: {name}: api must be openai, got {short(entry.get('api'))}", source)
+    if "endpoint" in entry and ("base_url" in entry or "api_key_env" in entry):
+        raise InputError(
+            f"models: {name}: endpoint names the server and its key; give it without base_url and api_key_env",
+            source,
+        )
     values: dict = {"name": name, "model": entry.get("model", name)}
     for key, value in entry.items():
         if key in ("batch_size", "max_batch_tokens", "concurrency", "max_input_tokens", "dimensions"):
@@ -177,8 +162,13 @@ def parse_entry(name: str, entry, source: str | None = None) -> ServedModel:
             values[key] = parse_duration(value, f"models: {name}: probe_interval", source)
         elif key == "base_url":
             values[key] = check_base_url(str(value), f"models: {name}", source)
+        elif key == "endpoint":
+            if not isinstance(value, str):
+                raise InputError(f"models: {name}: endpoint names an endpoint of endpoints.yaml", source)
+            values["endpoint_name"] = value
+            values["base_url"] = named(value, f"models: {name}", source).base_url
         elif key == "api_key_env":
-            if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
+            if not isinstance(value, str) or not ENV_NAME.fullmatch(value):
                 raise InputError(
                     f"models: {name}: api_key_env names an environment variable (not the key), got a value "
                     f"of {len(str(value))} characters",

@@ -12,7 +12,7 @@ from pathlib import Path
 from chunkeval.engine.extract import html as html_extractor
 from chunkeval.engine.extract.base import Extracted, Unreadable, page_span  # noqa: F401 (re-exported)
 from chunkeval.errors import InputError
-from chunkeval.limits import regular_file
+from chunkeval.limits import DOCUMENT_BYTES, regular_file
 
 TEXT_SUFFIXES = (".md", ".txt")
 EXTRACTED_SUFFIXES = (".html", ".htm", ".pdf")
@@ -48,8 +48,13 @@ def decode_text(data: bytes) -> str:
 
 
 def _read_bytes(path: Path) -> bytes:
+    """A document file's bytes; one larger than `DOCUMENT_BYTES` is refused before it is read."""
     try:
-        return regular_file(path).read_bytes()
+        if regular_file(path).stat().st_size > DOCUMENT_BYTES:
+            raise InputError(
+                f"a document file of more than {DOCUMENT_BYTES >> 20} MiB is refused (docs/limits.md)", path
+            )
+        return path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read file ({exc.strerror})", path) from None
 

@@ -16,6 +16,7 @@ neither is unreadable.
 
 from __future__ import annotations
 
+import codecs
 import re
 from importlib.metadata import version
 
@@ -49,12 +50,18 @@ def decode(data: bytes) -> str:
         if declared is None:
             raise Unreadable(f"not UTF-8 (invalid byte at offset {exc.start}) and no charset declared") from None
         name = declared.group(1).decode("ascii")
+        try:  # a name Python knows but that is no text encoding (`undefined`, `rot13`, `base64`) is unknown too
+            known = codecs.lookup(name)._is_text_encoding and codecs.lookup(name).name != "undefined"
+        except LookupError:
+            known = False
+        if not known:
+            raise Unreadable(f"not UTF-8 and declares an unknown charset {name!r}") from None
         try:
             return data.decode(name)
-        except LookupError:
-            raise Unreadable(f"declares an unknown charset {name!r}") from None
         except UnicodeDecodeError as inner:
             raise Unreadable(f"not {name} text (invalid byte at offset {inner.start})") from None
+        except (UnicodeError, ValueError) as inner:  # a codec's own failure
+            raise Unreadable(f"not {name} text ({type(inner).__name__})") from None
 
 
 def extract(data: bytes, mode: str) -> Extracted:
