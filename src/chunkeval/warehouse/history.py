@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import duckdb
 import pyarrow as pa
 
 from chunkeval.errors import InputError
@@ -188,4 +189,12 @@ class History(Schema):
             sql = summary_sql(
                 source, ["duplicates", *CONFIG_KEYS], columns, skip, extra=("count(DISTINCT run_id) AS n_runs",)
             )
-            return con.sql(sql).to_arrow_table(), [r["run_id"] for r in runs]
+            try:
+                return con.sql(sql).to_arrow_table(), [r["run_id"] for r in runs]
+            except duckdb.Error:
+                from chunkeval.warehouse.results import damaged_files
+
+                found = damaged_files(self.results, [r["run_id"] for r in runs])
+                if not found:
+                    raise
+                raise found[0] from None

@@ -3,6 +3,7 @@ references and models (with the columns the views show), and the gold-set check 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from chunkeval.errors import InputError
+from chunkeval.errors import Fault, InputError
 from chunkeval.stats.columns import numbers
 from chunkeval.vocabulary import CONFIG_KEYS, slice_name
 from chunkeval.warehouse.history import History
@@ -18,8 +19,77 @@ from chunkeval.warehouse.migrations import SCHEMA_VERSION
 from chunkeval.warehouse.tables import empty_results, projection, quote
 
 
+class DamagedResults(Fault):
+    """A results file of a run that cannot be read (truncated, overwritten): one line naming it, exit status 4.
+    `chunkeval warehouse repair` quarantines the run."""
+
+    def __init__(self, run_id: str, path: Path, reason: str):
+        self.run_id, self.reason = run_id, reason
+        super().__init__(
+            f"the results of run {run_id} are damaged ({reason}); `chunkeval warehouse repair` quarantines "
+            "the run, and comparisons leave it out",
+            path,
+        )
+
+
+@contextlib.contextmanager
+def reading(run_id: str, path: Path):
+    """Reads of one results file of a run: an error of the file (DuckDB's, pyarrow's, an OSError that is no fault
+    of the machine) becomes `DamagedResults` naming it; chunkeval's own errors pass."""
+    import duckdb
+    import pyarrow as pa
+
+    from chunkeval.errors import as_fault
+
+    try:
+        yield
+    except InputError:
+        raise
+    except (duckdb.Error, pa.ArrowException, OSError) as exc:
+        if isinstance(exc, OSError) and as_fault(exc) is not None:
+            raise
+        raise DamagedResults(run_id, path, _reason(exc)) from None
+
+
+def _reason(exc: Exception) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0].strip().rstrip(".")
+
+
+def check_file(run_id: str, path: Path) -> None:
+    """Read one Parquet file whole, batch by batch (its footer, every page and its checksums as DuckDB checks
+    them): `DamagedResults` where it cannot be read."""
+    import duckdb
+
+    with reading(run_id, path):
+        con = duckdb.connect()
+        try:
+            reader = con.execute(f"SELECT * FROM read_parquet({quote(path)})").to_arrow_reader(65536)
+            for _ in reader:
+                pass
+        finally:
+            con.close()
+
+
+def damaged_files(results: Path, run_ids: list[str]) -> list[DamagedResults]:
+    """The Parquet files of the runs' folders under `results` that cannot be read, one error each."""
+    found = []
+    for run_id in run_ids:
+        for path in sorted((results / run_id).glob("*.parquet")):
+            try:
+                check_file(run_id, path)
+            except DamagedResults as exc:
+                found.append(exc)
+    return found
+
+
 class Results(History):
     """Reading a completed run's results files."""
+
+    def damaged_files(self, run_ids: list[str] | None = None) -> list[DamagedResults]:
+        """The results files of the runs (by default every completed run) that cannot be read, one error each."""
+        if run_ids is None:
+            run_ids = [r["run_id"] for r in self.runs(status="completed")]
+        return damaged_files(self.results, run_ids)
 
     def summary(self, run_id: str) -> pa.Table:
         with self.connect() as con:
@@ -41,7 +111,7 @@ class Results(History):
         if not path.is_file():
             return {}
         out: dict[str, set[str]] = {}
-        with self.connect() as con:
+        with self.connect() as con, reading(run_id, path):
             found = con.execute(f"SELECT query_id, slice_column, slice_value FROM read_parquet({quote(path)})")
             for query_id, column, value in found.fetchall():
                 out.setdefault(slice_name(column, value), set()).add(query_id)
@@ -62,8 +132,9 @@ class Results(History):
                 return empty_results()[kind]
         import pyarrow.parquet as pq
 
-        names = set(pq.read_schema(path).names)
-        with self.connect() as con:
+        with reading(run_id, path):
+            names = set(pq.read_schema(path).names)
+        with self.connect() as con, reading(run_id, path):
             return con.sql(
                 f"SELECT {projection(kind, names, 'q')} FROM read_parquet({quote(path)}) q JOIN runs r USING (run_id) "
                 f"WHERE r.status = 'completed' AND r.run_id = ? {order}",
@@ -76,11 +147,13 @@ class Results(History):
         import pyarrow.parquet as pq
 
         path = self._file(run_id, kind)
-        if not path.is_file() or not set(columns) <= set(pq.read_schema(path).names):
+        with reading(run_id, path):
+            older = not path.is_file() or not set(columns) <= set(pq.read_schema(path).names)
+        if older:
             table = self.run_file(run_id, kind)  # its errors, or an older run's file read through the views' projection
             missing = np.full(table.num_rows, np.nan)  # a metric the run did not measure (before it existed)
             return {c: _numpy(table[c]) if c in table.column_names else missing for c in columns}
-        with self.connect() as con:
+        with self.connect() as con, reading(run_id, path):
             found = con.execute(f"SELECT {', '.join(columns)} FROM read_parquet({quote(path)})").fetchnumpy()
         return {c: _unmasked(v) for c, v in found.items()}
 
@@ -89,7 +162,7 @@ class Results(History):
         paths = [p for p in (self._file(run_id, "references"), self._file(run_id, "qrels")) if p.is_file()]
         if not paths:
             return []
-        with self.connect() as con:
+        with self.connect() as con, reading(run_id, paths[0].parent):
             return con.execute(
                 " UNION ".join(f"SELECT DISTINCT query_id, question FROM read_parquet({quote(p)})" for p in paths)
             ).fetchall()
@@ -100,7 +173,7 @@ class Results(History):
         path = self._file(run_id, "qrels")
         if not path.is_file():
             return None
-        with self.connect() as con:
+        with self.connect() as con, reading(run_id, path):
             return con.sql(
                 f"SELECT * FROM read_parquet({quote(path)}) ORDER BY query_id, grade DESC, doc_id"
             ).to_arrow_table()
@@ -148,7 +221,7 @@ class Results(History):
         """A completed run's retrieved lists (of `query_ids` only, when given)."""
         path = self.retrieved_file(run_id)
         where = "" if query_ids is None else "WHERE list_contains(?::VARCHAR[], query_id)"
-        with self.connect() as con:
+        with self.connect() as con, reading(run_id, path):
             return con.sql(
                 f'SELECT * EXCLUDE (length), start + length AS "end" FROM read_parquet({quote(path)}) {where}',
                 params=[] if query_ids is None else [query_ids],
