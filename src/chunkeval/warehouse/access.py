@@ -12,6 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from chunkeval.errors import InputError
+from chunkeval.warehouse.damage import damaged_files
 from chunkeval.warehouse.migrations import Schema
 
 READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
@@ -27,8 +28,6 @@ class Access(Schema):
     def _damage(self, con):
         """Where a query over the views failed: the first results file of a completed run that cannot be read
         (`DamagedResults`, a fault naming it), or None."""
-        from chunkeval.warehouse.results import damaged_files
-
         done = [r for (r,) in con.execute("SELECT run_id FROM runs WHERE status = 'completed'").fetchall()]
         found = damaged_files(self.results, done)
         return found[0] if found else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from chunkeval.analysis import regression as P
 from chunkeval.errors import Fault, InputError, NothingComparable
 from chunkeval.vocabulary import CONFIG_KEYS, RUN_SETTINGS
+from chunkeval.warehouse.damage import DamagedResults
 from chunkeval.warehouse.results import Results
 from chunkeval.warehouse.tables import DUPLICATES_SQL, run_setting_sql, run_settings_sql, utc_now
 
@@ -128,8 +129,6 @@ class Baselines(Results):
     ) -> dict:
         """The verdict of run `newest` against run `reference` (what `diff` asks of two runs it is given). A
         damaged (or quarantined) results file is a fault; of a `pinned` baseline, with how to pin another."""
-        from chunkeval.warehouse.results import DamagedResults
-
         run = self.run(reference)
         if run["status"] == "quarantined":
             raise self._unreadable_baseline(run, run["error"], pinned)

@@ -13,6 +13,7 @@ import pyarrow as pa
 from chunkeval.errors import InputError
 from chunkeval.stats.aggregate import METRICS, summary_sql
 from chunkeval.vocabulary import CONFIG_KEYS, RERANK_KEYS, slice_name
+from chunkeval.warehouse.damage import damaged_files
 from chunkeval.warehouse.migrations import Schema
 from chunkeval.warehouse.tables import (
     DUPLICATES_SQL,
@@ -192,8 +193,6 @@ class History(Schema):
             try:
                 return con.sql(sql).to_arrow_table(), [r["run_id"] for r in runs]
             except duckdb.Error:
-                from chunkeval.warehouse.results import damaged_files
-
                 found = damaged_files(self.results, [r["run_id"] for r in runs])
                 if not found:
                     raise

@@ -3,7 +3,6 @@ references and models (with the columns the views show), and the gold-set check 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from pathlib import Path
@@ -11,75 +10,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from chunkeval.errors import Fault, InputError
+from chunkeval.errors import InputError
 from chunkeval.stats.columns import numbers
 from chunkeval.vocabulary import CONFIG_KEYS, slice_name
+from chunkeval.warehouse.damage import DamagedResults, damaged_files, reading
 from chunkeval.warehouse.history import History
 from chunkeval.warehouse.migrations import SCHEMA_VERSION
 from chunkeval.warehouse.tables import empty_results, projection, quote
-
-
-class DamagedResults(Fault):
-    """A results file of a run that cannot be read (truncated, overwritten): one line naming it, exit status 4.
-    `chunkeval warehouse repair` quarantines the run."""
-
-    def __init__(self, run_id: str, path: Path, reason: str):
-        self.run_id, self.reason = run_id, reason
-        super().__init__(
-            f"the results of run {run_id} are damaged ({reason}); `chunkeval warehouse repair` quarantines "
-            "the run, and comparisons leave it out",
-            path,
-        )
-
-
-@contextlib.contextmanager
-def reading(run_id: str, path: Path):
-    """Reads of one results file of a run: an error of the file (DuckDB's, pyarrow's, an OSError that is no fault
-    of the machine) becomes `DamagedResults` naming it; chunkeval's own errors pass."""
-    import duckdb
-    import pyarrow as pa
-
-    from chunkeval.errors import as_fault
-
-    try:
-        yield
-    except InputError:
-        raise
-    except (duckdb.Error, pa.ArrowException, OSError) as exc:
-        if isinstance(exc, OSError) and as_fault(exc) is not None:
-            raise
-        raise DamagedResults(run_id, path, _reason(exc)) from None
-
-
-def _reason(exc: Exception) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0].strip().rstrip(".")
-
-
-def check_file(run_id: str, path: Path) -> None:
-    """Read one Parquet file whole, batch by batch (its footer, every page and its checksums as DuckDB checks
-    them): `DamagedResults` where it cannot be read."""
-    import duckdb
-
-    with reading(run_id, path):
-        con = duckdb.connect()
-        try:
-            reader = con.execute(f"SELECT * FROM read_parquet({quote(path)})").to_arrow_reader(65536)
-            for _ in reader:
-                pass
-        finally:
-            con.close()
-
-
-def damaged_files(results: Path, run_ids: list[str]) -> list[DamagedResults]:
-    """The Parquet files of the runs' folders under `results` that cannot be read, one error each."""
-    found = []
-    for run_id in run_ids:
-        for path in sorted((results / run_id).glob("*.parquet")):
-            try:
-                check_file(run_id, path)
-            except DamagedResults as exc:
-                found.append(exc)
-    return found
 
 
 class Results(History):
