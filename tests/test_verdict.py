@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from html import escape
 
 import pytest
 import yaml
@@ -109,13 +110,16 @@ def test_trend_the_flow_the_api_diff_and_the_report_give_one_verdict(worse, home
     page = build_report(Warehouse.at_home(), "verdict")
     assert all(f"<td>{f['p_adjusted']:.2g}</td>" in page for f in api)
 
-    # the weekly flow: fails with the same regressions, logged as the API words them
+    # the weekly flow: fails with the same regressions; the pages it writes say the same verdict and p-values
+    from chunkeval.analysis.regression import verdict_line
     from chunkeval.flows.trend_report import RegressionDetected, trend_report
 
     with pytest.raises(RegressionDetected, match=f"^{len(api)} regression"):
         trend_report(experiments=[str(settings)])
-    logged = capsys.readouterr()
-    assert all(regression_message(f) in logged.out + logged.err for f in api)  # Prefect's console log of the run
+    reports = home / "warehouse" / "reports"
+    assert escape(verdict_line(v)) in (reports / "verdict" / f"diff-{a}-{b}.html").read_text(encoding="utf-8")
+    flow_page = (reports / "verdict.html").read_text(encoding="utf-8")
+    assert all(f"<td>{f['p_adjusted']:.2g}</td>" in flow_page for f in api)
 
 
 def test_nothing_comparable_is_its_own_exit_and_never_no_regression(worse, home, capsys, embedder_factory):
