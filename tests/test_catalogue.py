@@ -498,6 +498,10 @@ CASES = {
         lambda w: ["trend", "--experiment", "nosuch", "--metric", "span_recall"],
         "no experiment named 'nosuch'",
     ),
+    "trend: no metric and no --fail-on-regression": (
+        lambda w: ["trend", "--experiment", "cat"],
+        "trend takes --metric NAME",
+    ),
     "trend: unknown metric": (
         lambda w: ["trend", "--experiment", "cat", "--metric", "accuracy"],
         "unknown metric 'accuracy'",
@@ -652,10 +656,6 @@ CASES = {
         ],
         "are never compared",
     ),
-    "compare: no query in common": (
-        lambda w: ["compare", "--run", w["run_id"], "--run", w["disjoint_run_id"], "--metric", "mrr"],
-        "no query in common",
-    ),
     "compare: one run file": (
         lambda w: ["compare", "--gold", w["t"] / "gold.csv", "--run-file", w["t"] / "run.jsonl", "--metric", "mrr"],
         "--run-file A --run-file B",
@@ -757,6 +757,10 @@ CASES = {
     "diff: run recorded before retrieved lists": (
         lambda w: ["diff", "--run", w["disjoint_run_id"], "--run", w["run_id"]],
         "was recorded before chunkeval kept retrieved lists",
+    ),
+    "diff: negative threshold": (
+        lambda w: ["diff", "--run", w["run_id"], "--run", w["run_id"], "--threshold", "-1"],
+        "--threshold must be 0 or more",
     ),
     "diff: unknown metric": (
         lambda w: ["diff", "--run", w["run_id"], "--run", w["run_id"], "--metric", "accuracy"],
@@ -1457,6 +1461,30 @@ CASES.update(
         ),
     }
 )
+
+
+# runs that share no configuration or no paired question: one line, exit status 3 (never "no regression")
+NOTHING_COMPARABLE_CASES = {
+    "compare: no query in common": (
+        lambda w: ["compare", "--run", w["run_id"], "--run", w["disjoint_run_id"], "--metric", "mrr"],
+        "no query in common",
+    ),
+    "trend: baseline with no paired question": (
+        lambda w: ["trend", "--experiment", "cat", "--fail-on-regression", "--baseline", w["disjoint_run_id"]],
+        "0 paired question(s)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NOTHING_COMPARABLE_CASES))
+def test_nothing_comparable_gets_one_line_exit_3_and_writes_nothing(case, ws, capsys):
+    make, message = NOTHING_COMPARABLE_CASES[case]
+    before, rows_before = snapshot(ws["t"], ws["home"]), catalogue_rows(ws["home"])
+    code = call([str(a) for a in make(ws)])
+    err = capsys.readouterr().err
+    assert code == 3 and "Traceback" not in err, err
+    assert err.strip().count("\n") == 0 and message in err, err
+    assert snapshot(ws["t"], ws["home"]) == before and catalogue_rows(ws["home"]) == rows_before
 
 
 def snapshot(*roots: Path) -> dict:

@@ -113,7 +113,7 @@ def test_a_bracket_in_the_home_is_a_folder_name_not_a_pattern(tmp_path, embedder
 
 
 def test_a_run_deleted_while_its_report_is_written_ends_in_one_line(tmp_path, monkeypatch, prefect_api, capsys):
-    """`runs delete` in another process while `run` writes its report: one line, exit 1 (2 is bad input)."""
+    """`runs delete` in another process while `run` writes its report: one line, exit 4 (a fault; 2 is bad input)."""
     import chunkeval.flows.evaluate as flow
 
     monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
@@ -125,7 +125,7 @@ def test_a_run_deleted_while_its_report_is_written_ends_in_one_line(tmp_path, mo
 
     monkeypatch.setattr(flow, "write_report", deleted_meanwhile)
     grid = ["--retriever", "bm25", "--chunker", "fixed_token", "--chunk-sizes", "100", "--k", "1"]
-    assert main(["run", "--experiment", "gone", *grid]) == 1
+    assert main(["run", "--experiment", "gone", *grid]) == 4
     last = capsys.readouterr().err.strip().splitlines()[-1]  # (Prefect logs the failed task above it, as it logs)
     assert last.startswith("chunkeval: error: run ") and "was deleted while its report was being written" in last
     assert Warehouse.at_home().runs() == []

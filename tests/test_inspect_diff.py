@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import chunkeval
-from chunkeval.analysis.comparisons import RESULT_FIELDS
 from chunkeval.cli import main
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.sweep import Embedders, run_sweep
 from chunkeval.paths import DEMO_DIR
+from chunkeval.report.diff import VERDICT_FIELDS
 from chunkeval.warehouse import Warehouse
 
 DISTRACTOR = (
@@ -126,7 +126,8 @@ def test_diff_says_which_questions_changed_and_what_they_retrieved(kept, capsys)
     assert [d["k"] for d in docs] == [1, 3]
     for d in docs:
         assert d["metric"] == "span_recall" and d["better"] + d["worse"] + d["unchanged"] == 28
-        assert set(RESULT_FIELDS) <= set(d)  # compare's fields
+        assert set(VERDICT_FIELDS) <= set(d)  # the verdict's check of the configuration
+        assert d["change"] == pytest.approx(d["after"] - d["before"])  # new (b) − baseline (a)
         assert len(d["queries"]) == d["better"] + d["worse"]
         changes = [q["b"] - q["a"] for q in d["queries"]]
         assert changes == sorted(changes)  # worse first

@@ -144,7 +144,7 @@ def test_a_damaged_catalogue_is_reported_in_one_line(history, capsys):
     wh, *_ = history
     overwrite_a_page(wh.db_path)
     for argv in (["runs"], ["trend", "--experiment", "rec", "--metric", "mrr"], ["report", "--experiment", "rec"]):
-        assert main(argv) == 2
+        assert main(argv) == 4  # damaged state is a fault
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err, err
         assert str(wh.db_path) in err and "damaged" in err and "chunkeval warehouse repair" in err

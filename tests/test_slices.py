@@ -185,13 +185,11 @@ def test_the_view_trend_and_regressions_per_slice(recorded, monkeypatch, capsys)
 
 
 def test_slices_share_the_whole_gold_sets_holm_family(recorded):
-    """Every check, all of them returned (threshold below any fall, alpha above 1): the adjusted p-values are Holm
+    """Every check, all of them returned (`paired_checks`, before any verdict): the adjusted p-values are Holm
     over all of them at once, and a slice's t-test is scipy's over its paired questions."""
     wh, first, second, per_query, slices = recorded
     before = wh.query_results(first).drop_columns(["candidates"])  # null for every row: not a key here
-    checks = C.regressions(
-        per_query.drop_columns(["candidates"]), before, ["span_recall", "mrr"], -2.0, 1.1, slices=slices
-    )
+    checks, _ = C.paired_checks(per_query.drop_columns(["candidates"]), before, ["span_recall", "mrr"], slices=slices)
     tested = [n for n, q in slices.items() if len(q) >= 10]
     assert len(checks) == 4 * 2 * (1 + len(tested))  # configurations × metrics × (whole set + slices large enough)
     assert [c["p_adjusted"] for c in checks] == pytest.approx(list(holm([c["p_ttest"] for c in checks])))

@@ -94,7 +94,8 @@ def test_the_regression_check_prints_its_verdict_and_the_table_only_with_v(night
         / f"diff-{night_home[-2]}-{night_home[-1]}.html"
     )
     assert captured.out.splitlines() == [
-        f"REGRESSION: mrr fell in 1 configuration(s), run {night_home[-1]} against {night_home[-2]}",
+        f"REGRESSION: mrr fell in 1 check(s), run {night_home[-1]} against {night_home[-2]} "
+        "(Holm over 1 check(s); 1 configuration(s), up to 28 paired question(s))",
         f"diff: {page}",
     ]
     assert "<mark>" in page.read_text(encoding="utf-8")  # the questions that got worse, what they retrieved

@@ -330,21 +330,32 @@ def compare(
     )
 
 
+class Regressions(list):
+    """`regressions`' list of regressions, with the whole `verdict` they come from (every check, its p-values)."""
+
+    verdict: dict
+
+
 def regressions(
     experiment: str,
     metrics: Sequence[str] | None = None,
     threshold: float = 0.02,
     alpha: float = 0.05,
     baseline: str | None = None,
-) -> list[dict]:
-    """The alert rule of `chunkeval trend --fail-on-regression` on the newest completed run of a recorded
-    experiment: configurations × metrics whose paired mean fell by more than `threshold` against the
-    baseline (the pinned or given run, else the previous run scored the same way), significant at
-    `alpha` after Holm, over `metrics` (by default the six the `trend-report` flow watches). Each has the configuration, `metric`, `before`, `after`, `change`, `n_queries`,
-    `n_unmatched`, `p_ttest`, `p_adjusted`, `worst` (the queries that lost most), `run_id` and
-    `reference_run_id`; an empty list when nothing fell."""
+    config: Mapping | None = None,
+) -> Regressions:
+    """The one regression verdict (docs/statistics.md, "One verdict"), as `chunkeval trend --fail-on-regression`
+    and the `trend-report` flow give it, on the newest completed run of a recorded experiment: configurations ×
+    metrics whose paired mean fell by more than `threshold` against the baseline (the pinned or given run, else
+    the previous run scored the same way), significant at `alpha` after Holm over every (configuration, metric)
+    checked: `metrics` (by default the watched list, `REGRESSION_METRICS`) × the configurations of `config`. Each
+    has the configuration, `metric`, `before`, `after`, `change` (new − baseline), `n_queries`, `n_unmatched`,
+    `p_ttest`, `p_adjusted`, `worst` (the queries that lost most), `run_id` and `reference_run_id`; an empty list
+    when nothing fell. `.verdict` holds the whole verdict (every check). `chunkeval.errors.NothingComparable`
+    where the runs share no configuration or no paired question."""
     from chunkeval.analysis.comparisons import check_alpha, check_threshold
-    from chunkeval.analysis.regression import REGRESSION_METRICS
+    from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION_METRICS, verdict_line
+    from chunkeval.errors import NothingComparable
     from chunkeval.stats.aggregate import check_metrics
     from chunkeval.warehouse import Warehouse
 
@@ -355,7 +366,12 @@ def regressions(
     wh.check_experiment(experiment)
     if baseline is not None:
         wh.run(baseline)
-    return wh.regressions(experiment, metrics, threshold, baseline, alpha)
+    found = wh.verdict(experiment, metrics, threshold, baseline, alpha, dict(config or {}))
+    if found is not None and found["verdict"] == NOTHING_COMPARABLE:
+        raise NothingComparable(verdict_line(found))
+    out = Regressions(found["regressions"] if found else [])
+    out.verdict = found
+    return out
 
 
 class Inspection(dict):

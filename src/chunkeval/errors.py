@@ -1,13 +1,30 @@
-"""The exceptions a user sees as one actionable line: bad input (exit status 2), and faults of the machine
-(a read-only volume, a full disk: exit status 1)."""
+"""The exceptions a user sees as one actionable line, and the one table of exit statuses every command uses
+(`EXIT_CODES`): bad input 2, nothing comparable 3, a fault of the machine or of the warehouse's state 4."""
 
 from __future__ import annotations
 
 import errno
 
+# every command's exit status (`chunkeval --help` and docs/exit-codes.md show this table)
+EXIT_OK, EXIT_REGRESSION, EXIT_INPUT, EXIT_NOTHING_COMPARABLE, EXIT_FAULT = 0, 1, 2, 3, 4
+EXIT_CODES = (
+    (EXIT_OK, "success, or no regression"),
+    (EXIT_REGRESSION, "a regression (trend --fail-on-regression)"),
+    (EXIT_INPUT, "bad input or usage"),
+    (EXIT_NOTHING_COMPARABLE, "nothing comparable: the runs share no configuration or no paired question"),
+    (EXIT_FAULT, "a fault: damaged state (a results file, the catalogue), a full disk, a server that does not answer"),
+)
+
+
+def exit_code_table() -> str:
+    """`EXIT_CODES` as the lines `chunkeval --help` ends with."""
+    return "exit status:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES)
+
 
 class InputError(Exception):
     """Malformed or inconsistent input. `str()` gives `file:row: what is wrong`."""
+
+    exit_code = EXIT_INPUT
 
     def __init__(self, message: str, path: object | None = None, row: int | None = None):
         self.message = message
@@ -19,10 +36,18 @@ class InputError(Exception):
         super().__init__(where + message)
 
 
-class Fault(InputError):
-    """Not the input but the machine: a read-only volume, a full disk. One line too, exit status 1."""
+class NothingComparable(InputError):
+    """Two runs (the newest and its baseline) that share no configuration or no paired question: no verdict
+    can be given, and none is ("no regression" would be a lie). One line, exit status 3."""
 
-    exit_code = 1
+    exit_code = EXIT_NOTHING_COMPARABLE
+
+
+class Fault(InputError):
+    """Not the input but the machine or the state it keeps: a read-only volume, a full disk, a damaged file,
+    a server that does not answer. One line too, exit status 4."""
+
+    exit_code = EXIT_FAULT
 
 
 FAULT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chunkeval import stats
-from chunkeval.errors import InputError
+from chunkeval.errors import InputError, NothingComparable
 from chunkeval.stats.columns import numbers
 from chunkeval.vocabulary import CONFIG_KEYS as KEYS
 from chunkeval.vocabulary import MIN_SLICE_QUERIES
@@ -58,7 +58,7 @@ def pair(a: dict[str, float], b: dict[str, float]) -> tuple[np.ndarray, np.ndarr
     """The values of the queries both sides have (in query order), and how many queries one side lacks."""
     common = sorted(set(a) & set(b))
     if not common:
-        raise InputError("the two sides have no query in common: nothing to pair")
+        raise NothingComparable("the two sides have no query in common: nothing to pair")
     unmatched = len(set(a) ^ set(b))
     return (
         np.asarray([a[q] for q in common], dtype=np.float64),
@@ -153,7 +153,7 @@ def across_runs(pq_a: pa.Table, pq_b: pa.Table, metric: str, run_a: str, run_b: 
     configs_b = {tuple(sorted(c.items())) for c in configurations(pq_b)}
     shared = [c for c in configurations(pq_a) if tuple(sorted(c.items())) in configs_b]
     if not shared:
-        raise InputError(f"runs {run_a} and {run_b} share no configuration")
+        raise NothingComparable(f"runs {run_a} and {run_b} share no configuration")
     return adjust(
         [
             compare(
@@ -256,42 +256,46 @@ def _names(table) -> list[str]:
     return table.column_names if isinstance(table, pa.Table) else list(table)
 
 
-def regressions(
+def paired_checks(
     after,
     before,
     metrics,
-    threshold: float,
-    alpha: float = 0.05,
     questions: dict[str, str] | None = None,
     worst: int = 5,
     slices: dict[str, set[str]] | None = None,
-) -> list[dict]:
-    """Configurations × metrics that fell for real between two runs' per-query tables.
+    config: dict | None = None,
+    whole: bool = True,
+) -> tuple[list[dict], dict]:
+    """Every paired check of two runs' per-query tables (after = the newer, before = its baseline), Holm-adjusted
+    together: what `chunkeval.analysis.regression.verdict` decides on (the decision is there, not here).
 
-    A fall is a regression when the paired mean difference (after − before, queries matched by
-    query_id) is below −threshold AND the paired t-test is significant at `alpha` after Holm over
-    every configuration × metric checked. The t-test (closed form) keeps a nightly check over years
-    of history cheap; `chunkeval compare` gives the randomisation test as well. Each regression lists
-    the `worst` queries that lost the most, with their question text where `questions` has it.
-    With `slices` (slice name → its query ids), each slice of at least MIN_SLICE_QUERIES paired queries is
-    checked too, in the same Holm family: a row's `slice` names it (None for the whole gold set).
-    The tables are per-query tables, as Arrow or as mappings of numpy columns.
-    """
+    One check per configuration both tables have (with the settings of `config`) × metric measured on both sides,
+    queries matched by query_id: the means, the signed change (after − before), the paired t-test and its
+    Holm-adjusted p over every check returned. With `slices` (slice name → its query ids), each slice of at least
+    MIN_SLICE_QUERIES paired queries is checked too, in the same family (a check's `slice` names it; None for the
+    whole gold set, left out when not `whole`). The t-test (closed form) keeps a nightly check over years of
+    history cheap. Each check lists the `worst` queries that lost the most, with their question text where
+    `questions` has it. The tables are per-query tables, as Arrow or as mappings of numpy columns.
+    Also what was paired: `configurations` (shared), `newest_only` and `reference_only` (configurations one side
+    lacks) and `paired_questions` (the most questions one configuration paired)."""
     present = [k for k in KEYS if k in _names(after) and k in _names(before)]
-    rows_a, rows_b = rows_by_config(after, present), rows_by_config(before, present)
+    wanted = lambda key: all(dict(zip(present, key)).get(k, v) == v for k, v in (config or {}).items())  # noqa: E731
+    rows_a = {k: v for k, v in rows_by_config(after, present).items() if wanted(k)}
+    rows_b = {k: v for k, v in rows_by_config(before, present).items() if wanted(k)}
     values_a = {m: _column(after, m).astype(np.float64) for m in metrics}
     values_b = {m: _column(before, m).astype(np.float64) for m in metrics}
-    found = []
+    found, paired = [], 0
     for key, mine in rows_a.items():  # one pass over each table, not a filter per configuration
         theirs = rows_b.get(key)
         if theirs is None:
             continue
-        config = dict(zip(present, key))
+        config_values = dict(zip(present, key))
         common = sorted(set(mine) & set(theirs))
+        paired = max(paired, len(common))
         if len(common) < 2:
             continue
         unmatched = len(set(mine) ^ set(theirs))
-        groups = [(None, common)] + [
+        groups = ([(None, common)] if whole else []) + [
             (name, [q for q in common if q in members]) for name, members in sorted((slices or {}).items())
         ]
         for name, queries in groups:
@@ -305,11 +309,17 @@ def regressions(
                     continue  # a metric a run did not measure: no index searched (bm25), span metrics under document
                     # gold and document metrics under span gold, or an older run that predates the metric
                 fall = _fall(x, y, queries, worst, questions)
-                found.append({**config, "metric": metric, "slice": name, **fall, "n_unmatched": unmatched})
+                found.append({**config_values, "metric": metric, "slice": name, **fall, "n_unmatched": unmatched})
     adjusted = stats.holm([f["p_ttest"] for f in found]) if found else []
     for f, p in zip(found, adjusted):
         f["p_adjusted"] = float(p)
-    return sorted((f for f in found if f["change"] < -threshold and f["p_adjusted"] < alpha), key=lambda f: f["change"])
+    pairing = {
+        "configurations": len(rows_a.keys() & rows_b.keys()),
+        "newest_only": len(rows_a.keys() - rows_b.keys()),
+        "reference_only": len(rows_b.keys() - rows_a.keys()),
+        "paired_questions": paired,
+    }
+    return found, pairing
 
 
 def _fall(x: np.ndarray, y: np.ndarray, queries: list[str], worst: int, questions: dict[str, str] | None) -> dict:

@@ -12,6 +12,7 @@ import pyarrow as pa
 from chunkeval.analysis import comparisons as C
 from chunkeval.errors import InputError
 from chunkeval.stats.aggregate import METRICS
+from chunkeval.vocabulary import MIN_SLICE_QUERIES
 
 # what the regression check watches by default, and by how much (absolute) a macro mean may fall
 # ann_recall_at_k: a night whose approximate index loses recall is flagged like one whose model does (it is 1 for
@@ -76,19 +77,106 @@ def compare_runs(
     return C.across_runs(tables[0], tables[1], metric, run_ids[0], run_ids[1], alpha)
 
 
-def regressions_between(
+REGRESSION = "regression"
+NO_REGRESSION = "no regression"
+NOTHING_COMPARABLE = "nothing comparable"
+
+
+def verdict(
     newest: str,
     reference: str,
     after,
     before,
-    metrics: list[str],
-    threshold: float,
-    alpha: float,
-    questions: dict[str, str],
+    metrics: list[str] | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = 0.05,
+    config: dict | None = None,
+    questions: dict[str, str] | None = None,
     slices: dict[str, set[str]] | None = None,
-) -> list[dict]:
-    """The regressions of run `newest` (its per-query columns `after`) against run `reference` (`before`):
-    the alert rule `chunkeval.analysis.comparisons.regressions`, each naming both runs; with `slices` (the
-    newest run's: slice name → query ids), per slice too, in the same Holm family."""
-    falls = C.regressions(after, before, metrics, threshold, alpha, questions, slices=slices)
-    return [{**f, "run_id": newest, "reference_run_id": reference} for f in falls]
+    in_slice: str | None = None,
+) -> dict:
+    """The one regression verdict of run `newest` (its per-query columns `after`) against its baseline run
+    `reference` (`before`): what `trend --fail-on-regression`, the `trend-report` flow, `chunkeval.regressions()`,
+    `diff` and the HTML report all say. Definition: docs/statistics.md ("One verdict").
+
+    The family is every (configuration, metric) pair checked: the configurations both runs have (narrowed by
+    `config`) × `metrics` (by default the watched list, REGRESSION_METRICS), each measured on both sides, and
+    × the slices of `slices` large enough to test (the newest run's; with `in_slice`, that slice alone). A check
+    is a regression when its paired mean change (new − baseline, questions paired by id) is below −threshold
+    AND its paired t-test is significant at `alpha` after Holm over the whole family.
+
+    Returns `verdict` (REGRESSION, NO_REGRESSION or NOTHING_COMPARABLE, with `reason` for the last), every
+    check (`checks`: configuration, metric, slice, before, after, change, n_queries, n_unmatched, p_ttest,
+    p_adjusted, regression, worst, run ids), the `regressions` among them (largest fall first), and what was
+    paired (`configurations`, `newest_only`, `reference_only`, `paired_questions`)."""
+    C.check_alpha(alpha)
+    C.check_threshold(threshold)
+    metrics = list(REGRESSION_METRICS if metrics is None else metrics)
+    if in_slice is not None:
+        slices = {in_slice: (slices or {}).get(in_slice, set())}
+    checks, pairing = C.paired_checks(
+        after, before, metrics, questions, slices=slices, config=config, whole=in_slice is None
+    )
+    for c in checks:
+        c.update(
+            regression=bool(c["change"] < -threshold and c["p_adjusted"] < alpha),
+            run_id=newest,
+            reference_run_id=reference,
+        )
+    falls = sorted((c for c in checks if c["regression"]), key=lambda c: c["change"])
+    reason = ""
+    if not checks:
+        if not pairing["configurations"]:
+            reason = f"runs {newest} and {reference} share no configuration"
+        elif pairing["paired_questions"] < 2:
+            reason = (
+                f"runs {newest} and {reference} share {pairing['configurations']} configuration(s) but "
+                f"{pairing['paired_questions']} paired question(s): a paired check needs 2"
+            )
+        else:
+            reason = f"no metric of {', '.join(metrics)} was measured by both runs {newest} and {reference}"
+            if in_slice is not None:
+                reason = f"slice {in_slice} has fewer than {MIN_SLICE_QUERIES} paired questions in runs {newest} and {reference}"
+        if config:
+            reason += " with --config " + ",".join(f"{k}={v}" for k, v in config.items())
+    return {
+        "verdict": NOTHING_COMPARABLE if not checks else REGRESSION if falls else NO_REGRESSION,
+        "reason": reason,
+        "run_id": newest,
+        "reference_run_id": reference,
+        "metrics": metrics,
+        "config": dict(config or {}),
+        "slice": in_slice,
+        "threshold": threshold,
+        "alpha": alpha,
+        **pairing,
+        "checks": checks,
+        "regressions": falls,
+    }
+
+
+def verdict_line(v: dict) -> str:
+    """The verdict as one line: what a terminal, a flow's log and the report say first."""
+    against = f"run {v['run_id']} against {v['reference_run_id']}"
+    left = [
+        f"{v[k]} configuration(s) only in the {w}"
+        for k, w in (("newest_only", "newest"), ("reference_only", "baseline"))
+        if v[k]
+    ]
+    paired = f"{v['configurations']} configuration(s), up to {v['paired_questions']} paired question(s)"
+    paired += f"; left out: {'; '.join(left)}" if left else ""
+    if v["verdict"] == NOTHING_COMPARABLE:
+        return f"nothing comparable: {v['reason']}; no verdict (a new baseline: `chunkeval baseline`)"
+    what = ", ".join(v["metrics"]) if len(v["metrics"]) <= 2 else f"{len(v['metrics'])} watched metrics"
+    family = f"Holm over {len(v['checks'])} check(s)"
+    if v["verdict"] == NO_REGRESSION:
+        return (
+            f"no regression of {what} in {against} (threshold {v['threshold']:g}, alpha {v['alpha']:g}, "
+            f"{family}; {paired})"
+        )
+    sliced = sum(1 for f in v["regressions"] if f.get("slice"))
+    where = f" ({sliced} of them in a slice of the gold set)" if sliced else ""
+    fell = sorted({f["metric"] for f in v["regressions"]})
+    return (
+        f"REGRESSION: {', '.join(fell)} fell in {len(v['regressions'])} check(s){where}, {against} ({family}; {paired})"
+    )

@@ -1,5 +1,6 @@
 """The `chunkeval` command: the parser built from the command modules (`chunkeval.cli.commands`), and
-the dispatch. Bad input ends with one line on stderr and exit status 2."""
+the dispatch. Bad input ends with one line on stderr and exit status 2; the table of every exit status is
+`chunkeval.errors.EXIT_CODES` (shown at the end of `--help`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import threading
 from chunkeval._version import __version__
 from chunkeval.cli.commands import COMMANDS
 from chunkeval.cli.session import WarehouseAccess
-from chunkeval.errors import InputError, as_fault
+from chunkeval.errors import EXIT_INPUT, InputError, as_fault, exit_code_table
 from chunkeval.limits import NAME_LENGTH, check_name, check_path_length
 from chunkeval.paths import home
 
@@ -25,13 +26,15 @@ class _Parser(argparse.ArgumentParser):
     """Usage mistakes end like every other bad input: one line, exit status 2."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="chunkeval",
         description="Measure how well chunking, an embedding model and a retrieval depth k find the text that answers each question.",
+        epilog=exit_code_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"chunkeval {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (model loading, texts embedded)")
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return EXIT_INPUT
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     try:
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             return args.func(args, WarehouseAccess(session if args.warehouse_session else None))
     except InputError as exc:
         print(f"chunkeval: error: {exc}", file=sys.stderr)
-        return getattr(exc, "exit_code", 2)
+        return exc.exit_code
     except OSError as exc:  # a fault of the machine met while writing: one line too
         fault = as_fault(exc)
         if fault is None:

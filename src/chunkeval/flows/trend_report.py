@@ -1,8 +1,10 @@
 """The `trend-report` flow: trend tables and the HTML page per experiment, regressions flagged.
 
-A metric of a configuration that fell by more than `threshold` against the previous completed run
-(or the pinned baseline) emits `chunkeval.regression.detected`, writes the diff of the two runs
-(`reports/<experiment>/diff-<A>-<B>.html`, a link artifact) and fails the flow run.
+The one verdict (`chunkeval.analysis.regression.verdict`, what `trend --fail-on-regression` without `--metric`
+gives) of the newest run against the pinned baseline (or the previous completed run): a regression emits
+`chunkeval.regression.detected`, writes the diff of the two runs (`reports/<experiment>/diff-<A>-<B>.html`, a
+link artifact) and fails the flow run; runs that share nothing comparable fail it too (`NothingComparable`),
+never pass as "no regression".
 """
 
 from __future__ import annotations
@@ -15,9 +17,15 @@ from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 from prefect.logging import get_run_logger
 
-from chunkeval.analysis.regression import DEFAULT_THRESHOLD, REGRESSION_METRICS
+from chunkeval.analysis.regression import (
+    DEFAULT_THRESHOLD,
+    NO_REGRESSION,
+    NOTHING_COMPARABLE,
+    REGRESSION_METRICS,
+    verdict_line,
+)
 from chunkeval.engine.experiment import Experiment
-from chunkeval.errors import InputError
+from chunkeval.errors import Fault, InputError, NothingComparable
 from chunkeval.flows.evaluate import artifact_key, warehouse
 from chunkeval.report.diff import diff_path, write_diff
 from chunkeval.report.html import report_path, write_report
@@ -44,19 +52,24 @@ def page(experiment: str, threshold: float) -> str | None:
 
 
 @task(cache_policy=NO_CACHE)
-def regressions(
-    experiment: str, metrics: list[str], threshold: float, baseline: str | None, alpha: float
-) -> list[dict]:
-    return warehouse().regressions(experiment, metrics, threshold, baseline, alpha)
+def verdict(experiment: str, metrics: list[str], threshold: float, baseline: str | None, alpha: float) -> dict | None:
+    """The one verdict of the experiment's newest run; None while it has no run to compare with."""
+    return warehouse().verdict(experiment, metrics, threshold, baseline, alpha)
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
-def diff(experiment: str, reference: str, newest: str) -> str | None:
+def diff(
+    experiment: str, reference: str, newest: str, metrics: list[str], threshold: float, alpha: float
+) -> str | None:
     """The diff page of the reference run and the newest, beside the reports; None where either run was
     recorded before retrieved lists were kept."""
     wh = warehouse()
+    metric = metrics[0] if len(metrics) == 1 else None  # the verdict's family: one metric, else the watched list
+    path = diff_path(wh.root, experiment, reference, newest)
     try:
-        return str(write_diff(wh, reference, newest, diff_path(wh.root, experiment, reference, newest)))
+        return str(write_diff(wh, reference, newest, path, None, metric, threshold, alpha))
+    except Fault:
+        raise
     except InputError:
         return None
 
@@ -70,7 +83,7 @@ def trend_report(
     alpha: float = 0.05,
 ) -> dict:
     logger = get_run_logger()
-    found = {}
+    found, incomparable = {}, {}
     for ref in experiments:
         name = Experiment.resolve(ref).name
         rows = trend_table(name, metrics)
@@ -80,8 +93,19 @@ def trend_report(
                 table=[{k: str(v) for k, v in r.items()} for r in rows],
                 description=f"chunkeval trend of experiment {name}: macro means per completed run",
             )
-        falls = regressions(name, metrics, threshold, baseline, alpha)
-        link = diff(name, falls[0]["reference_run_id"], falls[0]["run_id"]) if falls else None  # the page links it
+        checked = verdict(name, metrics, threshold, baseline, alpha)
+        if checked is not None:
+            for left in checked["left_out"]:
+                logger.warning("experiment %s: left out: run %s (%s)", name, left["run_id"], left["why"])
+            (logger.error if checked["verdict"] != NO_REGRESSION else logger.info)(
+                "experiment %s: %s", name, verdict_line(checked)
+            )
+            if checked["verdict"] == NOTHING_COMPARABLE:
+                incomparable[name] = checked["reason"]
+        falls = checked["regressions"] if checked else []
+        link = (
+            diff(name, falls[0]["reference_run_id"], falls[0]["run_id"], metrics, threshold, alpha) if falls else None
+        )  # the page links it
         written = page(name, threshold)
         if written:
             logger.info("experiment %s: report written to %s", name, written)
@@ -112,4 +136,6 @@ def trend_report(
             f"{sum(map(len, found.values()))} regression(s) beyond {threshold}: "
             + ", ".join(name for name, falls in found.items() if falls)
         )
+    if incomparable:
+        raise NothingComparable("; ".join(f"experiment {n}: {why}" for n, why in incomparable.items()))
     return {name: len(falls) for name, falls in found.items()}

@@ -9,9 +9,9 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from chunkeval.analysis.comparisons import RESULT_FIELDS
-from chunkeval.analysis.regression import REGRESSION_METRICS
-from chunkeval.errors import InputError
+from chunkeval.analysis.comparisons import select
+from chunkeval.analysis.regression import DEFAULT_THRESHOLD, NOTHING_COMPARABLE, REGRESSION_METRICS, verdict_line
+from chunkeval.errors import InputError, NothingComparable
 from chunkeval.files import write_text
 from chunkeval.report.inspect import (
     ITEM_STYLE,
@@ -49,25 +49,45 @@ def default_metric(wh, run_id: str) -> str:
     return next(m for m in REGRESSION_METRICS if m.startswith("doc_"))
 
 
-def diff_doc(wh, run_a: str, run_b: str, config: dict | None = None, metric: str | None = None) -> list[dict]:
+VERDICT_FIELDS = ("before", "after", "change", "n_queries", "n_unmatched", "p_ttest", "p_adjusted", "regression")
+
+
+class Diff(list):
+    """`diff_doc`'s list of configurations, with the `verdict` of run b against run a they are part of."""
+
+    verdict: dict
+
+
+def diff_doc(
+    wh,
+    run_a: str,
+    run_b: str,
+    config: dict | None = None,
+    metric: str | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = 0.05,
+) -> Diff:
     """One object per configuration both runs have (with the settings of `config`): its keys, `metric`,
-    `better`, `worse`, `unchanged`, compare's fields, and `queries` that changed, worse first. The metric
-    by default: the first of the regression rule that run b measures (`default_metric`)."""
+    `better`, `worse`, `unchanged`, the check of the one regression verdict of run b against run a (`VERDICT_FIELDS`:
+    change = b − a, Holm over every configuration × metric checked: `metric` where given, else the watched list),
+    and `queries` that changed, worse first. The metric shown by default: the first of the regression rule that
+    run b measures (`default_metric`). `NothingComparable` where the runs share no configuration or question."""
     config = dict(config or {})
     for run_id in (run_a, run_b):
         wh.retrieved_file(run_id)  # its errors first: unknown or unfinished run, or no retrieved lists kept
+        if config and select(wh.summary(run_id), config).num_rows == 0:
+            wanted = ",".join(f"{k}={v}" for k, v in config.items())
+            raise InputError(f"no configuration of run {run_id} matches --config {wanted}")
+    checked = wh.verdict_of_runs(run_b, run_a, [metric] if metric else None, threshold, alpha, config)
+    if checked["verdict"] == NOTHING_COMPARABLE:
+        raise NothingComparable(verdict_line(checked))
     metric = metric or default_metric(wh, run_b)
-    comparisons = wh.compare(metric, [run_a, run_b], config=config)
-    if not comparisons:
-        wanted = ",".join(f"{k}={v}" for k, v in config.items())
-        raise InputError(
-            f"runs {run_a} and {run_b} share no configuration" + (f" matching --config {wanted}" if wanted else "")
-        )
+    comparisons = [c for c in checked["checks"] if c["metric"] == metric and c["slice"] is None]
     values = {run_a: _values(wh, run_a, metric), run_b: _values(wh, run_b, metric)}
     refs = {run_a: run_references(wh, run_a), run_b: run_references(wh, run_b)}
     out, changed_ids = [], set()
     for c in comparisons:
-        keys = {k: c["a"][k] for k in CONFIG_KEYS if k in c["a"]}
+        keys = {k: c[k] for k in CONFIG_KEYS if k in c}
         before, after = values[run_a].get(tuple(keys.values()), {}), values[run_b].get(tuple(keys.values()), {})
         both = sorted(set(before) & set(after))
         change = {q: after[q] - before[q] for q in both}
@@ -80,7 +100,7 @@ def diff_doc(wh, run_a: str, run_b: str, config: dict | None = None, metric: str
                 "better": sum(change[q] > UNCHANGED for q in both),
                 "worse": sum(change[q] < -UNCHANGED for q in both),
                 "unchanged": sum(abs(change[q]) <= UNCHANGED for q in both),
-                **{f: c.get(f) for f in RESULT_FIELDS},
+                **{f: c[f] for f in VERDICT_FIELDS},
                 "queries": [{"query_id": q, "a": before[q], "b": after[q]} for q in moved],
             }
         )
@@ -97,6 +117,8 @@ def diff_doc(wh, run_a: str, run_b: str, config: dict | None = None, metric: str
         doc["queries"] = [
             {k: q[k] for k in ("query_id", "question", "a", "b", "retrieved_a", "retrieved_b")} for q in doc["queries"]
         ]
+    out = Diff(out)
+    out.verdict = checked
     return out
 
 
@@ -104,17 +126,24 @@ def _number(value, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _check(d: dict) -> str:
+    """A configuration's check of the verdict: the means, the signed change (b − a) and Holm's p."""
+    return (
+        f"{_number(d['before'])} → {_number(d['after'])} (change {d['change']:+.3f}, Holm p = "
+        f"{_number(d['p_adjusted'])}{', a regression' if d['regression'] else ''})"
+    )
+
+
 def format_diff(docs: list[dict], run_a: str, run_b: str, colour: bool = False) -> str:
     """The terminal's view of `diff_doc`: per configuration its counts and test, then the questions that
     changed most (worse first), each with its retrieved lists before and after."""
     lines = [f"diff of run {run_a} (a) → run {run_b} (b)"]
+    if getattr(docs, "verdict", None):
+        lines.append(verdict_line(docs.verdict))
     for d in docs:
         lines.append("")
         lines.append(
-            f"{config_line(d)}: {d['metric']} {_number(d['mean_a'])} → {_number(d['mean_b'])} "
-            f"(difference {_number(d['mean_diff'])} [{_number(d['ci_low'])}, {_number(d['ci_high'])}], Holm p = "
-            f"{_number(d['p_adjusted'], 3)}{', significant' if d['significant'] else ''}); "
-            f"{d['worse']} worse, {d['better']} better, {d['unchanged']} unchanged"
+            f"{config_line(d)}: {d['metric']} {_check(d)}; {d['worse']} worse, {d['better']} better, {d['unchanged']} unchanged"
         )
         shown = d["queries"][:SHOWN_QUERIES]
         for q in shown:
@@ -136,11 +165,8 @@ def diff_page(docs: list[dict], run_a: str, run_b: str, experiment: str) -> str:
     body = []
     for d in docs:
         body.append(
-            f"<h2>{escape(config_line(d))}</h2><p>{escape(d['metric'])} {_number(d['mean_a'])} → "
-            f"{_number(d['mean_b'])}; difference {_number(d['mean_diff'])} [{_number(d['ci_low'])}, "
-            f"{_number(d['ci_high'])}], Holm p = {_number(d['p_adjusted'])}"
-            f"{', significant' if d['significant'] else ''}. {d['worse']} worse, {d['better']} better, "
-            f"{d['unchanged']} unchanged.</p>"
+            f"<h2>{escape(config_line(d))}</h2><p>{escape(d['metric'])} {escape(_check(d))}. {d['worse']} worse, "
+            f"{d['better']} better, {d['unchanged']} unchanged.</p>"
         )
         for q in d["queries"]:
             sides = "".join(
@@ -153,6 +179,8 @@ def diff_page(docs: list[dict], run_a: str, run_b: str, experiment: str) -> str:
             )
     style = PAGE_STYLE + ITEM_STYLE + ".sides{display:grid;grid-template-columns:1fr 1fr;gap:1rem}"
     title = f"chunkeval diff: {escape(experiment)}, run {escape(run_a)} → {escape(run_b)}"
+    if getattr(docs, "verdict", None):
+        body.insert(0, f"<p><strong>{escape(verdict_line(docs.verdict))}</strong></p>")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
@@ -166,11 +194,20 @@ def diff_path(root, experiment: str, run_a: str, run_b: str) -> Path:
     return Path(root) / "reports" / experiment / f"diff-{run_a}-{run_b}.html"
 
 
-def write_diff(wh, run_a: str, run_b: str, path, config: dict | None = None, metric: str | None = None) -> Path:
+def write_diff(
+    wh,
+    run_a: str,
+    run_b: str,
+    path,
+    config: dict | None = None,
+    metric: str | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = 0.05,
+) -> Path:
     """Build the diff page of two runs and write it whole; returns the path."""
     path = Path(path)
     with wh.session():
-        docs = diff_doc(wh, run_a, run_b, config, metric)
+        docs = diff_doc(wh, run_a, run_b, config, metric, threshold, alpha)
         experiment = wh.run(run_b)["experiment"]
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, diff_page(docs, run_a, run_b, experiment))

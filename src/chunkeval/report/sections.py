@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval.analysis.regression import REGRESSION_METRICS
-from chunkeval.errors import InputError
+from chunkeval.errors import Fault, InputError
 from chunkeval.report import charts
 from chunkeval.report.terminal import power_sentence, rerank_label
 from chunkeval.stats.aggregate import MICRO, MICRO_F1
@@ -316,11 +316,23 @@ TREND_RUNS = 365  # completed runs the trend section draws: a year of nightly ru
 
 
 def regression_check(wh: Warehouse, experiment: str, threshold: float, alpha: float = 0.05) -> tuple[list[dict], str]:
-    """The regressions of the experiment's newest run (its slices' too), and why there is no check, if so."""
+    """The regressions of the experiment's newest run (its slices' too): the one verdict
+    (`chunkeval.analysis.regression.verdict`) over the watched metrics, as the `trend-report` flow and
+    `trend --fail-on-regression` give it; and why there is none, if so (nothing comparable among them). A damaged
+    results file is a fault, raised."""
+    from chunkeval.analysis.regression import NOTHING_COMPARABLE, verdict_line
+
     try:
-        return wh.regressions(experiment, list(REGRESSION_METRICS), threshold, alpha=alpha), ""
+        found = wh.verdict(experiment, list(REGRESSION_METRICS), threshold, alpha=alpha)
+    except Fault:
+        raise
     except InputError as exc:  # a pinned baseline scored with another duplicates setting
         return [], f"<p>No regression check: {escape(str(exc))}.</p>"
+    if found is None:
+        return [], ""
+    if found["verdict"] == NOTHING_COMPARABLE:
+        return [], f"<p><strong>{escape(verdict_line(found))}</strong></p>"
+    return found["regressions"], ""
 
 
 def section_trend(

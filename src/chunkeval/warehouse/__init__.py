@@ -17,6 +17,7 @@ Layout under `$CHUNKEVAL_HOME/warehouse/` (schema: docs/warehouse.md):
 | `tables` | (functions) | run columns, Arrow schemas of the results files, SQL projections |
 | `db` | `Connections` | short connections, waiting on the lock; a damaged file reported, never used |
 | `layout` | `Layout` | a run's folder, manifest and files; pin files |
+| `damage` | (functions) | a damaged results file named as a fault (`DamagedResults`); files read whole for `repair` |
 | `migrations` | `Schema` | schema steps, views, the summary tables loaded from the files |
 | `history` | `History` | runs listed and found; trend, history, rollup |
 | `results` | `Results` | one run's results, read from its own files |

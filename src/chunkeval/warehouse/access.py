@@ -12,6 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from chunkeval.errors import InputError
+from chunkeval.warehouse.damage import damaged_files
 from chunkeval.warehouse.migrations import Schema
 
 READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
@@ -23,6 +24,13 @@ def _first_line(exc: Exception) -> str:
 
 class Access(Schema):
     """Queries and snapshots for people (the catalogue's tables and views, by their documented names)."""
+
+    def _damage(self, con):
+        """Where a query over the views failed: the first results file of a completed run that cannot be read
+        (`DamagedResults`, a fault naming it), or None."""
+        done = [r for (r,) in con.execute("SELECT run_id FROM runs WHERE status = 'completed'").fetchall()]
+        found = damaged_files(self.results, done)
+        return found[0] if found else None
 
     def read_query(self, sql: str) -> pa.Table:
         """The rows of one statement that only reads (SELECT, WITH …, EXPLAIN), on a read-only connection
@@ -42,7 +50,7 @@ class Access(Schema):
                 try:
                     return con.sql(sql).to_arrow_table()
                 except duckdb.Error as exc:
-                    raise InputError(f"the query failed: {_first_line(exc)}") from None
+                    raise self._damage(con) or InputError(f"the query failed: {_first_line(exc)}") from None
         finally:
             self.read_only = was
 
@@ -72,7 +80,13 @@ class Access(Schema):
                         "WHERE table_catalog = current_database() AND table_schema = 'main' ORDER BY table_name"
                     ).fetchall()
                     for (name,) in found:
-                        con.execute(f'CREATE TABLE snapshot.main."{name}" AS SELECT * FROM main."{name}"')
+                        try:
+                            con.execute(f'CREATE TABLE snapshot.main."{name}" AS SELECT * FROM main."{name}"')
+                        except duckdb.Error:
+                            damage = self._damage(con)  # the damaged results file, else DuckDB's own error
+                            if damage is None:
+                                raise
+                            raise damage from None
                         tables.append(name)
                     runs = con.execute("SELECT count(*) FROM snapshot.main.runs").fetchone()[0]
                 finally:

@@ -5,8 +5,9 @@ and reads their rows; the rules are `chunkeval.analysis.regression`'s."""
 from __future__ import annotations
 
 from chunkeval.analysis import regression as P
-from chunkeval.errors import InputError
+from chunkeval.errors import Fault, InputError, NothingComparable
 from chunkeval.vocabulary import CONFIG_KEYS, RUN_SETTINGS
+from chunkeval.warehouse.damage import DamagedResults
 from chunkeval.warehouse.results import Results
 from chunkeval.warehouse.tables import DUPLICATES_SQL, run_setting_sql, run_settings_sql, utc_now
 
@@ -86,27 +87,85 @@ class Baselines(Results):
         ids = [r["run_id"] for r in runs]
         return P.compare_runs((self.query_results(r) for r in ids), ids, metric, config or {}, all_pairs, alpha)
 
+    def verdict(
+        self,
+        experiment: str,
+        metrics: list[str] | None = None,
+        threshold: float = P.DEFAULT_THRESHOLD,
+        baseline: str | None = None,
+        alpha: float = 0.05,
+        config: dict | None = None,
+        in_slice: str | None = None,
+    ) -> dict | None:
+        """The one regression verdict (`chunkeval.analysis.regression.verdict`) of the experiment's newest
+        completed run against the pinned (or given) baseline run, else the previous completed run scored the same
+        way; None while there is no run to compare with. Quarantined runs are left out (`left_out` names them)."""
+        newest = self.last_completed(experiment)
+        if newest is None:
+            return None
+        newest = newest["run_id"]
+        pinned = baseline is None and self.baseline(experiment) is not None
+        reference = baseline or self.reference_run(experiment, newest)
+        if reference is None or reference == newest:
+            return None
+        found = self.verdict_of_runs(newest, reference, metrics, threshold, alpha, config, in_slice, pinned=pinned)
+        found["left_out"] = [
+            {"run_id": r["run_id"], "why": r["error"]}
+            for r in self.runs(experiment, "quarantined")
+            if r["started_at"] >= self.run(reference)["started_at"]
+        ]
+        return found
+
+    def verdict_of_runs(
+        self,
+        newest: str,
+        reference: str,
+        metrics: list[str] | None = None,
+        threshold: float = P.DEFAULT_THRESHOLD,
+        alpha: float = 0.05,
+        config: dict | None = None,
+        in_slice: str | None = None,
+        pinned: bool = False,
+    ) -> dict:
+        """The verdict of run `newest` against run `reference` (what `diff` asks of two runs it is given). A
+        damaged (or quarantined) results file is a fault; of a `pinned` baseline, with how to pin another."""
+        run = self.run(reference)
+        if run["status"] == "quarantined":
+            raise self._unreadable_baseline(run, run["error"], pinned)
+        P.check_runs([self.run(newest), run], None)  # completed runs of one experiment
+        self.check_comparable(newest, reference)
+        metrics = list(P.REGRESSION_METRICS if metrics is None else metrics)
+        columns = [*CONFIG_KEYS, "query_id", *metrics]
+        try:
+            before = self.run_columns(reference, "per_query", columns)
+            questions = dict(self._question_texts(reference))
+        except DamagedResults as exc:
+            raise self._unreadable_baseline(run, str(exc), pinned) from None
+        after = self.run_columns(newest, "per_query", columns)
+        questions.update(self._question_texts(newest))
+        slices = self.query_slices(newest)
+        return P.verdict(
+            newest, reference, after, before, metrics, threshold, alpha, config, questions, slices, in_slice
+        )
+
+    @staticmethod
+    def _unreadable_baseline(run: dict, why: str, pinned: bool) -> Fault:
+        """The fault of a baseline whose results cannot be read; for a pinned one, how to pin another."""
+        if not pinned:
+            return Fault(f"the baseline run {run['run_id']} cannot be read: {why}")
+        return Fault(
+            f"the pinned baseline of experiment {run['experiment']!r}, run {run['run_id']}, cannot be read: {why}; "
+            f"pin another with `chunkeval baseline --experiment {run['experiment']} --run RUN_ID`"
+        )
+
     def regressions(
         self, experiment: str, metrics: list[str], threshold: float, baseline: str | None = None, alpha: float = 0.05
     ) -> list[dict]:
-        """Configurations whose metric fell for real in the newest completed run, against the pinned (or
-        given) baseline run, else the previous completed run: a paired mean fall larger than `threshold`
-        that is significant at `alpha` after Holm (`chunkeval.analysis.comparisons.regressions`). Where the newest
-        run recorded slices of its gold set, each slice large enough to test is checked too, in the same Holm
-        family (a regression's `slice` names it; None for the whole gold set)."""
-        newest = self.last_completed(experiment)
-        if newest is None:
+        """The regressions of `verdict` ([] while there is no run to compare with); `NothingComparable` where
+        the newest run and its baseline share no configuration or no paired question."""
+        found = self.verdict(experiment, metrics, threshold, baseline, alpha)
+        if found is None:
             return []
-        newest = newest["run_id"]
-        reference = baseline or self.reference_run(experiment, newest)
-        if reference is None or reference == newest:
-            return []
-        self.check_comparable(newest, reference)
-        questions = dict(self._question_texts(reference) + self._question_texts(newest))
-        columns = [*CONFIG_KEYS, "query_id", *metrics]
-        after, before = (
-            self.run_columns(newest, "per_query", columns),
-            self.run_columns(reference, "per_query", columns),
-        )
-        slices = self.query_slices(newest)
-        return P.regressions_between(newest, reference, after, before, metrics, threshold, alpha, questions, slices)
+        if found["verdict"] == P.NOTHING_COMPARABLE:
+            raise NothingComparable(found["reason"])
+        return found["regressions"]

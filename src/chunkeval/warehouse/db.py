@@ -37,8 +37,9 @@ _READ_ONLY = re.compile(r"read-only file system|permission denied|read[- ]only m
 _NO_SPACE = re.compile(r"no space left|disk full|could not write.*space", re.I)
 
 
-class Damaged(InputError):
-    """The catalogue file is damaged, as DuckDB reports it (a checksum, a header): what `repair` repairs."""
+class Damaged(Fault):
+    """The catalogue file is damaged, as DuckDB reports it (a checksum, a header): what `repair` repairs. Damaged
+    state is a fault (exit status 4), not bad input."""
 
 
 class LockTimeout(InputError):

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import duckdb
 import pyarrow as pa
 
 from chunkeval.errors import InputError
 from chunkeval.stats.aggregate import METRICS, summary_sql
 from chunkeval.vocabulary import CONFIG_KEYS, RERANK_KEYS, slice_name
+from chunkeval.warehouse.damage import damaged_files
 from chunkeval.warehouse.migrations import Schema
 from chunkeval.warehouse.tables import (
     DUPLICATES_SQL,
@@ -188,4 +190,10 @@ class History(Schema):
             sql = summary_sql(
                 source, ["duplicates", *CONFIG_KEYS], columns, skip, extra=("count(DISTINCT run_id) AS n_runs",)
             )
-            return con.sql(sql).to_arrow_table(), [r["run_id"] for r in runs]
+            try:
+                return con.sql(sql).to_arrow_table(), [r["run_id"] for r in runs]
+            except duckdb.Error:
+                found = damaged_files(self.results, [r["run_id"] for r in runs])
+                if not found:
+                    raise
+                raise found[0] from None

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 from datetime import timedelta
+from pathlib import Path
 
 from chunkeval.errors import Fault, InputError
 from chunkeval.files import write_text
@@ -42,12 +43,19 @@ class Maintenance(Lifecycle, Baselines):
         and every pinned baseline. A healthy catalogue is kept; runs in it without a manifest (recorded
         by an older chunkeval) get one, so that a later repair can rebuild them too. Either way the
         summary tables are rebuilt from the runs' Parquet files.
+
+        Either way every completed run's results files are read whole first: a run with a file that cannot be
+        read is quarantined (its status `quarantined`, the file moved aside to `<name>.parquet.damaged`, the
+        error naming it), so that the views, the summaries and every comparison leave it out (`quarantined`).
         """
         ok, why = self.healthy()
         if self.read_only:
             raise Fault("the warehouse is read-only here: repair writes, and nothing was moved", self.db_path)
         manifests = sorted(self.results.glob("*/manifest.json")) if self.results.is_dir() else []
         if ok:
+            quarantined = self._quarantine(self.damaged_files())
+            for q in quarantined:
+                self._update(q["run_id"], status="quarantined", error=q["why"])
             written = 0
             for row in self.runs(with_process=True):
                 if self.read_manifest(row["run_id"]) is None:
@@ -62,6 +70,7 @@ class Maintenance(Lifecycle, Baselines):
                 "runs": len(self.runs()),
                 "manifests_written": written,
                 "reason": "",
+                "quarantined": quarantined,
             }
         moved = None
         if self.exists():
@@ -72,6 +81,12 @@ class Maintenance(Lifecycle, Baselines):
                 os.replace(wal, moved.with_name(moved.name + ".wal"))
         self._ready = False
         rows = [m for m in (self.read_manifest(p.parent.name) for p in manifests) if m is not None]
+        quarantined = self._quarantine(self.damaged_files([r["run_id"] for r in rows if r["status"] == "completed"]))
+        for row in rows:
+            for q in quarantined:
+                if q["run_id"] == row["run_id"]:
+                    row.update(status="quarantined", error=q["why"])
+                    self._write_manifest(row)
         pins = (
             [p for p in (self._read_pin(f) for f in sorted(self.pins.glob("*.json"))) if p]
             if self.pins.is_dir()
@@ -97,7 +112,22 @@ class Maintenance(Lifecycle, Baselines):
             "runs": len(rows),
             "pins": len(pins),
             "reason": why,
+            "quarantined": quarantined,
         }
+
+    def _quarantine(self, damaged: list) -> list[dict]:
+        """Move each damaged results file aside (`<name>.parquet.damaged`: out of the views' reach); per run,
+        why it is quarantined. The caller records the status."""
+        out: dict[str, dict] = {}
+        for exc in damaged:
+            path = Path(exc.path)
+            os.replace(path, path.with_name(path.name + ".damaged"))
+            why = f"{path.name} cannot be read ({exc.reason}); moved aside to {path.name}.damaged"
+            if exc.run_id in out:
+                out[exc.run_id]["why"] += f"; {why}"
+            else:
+                out[exc.run_id] = {"run_id": exc.run_id, "why": f"quarantined by `chunkeval warehouse repair`: {why}"}
+        return list(out.values())
 
     def delete_runs(self, run_ids: list[str]) -> list[str]:
         """Remove runs with their files. All are checked first: an unknown or running run, or the pinned

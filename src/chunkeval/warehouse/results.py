@@ -13,6 +13,7 @@ import pyarrow as pa
 from chunkeval.errors import InputError
 from chunkeval.stats.columns import numbers
 from chunkeval.vocabulary import CONFIG_KEYS, slice_name
+from chunkeval.warehouse.damage import DamagedResults, damaged_files, reading
 from chunkeval.warehouse.history import History
 from chunkeval.warehouse.migrations import SCHEMA_VERSION
 from chunkeval.warehouse.tables import empty_results, projection, quote
@@ -20,6 +21,12 @@ from chunkeval.warehouse.tables import empty_results, projection, quote
 
 class Results(History):
     """Reading a completed run's results files."""
+
+    def damaged_files(self, run_ids: list[str] | None = None) -> list[DamagedResults]:
+        """The results files of the runs (by default every completed run) that cannot be read, one error each."""
+        if run_ids is None:
+            run_ids = [r["run_id"] for r in self.runs(status="completed")]
+        return damaged_files(self.results, run_ids)
 
     def summary(self, run_id: str) -> pa.Table:
         with self.connect() as con:
@@ -41,7 +48,7 @@ class Results(History):
         if not path.is_file():
             return {}
         out: dict[str, set[str]] = {}
-        with self.connect() as con:
+        with self.connect() as con, reading(run_id, path):
             found = con.execute(f"SELECT query_id, slice_column, slice_value FROM read_parquet({quote(path)})")
             for query_id, column, value in found.fetchall():
                 out.setdefault(slice_name(column, value), set()).add(query_id)
@@ -62,8 +69,9 @@ class Results(History):
                 return empty_results()[kind]
         import pyarrow.parquet as pq
 
-        names = set(pq.read_schema(path).names)
-        with self.connect() as con:
+        with reading(run_id, path):
+            names = set(pq.read_schema(path).names)
+        with self.connect() as con, reading(run_id, path):
             return con.sql(
                 f"SELECT {projection(kind, names, 'q')} FROM read_parquet({quote(path)}) q JOIN runs r USING (run_id) "
                 f"WHERE r.status = 'completed' AND r.run_id = ? {order}",
@@ -76,11 +84,13 @@ class Results(History):
         import pyarrow.parquet as pq
 
         path = self._file(run_id, kind)
-        if not path.is_file() or not set(columns) <= set(pq.read_schema(path).names):
+        with reading(run_id, path):
+            older = not path.is_file() or not set(columns) <= set(pq.read_schema(path).names)
+        if older:
             table = self.run_file(run_id, kind)  # its errors, or an older run's file read through the views' projection
             missing = np.full(table.num_rows, np.nan)  # a metric the run did not measure (before it existed)
             return {c: _numpy(table[c]) if c in table.column_names else missing for c in columns}
-        with self.connect() as con:
+        with self.connect() as con, reading(run_id, path):
             found = con.execute(f"SELECT {', '.join(columns)} FROM read_parquet({quote(path)})").fetchnumpy()
         return {c: _unmasked(v) for c, v in found.items()}
 
@@ -89,7 +99,7 @@ class Results(History):
         paths = [p for p in (self._file(run_id, "references"), self._file(run_id, "qrels")) if p.is_file()]
         if not paths:
             return []
-        with self.connect() as con:
+        with self.connect() as con, reading(run_id, paths[0].parent):
             return con.execute(
                 " UNION ".join(f"SELECT DISTINCT query_id, question FROM read_parquet({quote(p)})" for p in paths)
             ).fetchall()
@@ -100,7 +110,7 @@ class Results(History):
         path = self._file(run_id, "qrels")
         if not path.is_file():
             return None
-        with self.connect() as con:
+        with self.connect() as con, reading(run_id, path):
             return con.sql(
                 f"SELECT * FROM read_parquet({quote(path)}) ORDER BY query_id, grade DESC, doc_id"
             ).to_arrow_table()
@@ -148,7 +158,7 @@ class Results(History):
         """A completed run's retrieved lists (of `query_ids` only, when given)."""
         path = self.retrieved_file(run_id)
         where = "" if query_ids is None else "WHERE list_contains(?::VARCHAR[], query_id)"
-        with self.connect() as con:
+        with self.connect() as con, reading(run_id, path):
             return con.sql(
                 f'SELECT * EXCLUDE (length), start + length AS "end" FROM read_parquet({quote(path)}) {where}',
                 params=[] if query_ids is None else [query_ids],

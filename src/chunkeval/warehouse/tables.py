@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from chunkeval.vocabulary import METRICS, RERANK_KEYS, RUN_SETTINGS, SLICE_KEYS
 
-STATUSES = ("running", "completed", "failed", "skipped")
+STATUSES = ("running", "completed", "failed", "skipped", "quarantined")  # quarantined: results unreadable (repair)
 TRIGGERS = ("manual", "schedule", "event")
 
 RUN_COLUMNS = (

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from chunkeval.cli.options import add_config, add_json, add_run, config_filter
+from chunkeval.cli.options import add_alpha, add_config, add_json, add_run, add_threshold, config_filter
 from chunkeval.cli.output import print_json
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
@@ -19,12 +19,19 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "diff",
         help="what changed between two runs: questions better, worse or unchanged, and what they retrieved",
         description="For each configuration two runs of one experiment share: the questions that got better, worse "
-        "or stayed on --metric (a change of at most 1e-9 is none), the paired test of the difference (as compare), "
+        "or stayed on --metric (a change of at most 1e-9 is none), the check of the one regression verdict of b "
+        "against a (change b - a, as trend --fail-on-regression gives it: docs/statistics.md, 'One verdict'), "
         "and for each question that changed the chunks it retrieved before (a) and after (b), worse ones first.",
     )
     add_run(p, "a completed run: give two, the earlier (a) first", many=True)
     add_config(p, "only configurations with these settings, e.g. chunk_size=200,k=5")
-    p.add_argument("--metric", help="the per-query metric (default: the first of the regression rule's, span_recall)")
+    p.add_argument(
+        "--metric",
+        help="the per-query metric shown, and the only one the verdict checks (default: the verdict checks every "
+        "metric of the regression rule, and the first the runs measure is shown, span_recall)",
+    )
+    add_threshold(p, "the smallest fall that counts as a regression in the verdict (absolute, default 0.02)")
+    add_alpha(p)
     add_json(p, "print a JSON list with one object per configuration")
     p.add_argument("--html", metavar="OUT.html", help="also write the diff as one offline HTML page")
     p.set_defaults(func=run)
@@ -32,6 +39,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+    from chunkeval.analysis.comparisons import check_alpha, check_threshold
     from chunkeval.report.diff import diff_doc, format_diff
     from chunkeval.stats.aggregate import check_metric
 
@@ -39,12 +47,14 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         raise InputError("diff takes two runs: --run A --run B")
     if args.metric is not None:
         check_metric(args.metric)
+    check_threshold(args.threshold)
+    check_alpha(args.alpha)
     if args.html:
         from chunkeval.report.terminal import check_output_path
 
         check_output_path(args.html)
     wh = warehouse()
-    docs = diff_doc(wh, args.run[0], args.run[1], config_filter(args.config), args.metric)
+    docs = diff_doc(wh, args.run[0], args.run[1], config_filter(args.config), args.metric, args.threshold, args.alpha)
     if args.html:
         from chunkeval.files import write_text
         from chunkeval.report.diff import diff_page

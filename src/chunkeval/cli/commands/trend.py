@@ -10,14 +10,13 @@ from chunkeval.cli.options import (
     add_config,
     add_experiment,
     add_json,
-    add_metric,
     add_threshold,
     check_at_least_one,
     config_filter,
 )
 from chunkeval.cli.output import iso
 from chunkeval.cli.session import WarehouseAccess
-from chunkeval.errors import InputError
+from chunkeval.errors import Fault, InputError
 from chunkeval.vocabulary import MIN_SLICE_QUERIES, slice_name
 
 WAREHOUSE_SESSION = True  # only reads
@@ -32,7 +31,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "against the previous completed run.",
     )
     add_experiment(p, "the experiment", required=True)
-    add_metric(p, "a metric name, e.g. span_recall, recall_at_k, mrr")
+    p.add_argument(
+        "--metric",
+        help="a metric name, e.g. span_recall, recall_at_k, mrr (needed unless --fail-on-regression, which without "
+        "it watches every metric of the regression rule)",
+    )
     add_config(
         p,
         "only configurations with these settings, e.g. chunk_size=200,k=5 (keys: chunker, chunk_size, chunk_overlap, k)",
@@ -55,9 +58,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--fail-on-regression",
         action="store_true",
-        help="print the verdict and the regressions (the table only with -v) and exit 1 when the metric fell in "
-        "the newest run, against the baseline or the previous run, by more than --threshold and significantly "
-        "(paired t-test over the queries, Holm over the configurations, --alpha)",
+        help="print the verdict and the regressions (the table only with -v) and exit 1 when --metric (without it, "
+        "any metric the regression rule watches) fell in the newest run, against the baseline or the previous run, "
+        "by more than --threshold and significantly (paired t-test over the queries, Holm over every configuration "
+        "x metric checked, --alpha); exit 3 when the two runs share no configuration or no paired question "
+        "(definition: docs/statistics.md, 'One verdict')",
     )
     add_threshold(p, "the smallest fall that matters (absolute, default 0.02)")
     add_alpha(p)
@@ -72,9 +77,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.analysis.comparisons import check_alpha, check_threshold
+    from chunkeval.analysis.regression import REGRESSION_METRICS
     from chunkeval.stats.aggregate import check_metric
 
-    check_metric(args.metric)
+    if args.metric is None and not args.fail_on_regression:
+        raise InputError("trend takes --metric NAME (or --fail-on-regression, which watches every metric without it)")
+    metrics = [args.metric] if args.metric else list(REGRESSION_METRICS)
+    for metric in metrics:
+        check_metric(metric)
     check_at_least_one(args.last, "--last")
     check_threshold(args.threshold)
     check_alpha(args.alpha)
@@ -89,18 +99,19 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
             _no_match(wh, args.experiment, config)
         return _verdict(wh, args, config, in_slice)
     shown = args.last or (None if args.all or args.json else SHOWN_RUNS)
-    rows = wh.trend(args.experiment, args.metric, config, shown, in_slice=in_slice)
+    by_metric = {m: wh.trend(args.experiment, m, config, shown, in_slice=in_slice) for m in metrics}
+    rows = [r for found in by_metric.values() for r in found]
     if config and not rows:
         _no_match(wh, args.experiment, config)
     if args.json:
         write_json_rows([{**r, "started_at": iso(r["started_at"])} for r in rows])
     elif not rows:
-        print(f"no completed run of experiment {args.experiment!r} with {args.metric}")
+        print(f"no completed run of experiment {args.experiment!r} with {', '.join(metrics)}")
     elif args.verbose or not args.fail_on_regression:
-        print(_table(rows, args.metric))
+        print("\n\n".join(_table(found, m) for m, found in by_metric.items() if found))
         if in_slice and any(r["too_small"] for r in rows):
             print(f"(* fewer than {MIN_SLICE_QUERIES} queries: too small to test; no regression is tested on it)")
-        left_out = wh.count_runs(args.experiment, "completed") - len({r["run_id"] for r in rows})
+        left_out = wh.count_runs(args.experiment, "completed") - len({r["run_id"] for r in by_metric[metrics[0]]})
         if left_out > 0 and shown:
             print(f"({left_out} earlier completed run(s) not shown: --last N or --all shows them)")
     if args.fail_on_regression:
@@ -133,32 +144,29 @@ def _slice(wh, args: argparse.Namespace) -> tuple[str, str] | None:
 
 
 def _verdict(wh, args: argparse.Namespace, config: dict, in_slice: tuple[str, str] | None = None) -> int:
-    """The regression check's verdict on stdout, each regression (with the questions that lost most) on
-    stderr; 1 when there is one. With `in_slice`, that slice's regressions only."""
+    """The verdict (`chunkeval.analysis.regression.verdict`) on stdout, each regression (with the questions that
+    lost most) on stderr: 1 when there is one; nothing comparable is an error of its own (exit status 3)."""
+    from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION, verdict_line
+    from chunkeval.errors import NothingComparable
     from chunkeval.report.terminal import regression_message
 
-    falls = wh.regressions(args.experiment, [args.metric], args.threshold, args.baseline, args.alpha)
-    falls = [f for f in falls if all(f[k] == v for k, v in config.items())]
-    if in_slice is not None:
-        falls = [f for f in falls if f.get("slice") == slice_name(*in_slice)]
-    newest = wh.last_completed(args.experiment)
-    reference = (args.baseline or wh.reference_run(args.experiment, newest["run_id"])) if newest else None
+    metrics = [args.metric] if args.metric else None
+    found = wh.verdict(
+        args.experiment, metrics, args.threshold, args.baseline, args.alpha, config, in_slice and slice_name(*in_slice)
+    )
     out = sys.stderr if args.json else sys.stdout  # JSON on stdout stays one document
-    if newest is None or reference is None or reference == newest["run_id"]:
+    if found is None:
         print(f"no regression check: experiment {args.experiment!r} has no run to compare with yet", file=out)
         return 0
-    against = f"run {newest['run_id']} against {reference}"
-    if not falls:
-        print(
-            f"no regression of {args.metric} in {against} (threshold {args.threshold:g}, alpha {args.alpha:g})",
-            file=out,
-        )
+    for left in found["left_out"]:
+        print(f"left out: run {left['run_id']} ({left['why']})", file=sys.stderr)
+    if found["verdict"] == NOTHING_COMPARABLE:
+        raise NothingComparable(verdict_line(found))
+    print(verdict_line(found), file=out)
+    if found["verdict"] != REGRESSION:
         return 0
-    sliced = sum(1 for f in falls if f.get("slice"))
-    where = f" ({sliced} of them in a slice of the gold set)" if sliced else ""
-    print(f"REGRESSION: {args.metric} fell in {len(falls)} configuration(s){where}, {against}", file=out)
-    print(_diff_link(wh, args, config, reference, newest["run_id"]), file=out)
-    for f in falls:
+    print(_diff_link(wh, args, config, found["reference_run_id"], found["run_id"]), file=out)
+    for f in found["regressions"]:
         print(regression_message(f), file=sys.stderr)
     return 1
 
@@ -170,8 +178,17 @@ def _diff_link(wh, args: argparse.Namespace, config: dict, reference: str, newes
 
     try:
         path = write_diff(
-            wh, reference, newest, diff_path(wh.root, args.experiment, reference, newest), config, args.metric
+            wh,
+            reference,
+            newest,
+            diff_path(wh.root, args.experiment, reference, newest),
+            config,
+            args.metric,
+            args.threshold,
+            args.alpha,
         )
+    except Fault:
+        raise
     except InputError as exc:
         return f"no diff: {exc}"
     return f"diff: {path}"

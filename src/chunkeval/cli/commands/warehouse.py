@@ -23,7 +23,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "repair",
         help="move a damaged chunkeval.duckdb aside and rebuild it from the run manifests and pins",
         description="Rebuild the catalogue of runs from each run's manifest.json and the pinned baselines' files. "
-        "A readable catalogue is kept; only manifests missing for older runs are written.",
+        "A readable catalogue is kept; only manifests missing for older runs are written. Either way every completed "
+        "run's results files are read whole: a run with a file that cannot be read is quarantined (status "
+        "`quarantined` in `chunkeval runs`, the file moved aside to NAME.parquet.damaged) and comparisons leave it out.",
     )
     w.set_defaults(func=repair)
     s = wsub.add_parser(
@@ -55,10 +57,14 @@ def repair(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if not wh.exists() and not wh.results.is_dir():
         raise InputError("no warehouse here: nothing to repair", wh.db_path)
     done = wh.repair()
+    for q in done["quarantined"]:
+        print(f"run {q['run_id']} {q['why']}")
     if not done["damaged"]:
         print(
             f"{wh.db_path} is readable: nothing to rebuild ({done['runs']} run(s); "
-            f"{done['manifests_written']} manifest(s) written for runs that had none)"
+            f"{done['manifests_written']} manifest(s) written for runs that had none"
+            + (f"; {len(done['quarantined'])} run(s) quarantined" if done["quarantined"] else "")
+            + ")"
         )
     else:
         aside = f"the damaged file was moved to {done['moved_to']}; " if done["moved_to"] else ""
