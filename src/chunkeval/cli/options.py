@@ -71,6 +71,7 @@ def _add_input_and_chunking_flags(g) -> None:
         "--qrels", help="document gold for --corpus-dir: BEIR's TSV (query-id, corpus-id, score) or TREC qrels"
     )
     add_strict(g)
+    add_anchor_similarity(g)
     add_corpus_filter(g, "only these corpora (default: every corpus in the folder)")
     g.add_argument(
         "--slice-by",
@@ -168,6 +169,7 @@ SETTING_FLAGS = (
     "queries",
     "qrels",
     "strict",
+    "anchor_similarity",
     "html",
     "corpus",
     "slice_by",
@@ -215,6 +217,7 @@ def experiment_from_args(
         queries=args.queries,
         qrels=args.qrels,
         strict=args.strict,
+        anchor_similarity=args.anchor_similarity,
         html=args.html,
         corpus=tuple(split_flags(args.corpus)),
         slice_by=tuple(split_flags(args.slice_by)),
@@ -239,13 +242,26 @@ def experiment_from_args(
 
 
 def add_strict(p) -> None:
-    """`--strict`: an unreadable document (and a qrels row naming an unknown query or document) is an error."""
+    """`--strict`: anything in the inputs that would be set aside is an error (docs/gold.md)."""
     p.add_argument(
         "--strict",
         action="store_true",
         default=None,
-        help="an unreadable document (a PDF without text, a damaged file, text not UTF-8) is an error, and so is a qrels "
-        "row naming an unknown query or document (default: left out, with a warning, and counted)",
+        help="anything in the inputs that would be set aside is an error: an unreadable document (a PDF without text, "
+        "a damaged file, text not UTF-8), a qrels row naming an unknown query or document, and a question retired "
+        "because a reference could not be placed in its changed document (default: left out, counted, and said in "
+        "one summary line)",
+    )
+
+
+def add_anchor_similarity(p) -> None:
+    """`--anchor-similarity`: how similar text must be to place a moved reference approximately (docs/gold.md)."""
+    p.add_argument(
+        "--anchor-similarity",
+        type=float,
+        metavar="S",
+        help="a reference whose text is no longer in its document word for word is placed where the document holds "
+        "text at least S similar (rapidfuzz's ratio, 0 to 100; default 90), else its question is retired (docs/gold.md)",
     )
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chunkeval.engine import plugins
+from chunkeval.engine.inputs import ANCHOR_SIMILARITY, check_anchor_similarity
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, check_name, short, yaml_load
 from chunkeval.paths import DEMO_DIR
@@ -154,7 +155,11 @@ class Experiment:
     split: str = "test"  # the qrels of a BEIR folder: qrels/<split>.tsv
     queries: str = ""  # with qrels and corpus_dir: document-level gold for any corpus
     qrels: str = ""
-    strict: bool = False  # an unreadable document, or a qrels row naming an unknown query or document, is an error
+    strict: bool = False  # anything in the inputs set aside is an error: an unreadable document, a qrels row naming
+    # an unknown query or document, a retired question (docs/gold.md)
+    anchor_similarity: float = (
+        ANCHOR_SIMILARITY  # a moved reference is placed approximately where at least this similar (0-100)
+    )
     html: str = "full"  # what text an HTML document gives: full (all of <body>) or main (trafilatura's main content)
     slice_by: tuple[str, ...] = ()  # gold-set columns whose values make slices (chunkeval.engine.slices)
     mlflow: str = ""  # the http(s) URI of an MLflow tracking server each run is published to (not recorded)
@@ -201,6 +206,8 @@ class Experiment:
                 if isinstance(value, (list, tuple, dict)):
                     raise InputError(f"rrf_k takes one whole number, got {short(value)}", source)
                 value = _listed(whole_number, value, source, key)
+            elif key == "anchor_similarity":
+                value = check_anchor_similarity(value, source)
             elif key in ("own_corpus", "skip_empty_gold", "strict"):
                 if not isinstance(value, bool):
                     raise InputError(f"{key} must be true or false, got {value!r}", source)
@@ -396,6 +403,8 @@ class Experiment:
         for key in ("beir", "queries", "qrels", "strict", "slice_by"):
             if not data[key]:
                 del data[key]  # runs of span gold stay as they were recorded before document gold existed
+        if data["anchor_similarity"] == ANCHOR_SIMILARITY:
+            del data["anchor_similarity"]  # runs of the default stay as they were recorded before the key existed
         if data["html"] == "full":
             del data["html"]  # runs of the default extraction stay as they were recorded before the key existed
         if not self.beir:
@@ -424,6 +433,7 @@ def check_run_settings(exp: Experiment, source: str | None) -> None:
     from chunkeval.engine.metrics import share_held
 
     check_html_mode(exp.html, source)
+    check_anchor_similarity(exp.anchor_similarity, source)
     if exp.duplicates not in MODES:
         raise InputError(f"duplicates must be {' or '.join(MODES)}, got {exp.duplicates!r}", source)
     _listed(share_held, exp.relevance, source)
