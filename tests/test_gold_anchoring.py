@@ -232,6 +232,14 @@ def test_run_if_changed_on_change_and_gold_update_on_an_edited_corpus(tmp_path, 
     run_id = wh.runs("living", limit=1)[0]["run_id"]
     assert {a["status"] for a in wh.gold_check(run_id)["anchoring"]} == {"exact"}
     assert json.loads(wh.manifest_path(run_id).read_text())["questions_retired"] == []
+    # trend and the report's trend chart mark the run whose gold set changed (the updated file), and no other
+    assert main(["trend", "--experiment", "living", "--metric", "span_recall", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["run_id"] for r in rows if r["gold_changed"]} == {run_id} and len({r["run_id"] for r in rows}) == 5
+    page = Path(out.split("report: ")[1].split()[0]).read_text(encoding="utf-8")
+    assert page.count('<line class="mark"') >= 1 and "<td>gold set changed</td>" in page
+    assert main(["trend", "--experiment", "living", "--metric", "span_recall"]) == 0
+    assert f"{run_id} G" in capsys.readouterr().out
 
 
 def demo_refs_questions() -> set[str]:
