@@ -1,6 +1,6 @@
 """An experiment: a name plus everything a sweep takes. Immutable; given as flags or a YAML file.
 
-YAML keys are the long flag names with `_` for `-`: name, corpus_dir, html, questions, beir, split, queries, qrels, strict, corpus, chunker,
+YAML keys are the long flag names with `_` for `-`: name, corpus_dir, html, questions, beir, split, queries, qrels, strict, anchor_similarity, corpus, chunker,
 chunk_sizes, overlaps, k, model, retriever, index, rrf_k, own_corpus, skip_empty_gold, duplicates, slice_by, backend, quantize, precision (model, retriever and
 the other lists take one value or a list), `models`, a mapping that names served models with their
 settings (`chunkeval.engine.embedding.served`), and `mlflow`, the MLflow tracking server each run is published
