@@ -1487,6 +1487,54 @@ def test_nothing_comparable_gets_one_line_exit_3_and_writes_nothing(case, ws, ca
     assert snapshot(ws["t"], ws["home"]) == before and catalogue_rows(ws["home"]) == rows_before
 
 
+def gold_update(t: Path, *extra, questions=None, out=None):
+    return ["gold", "update", "--corpus-dir", t / "corpora", "--questions", questions or t / "q.csv",
+            "--out", out or t / "new.csv", *extra]  # fmt: skip
+
+
+GONE = '[{""content"": ""A sentence deleted from the document."", ""start_index"": 0, ""end_index"": 37}]'
+
+# issue 29: a gold set that lives with its corpus (docs/gold.md)
+CASES.update(
+    {
+        "sweep: every question retired": (
+            lambda w: sweep(w["t"], questions=bad_refs(w["t"], GONE)),
+            "bad.csv: every question is retired: none of the references of 1 question(s) could be placed",
+        ),
+        "run: every question retired": (
+            lambda w: ["run", experiment(w["t"], GOOD_YAML.replace("q.csv", "bad.csv")), bad_refs(w["t"], GONE)][:2],
+            "every question is retired",
+        ),
+        "sweep: a retired question with --strict": (
+            lambda w: sweep(
+                w["t"],
+                "--strict",
+                questions=write(
+                    w["t"] / "two.csv", f'question,references,corpus_id\nWhat?,"{GOOD_REFS}",doc\nGone?,"{GONE}",doc\n'
+                ),
+            ),
+            "two.csv: row 2: question 'doc:2' retired, reference 1: content not found in document 'doc'",
+        ),
+        "sweep: anchor similarity out of range": (
+            lambda w: sweep(w["t"], "--anchor-similarity", "101"),
+            "anchor_similarity takes a number from 0 to 100, got 101",
+        ),
+        "gold update: the output is its input": (
+            lambda w: gold_update(w["t"], out=w["t"] / "q.csv"),
+            "is the gold set it corrects: write it to a new file",
+        ),
+        "gold update: the review file is its input": (
+            lambda w: gold_update(w["t"], "--review", w["t"] / "q.csv"),
+            "the review CSV",
+        ),
+        "gold update: every question retired": (
+            lambda w: gold_update(w["t"], questions=bad_refs(w["t"], GONE)),
+            "every question is retired",
+        ),
+    }
+)
+
+
 def snapshot(*roots: Path) -> dict:
     """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes)."""
     files = sorted(
@@ -1529,6 +1577,7 @@ def test_the_catalogue_is_large_enough():
         "diff",
         "compare",
         "gold check",
+        "gold update",
         "extract",
     } <= commands
 

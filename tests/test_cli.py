@@ -138,7 +138,7 @@ def test_overlap_percentages_round_down():
     assert parse_overlap("10%", 250) == 25 and parse_overlap("50%", 101) == 50 and parse_overlap("12", 100) == 12
 
 
-def test_reference_with_stale_offsets_is_reanchored(tmp_path, caplog):
+def test_reference_with_stale_offsets_is_reanchored(tmp_path):
     corpus = tmp_path / "c"
     corpus.mkdir()
     (corpus / "doc.md").write_text("Intro. The answer is forty-two. Outro.", encoding="utf-8")
@@ -148,7 +148,7 @@ def test_reference_with_stale_offsets_is_reanchored(tmp_path, caplog):
     )
     gold = load_span_gold(q, load_corpora(corpus))
     assert (gold.ref_start[0], gold.ref_end[0]) == (7, 31) and gold.reanchored == 1
-    assert "re-anchored" in caplog.text
+    assert gold.anchoring[0]["status"] == "reanchored"  # said once, by whoever reads it for the run (docs/gold.md)
 
 
 # --------------------------------------------------------------------------- evaluate-run

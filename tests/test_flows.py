@@ -84,6 +84,8 @@ def test_the_flow_runs_every_axis(tmp_path, own_home):
         "repeated_questions",
         "skipped_documents",  # documents left out as unreadable (issue 20)
         "left_out_qrels",  # qrels rows naming an unreadable or unknown document or query (document gold)
+        "retired_questions",  # questions whose references could not be placed in the changed corpus (issue 29)
+        "anchoring",  # each question's status: exact, reanchored, approximate, retired
     }
 
 

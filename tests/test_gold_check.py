@@ -57,8 +57,11 @@ def test_every_kind_of_finding_on_a_toy_set(tmp_path, capsys):
         "repeated_questions",
         "skipped_documents",
         "left_out_qrels",  # of document gold: `gold check` reads span gold, so none
+        "retired_questions",  # references that could not be placed in the corpus (test_gold_anchoring)
+        "anchoring",  # each question's status
     }
-    assert doc["skipped_documents"] == doc["left_out_qrels"] == []  # every document read (test_formats: not)
+    assert doc["skipped_documents"] == doc["left_out_qrels"] == doc["retired_questions"] == []
+    assert {a["status"] for a in doc["anchoring"]} == {"exact"}
     assert doc["ambiguous_references"][0]["occurrences"] == [[18, 36], [52, 70]]
     assert main(["gold", "check", "--corpus-dir", str(tmp_path / "c"), "--questions", str(q)]) == 0
     out = capsys.readouterr().out

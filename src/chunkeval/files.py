@@ -100,12 +100,23 @@ def write_tables(
 
 def write_text(path: Path, text: str) -> None:
     """A text file (UTF-8), written under a temporary name then renamed."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    write_texts({Path(path): text})
+
+
+def write_texts(texts: dict[Path, str]) -> None:
+    """Text files (UTF-8), each written under a temporary name first, then all renamed: a failure on the way
+    leaves none of them half-written."""
+    staged = []
     try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        for path, text in texts.items():
+            path = Path(path)
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+            staged.append((tmp, path))
+            tmp.write_text(text, encoding="utf-8")
+        for tmp, path in staged:
+            os.replace(tmp, path)
     except OSError as exc:
         raise (as_fault(exc) or exc) from None
     finally:
-        tmp.unlink(missing_ok=True)
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)

@@ -139,10 +139,16 @@ def quiet_prefect(verbose: bool = False) -> None:
 
 class _SaidInOneLine(logging.Filter):
     """Drops Prefect's console records of an input error (its traceback, and the failed states that repeat
-    it): the command says it in one line. The records still reach the Prefect API and UI."""
+    it): the command says it in one line. Drops chunkeval's own records too where chunkeval's logger has a
+    console of its own (the CLI's): that one says them, once. The records still reach the Prefect API and UI."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         from chunkeval.errors import InputError
+
+        if record.name.split(".")[0] == "chunkeval" and any(
+            isinstance(h, logging.StreamHandler) for h in logging.getLogger("chunkeval").handlers
+        ):
+            return False
 
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, InputError):

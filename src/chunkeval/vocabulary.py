@@ -113,3 +113,8 @@ def split_flags(values) -> list[str]:
         return []
     items = values if isinstance(values, (list, tuple)) else [values]
     return [part for item in items for part in split_list(str(item))]
+
+
+# How a question of span gold met its changed corpus (chunkeval.engine.anchoring), the worst of its references':
+# at its offsets, found elsewhere word for word, placed approximately, or not placed (retired from the run)
+ANCHOR_STATUSES = ("exact", "reanchored", "approximate", "retired")

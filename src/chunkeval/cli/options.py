@@ -74,6 +74,8 @@ def add_setting_flag(p, s: Setting, help: str | None = None) -> None:
         kwargs.update(action="store_true", default=None)
     elif s.kind == "int":
         kwargs["type"] = int
+    elif s.kind == "number":
+        kwargs["type"] = float
     if s.repeatable:
         kwargs.update(action="extend", nargs="+")
     p.add_argument(s.flag, **kwargs)
@@ -105,6 +107,11 @@ def experiment_from_args(
 def add_strict(p) -> None:
     """`--strict` of commands that read a corpus (the setting `strict`)."""
     add_setting_flag(p, SETTING["strict"])
+
+
+def add_anchor_similarity(p) -> None:
+    """`--anchor-similarity` of commands that place a gold set's references (the setting `anchor_similarity`)."""
+    add_setting_flag(p, SETTING["anchor_similarity"])
 
 
 def add_html(p) -> None:

@@ -38,6 +38,7 @@ from chunkeval.engine.inputs import (
     _finite,
     _nonempty,
     _query_id,
+    gold_summary,
     load_chunk_run,
     read_jsonl_rows,
     read_text,
@@ -63,6 +64,8 @@ class DocGold:
     dropped: int = 0  # qrels rows naming an unknown query or document
     unreadable: int = 0  # qrels rows naming a document that was left out, unreadable
     left_out: tuple = ()  # each of those rows: {"row", "query_id", "doc_id", "reason"} (the run's gold check)
+    anchoring: tuple = ()  # per judged query: {query_id, row, corpus_id, status (exact or retired), similarity,
+    # reason}: retired where every document its qrels judge is gone (as span gold's, `inputs.load_span_gold`)
 
     @property
     def query_corpora(self) -> list[str]:
@@ -147,7 +150,22 @@ def load_doc_gold(queries_path: Path, qrels_path: Path, docs: Documents, strict:
             raise InputError(f"query {qid!r} judges document {doc!r} twice", qrels_path, row)
         judged[doc] = grade
     qids = [q for q in queries if q in qrels]
+    anchoring = _query_statuses(queries, qrels, left_out, docs)
+    retired = [a for a in anchoring if a["status"] == "retired"]
+    if retired and strict:  # an unknown document is an error above already: these name unreadable ones
+        raise InputError(
+            f"query {retired[0]['query_id']!r} retired: {retired[0]['reason']} "
+            "(strict: nothing in the inputs may be set aside)",
+            qrels_path,
+            retired[0]["row"],
+        )
     if not qids:
+        if retired:
+            raise InputError(
+                f"every question is retired: every document the qrels of {len(retired)} query(ies) judge is gone "
+                f"(row {retired[0]['row']}: {retired[0]['reason']})",
+                qrels_path,
+            )
         raise InputError("no query of the queries file has qrels", qrels_path)
     return DocGold(
         qids,
@@ -158,16 +176,48 @@ def load_doc_gold(queries_path: Path, qrels_path: Path, docs: Documents, strict:
         dropped,
         unreadable,
         tuple(left_out),
+        tuple(anchoring),
     )
 
 
+def _query_statuses(queries: dict, qrels: dict, left_out: list[dict], docs: Documents) -> list[dict]:
+    """Each judged query's status: `exact` where some document it judges is read, else `retired` (every one
+    is unknown or unreadable: gone from the corpus), with the reason."""
+    gone: dict[str, list[dict]] = {}
+    for r in left_out:
+        if r["query_id"] in queries and r["query_id"] not in qrels:
+            gone.setdefault(r["query_id"], []).append(r)
+    out = []
+    for qid in queries:
+        if qid in qrels:
+            corpus = docs.corpus_of[next(iter(qrels[qid]))]
+            out.append({"query_id": qid, "row": None, "corpus_id": corpus, "status": "exact", "similarity": 100.0})
+        elif qid in gone:
+            rows = gone[qid]
+            why = ", ".join(f"{r['doc_id']!r} ({r['reason']})" for r in rows[:3]) + (" …" if len(rows) > 3 else "")
+            reason = f"every document it judges is gone: {why}"
+            out.append(
+                {
+                    "query_id": qid,
+                    "row": rows[0]["row"],
+                    "corpus_id": "",
+                    "status": "retired",
+                    "similarity": 0.0,
+                    "reason": reason,
+                }
+            )
+    return out
+
+
 def warn_left_out(docs: Documents, gold) -> None:
-    """One warning line per document left out as unreadable, then the qrels rows naming them (document gold)."""
+    """One warning line per document left out as unreadable, then the gold set's summary (`gold_summary`: how
+    its questions met the corpus, what was retired or left out) in one line and a few examples. Said here, by
+    the one caller that reads the inputs for the run, never by the readers: a check before the run reads
+    them too, and would say it all a second time."""
     docs.warn()
-    if getattr(gold, "dropped", 0):
-        log.warning("%s: %d qrels row(s) name an unknown query or document and are left out", gold.source, gold.dropped)
-    if getattr(gold, "unreadable", 0):
-        log.warning("%s: %d qrels row(s) name an unreadable document and are left out", gold.source, gold.unreadable)
+    lines = gold_summary(gold)
+    if lines:
+        log.warning("\n".join(lines))
 
 
 def beir_paths(folder: Path, split: str) -> tuple[Path, Path, Path]:

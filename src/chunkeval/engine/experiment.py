@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chunkeval.engine import plugins
+from chunkeval.engine.anchoring import ANCHOR_SIMILARITY
 from chunkeval.engine.settings import (
     LARGE_GRID,
     MAX_CANDIDATES,
@@ -297,9 +298,21 @@ class Experiment:
     strict: bool = setting(
         False,
         "bool",
-        "an unreadable document (a PDF without text, a damaged file, text not UTF-8) is an error, and so is a qrels "
-        "row naming an unknown query or document (default: left out, with a warning, and counted)",
+        "anything in the inputs that would be set aside is an error: an unreadable document (a PDF without text, "
+        "a damaged file, text not UTF-8), a qrels row naming an unknown query or document, and a question retired "
+        "because a reference could not be placed in its changed document (default: left out, counted, and said in "
+        "one summary line; docs/gold.md)",
         "inputs",
+    )
+    anchor_similarity: float = setting(  # chunkeval.engine.anchoring
+        ANCHOR_SIMILARITY,
+        "number",
+        "a reference whose text is no longer in its document word for word is placed where the document holds "
+        "text at least this similar (rapidfuzz's ratio, 0 to 100), else its question is retired (docs/gold.md)",
+        "inputs",
+        metavar="S",
+        minimum=0,
+        maximum=100,
     )
     html: str = setting(
         "full",
@@ -564,6 +577,8 @@ class Experiment:
         for key in ("beir", "queries", "qrels", "strict", "slice_by"):
             if not data[key]:
                 del data[key]  # runs of span gold stay as they were recorded before document gold existed
+        if data["anchor_similarity"] == ANCHOR_SIMILARITY:
+            del data["anchor_similarity"]  # runs of the default stay as they were recorded before the key existed
         if data["html"] == "full":
             del data["html"]  # runs of the default extraction stay as they were recorded before the key existed
         if not self.beir:

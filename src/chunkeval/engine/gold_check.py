@@ -9,7 +9,11 @@
 - unreadable documents: documents of the corpus folder left out of the run, since they gave no text (a PDF
   without a text layer, a damaged file, text that is not UTF-8);
 - qrels rows left out (document gold): rows naming an unreadable document, an unknown query or an unknown
-  document (each an error with `--strict`).
+  document (each an error with `--strict`);
+- retired questions: a reference could not be placed in its changed document, or (document gold) every
+  document its qrels judge is gone; they are left out of the run (an error with `--strict`);
+- anchoring: each question's status (exact, reanchored, approximate, retired) and its lowest similarity, the
+  record of how the gold set met this version of the corpus (`chunkeval.engine.inputs.place_reference`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class GoldReport:
     repeated_questions: list[dict] = field(default_factory=list)
     skipped_documents: list[dict] = field(default_factory=list)
     left_out_qrels: list[dict] = field(default_factory=list)
+    retired_questions: list[dict] = field(default_factory=list)
+    anchoring: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -46,10 +52,17 @@ def check_gold(
 ) -> GoldReport:
     """What a gold set says about itself; of document gold, its repeated questions alone (it has no spans).
     `skipped`: the documents left out as unreadable (`chunkeval.engine.corpus.Skipped`)."""
-    left_out = []
+    left_out, anchoring = [], list(gold.anchoring)
     if isinstance(gold, DocGold):
         left_out, gold = [dict(r) for r in gold.left_out], gold.without_spans()
-    report = GoldReport(skipped_documents=[s.to_dict() for s in skipped], left_out_qrels=left_out)
+    report = GoldReport(
+        skipped_documents=[s.to_dict() for s in skipped],
+        left_out_qrels=left_out,
+        retired_questions=[
+            {k: a[k] for k in ("query_id", "row", "corpus_id", "reason")} for a in anchoring if a["status"] == "retired"
+        ],
+        anchoring=[{k: a[k] for k in ("query_id", "status", "similarity")} for a in anchoring],
+    )
     corpus_of = [gold.corpus_ids[q] for q in gold.ref_query.tolist()]
     texts = [corpora[c][s:e] for c, s, e in zip(corpus_of, gold.ref_start.tolist(), gold.ref_end.tolist())]
     items = [

@@ -18,8 +18,18 @@ from pathlib import Path
 
 import numpy as np
 
+from chunkeval.engine.anchoring import (  # noqa: F401 (re-exported)
+    ANCHOR_SIMILARITY,
+    _reanchor,
+    _reference,
+    anchoring_counts,
+    check_anchor_similarity,
+    gold_summary,
+    place_reference,
+    question_status,
+)
 from chunkeval.errors import InputError
-from chunkeval.limits import HEADER_BYTES, MAX_GRADE, MAX_INT, head, json_loads, regular_file, short
+from chunkeval.limits import HEADER_BYTES, MAX_GRADE, head, json_loads, regular_file, short
 from chunkeval.vocabulary import GOLD_FORMATS
 
 log = logging.getLogger("chunkeval")
@@ -127,17 +137,6 @@ def read_table_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int
     return read_jsonl_rows(path, required)
 
 
-def _offset(value) -> int:
-    """A character offset of a reference: a whole number (`18` or `18.0`, never `true`, `18.5` or `1e400`)
-    within `MAX_INT`, checked before it becomes an index."""
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise ValueError(value)
-    number = int(value)
-    if abs(number) > MAX_INT:
-        raise ValueError(value)
-    return number
-
-
 def _json_value(value, path: Path, row: int, column: str):
     """A cell that holds JSON: JSONL gives it parsed, CSV gives its text."""
     if not isinstance(value, str):
@@ -173,8 +172,11 @@ class SpanGold:
     ref_start: np.ndarray  # int64, str offsets
     ref_end: np.ndarray  # int64, exclusive
     source: str = ""
-    reanchored: int = 0
+    reanchored: int = 0  # references placed again: found elsewhere word for word, or approximately
     corpora: tuple[str, ...] = ()  # each query's corpus, where its document is one of several in a corpus
+    anchoring: tuple = ()  # per question read, retired ones too: {query_id, row, corpus_id, status, similarity,
+    # reason (retired), references: [{status, start, end, similarity, was: [old start, old end], reason}]}
+    no_references: int = 0  # questions without references (they score recall 0 unless skip_empty_gold)
 
     @property
     def n_queries(self) -> int:
@@ -192,18 +194,6 @@ def listing(names: list[str], limit: int = 10) -> str:
     return shown if len(names) <= limit else f"{shown}, … ({len(names):,} in all)"
 
 
-def _reanchor(corpus: str, content: str, start: int) -> int:
-    """Offset of the occurrence of `content` nearest to `start`, or -1."""
-    best, pos = -1, corpus.find(content)
-    while pos != -1:
-        if best == -1 or abs(pos - start) < abs(best - start):
-            best = pos
-        if pos > start:
-            break
-        pos = corpus.find(content, pos + 1)
-    return best
-
-
 def span_query_id(rec: dict[str, str], row: int) -> str:
     """A span gold row's query id: its `query_id`, else `<corpus_id>:<row>`."""
     return rec.get("query_id") or f"{rec['corpus_id'].strip()}:{row}"
@@ -215,6 +205,8 @@ def load_span_gold(
     known: set[str] | None = None,
     corpus_of: dict[str, str] | None = None,
     unreadable: dict[str, str] | None = None,
+    similarity: float = ANCHOR_SIMILARITY,
+    strict: bool = False,
 ) -> SpanGold:
     """Chroma's format: columns question, references (JSON list of content/start_index/end_index), corpus_id.
 
@@ -222,12 +214,17 @@ def load_span_gold(
     corpus_id column names one. Questions of documents not in `corpora` are left out (that is how `--corpus`
     narrows a run); a corpus_id that is not among the `known` ids (the folder's, where given) is an error, and
     so is one naming a document left out as unreadable (`unreadable`: document → why). `corpus_of` gives each
-    document's corpus where documents share one. A reference whose offsets do not match its content is
-    re-anchored to the nearest occurrence of the content, with a warning.
+    document's corpus where documents share one.
+
+    A reference whose offsets no longer hold its content is placed again (`place_reference`): re-anchored where
+    the content is found word for word, else placed approximately where the document holds text at least
+    `similarity` similar. A question with a reference that cannot be placed is retired from the run (an error
+    with `strict`, and where every question is retired). Nothing is logged here: `anchoring` records each
+    question's status, and `chunkeval.engine.sweep.load_inputs` says it once, in one line.
     """
     path = Path(questions_csv)
     query_ids, questions, documents, rq, rs, re_ = [], [], [], [], [], []
-    reanchored = 0
+    anchoring, no_refs = [], 0
     for row, rec in read_csv_rows(path, ("question", "references", "corpus_id")):
         cid = rec["corpus_id"].strip()
         if cid not in corpora:
@@ -245,56 +242,41 @@ def load_span_gold(
         if not isinstance(refs, list):
             raise InputError("references must be a JSON list", path, row)
         qid = span_query_id(rec, row)
-        qindex = len(query_ids)
         text = corpora[cid]
+        placed = []
         for j, ref in enumerate(refs, start=1):
-            where = f"reference {j} of question {question[:60]!r}"
-            if not isinstance(ref, dict) or not {"content", "start_index", "end_index"} <= ref.keys():
-                raise InputError(f"{where}: needs content, start_index and end_index", path, row)
-            content = ref["content"]
-            try:
-                start, end = _offset(ref["start_index"]), _offset(ref["end_index"])
-            except (TypeError, ValueError, OverflowError):
+            content, start, end = _reference(ref, f"reference {j} of question {question[:60]!r}", path, row)
+            placed.append({**place_reference(text, content, start, end, similarity, cid), "was": [start, end]})
+        status, lowest = question_status(placed)
+        record = {"query_id": qid, "row": row, "corpus_id": cid, "status": status, "similarity": lowest}
+        retired = [f"reference {j}: {p['reason']}" for j, p in enumerate(placed, start=1) if p["status"] == "retired"]
+        if retired:
+            record["reason"] = "; ".join(retired)
+            if strict:
                 raise InputError(
-                    f"{where}: start_index and end_index must be whole numbers up to {MAX_INT}, got "
-                    f"{short(ref['start_index'])} and {short(ref['end_index'])}",
-                    path,
-                    row,
-                ) from None
-            if not isinstance(content, str) or not content:
-                raise InputError(f"{where}: empty content", path, row)
-            if start < 0 or end > len(text):
-                raise InputError(
-                    f"{where}: offsets [{start}, {end}) out of range for corpus {cid!r} of {len(text)} characters",
+                    f"question {qid!r} retired, {record['reason']} (strict: nothing in the inputs may be set aside)",
                     path,
                     row,
                 )
-            if end <= start:
-                raise InputError(f"{where}: reversed or empty offsets [{start}, {end})", path, row)
-            if text[start:end] != content:
-                found = _reanchor(text, content, start)
-                if found < 0:
-                    raise InputError(f"{where}: content not found in corpus {cid!r}", path, row)
-                log.warning(
-                    "%s: row %d: %s re-anchored from [%d, %d) to [%d, %d)",
-                    path,
-                    row,
-                    where,
-                    start,
-                    end,
-                    found,
-                    found + len(content),
-                )
-                start, end = found, found + len(content)
-                reanchored += 1
+        anchoring.append({**record, "references": placed})
+        if retired:
+            continue
+        qindex = len(query_ids)
+        for p in placed:
             rq.append(qindex)
-            rs.append(start)
-            re_.append(end)
-        if not refs:
-            log.warning("%s: row %d: question %r has no references", path, row, question[:60])
+            rs.append(p["start"])
+            re_.append(p["end"])
+        no_refs += not refs
         query_ids.append(qid)
         questions.append(question)
         documents.append(cid)
+    if anchoring and not query_ids:
+        first = anchoring[0]
+        raise InputError(
+            f"every question is retired: none of the references of {len(anchoring)} question(s) could be placed "
+            f"in its document (row {first['row']}: {first['reason']})",
+            path,
+        )
     if not query_ids:
         raise InputError(f"no question refers to the corpora {listing(list(corpora))}", path)
     if len(set(query_ids)) != len(query_ids):
@@ -307,8 +289,10 @@ def load_span_gold(
         np.asarray(rs, dtype=np.int64),
         np.asarray(re_, dtype=np.int64),
         str(path),
-        reanchored,
+        sum(p["status"] in ("reanchored", "approximate") for a in anchoring for p in a["references"]),
         tuple(corpus_of.get(c, c) for c in documents) if corpus_of else (),
+        tuple(anchoring),
+        no_refs,
     )
 
 

@@ -6,7 +6,7 @@ experiment files and mappings (`Experiment.from_dict`), the Python API's keyword
 docs/settings.md (`reference`). Adding a setting is one field plus its implementation.
 
 Kinds: `path` (one path; relative to an experiment file's folder), `text` (one value), `bool`, `int` (one
-whole number), `ints` (whole numbers: a list or a comma-separated string), `names` (a list, or a string split
+whole number), `number` (one finite number), `ints` (whole numbers: a list or a comma-separated string), `names` (a list, or a string split
 on commas), and the settings with a reader of their own (`index`, `models`).
 """
 
@@ -120,6 +120,16 @@ def read_value(value, s: Setting):
         if isinstance(value, (list, tuple, dict)):
             raise InputError(f"{s.name} takes one whole number, got {short(value)}")
         return whole_number(value, s.name)
+    if s.kind == "number":
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise InputError(f"{s.name} takes one number, got {short(value)}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise InputError(f"{s.name} takes one number, got {short(value)}") from None
+        if number != number or number in (float("inf"), float("-inf")):
+            raise InputError(f"{s.name} takes a finite number, got {short(value)}")
+        return number
     if s.kind == "bool":
         if not isinstance(value, bool):
             raise InputError(f"{s.name} must be true or false, got {short(value)}")
@@ -138,6 +148,8 @@ def read_flag(s: Setting, value):
         return tuple(split_flags(value))
     if s.kind == "ints":
         return parse_ints(value, s.flag)
+    if s.kind == "number":
+        return read_value(value, s)
     return value
 
 

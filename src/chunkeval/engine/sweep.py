@@ -53,14 +53,23 @@ from chunkeval.vocabulary import (  # noqa: F401 (re-exported)
 
 def load_inputs(exp: Experiment, quiet: bool = False) -> Inputs:
     """The documents and the gold set, checked; what was extracted is cached once they are. Each document left
-    out as unreadable gets one warning line (none when `quiet`: a check before the run that reads them again)."""
+    out as unreadable gets one warning line, and how the gold set met the corpus one summary line (none when
+    `quiet`: a check before the run that reads them again; the readers themselves log nothing)."""
     reader = DocumentReader(exp.html)
     if exp.doc_gold:
         docs, gold = load_document_gold(exp.beir, exp.split, exp.corpus_dir, exp.queries, exp.qrels, exp.strict, reader)
     else:
         docs = load_documents(Path(exp.corpus_dir), exp.html, exp.strict, exp.corpus, reader)
         shared = None if docs.one_per_corpus() else docs.corpus_of
-        gold = load_span_gold(Path(exp.questions), docs.texts, docs.known(), shared, docs.skipped_reasons())
+        gold = load_span_gold(
+            Path(exp.questions),
+            docs.texts,
+            docs.known(),
+            shared,
+            docs.skipped_reasons(),
+            exp.anchor_similarity,
+            exp.strict,
+        )
     reader.save()
     if not quiet:
         warn_left_out(docs, gold)

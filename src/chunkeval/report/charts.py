@@ -335,9 +335,10 @@ def budget_curves(
     return svg.render()
 
 
-def trend_lines(series: dict[str, dict[str, tuple[list, list, list]]]) -> str:
+def trend_lines(series: dict[str, dict[str, tuple[list, list, list]]], marks: dict[int, str] | None = None) -> str:
     """Small multiples: per metric, a line per configuration over the runs with its 95 % bootstrap band;
-    regressions as red crosses. `series[metric][config] = (x positions, values, regressed flags, lows, highs)`."""
+    regressions as red crosses. `series[metric][config] = (x positions, values, regressed flags, lows, highs)`.
+    `marks`: x position → what changed at that run (a gold set changed), a dashed grey line in every panel."""
     metrics = list(series)
     cols = max(min(3, len(metrics)), 1)
     rows = max(-(-len(metrics) // cols), 1)
@@ -365,6 +366,12 @@ def trend_lines(series: dict[str, dict[str, tuple[list, list, list]]]) -> str:
             (-0.02, 1.02),
         )
         ax.frame(svg, "completed run", title=metric, xticks=nice_ticks(1, last, 5, integer=True) if last > 1 else [1])
+        for x, what in (marks or {}).items():
+            mx = float(ax.px([x])[0])
+            svg.add(
+                f'<line class="mark" x1="{_f(mx)}" y1="{_f(ax.top)}" x2="{_f(mx)}" y2="{_f(ax.top + ax.height)}" '
+                f'stroke="#888" stroke-width="1.2" stroke-dasharray="4 3"><title>run {x}: {escape(what)}</title></line>'
+            )
         for name, (x, y, bad, low, high) in series[metric].items():
             band(svg, ax, x, low, high, colors[name])
             series_line(svg, ax, x, y, colors[name], name, dots=len(x) <= 60, what="run ")

@@ -80,11 +80,22 @@ GOLD_FINDINGS = [  # (key, title, what it means)
         "Qrels rows left out",
         "they name an unreadable document, or a query or document the run does not have",
     ),
+    (
+        "retired_questions",
+        "Retired questions",
+        "left out of this run: a reference could not be placed in its changed document, or every document its "
+        "qrels judge is gone (chunkeval gold update writes the corrected gold set)",
+    ),
 ]
 
 
 SHOWN = 100  # rows listed per finding; the counts cover them all
-OF_DOCUMENTS = ("repeated_questions", "skipped_documents", "left_out_qrels")  # the findings of document gold
+OF_DOCUMENTS = (
+    "repeated_questions",
+    "skipped_documents",
+    "left_out_qrels",
+    "retired_questions",
+)  # the findings of document gold
 
 
 def gold_check_html(check: dict | None, settings: dict, documents: bool = False) -> str:
@@ -108,7 +119,23 @@ def gold_check_html(check: dict | None, settings: dict, documents: bool = False)
             f"{scoring}.</p>"
         )
     counts = [[escape(title), str(len(check.get(key) or [])), escape(meaning)] for key, title, meaning in findings]
+    intro += _anchoring_html(check.get("anchoring") or [])
     return f"<h3>Gold-set check</h3>{intro}{_table(['finding', 'count', 'meaning'], counts)}{_finding_lists(check, findings)}"
+
+
+def _anchoring_html(anchoring: list[dict]) -> str:
+    """How the run's questions met its corpus: how many were exact, re-anchored, placed approximately (and the
+    lowest similarity) and retired (docs/gold.md); nothing for runs recorded before it was recorded."""
+    if not anchoring:
+        return ""
+    n = Counter(a["status"] for a in anchoring)
+    approx = [a["similarity"] for a in anchoring if a["status"] == "approximate"]
+    lowest = f" (lowest similarity {min(approx):g} of 100)" if approx else ""
+    return (
+        f"<p>How the gold set met this version of the corpus: of {len(anchoring)} question(s), {n['exact']} exact, "
+        f"{n['reanchored']} re-anchored (found word for word elsewhere), {n['approximate']} placed approximately"
+        f"{lowest}, {n['retired']} retired.</p>"
+    )
 
 
 def _finding_lists(check: dict, findings: list) -> str:
@@ -121,6 +148,15 @@ def _finding_lists(check: dict, findings: list) -> str:
         if key == "left_out_qrels":
             header = ["row", "query", "document", "why"]
             rows = [[str(i["row"])] + [escape(i[c]) for c in ("query_id", "doc_id", "reason")] for i in items[:SHOWN]]
+        elif key == "retired_questions":
+            header = ["query", "corpus", "row", "why"]
+            rows = [
+                [
+                    escape(str(i.get(c) if i.get(c) is not None else ""))
+                    for c in ("query_id", "corpus_id", "row", "reason")
+                ]
+                for i in items[:SHOWN]
+            ]
         elif key == "skipped_documents":
             header = ["document", "corpus", "file", "why"]
             rows = [[escape(i[c]) for c in ("document", "corpus", "file", "reason")] for i in items[:SHOWN]]

@@ -369,6 +369,8 @@ def section_trend(
                 [r[f"{metric}_ci_low"] for r in mine],
                 [r[f"{metric}_ci_high"] for r in mine],
             )
+    changed = wh.gold_changes(experiment)
+    marks = {position[run_id]: what for run_id, what in changed.items() if run_id in position}
     flagged = [
         [
             escape(f["metric"]),
@@ -386,7 +388,11 @@ def section_trend(
         for f in falls
     ]
     legend = _table(
-        ["#", "run", "started"], [[str(i + 1), escape(run_id), _when(when)] for i, (when, run_id) in enumerate(runs)]
+        ["#", "run", "started", "note"],
+        [
+            [str(i + 1), escape(run_id), _when(when), escape(changed.get(run_id, ""))]
+            for i, (when, run_id) in enumerate(runs)
+        ],
     )
     diff = (wh.root / "reports" / experiment / f"diff-{falls[0]['reference_run_id']}-{newest}.html") if falls else None
     link = (
@@ -422,6 +428,7 @@ def section_trend(
         f"their 95 % bootstrap intervals as bands; red crosses mark the regressions of the newest completed run: a paired "
         f"fall of more than {threshold} against the pinned baseline (else the previous run scored the same way), significant "
         f"at {alpha} after Holm over the configurations × metrics checked (and × the slices of the gold set large enough "
-        f"to test, where the run recorded slices).</p>{charts.trend_lines(series)}"
+        f"to test, where the run recorded slices). A dashed grey line marks a run whose gold set changed since the "
+        f"run before it (`chunkeval gold update`, or an edited file).</p>{charts.trend_lines(series, marks)}"
         f"<h3>Regressions</h3>{regress}<details><summary>Runs</summary>{legend}</details></section>"
     )

@@ -91,7 +91,8 @@ class History(Schema):
         """The metric (macro mean, with its 95 % bootstrap interval where the run recorded one) per
         completed run and configuration, oldest first, with the change against the previous run scored
         the same way (the `trend` view's numbers, read from `config_summary` for one metric). With `in_slice`
-        (column, value), over that slice's queries (`slice_summary`; rows say `n_queries` and `too_small`)."""
+        (column, value), over that slice's queries (`slice_summary`; rows say `n_queries` and `too_small`). Each row
+        says whether its run's gold set changed since the previous completed run (`gold_changed`)."""
         if metric not in METRICS:
             raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
         where, params = self._summary_filter(experiment, config, configs)
@@ -109,7 +110,23 @@ class History(Schema):
         )
         if last:  # the newest `last` runs (their changes still against the run before each)
             sql, params = self._newest_runs(sql, params, experiment, last)
-        return self._dicts(sql + f" ORDER BY started_at, run_id, {keys}", params)
+        changed = self.gold_changes(experiment)
+        rows = self._dicts(sql + f" ORDER BY started_at, run_id, {keys}", params)
+        return [{**r, "gold_changed": r["run_id"] in changed} for r in rows]
+
+    def gold_changes(self, experiment: str) -> dict[str, str]:
+        """The completed runs whose gold set changed: run id → what `trend` and the report's trend mark, for each
+        run whose gold set's fingerprint differs from the previous completed run's (docs/gold.md)."""
+        rows = self._dicts(
+            "SELECT run_id, gold_fingerprint FROM runs WHERE experiment = ? AND status = 'completed' "
+            "ORDER BY started_at, run_id",
+            [experiment],
+        )
+        return {
+            b["run_id"]: "gold set changed"
+            for a, b in zip(rows, rows[1:])
+            if a["gold_fingerprint"] and b["gold_fingerprint"] and a["gold_fingerprint"] != b["gold_fingerprint"]
+        }
 
     def slices(self, experiment: str) -> list[str]:
         """The slices (`column=value`) the experiment's completed runs recorded, in name order."""

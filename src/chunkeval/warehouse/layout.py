@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from chunkeval.files import write_text
+from chunkeval.vocabulary import ANCHOR_STATUSES
 from chunkeval.warehouse.tables import MANIFEST_COLUMNS, STATUSES
 
 GRACE_S = 600.0  # a corpus copy this young is never collected: a run may be recording itself with it
@@ -45,7 +46,9 @@ class Layout:
     def _write_manifest(self, row: dict) -> None:
         """The run's catalogue row as a small JSON file beside its results: what `repair` rebuilds from. Once
         the run's gold-set check is written (a completed run), the manifest also names the documents it left out
-        as unreadable and counts the qrels rows it left out (`documents_left_out`, `qrels_rows_left_out`)."""
+        as unreadable and counts the qrels rows it left out (`documents_left_out`, `qrels_rows_left_out`), lists the
+        questions it retired with the reason (`questions_retired`), and counts its questions by how their references
+        met the corpus (`anchoring`: exact, reanchored, approximate, retired; docs/gold.md)."""
         doc = {c: (row[c].isoformat() if isinstance(row.get(c), datetime) else row.get(c)) for c in MANIFEST_COLUMNS}
         folder = self.results / row["run_id"]
         folder.mkdir(parents=True, exist_ok=True)
@@ -56,6 +59,11 @@ class Layout:
         if isinstance(check, dict):
             doc["documents_left_out"] = [d.get("document") for d in check.get("skipped_documents") or []]
             doc["qrels_rows_left_out"] = len(check.get("left_out_qrels") or [])
+            doc["questions_retired"] = [
+                {"query_id": r.get("query_id"), "reason": r.get("reason")} for r in check.get("retired_questions") or []
+            ]
+            statuses = [a.get("status") for a in check.get("anchoring") or []]
+            doc["anchoring"] = {s: statuses.count(s) for s in ANCHOR_STATUSES}
         write_text(folder / "manifest.json", json.dumps(doc, indent=1, sort_keys=True))
 
     def read_manifest(self, run_id: str) -> dict | None:

@@ -109,6 +109,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         print(f"no completed run of experiment {args.experiment!r} with {', '.join(metrics)}")
     elif args.verbose or not args.fail_on_regression:
         print("\n\n".join(_table(found, m) for m, found in by_metric.items() if found))
+        if any(r.get("gold_changed") for r in rows):
+            print("(G: the gold set changed since the previous completed run: `gold update`, or an edited file)")
         if in_slice and any(r["too_small"] for r in rows):
             print(f"(* fewer than {MIN_SLICE_QUERIES} queries: too small to test; no regression is tested on it)")
         left_out = wh.count_runs(args.experiment, "completed") - len({r["run_id"] for r in by_metric[metrics[0]]})
@@ -216,7 +218,7 @@ def _table(rows: list[dict], metric: str) -> str:
         cols,
         [
             [
-                r["run_id"],
+                r["run_id"] + (" G" if r.get("gold_changed") else ""),
                 iso(r["started_at"]),
                 *(str(r[k]) for k in keys),
                 *([f"{r['n_queries']}{'*' if r['too_small'] else ''}"] if sliced else []),

@@ -1,0 +1,175 @@
+"""A gold set meets its corpus as the corpus is now: each reference of span gold is found at its offsets
+(`exact`), elsewhere word for word (`reanchored`), approximately (`approximate`: rapidfuzz's alignment, at least
+`ANCHOR_SIMILARITY` similar) or nowhere (its question `retired` from the run). What reading a gold set had to
+do is said in one summary line (`gold_summary`), by the one caller that reads it for a run (docs/gold.md).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from chunkeval.errors import InputError
+from chunkeval.limits import MAX_INT, short
+from chunkeval.vocabulary import ANCHOR_STATUSES
+
+
+def _reanchor(corpus: str, content: str, start: int) -> int:
+    """Offset of the occurrence of `content` nearest to `start`, or -1."""
+    best, pos = -1, corpus.find(content)
+    while pos != -1:
+        if best == -1 or abs(pos - start) < abs(best - start):
+            best = pos
+        if pos > start:
+            break
+        pos = corpus.find(content, pos + 1)
+    return best
+
+
+# A reference whose text is no longer in its document is placed where the document holds the most similar
+# text, when that text is at least this similar (rapidfuzz's ratio, 0 to 100: 100 less the share of characters
+# an edit would change, about). A comma put into a quoted sentence leaves 99; a deleted sentence's best match in
+# what is left of the demo's documents is at most 63. At 90 a placement differs from the reference in about one
+# character in ten at most (a comma, a typo, a number or a word changed); past that it is retired. docs/gold.md
+ANCHOR_SIMILARITY = 90.0
+
+
+def check_anchor_similarity(value, source: str | None = None) -> float:
+    """The similarity threshold of approximate placement: a number from 0 to 100 (100: exact matches only)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+        raise InputError(f"anchor_similarity takes a number from 0 to 100, got {short(value)}", source)
+    return float(value)
+
+
+def _best_edges(text: str, content: str, start: int, end: int) -> tuple[int, int, float]:
+    """The span near [start, end) most similar to `content`: each edge moved, in turn, by up to a tenth of the
+    content's length (an insertion or deletion shifts where the text ends)."""
+    from rapidfuzz import fuzz
+
+    reach = max(2, len(content) // 10)
+    best = (start, end, fuzz.ratio(content, text[start:end]))
+    for _ in range(2):
+        s = best[0]
+        for e in range(max(s + 1, best[1] - reach), min(len(text), best[1] + reach) + 1):
+            score = fuzz.ratio(content, text[s:e])
+            if score > best[2]:
+                best = (s, e, score)
+        e = best[1]
+        for s in range(max(0, best[0] - reach), min(e - 1, best[0] + reach) + 1):
+            score = fuzz.ratio(content, text[s:e])
+            if score > best[2]:
+                best = (s, e, score)
+    return best
+
+
+def place_reference(text: str, content: str, start: int, end: int, similarity: float, document: str = "") -> dict:
+    """Where a reference's `content` is in its document's `text`: at its offsets (`exact`), elsewhere word for
+    word (`reanchored`, the occurrence nearest its old start), or approximately (`approximate`: the span most
+    similar to it, by rapidfuzz, at least `similarity` of 100), else nowhere (`retired`, with the reason)."""
+    if 0 <= start < end <= len(text) and text[start:end] == content:
+        return {"status": "exact", "start": start, "end": end, "similarity": 100.0}
+    found = _reanchor(text, content, start)
+    if found >= 0:
+        return {"status": "reanchored", "start": found, "end": found + len(content), "similarity": 100.0}
+    from rapidfuzz import fuzz
+
+    rough = fuzz.partial_ratio_alignment(content, text) if text else None
+    if rough is not None and rough.score >= similarity:
+        s, e, score = _best_edges(text, content, rough.dest_start, rough.dest_end)
+        if score >= similarity:
+            return {"status": "approximate", "start": s, "end": e, "similarity": round(score, 1)}
+    score = round(rough.score, 1) if rough is not None else 0.0
+    why = f"content not found in document {document!r} (best match {score:g} < {similarity:g})"
+    if not 0 <= start < end <= len(text):
+        why += f"; its offsets [{start}, {end}) are out of range of the document's {len(text):,} characters"
+    return {"status": "retired", "start": start, "end": end, "similarity": score, "reason": why}
+
+
+def question_status(references: list[dict]) -> tuple[str, float]:
+    """A question's status (the worst of its references') and its lowest similarity."""
+    if not references:
+        return "exact", 100.0
+    worst = max(references, key=lambda r: (ANCHOR_STATUSES.index(r["status"]), -r["similarity"]))
+    return worst["status"], min(r["similarity"] for r in references)
+
+
+def anchoring_counts(anchoring) -> dict[str, int]:
+    """How many questions have each status (`ANCHOR_STATUSES`)."""
+    counts = dict.fromkeys(ANCHOR_STATUSES, 0)
+    for a in anchoring:
+        counts[a["status"]] += 1
+    return counts
+
+
+def gold_summary(gold, examples: int = 3) -> list[str]:
+    """What reading the gold set had to do, in one line, then at most `examples` lines of examples: how many
+    questions were exact, re-anchored, placed approximately (with the lowest similarity) and retired, and what
+    else was set aside (qrels rows left out, questions without references). Empty where all was exact."""
+    anchoring = list(getattr(gold, "anchoring", ()) or ())
+    counts = anchoring_counts(anchoring)
+    left_out = getattr(gold, "left_out", ()) or ()
+    no_refs = getattr(gold, "no_references", 0)
+    if counts["exact"] == len(anchoring) and not left_out and not no_refs:
+        return []
+    parts = [f"{counts['exact']} exact", f"{counts['reanchored']} re-anchored"]
+    approx = [a for a in anchoring if a["status"] == "approximate"]
+    parts.append(
+        f"{len(approx)} placed approximately"
+        + (f" (lowest similarity {min(a['similarity'] for a in approx):g} of 100)" if approx else "")
+    )
+    parts.append(f"{counts['retired']} retired")
+    line = f"gold set {Path(gold.source).name}: {len(anchoring)} question(s): {', '.join(parts)}"
+    if left_out:
+        reasons = Counter(r["reason"] for r in left_out)
+        line += f"; {len(left_out)} qrels row(s) left out ({', '.join(f'{n} {why}' for why, n in reasons.items())})"
+    if no_refs:
+        line += f"; {no_refs} question(s) without references"
+    shown = sorted(
+        (a for a in anchoring if a["status"] in ("retired", "approximate")),
+        key=lambda a: (a["status"] != "retired", a["similarity"]),
+    )[:examples]
+    lines = [line]
+    for a in shown:
+        if a["status"] == "retired":
+            lines.append(f"  retired {a['query_id']} (row {a['row']}): {a['reason']}")
+        else:
+            moved = [r for r in a["references"] if r["status"] == "approximate"]
+            spans = ", ".join(f"[{r['was'][0]}, {r['was'][1]}) → [{r['start']}, {r['end']})" for r in moved)
+            lines.append(f"  placed {a['query_id']} (row {a['row']}) at similarity {a['similarity']:g}: {spans}")
+    if counts["retired"] or approx:
+        lines.append("  (`chunkeval gold update` writes the corrected gold set and a review file: docs/gold.md)")
+    return lines
+
+
+def _offset(value) -> int:
+    """A character offset of a reference: a whole number (`18` or `18.0`, never `true`, `18.5` or `1e400`)
+    within `MAX_INT`, checked before it becomes an index."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(value)
+    number = int(value)
+    if abs(number) > MAX_INT:
+        raise ValueError(value)
+    return number
+
+
+def _reference(ref, where: str, path: Path, row: int) -> tuple[str, int, int]:
+    """A reference's content and offsets, checked for what the gold file alone can get wrong."""
+    if not isinstance(ref, dict) or not {"content", "start_index", "end_index"} <= ref.keys():
+        raise InputError(f"{where}: needs content, start_index and end_index", path, row)
+    content = ref["content"]
+    try:
+        start, end = _offset(ref["start_index"]), _offset(ref["end_index"])
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(
+            f"{where}: start_index and end_index must be whole numbers up to {MAX_INT}, got "
+            f"{short(ref['start_index'])} and {short(ref['end_index'])}",
+            path,
+            row,
+        ) from None
+    if not isinstance(content, str) or not content:
+        raise InputError(f"{where}: empty content", path, row)
+    if start < 0:
+        raise InputError(f"{where}: offsets [{start}, {end}) out of range (negative start)", path, row)
+    if end <= start:
+        raise InputError(f"{where}: reversed or empty offsets [{start}, {end})", path, row)
+    return content, start, end

@@ -1,0 +1,49 @@
+"""The HTML view of `chunkeval gold update`'s review file: each change to the gold set on one self-contained
+page (no script, no link out), every value escaped, the old and the new content side by side."""
+
+from __future__ import annotations
+
+from html import escape
+
+STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:1.5em;max-width:80em}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:.3em .5em;vertical-align:top;text-align:left}"
+    "td.text{max-width:30em;white-space:pre-wrap}tr.retired td{background:#fdecea}"
+    "tr.approximate td{background:#fff8e1}"
+)
+HEADINGS = {"reanchored": "re-anchored", "approximate": "placed approximately", "retired": "retired"}
+
+
+def review_html(review: list[dict], source: str, out: str, summary: str) -> str:
+    """The page: what the update did (`summary`), then one row per change of the review CSV."""
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("query", "document", "change", "similarity", "offsets", "old content", "new content", "why", "accept")
+    )
+    rows = []
+    for r in review:
+        place = f"[{r['old_start']}, {r['old_end']})" + (
+            f" → [{r['new_start']}, {r['new_end']})" if r["new_start"] != "" else ""
+        )
+        cells = [
+            escape(str(r["query_id"])),
+            escape(str(r["corpus_id"])),
+            escape(HEADINGS.get(r["status"], r["status"])),
+            f"{r['similarity']:g}",
+            escape(place),
+            escape(r["old_content"]),
+            escape(r["new_content"] or "–"),
+            escape(r["reason"]),
+            escape(r["accept"]) or "?",
+        ]
+        tds = "".join(f'<td class="text">{c}</td>' if i in (5, 6) else f"<td>{c}</td>" for i, c in enumerate(cells))
+        rows.append(f'<tr class="{escape(r["status"])}">{tds}</tr>')
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>gold set review: {escape(source)}'
+        f"</title><style>{STYLE}</style></head><body><h1>Gold set review</h1>"
+        f"<p>{escape(summary)}</p><p>The corrected gold set <code>{escape(out)}</code> holds every change below; "
+        f"the input <code>{escape(source)}</code> is unchanged. Mark each row of the review CSV's <code>accept</code> "
+        "column yes or no, and correct by hand in the new file what you do not accept.</p>"
+        f"{table if review else '<p>Nothing changed: every reference is where its gold set says.</p>'}</body></html>"
+    )
