@@ -25,6 +25,7 @@ from chunkeval.vocabulary import (  # noqa: F401 (re-exported)
     DEFAULT_MODEL,
     NO_RERANKER,
     RUN_SETTINGS,
+    TIE_POLICIES,
     split_flags,
     split_list,
 )
@@ -143,6 +144,7 @@ class Experiment:
     skip_empty_gold: bool = False
     duplicates: str = RUN_SETTINGS["duplicates"]  # a run setting (chunkeval.vocabulary)
     relevance: str = RUN_SETTINGS["relevance"]  # a run setting: overlap, coverage:F or contains
+    ties: str = TIE_POLICIES[0]  # how exactly equal scores are ordered: trec_eval or retriever (always recorded)
     backend: str = "torch"  # who runs the embedding model's transformer: torch, onnx or openvino (chunkeval.engine.embedding.backends)
     quantize: str = "none"  # none or int8 (backends onnx and openvino)
     precision: str = "fp32"  # how the model runs: fp32, bf16 or fp16 (chunkeval.engine.embedding.precision)
@@ -427,6 +429,8 @@ def check_run_settings(exp: Experiment, source: str | None) -> None:
     if exp.duplicates not in MODES:
         raise InputError(f"duplicates must be {' or '.join(MODES)}, got {exp.duplicates!r}", source)
     _listed(share_held, exp.relevance, source)
+    if exp.ties not in TIE_POLICIES:
+        raise InputError(f"ties must be {' or '.join(TIE_POLICIES)}, got {exp.ties!r}", source)
     check_backend(exp.backend, exp.quantize, source, exp.precision)
     for key, values in (("k", exp.k), ("chunk_sizes", exp.chunk_sizes), ("rrf_k", (exp.rrf_k,))):
         if any(abs(v) > MAX_INT for v in values):
