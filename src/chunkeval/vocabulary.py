@@ -52,6 +52,7 @@ RUN_SETTINGS = {"duplicates": "positional", "relevance": "overlap"}
 # each run and marked in `trend` where it changed; runs of either policy stay comparable (ties move numbers little)
 TIE_POLICIES = ("trec_eval", "retriever")
 TIES_BEFORE = "retriever"
+TIE_AWARE = ("ndcg_at_k", "precision_at_k", "recall_at_k", "mrr")  # the rank metrics given a tie-aware value
 
 SPAN_METRICS = ("span_precision", "span_recall", "span_f1", "span_iou", "precision_omega")
 RANK_METRICS = (

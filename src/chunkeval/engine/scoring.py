@@ -16,9 +16,9 @@ from chunkeval.engine import metrics as M
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, count_tokens
 from chunkeval.engine.duplicates import Copies, credited_copies
 from chunkeval.engine.inputs import SpanGold
-from chunkeval.engine.ties import TIE_AWARE, tie_aware, ties_in_top
+from chunkeval.engine.ties import tie_aware, ties_in_top
 from chunkeval.stats.summaries import summarize_slices as summarize_by_slice
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, DOC_METRICS, NO_MODEL, NO_RERANKER, NUMBER_KEYS
+from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, DOC_METRICS, NO_MODEL, NO_RERANKER, NUMBER_KEYS, TIE_AWARE
 
 
 def span_scoring(
@@ -79,7 +79,7 @@ def tie_columns(
     prefix: str, judged: M.Judged, items: np.ndarray, scores: np.ndarray | None, k: int
 ) -> dict[str, pa.Array]:
     """Whether each query's top k hold exactly tied scores (`<prefix>tied_at_k`), and the tie-aware expected
-    value of the rank metrics `ties.TIE_AWARE` (`<prefix><metric>_tie_aware`; docs/metrics.md, "Ties") over
+    value of the rank metrics `vocabulary.TIE_AWARE` (`<prefix><metric>_tie_aware`; docs/metrics.md, "Ties") over
     the judged ranking `items` sorted by the tie policy, as deep as it was retrieved; null without scores."""
     names = [f"{prefix}{m}_tie_aware" for m in TIE_AWARE]
     if scores is None:

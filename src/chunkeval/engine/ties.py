@@ -16,8 +16,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-TIE_AWARE = ("ndcg_at_k", "precision_at_k", "recall_at_k", "mrr")  # the rank metrics given a tie-aware value
-
 
 def _key(items: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """Scores as a sort key: padding (-1) and NaN below every score."""
@@ -87,7 +85,7 @@ def ties_in_top(items: np.ndarray, scores: np.ndarray | None, k: int) -> np.ndar
 def tie_aware(
     gains: np.ndarray, items: np.ndarray, scores: np.ndarray, ideal: np.ndarray, n_relevant: np.ndarray, k: int
 ) -> dict[str, np.ndarray]:
-    """Expected ndcg@k, precision@k, recall@k and reciprocal rank of rankings sorted by score (`gains` of each
+    """Expected ndcg@k, precision@k, recall@k and reciprocal rank (`chunkeval.vocabulary.TIE_AWARE`) of rankings sorted by score (`gains` of each
     position, its item and score; `ideal`: the positive grades, highest first) over every ordering of each tied
     group. A group of n tied items from position a to b - 1 (0-based) puts each of its items at each of its
     positions with probability 1/n: the expected gain at each of its positions is the group's mean gain, so
