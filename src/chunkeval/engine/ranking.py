@@ -14,7 +14,8 @@ from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.grid import Chunking, Config, Embedded, Inputs
 from chunkeval.engine.indexes import IndexSpec
 from chunkeval.engine.indexes import search as index_search
-from chunkeval.vocabulary import NO_RERANKER, approximate_index
+from chunkeval.engine.ties import trec_order
+from chunkeval.vocabulary import NO_RERANKER, TIE_POLICIES, approximate_index
 
 
 def reranks_with_vectors(config: Config) -> bool:
@@ -81,7 +82,7 @@ def retrieve_top(
     inputs: Inputs, chunkings: list[Chunking], config: Config, embedded: Embedded, exp: Experiment, scorers: dict | None
 ) -> tuple[np.ndarray, np.ndarray | None, tuple[int, ...]]:
     """A configuration's ranked chunks (deep enough for MaxP under document gold), their scores, and the k it is
-    scored at."""
+    scored at; exact ties ordered by the experiment's tie policy."""
     chunking = chunkings[config.chunking]
     ks = exp.k
     doc = isinstance(inputs.gold, DocGold)  # document gold: retrieval deep enough for MaxP to find k documents
@@ -102,7 +103,16 @@ def retrieve_top(
         first = retrieve(inputs, chunking, config, embedded, config.candidates, exp.own_corpus, exp.rrf_k)
         keep = config.candidates if doc else max(ks)
         topk, scores = rerank_top(inputs, chunking, config, embedded, first, keep, scorers)
+    if exp.ties == TIE_POLICIES[0]:  # exact ties by chunk id, descending (docs/metrics.md, "Ties")
+        topk, scores = trec_order(topk, scores, lambda index: chunk_ids(chunking.chunks, index))
     return topk, scores, ks
+
+
+def chunk_ids(chunks, index: np.ndarray) -> list[str]:
+    """The ids (`<corpus_id>:<start>-<end>`, `Chunks.ids`) of the chunks `index`."""
+    names = chunks.corpus_names
+    parts = (chunks.corpus[index].tolist(), chunks.start[index].tolist(), chunks.end[index].tolist())
+    return [f"{names[c]}:{s}-{e}" for c, s, e in zip(*parts)]
 
 
 def rerank_top(

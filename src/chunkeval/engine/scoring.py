@@ -16,8 +16,9 @@ from chunkeval.engine import metrics as M
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, count_tokens
 from chunkeval.engine.duplicates import Copies, credited_copies
 from chunkeval.engine.inputs import SpanGold
+from chunkeval.engine.ties import tie_aware, ties_in_top
 from chunkeval.stats.summaries import summarize_slices as summarize_by_slice
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, DOC_METRICS, NO_MODEL, NO_RERANKER, NUMBER_KEYS
+from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, DOC_METRICS, NO_MODEL, NO_RERANKER, NUMBER_KEYS, TIE_AWARE
 
 
 def span_scoring(
@@ -74,6 +75,23 @@ def key_columns(gold, values: dict, k: int) -> dict[str, pa.Array]:
     return {**columns, "query_id": pa.array(gold.query_ids), "corpus_id": pa.array(gold.query_corpora)}
 
 
+def tie_columns(
+    prefix: str, judged: M.Judged, items: np.ndarray, scores: np.ndarray | None, k: int
+) -> dict[str, pa.Array]:
+    """Whether each query's top k hold exactly tied scores (`<prefix>tied_at_k`), and the tie-aware expected
+    value of the rank metrics `vocabulary.TIE_AWARE` (`<prefix><metric>_tie_aware`; docs/metrics.md, "Ties") over
+    the judged ranking `items` sorted by the tie policy, as deep as it was retrieved; null without scores."""
+    names = [f"{prefix}{m}_tie_aware" for m in TIE_AWARE]
+    if scores is None:
+        n = len(items)
+        return {f"{prefix}tied_at_k": pa.nulls(n, pa.bool_()), **{name: pa.nulls(n, pa.float64()) for name in names}}
+    expected = tie_aware(judged.gains, items, scores, judged.ideal, judged.n_relevant, k)
+    return {
+        f"{prefix}tied_at_k": pa.array(ties_in_top(items, scores, k)),
+        **{name: pa.array(expected[m], pa.float64()) for name, m in zip(names, TIE_AWARE)},
+    }
+
+
 def score_chunking(
     gold: SpanGold,
     spec: ChunkerSpec,
@@ -87,10 +105,12 @@ def score_chunking(
     candidates: int | None = None,
     index: str = "exact",
     rule: str = "overlap",
+    scores: np.ndarray | None = None,
 ) -> pa.Table:
     """Per-query span, set and rank metrics of one configuration at every k (topk holds the largest k);
     with `copies`, a reference's copies get credit (`chunkeval.engine.duplicates`); set and rank metrics
-    count the chunks relevant under the relevance `rule` (`metrics.share_held`)."""
+    count the chunks relevant under the relevance `rule` (`metrics.share_held`). `scores`: of each ranked chunk,
+    for the ties in each top k and the tie-aware metrics (`tie_columns`; null without them)."""
     values = config_values(spec, model, retriever, index, reranker, candidates)
     relevance, span_metrics = span_scoring(gold, topk, chunks, copies, rule)
     omega = M.safe_div(relevance.covered_all, relevance.omega_union)
@@ -116,6 +136,8 @@ def score_chunking(
             {name: pa.array(ranks[name]) for name in ("tp", "fp", "fn", "n_retrieved", "n_relevant", "hits_at_k")}
         )
         columns.update({name: pa.nulls(n, pa.float64()) for name in DOC_METRICS})  # measured under document gold
+        deep = M.judge_topk(topk, relevance.keys, relevance.n_relevant, len(chunks))  # tied groups past k whole
+        columns.update(tie_columns("", deep, topk, scores, k))
         parts.append(pa.table(columns))
     return pa.concat_tables(parts)
 

@@ -311,7 +311,16 @@ def _score_top(
     if doc:
         keys = {"index": config.index_key, "reranker": config.reranker, "candidates": config.candidates}
         table, _ = score_documents(
-            inputs.gold, chunking.spec, chunking.chunks, topk, ks, config.model, config.retriever, **keys
+            inputs.gold,
+            chunking.spec,
+            chunking.chunks,
+            topk,
+            ks,
+            config.model,
+            config.retriever,
+            **keys,
+            scores=scores,
+            ties=exp.ties,
         )
     else:
         table = score_chunking(
@@ -327,6 +336,7 @@ def _score_top(
             config.candidates,
             config.index_key,
             exp.relevance,
+            scores,
         )
     if kept is not None:  # at the largest k (under document gold, not the depth MaxP looked at)
         top = max(ks)

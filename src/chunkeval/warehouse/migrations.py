@@ -27,6 +27,7 @@ from chunkeval.warehouse.tables import (
     MANIFEST_COLUMNS,
     SLICE_SUMMARY,
     SUMMARY,
+    TIES_SQL,
     added_keys_sql,
     empty_results,
     parquet,
@@ -39,7 +40,7 @@ from chunkeval.warehouse.tables import (
     summary_tables_sql,
 )
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 SUMMARY_TABLES = ("summaries", "corpus_summaries", "slice_summaries")  # loaded from each completed run's files
 
 # Each step moves the schema up by one version; an older warehouse is brought up to date on open.
@@ -92,6 +93,10 @@ MIGRATIONS = [
     # slice) and slices.parquet (which queries each slice holds); the table `slice_summaries` and the view
     # `slice_summary`. Older runs have no slices (no rows)
     "SLICES",  # `slice_table_sql()`
+    # v10: ties (docs/metrics.md, "Ties"): runs record their tie policy (`ties` in the settings; older runs read
+    # `retriever`), the views show it, and per_query.parquet gains the raw scores of the MaxP document rankings
+    # (`doc_scores`), whether each top k ties and the tie-aware metrics; older runs read NULL (the seed schema)
+    "SELECT 1",
 ]
 
 
@@ -170,6 +175,7 @@ class Schema(Connections, Layout):
         view_kind = "TEMP VIEW" if temporary else "VIEW"
         duplicates = DUPLICATES_SQL.format(t="")
         relevance = run_setting_sql("relevance")
+        ties = TIES_SQL.format(t="")
         for view, table, schema in (
             ("config_summary", "summaries", SUMMARY),
             ("corpus_summary", "corpus_summaries", SUMMARY),
@@ -178,8 +184,8 @@ class Schema(Connections, Layout):
             # the run settings read from each run's JSON once, not once per summary row (half of a trend's time)
             con.execute(f"""
                 CREATE OR REPLACE {view_kind} {view} AS
-                SELECT {projection("summary", set(schema.names), "s")}, r.duplicates, r.relevance
-                FROM {table} s JOIN (SELECT *, {duplicates} AS duplicates, {relevance} AS relevance
+                SELECT {projection("summary", set(schema.names), "s")}, r.duplicates, r.relevance, r.ties
+                FROM {table} s JOIN (SELECT *, {duplicates} AS duplicates, {relevance} AS relevance, {ties} AS ties
                                      FROM runs WHERE status = 'completed') r USING (run_id)""")
         con.execute(f"""
             CREATE OR REPLACE {view_kind} trend AS

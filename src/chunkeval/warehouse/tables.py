@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from chunkeval.vocabulary import METRICS, RERANK_KEYS, RUN_SETTINGS, SLICE_KEYS
+from chunkeval.vocabulary import METRICS, RERANK_KEYS, RUN_SETTINGS, SLICE_KEYS, TIE_AWARE, TIES_BEFORE
 
 STATUSES = ("running", "completed", "failed", "skipped", "quarantined")  # quarantined: results unreadable (repair)
 TRIGGERS = ("manual", "schedule", "event")
@@ -47,6 +47,15 @@ def run_settings_sql(t: str = "") -> str:
 
 # a run's `duplicates` setting (how repeated passages were scored), as the views show it
 DUPLICATES_SQL = run_setting_sql("duplicates", "{t}")
+# a run's tie policy (`chunkeval.vocabulary.TIE_POLICIES`), `retriever` for runs recorded before it existed
+TIES_SQL = f"coalesce(json_extract_string({{t}}settings, '$.ties'), '{TIES_BEFORE}')"
+# v10: per-query columns of ties (docs/metrics.md, "Ties"): the raw scores of the MaxP document ranking, whether
+# the top k tie, the tie-aware rank metrics; null for older runs
+TIE_COLUMNS = {
+    "doc_scores": pa.string(),
+    **{f"{level}tied_at_k": pa.bool_() for level in ("", "doc_")},
+    **{f"{level}{m}_tie_aware": pa.float64() for level in ("", "doc_") for m in TIE_AWARE},
+}
 
 _KEYS = {
     "run_id": pa.string(),
@@ -90,7 +99,13 @@ def utc_now() -> datetime:
 def empty_results() -> dict[str, pa.Table]:
     """Zero-row tables with the key columns, so the views bind before any run has finished."""
     per_query = pa.schema(
-        {**_KEYS, "query_id": pa.string(), "corpus_id": pa.string(), **{m: pa.float64() for m in METRICS}}
+        {
+            **_KEYS,
+            "query_id": pa.string(),
+            "corpus_id": pa.string(),
+            **{m: pa.float64() for m in METRICS},
+            **TIE_COLUMNS,
+        }
     )
     references = pa.schema(
         {

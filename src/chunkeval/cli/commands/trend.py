@@ -212,6 +212,8 @@ def _table(rows: list[dict], metric: str) -> str:
     keys = shown_keys(rows)
     if len({r["duplicates"] for r in rows}) > 1:  # changes are only against runs scored the same way
         keys.insert(0, "duplicates")
+    if len({r.get("ties") for r in rows}) > 1:  # the tie policy changed: numbers move where ties were broken
+        keys.insert(0, "ties")
     sliced = "n_queries" in rows[0]  # rows of one slice: its queries, those too small to test marked
     cols = ["run_id", "started_at", *keys, *(["queries"] if sliced else []), metric, "change"]
     return format_rows(
