@@ -7,12 +7,15 @@ setting, print no traceback, and write nothing: no output file, no cache part, n
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from chunkeval.cli import main
 from chunkeval.engine.experiment import Experiment
@@ -1296,6 +1299,85 @@ CASES.update(
 )
 
 
+# issue 30: an output a user names never replaces a warehouse file, a device, a folder or the command's input
+def target(w, kind: str, suffix: str) -> Path:
+    """An output path of one kind (made in the workspace where it is a link or a FIFO); `suffix` is the command's."""
+    t, wh = w["t"], w["home"] / "warehouse"
+    made = {
+        "the live catalogue": lambda: wh / "chunkeval.duckdb",
+        "its WAL": lambda: wh / "chunkeval.duckdb.wal",
+        "a run's Parquet": lambda: wh / "results" / w["run_id"] / "per_query.parquet",
+        "a character device": lambda: linked(t / f"null{suffix}", Path("/dev/null")),  # refused, never written
+        "a FIFO": lambda: made_fifo(t / f"fifo{suffix}"),
+        "an input": lambda: t / "q.csv" if suffix.endswith(".csv") else t / "corpora" / f"new{suffix}",
+        "a folder": lambda: t / "corpora",
+        "a link to the warehouse": lambda: linked(t / f"wh{suffix}", wh / "chunkeval.duckdb"),
+        "a relative link into the warehouse": lambda: linked(t / f"rel{suffix}", Path("../" * 40 + str(wh)[1:], "x")),
+    }
+    return made[kind]()
+
+
+def linked(link: Path, to: Path) -> Path:
+    if not link.is_symlink():
+        link.symlink_to(to)
+    return link
+
+
+def made_fifo(path: Path) -> Path:
+    if not path.exists():
+        os.mkfifo(path)
+    return path
+
+
+OWN = "inside chunkeval's own folder"
+TARGET_KINDS = {  # the kind → what the one line says
+    "the live catalogue": OWN,
+    "its WAL": OWN,
+    "a run's Parquet": OWN,
+    "a character device": "is a character device, not a regular file",
+    "a FIFO": "is a FIFO, not a regular file",
+    "an input": "the command's own input",
+    "a folder": "is a folder, not a file",
+    "a link to the warehouse": OWN,
+    "a relative link into the warehouse": OWN,
+}
+OUTPUT_COMMANDS = {  # command → (argv for an output path, the output's suffix, what it says otherwise)
+    "warehouse snapshot": (lambda w, out: ["warehouse", "snapshot", out], ".duckdb", {"a folder": "is a folder"}),
+    "report": (lambda w, out: ["report", "--experiment", "cat", "--html", out], ".html", {}),
+    "diff": (lambda w, out: ["diff", "--run", w["credit_run_id"], "--run", w["run_id"], "--html", out], ".html", {}),
+    "sweep": (
+        lambda w, out: sweep(w["t"], out=out),
+        ".csv",
+        dict.fromkeys(("the live catalogue", "its WAL", "a folder"), "output must end in .csv or .parquet"),
+    ),
+    "sweep (its .per_query file)": (
+        lambda w, out: sweep(w["t"], out=linked(w["t"] / "c.per_query.csv", out).with_name("c.csv")),
+        ".csv",
+        {"a folder": "a folder"},
+    ),
+    "extract": (
+        lambda w, out: extract(w["t"], out=out),
+        "",
+        {
+            **dict.fromkeys(("the live catalogue", "a run's Parquet", "a link to the warehouse"), "a regular file"),
+            "a character device": "is a character device, not a folder",
+            "a FIFO": "is a FIFO, not a folder",
+            "a folder": "--out must be a new or empty folder",
+        },
+    ),
+}
+OUTPUT_CASES = {
+    f"{command}: output aimed at {kind}": (
+        lambda w, argv=argv, kind=kind, suffix=suffix: argv(w, target(w, kind, suffix)),
+        says.get(kind, message),
+    )
+    for command, (argv, suffix, says) in OUTPUT_COMMANDS.items()
+    for kind, message in TARGET_KINDS.items()
+    if kind != "an input" or command in ("sweep", "sweep (its .per_query file)", "extract")  # others read the warehouse
+}
+CASES.update(OUTPUT_CASES)
+
+
 def snapshot(*roots: Path) -> dict:
     """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes)."""
     files = sorted(
@@ -1386,3 +1468,50 @@ def test_trend_of_a_recorded_experiment_still_works(ws, capsys):
     rows = json.loads(capsys.readouterr().out)
     assert rows and rows[-1]["run_id"] == ws["run_id"] and rows[-1]["duplicates"] == "positional"
     assert rows[-1]["change"] == pytest.approx(0)  # against the positional run before the credit one
+
+
+def contents(*roots: Path) -> dict:
+    """Every regular file under the roots, by path and SHA-256 of its bytes (links followed; FIFOs never opened)."""
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+        for root in roots
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def via(w, p: Path, times: int = 1) -> Path:
+    """A link (a chain of `times` links) in the workspace to `p`, named after it."""
+    for i in range(times):
+        p = linked(w["t"] / f"via{i}-{hashlib.sha256(str(p).encode()).hexdigest()[:12]}", p.absolute())
+    return p
+
+
+PATH_FORMS = {  # how a user may spell an output path: each form names the same file
+    "as made": lambda w, p: p,
+    "relative": lambda w, p: Path(os.path.relpath(p)),
+    "with . and ..": lambda w, p: p.parent / "." / "nowhere" / ".." / p.name,
+    "through a link": lambda w, p: via(w, p),
+    "through two links": lambda w, p: via(w, p, 2),
+    "in a linked folder": lambda w, p: via(w, p.parent) / p.name,
+}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    command=st.sampled_from(sorted(OUTPUT_COMMANDS)),
+    kind=st.sampled_from(sorted(TARGET_KINDS)),
+    form=st.sampled_from(sorted(PATH_FORMS)),
+)
+def test_no_output_path_of_a_refused_kind_changes_a_file(command, kind, form, ws, capsys):
+    """Property: an output aimed at the warehouse's files, a device, a FIFO, a folder or an input, however its
+    path is spelled, ends in one line and exit 2, every file's bytes as they were, and `runs` still works."""
+    assume(kind != "an input" or command in ("sweep", "sweep (its .per_query file)", "extract"))
+    argv, suffix, _ = OUTPUT_COMMANDS[command]
+    out = PATH_FORMS[form](ws, target(ws, kind, suffix))
+    before = contents(ws["t"], ws["home"])
+    code = call([str(a) for a in argv(ws, out)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert contents(ws["t"], ws["home"]) == before
+    assert main(["runs", "--experiment", "cat"]) == 0 and ws["run_id"] in capsys.readouterr().out
