@@ -48,6 +48,15 @@ def recorded(tmp_path_factory, embedder_factory):
     return home, run_id, credit, disjoint
 
 
+ENVIRONMENT = ("HOME", "PREFECT_HOME", "PREFECT_API_URL", "TMPDIR", "SQLITE_TMPDIR")
+
+
+def environ(**values) -> None:
+    """Set (a value) or unset (None) variables of ENVIRONMENT for one case: the `ws` fixture restores them."""
+    for name, value in values.items():
+        os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, str(value))
+
+
 @pytest.fixture()
 def ws(tmp_path, recorded, monkeypatch):
     """A workspace: good corpus and questions files, a regular file to put impossible paths under,
@@ -55,6 +64,11 @@ def ws(tmp_path, recorded, monkeypatch):
     home, run_id, credit_run_id, disjoint_run_id = recorded
     monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
     monkeypatch.setenv("CHUNKEVAL_LOCK_TIMEOUT", "120")  # restored after the cases that change it
+    for name in ENVIRONMENT:  # so are these, which cases set with `environ` (setenv records them, set or not)
+        was = os.environ.get(name)
+        monkeypatch.setenv(name, was or "")
+        if was is None:
+            monkeypatch.delenv(name)
     corpus = tmp_path / "corpora"
     corpus.mkdir()
     (corpus / "doc.md").write_text("Alpha beta gamma. Delta epsilon zeta. " * 20, encoding="utf-8")
@@ -1378,6 +1392,39 @@ OUTPUT_CASES = {
 CASES.update(OUTPUT_CASES)
 
 
+# issue 30: the folders the temporary Prefect server of `run` writes (docs/limits.md)
+def run_where(w, **values) -> list:
+    environ(PREFECT_API_URL=None, **values)
+    return ["run", "--corpus-dir", w["t"] / "corpora", "--questions", w["t"] / "q.csv"]
+
+
+SET_PREFECT_HOME = "set PREFECT_HOME to a writable folder, or PREFECT_API_URL to a running Prefect server"
+CASES.update(
+    {
+        "run: HOME missing (the temporary Prefect server's ~/.prefect)": (
+            lambda w: run_where(w, HOME=w["t"] / "gone", PREFECT_HOME=None),
+            "/gone/.prefect (by default ~/.prefect, and HOME is ",
+        ),
+        "run: HOME is a regular file": (
+            lambda w: run_where(w, HOME=w["t"] / "plain", PREFECT_HOME=None),
+            f"plain is not a folder: {SET_PREFECT_HOME}",
+        ),
+        "run: PREFECT_HOME is a regular file": (
+            lambda w: run_where(w, PREFECT_HOME=w["t"] / "plain"),
+            f"plain, which is not a folder: {SET_PREFECT_HOME}",
+        ),
+        "run: TMPDIR missing": (
+            lambda w: run_where(w, PREFECT_HOME=w["t"], TMPDIR=w["t"] / "gone"),
+            "/gone, which is not a writable folder: set TMPDIR to one, or PREFECT_API_URL",
+        ),
+        "run: SQLITE_TMPDIR is a regular file": (
+            lambda w: run_where(w, PREFECT_HOME=w["t"], SQLITE_TMPDIR=w["t"] / "plain"),
+            "SQLITE_TMPDIR is ",
+        ),
+    }
+)
+
+
 def snapshot(*roots: Path) -> dict:
     """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes)."""
     files = sorted(
@@ -1515,3 +1562,40 @@ def test_no_output_path_of_a_refused_kind_changes_a_file(command, kind, form, ws
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert contents(ws["t"], ws["home"]) == before
     assert main(["runs", "--experiment", "cat"]) == 0 and ws["run_id"] in capsys.readouterr().out
+
+
+@pytest.fixture()
+def mounted(tmp_path):
+    """`mounted(options)`: a small tmpfs of its own (root only: the test is skipped where mount is refused)."""
+    import subprocess
+
+    points = []
+
+    def mount(options: str) -> Path:
+        point = tmp_path / f"mnt{len(points)}"
+        point.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        points.append(point)
+        return point
+
+    yield mount
+    for point in points:
+        subprocess.run(["umount", str(point)], check=True)
+
+
+def test_a_read_only_home_and_a_full_tmpdir_are_one_line_naming_the_folder(ws, mounted, capsys):
+    """An unwritable HOME is bad configuration (exit 2); a full TMPDIR or PREFECT_HOME is a fault of the machine
+    (exit 1): never the Prefect server's SQLite tracebacks. A 1 MB tmpfs stands for a full disk."""
+    read_only, small = mounted("ro,size=1M"), mounted("size=1M")
+    cases = [
+        ({"HOME": read_only, "PREFECT_HOME": None}, 2, f"cannot be made: {read_only} is not writable"),
+        ({"PREFECT_HOME": small}, 1, f"cannot write its database: {small} has 1.0 MB free"),
+        ({"PREFECT_HOME": ws["t"], "TMPDIR": small}, 1, f"{small} has 1.0 MB free (it needs 16 MB); free space, or "),
+    ]
+    for values, status, message in cases:
+        code = call([str(a) for a in run_where(ws, **values)])
+        err = capsys.readouterr().err
+        assert code == status and err.count("\n") == 1 and message in err and "Traceback" not in err, err
+    assert not any(small.iterdir()) and not any(read_only.iterdir())
