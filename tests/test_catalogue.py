@@ -1390,6 +1390,10 @@ OUTPUT_CASES = {
     if kind != "an input" or command in ("sweep", "sweep (its .per_query file)", "extract")  # others read the warehouse
 }
 CASES.update(OUTPUT_CASES)
+CASES["sweep: a companion file linked to --out itself"] = (
+    lambda w: sweep(w["t"], out=linked(w["t"] / "c.by_corpus.csv", w["t"] / "c.csv").with_name("c.csv")),
+    "companion files (.per_query, .by_corpus, .by_slice) name one file twice",
+)
 
 
 # issue 30: the folders the temporary Prefect server of `run` writes (docs/limits.md)

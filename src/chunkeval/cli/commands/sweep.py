@@ -30,6 +30,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.analysis.comparisons import TIE_NOTE, ties
     from chunkeval.engine.doc_metrics import write_doc_runs
     from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
+    from chunkeval.errors import InputError
     from chunkeval.files import check_output, check_writable_dir, write_tables
     from chunkeval.paths import cache_dir
     from chunkeval.report.terminal import (
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     named = Path(args.out)
     beside_out = {part: check_output(beside(named, part), inputs) for part in ("per_query", "by_corpus", "by_slice")}
     doc_runs = check_output(named.with_name(f"{named.stem}.doc_runs"), inputs, folder="into")
+    if len({out, *beside_out.values()}) < 1 + len(beside_out):  # links that make two of them one file
+        raise InputError("--out and its companion files (.per_query, .by_corpus, .by_slice) name one file twice", out)
     check_writable_dir(cache_dir(), "the embedding cache ($CHUNKEVAL_HOME)")
     result = run_sweep(exp, Embedders(cache_dir(), args.batch_size, device=args.device))
     tables = {
