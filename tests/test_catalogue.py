@@ -1343,6 +1343,12 @@ def made_fifo(path: Path) -> Path:
     return path
 
 
+def companion(w, out: Path) -> Path:
+    """A sweep --out whose .per_query companion is a link (named after `out`) to `out`."""
+    name = f"c{hashlib.sha256(str(out).encode()).hexdigest()[:12]}"
+    return linked(w["t"] / f"{name}.per_query.csv", out.absolute()).with_name(f"{name}.csv")
+
+
 OWN = "inside chunkeval's own folder"
 TARGET_KINDS = {  # the kind → what the one line says
     "the live catalogue": OWN,
@@ -1365,7 +1371,7 @@ OUTPUT_COMMANDS = {  # command → (argv for an output path, the output's suffix
         dict.fromkeys(("the live catalogue", "its WAL", "a folder"), "output must end in .csv or .parquet"),
     ),
     "sweep (its .per_query file)": (
-        lambda w, out: sweep(w["t"], out=linked(w["t"] / "c.per_query.csv", out).with_name("c.csv")),
+        lambda w, out: sweep(w["t"], out=companion(w, out)),
         ".csv",
         {"a folder": "a folder"},
     ),
@@ -1559,9 +1565,9 @@ def test_no_output_path_of_a_refused_kind_changes_a_file(command, kind, form, ws
     path is spelled, ends in one line and exit 2, every file's bytes as they were, and `runs` still works."""
     assume(kind != "an input" or command in ("sweep", "sweep (its .per_query file)", "extract"))
     argv, suffix, _ = OUTPUT_COMMANDS[command]
-    out = PATH_FORMS[form](ws, target(ws, kind, suffix))
+    argv = [str(a) for a in argv(ws, PATH_FORMS[form](ws, target(ws, kind, suffix)))]  # makes its links
     before = contents(ws["t"], ws["home"])
-    code = call([str(a) for a in argv(ws, out)])
+    code = call(argv)
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert contents(ws["t"], ws["home"]) == before
