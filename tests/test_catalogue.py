@@ -7,12 +7,15 @@ setting, print no traceback, and write nothing: no output file, no cache part, n
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from chunkeval.cli import main
 from chunkeval.engine.experiment import Experiment
@@ -45,6 +48,15 @@ def recorded(tmp_path_factory, embedder_factory):
     return home, run_id, credit, disjoint
 
 
+ENVIRONMENT = ("HOME", "PREFECT_HOME", "PREFECT_API_URL", "TMPDIR", "SQLITE_TMPDIR")
+
+
+def environ(**values) -> None:
+    """Set (a value) or unset (None) variables of ENVIRONMENT for one case: the `ws` fixture restores them."""
+    for name, value in values.items():
+        os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, str(value))
+
+
 @pytest.fixture()
 def ws(tmp_path, recorded, monkeypatch):
     """A workspace: good corpus and questions files, a regular file to put impossible paths under,
@@ -53,6 +65,11 @@ def ws(tmp_path, recorded, monkeypatch):
     monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
     monkeypatch.setenv("CHUNKEVAL_LOCK_TIMEOUT", "120")  # restored after the cases that change it
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the user's endpoints.yaml, if a case writes one
+    for name in ENVIRONMENT:  # so are these, which cases set with `environ` (setenv records them, set or not)
+        was = os.environ.get(name)
+        monkeypatch.setenv(name, was or "")
+        if was is None:
+            monkeypatch.delenv(name)
     corpus = tmp_path / "corpora"
     corpus.mkdir()
     (corpus / "doc.md").write_text("Alpha beta gamma. Delta epsilon zeta. " * 20, encoding="utf-8")
@@ -1539,6 +1556,128 @@ CASES.update(
 )
 
 
+# issue 30: an output a user names never replaces a warehouse file, a device, a folder or the command's input
+def target(w, kind: str, suffix: str) -> Path:
+    """An output path of one kind (made in the workspace where it is a link or a FIFO); `suffix` is the command's."""
+    t, wh = w["t"], w["home"] / "warehouse"
+    made = {
+        "the live catalogue": lambda: wh / "chunkeval.duckdb",
+        "its WAL": lambda: wh / "chunkeval.duckdb.wal",
+        "a run's Parquet": lambda: wh / "results" / w["run_id"] / "per_query.parquet",
+        "a character device": lambda: linked(t / f"null{suffix}", Path("/dev/null")),  # refused, never written
+        "a FIFO": lambda: made_fifo(t / f"fifo{suffix}"),
+        "an input": lambda: t / "q.csv" if suffix.endswith(".csv") else t / "corpora" / f"new{suffix}",
+        "a folder": lambda: t / "corpora",
+        "a link to the warehouse": lambda: linked(t / f"wh{suffix}", wh / "chunkeval.duckdb"),
+        "a relative link into the warehouse": lambda: linked(t / f"rel{suffix}", Path("../" * 40 + str(wh)[1:], "x")),
+    }
+    return made[kind]()
+
+
+def linked(link: Path, to: Path) -> Path:
+    if not link.is_symlink():
+        link.symlink_to(to)
+    return link
+
+
+def made_fifo(path: Path) -> Path:
+    if not path.exists():
+        os.mkfifo(path)
+    return path
+
+
+def companion(w, out: Path) -> Path:
+    """A sweep --out whose .per_query companion is a link (named after `out`) to `out`."""
+    name = f"c{hashlib.sha256(str(out).encode()).hexdigest()[:12]}"
+    return linked(w["t"] / f"{name}.per_query.csv", out.absolute()).with_name(f"{name}.csv")
+
+
+OWN = "inside chunkeval's own folder"
+TARGET_KINDS = {  # the kind → what the one line says
+    "the live catalogue": OWN,
+    "its WAL": OWN,
+    "a run's Parquet": OWN,
+    "a character device": "is a character device, not a regular file",
+    "a FIFO": "is a FIFO, not a regular file",
+    "an input": "the command's own input",
+    "a folder": "is a folder, not a file",
+    "a link to the warehouse": OWN,
+    "a relative link into the warehouse": OWN,
+}
+OUTPUT_COMMANDS = {  # command → (argv for an output path, the output's suffix, what it says otherwise)
+    "warehouse snapshot": (lambda w, out: ["warehouse", "snapshot", out], ".duckdb", {"a folder": "is a folder"}),
+    "report": (lambda w, out: ["report", "--experiment", "cat", "--html", out], ".html", {}),
+    "diff": (lambda w, out: ["diff", "--run", w["credit_run_id"], "--run", w["run_id"], "--html", out], ".html", {}),
+    "sweep": (
+        lambda w, out: sweep(w["t"], out=out),
+        ".csv",
+        dict.fromkeys(("the live catalogue", "its WAL", "a folder"), "output must end in .csv or .parquet"),
+    ),
+    "sweep (its .per_query file)": (
+        lambda w, out: sweep(w["t"], out=companion(w, out)),
+        ".csv",
+        {"a folder": "a folder"},
+    ),
+    "extract": (
+        lambda w, out: extract(w["t"], out=out),
+        "",
+        {
+            **dict.fromkeys(("the live catalogue", "a run's Parquet", "a link to the warehouse"), "a regular file"),
+            "a character device": "is a character device, not a folder",
+            "a FIFO": "is a FIFO, not a folder",
+            "a folder": "--out must be a new or empty folder",
+        },
+    ),
+}
+OUTPUT_CASES = {
+    f"{command}: output aimed at {kind}": (
+        lambda w, argv=argv, kind=kind, suffix=suffix: argv(w, target(w, kind, suffix)),
+        says.get(kind, message),
+    )
+    for command, (argv, suffix, says) in OUTPUT_COMMANDS.items()
+    for kind, message in TARGET_KINDS.items()
+    if kind != "an input" or command in ("sweep", "sweep (its .per_query file)", "extract")  # others read the warehouse
+}
+CASES.update(OUTPUT_CASES)
+CASES["sweep: a companion file linked to --out itself"] = (
+    lambda w: sweep(w["t"], out=linked(w["t"] / "c.by_corpus.csv", w["t"] / "c.csv").with_name("c.csv")),
+    "companion files (.per_query, .by_corpus, .by_slice) name one file twice",
+)
+
+
+# issue 30: the folders the temporary Prefect server of `run` writes (docs/limits.md)
+def run_where(w, **values) -> list:
+    environ(PREFECT_API_URL=None, **values)
+    return ["run", "--corpus-dir", w["t"] / "corpora", "--questions", w["t"] / "q.csv"]
+
+
+SET_PREFECT_HOME = "set PREFECT_HOME to a writable folder, or PREFECT_API_URL to a running Prefect server"
+CASES.update(
+    {
+        "run: HOME missing (the temporary Prefect server's ~/.prefect)": (
+            lambda w: run_where(w, HOME=w["t"] / "gone", PREFECT_HOME=None),
+            "/gone/.prefect (by default ~/.prefect, and HOME is ",
+        ),
+        "run: HOME is a regular file": (
+            lambda w: run_where(w, HOME=w["t"] / "plain", PREFECT_HOME=None),
+            f"plain is not a folder: {SET_PREFECT_HOME}",
+        ),
+        "run: PREFECT_HOME is a regular file": (
+            lambda w: run_where(w, PREFECT_HOME=w["t"] / "plain"),
+            f"plain, which is not a folder: {SET_PREFECT_HOME}",
+        ),
+        "run: TMPDIR missing": (
+            lambda w: run_where(w, PREFECT_HOME=w["t"], TMPDIR=w["t"] / "gone"),
+            "/gone, which is not a writable folder: set TMPDIR to one, or PREFECT_API_URL",
+        ),
+        "run: SQLITE_TMPDIR is a regular file": (
+            lambda w: run_where(w, PREFECT_HOME=w["t"], SQLITE_TMPDIR=w["t"] / "plain"),
+            "SQLITE_TMPDIR is ",
+        ),
+    }
+)
+
+
 def snapshot(*roots: Path) -> dict:
     """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes)."""
     files = sorted(
@@ -1630,3 +1769,87 @@ def test_trend_of_a_recorded_experiment_still_works(ws, capsys):
     rows = json.loads(capsys.readouterr().out)
     assert rows and rows[-1]["run_id"] == ws["run_id"] and rows[-1]["duplicates"] == "positional"
     assert rows[-1]["change"] == pytest.approx(0)  # against the positional run before the credit one
+
+
+def contents(*roots: Path) -> dict:
+    """Every regular file under the roots, by path and SHA-256 of its bytes (links followed; FIFOs never opened)."""
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+        for root in roots
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def via(w, p: Path, times: int = 1) -> Path:
+    """A link (a chain of `times` links) in the workspace to `p`, named after it."""
+    for i in range(times):
+        p = linked(w["t"] / f"via{i}-{hashlib.sha256(str(p).encode()).hexdigest()[:12]}", p.absolute())
+    return p
+
+
+PATH_FORMS = {  # how a user may spell an output path: each form names the same file
+    "as made": lambda w, p: p,
+    "relative": lambda w, p: Path(os.path.relpath(p)),
+    "with . and ..": lambda w, p: p.parent / "." / "nowhere" / ".." / p.name,
+    "through a link": lambda w, p: via(w, p),
+    "through two links": lambda w, p: via(w, p, 2),
+    "in a linked folder": lambda w, p: via(w, p.parent) / p.name,
+}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    command=st.sampled_from(sorted(OUTPUT_COMMANDS)),
+    kind=st.sampled_from(sorted(TARGET_KINDS)),
+    form=st.sampled_from(sorted(PATH_FORMS)),
+)
+def test_no_output_path_of_a_refused_kind_changes_a_file(command, kind, form, ws, capsys):
+    """Property: an output aimed at the warehouse's files, a device, a FIFO, a folder or an input, however its
+    path is spelled, ends in one line and exit 2, every file's bytes as they were, and `runs` still works."""
+    assume(kind != "an input" or command in ("sweep", "sweep (its .per_query file)", "extract"))
+    argv, suffix, _ = OUTPUT_COMMANDS[command]
+    argv = [str(a) for a in argv(ws, PATH_FORMS[form](ws, target(ws, kind, suffix)))]  # makes its links
+    before = contents(ws["t"], ws["home"])
+    code = call(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert contents(ws["t"], ws["home"]) == before
+    assert main(["runs", "--experiment", "cat"]) == 0 and ws["run_id"] in capsys.readouterr().out
+
+
+@pytest.fixture()
+def mounted(tmp_path):
+    """`mounted(options)`: a small tmpfs of its own (root only: the test is skipped where mount is refused)."""
+    import subprocess
+
+    points = []
+
+    def mount(options: str) -> Path:
+        point = tmp_path / f"mnt{len(points)}"
+        point.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        points.append(point)
+        return point
+
+    yield mount
+    for point in points:
+        subprocess.run(["umount", str(point)], check=True)
+
+
+def test_a_read_only_home_and_a_full_tmpdir_are_one_line_naming_the_folder(ws, mounted, capsys):
+    """An unwritable HOME is bad configuration (exit 2); a full TMPDIR or PREFECT_HOME is a fault of the machine
+    (exit 1): never the Prefect server's SQLite tracebacks. A 1 MB tmpfs stands for a full disk."""
+    read_only, small = mounted("ro,size=1M"), mounted("size=1M")
+    cases = [
+        ({"HOME": read_only, "PREFECT_HOME": None}, 2, f"cannot be made: {read_only} is not writable"),
+        ({"PREFECT_HOME": small}, 1, f"cannot write its database: {small} has 1.0 MB free"),
+        ({"PREFECT_HOME": ws["t"], "TMPDIR": small}, 1, f"{small} has 1.0 MB free (it needs 16 MB); free space, or "),
+    ]
+    for values, status, message in cases:
+        code = call([str(a) for a in run_where(ws, **values)])
+        err = capsys.readouterr().err
+        assert code == status and err.count("\n") == 1 and message in err and "Traceback" not in err, err
+    assert not any(small.iterdir()) and not any(read_only.iterdir())

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -70,6 +72,117 @@ def check_writable_dir(path: Path, what: str) -> Path:
     return path
 
 
+# chunkeval's own folders under $CHUNKEVAL_HOME: no output a user names is written into them
+OWN_FOLDERS = ("warehouse", "cache", "models", "indexes", "backends", "served", "experiments")
+
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _kind(mode: int) -> str | None:
+    """What a file that is not a regular file is ('a FIFO', …); None for a regular file."""
+    return next((name for test, name in _KINDS if test(mode)), None if stat.S_ISREG(mode) else "not a regular file")
+
+
+def _within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def check_output(
+    path: Path | str,
+    inputs: Iterable[Path | str | None] = (),
+    *,
+    folder: str = "",
+    what: str = "output",
+    home: Path | None = None,
+) -> Path:
+    """The one rule for every output a user names (docs/limits.md, "Outputs"); checked before any work,
+    writing nothing. Returns the path to write: absolute, symlinks resolved (a link to a file replaces the
+    file it names). Refused with an `InputError` (one line, exit status 2):
+
+    - an output whose folder is missing or not writable;
+    - an existing file that is not a regular file (a folder, a device, a FIFO, a socket, a link to one):
+      `/dev/null` is never turned into a file. With `folder="new"` the output is a folder written whole
+      (`extract --out`): only a missing or empty real folder is replaced; with `folder="into"`, a folder
+      that files are written into (made where missing), whose files are then replaced one by one;
+    - anything inside chunkeval's own folders under `$CHUNKEVAL_HOME` (`home`, default `paths.home()`):
+      the warehouse (the catalogue, its WAL, the runs' Parquet files and reports), the caches, the models;
+    - one of the command's own `inputs` (files, or folders whose every file counts), compared by resolved
+      path and by identity (a hard link), or any path inside an input folder.
+
+    Write the output with `write_text` / `write_tables` (a temporary file beside it, then a rename), which
+    also refuse, at the rename, a target that has meanwhile become something other than a regular file."""
+    from chunkeval.errors import InputError
+    from chunkeval.paths import home as chunkeval_home
+
+    named = Path(path).expanduser()
+    real = Path(os.path.realpath(named))
+    shown = named if real == Path(os.path.abspath(named)) else f"{named} (a link to {real})"
+    if not real.parent.is_dir():
+        raise InputError(f"{what} folder does not exist", real.parent)
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise InputError(f"cannot check the {what} ({exc.strerror})", shown) from None
+    if mode is not None:
+        kind = _kind(mode)
+        if folder and kind == "a folder":
+            if folder == "new" and any(real.iterdir()):
+                raise InputError(f"{what} must be a new or empty folder", shown)
+        elif folder:
+            raise InputError(f"{what} is {'a regular file' if kind is None else kind}, not a folder", shown)
+        elif kind == "a folder":
+            raise InputError(f"{what} is a folder, not a file", shown)
+        elif kind is not None:
+            raise InputError(f"{what} is {kind}, not a regular file: chunkeval replaces only regular files", shown)
+    if not os.access(real.parent, os.W_OK | os.X_OK):
+        raise InputError(f"{what} folder is not writable", real.parent)
+    root = Path(os.path.realpath(home or chunkeval_home()))
+    for own in OWN_FOLDERS:
+        if _within(real, root / own):
+            raise InputError(
+                f"{what} is inside chunkeval's own folder {root / own}, which only chunkeval writes "
+                "($CHUNKEVAL_HOME): name a path elsewhere",
+                shown,
+            )
+    for given in inputs:
+        if not given:
+            continue
+        source = Path(os.path.realpath(Path(given).expanduser()))
+        inside = _within(real, source) if source.is_dir() else real == source
+        if inside or (mode is not None and source.exists() and os.path.samefile(source, real)):
+            where = "inside " if real != source and source.is_dir() else ""
+            raise InputError(f"{what} is {where}the command's own input {source}: name a path elsewhere", shown)
+    return real
+
+
+def _replaceable(path: Path) -> None:
+    """Refuse a target that exists and is not a regular file (it may have changed since `check_output`):
+    `os.replace` would turn a device into a file."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    kind = _kind(mode)
+    if kind is not None:
+        from chunkeval.errors import InputError
+
+        raise InputError(f"output is {kind}, not a regular file: chunkeval replaces only regular files", path)
+
+
+def replace_file(tmp: Path, path: Path) -> None:
+    """Rename the finished temporary file `tmp` onto `path`, which may only be missing or a regular file."""
+    _replaceable(path)
+    os.replace(tmp, path)
+
+
 def write_tables(
     tables: dict[Path, pa.Table], point: str | None = None, compression: str | None = None, **parquet
 ) -> None:
@@ -87,6 +200,8 @@ def write_tables(
                 pq.write_table(table, tmp, **({"compression": compression} if compression else {}), **parquet)
             else:
                 pacsv.write_csv(table, tmp)
+        for _, path in staged:
+            _replaceable(path)
         for i, (tmp, path) in enumerate(staged):
             os.replace(tmp, path)
             if i == 0 and point:
@@ -113,8 +228,10 @@ def write_texts(texts: dict[Path, str]) -> None:
             tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
             staged.append((tmp, path))
             tmp.write_text(text, encoding="utf-8")
+        for _, path in staged:
+            _replaceable(path)
         for tmp, path in staged:
-            os.replace(tmp, path)
+            replace_file(tmp, path)
     except OSError as exc:
         raise (as_fault(exc) or exc) from None
     finally:

@@ -90,6 +90,17 @@ def gives_settings(args: argparse.Namespace) -> bool:
     return any(getattr(args, f) not in (None, [], ()) for f in SETTING_FLAGS)
 
 
+def experiment_inputs(args: argparse.Namespace, exp: Experiment) -> list[str]:
+    """The files and folders a command of this experiment reads (its file, corpus folders, gold files, local
+    model folders): no output may replace them (`chunkeval.files.check_output`)."""
+    found = [getattr(args, "experiment_file", None)]
+    for key in ("corpus_dir", "questions", "beir", "queries", "qrels"):
+        value = getattr(exp, key)
+        found += [value] if isinstance(value, str) else list(value)
+    found += [m for m in (*exp.model, *exp.reranker) if isinstance(m, str) and Path(m).is_dir()]
+    return [f for f in found if f]
+
+
 def experiment_from_args(
     args: argparse.Namespace, default: Experiment | None = None, name: str | None = None
 ) -> Experiment:

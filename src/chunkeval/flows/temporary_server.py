@@ -10,6 +10,7 @@ process would be needed; there the server is still stopped at a normal exit, as 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import os
@@ -17,13 +18,70 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
-from chunkeval.errors import InputError
+from chunkeval.errors import Fault, InputError
 
 PR_SET_PDEATHSIG = 1
 STARTUP_SECONDS = 90.0  # a cold start on a busy 2-core machine takes 10-20 s
+MIN_FREE_BYTES = 16 << 20  # room the server's SQLite database and its temporary files need, in each folder
+TO_A_SERVER = "or PREFECT_API_URL to a running Prefect server"
+
+
+def prefect_home() -> Path:
+    """Where the temporary server keeps its SQLite database: `$PREFECT_HOME`, by default `~/.prefect`."""
+    return Path(os.environ.get("PREFECT_HOME") or "~/.prefect").expanduser()
+
+
+def sqlite_temp_folder() -> tuple[Path, str | None]:
+    """The folder SQLite puts its temporary files in (as SQLite picks it on Unix), and the variable that set it."""
+    for name in ("SQLITE_TMPDIR", "TMPDIR"):
+        if os.environ.get(name):
+            return Path(os.environ[name]), name
+    return next((Path(p) for p in ("/var/tmp", "/usr/tmp", "/tmp") if os.path.isdir(p)), Path(".")), None
+
+
+def _room(folder: Path, variable: str) -> None:
+    """A Fault where the folder's file system is (nearly) full: Prefect's SQLite would fail with tracebacks."""
+    free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+    if free < MIN_FREE_BYTES:
+        raise Fault(
+            f"the temporary Prefect server cannot write its database: {folder} has {free / 1e6:.1f} MB free "
+            f"(it needs {MIN_FREE_BYTES >> 20} MB); free space, or set {variable} to a folder with room, {TO_A_SERVER}"
+        )
+
+
+def check_folders() -> None:
+    """Before the temporary server starts (and before Prefect is imported, which makes its home): the folders
+    it writes are usable, else one line naming the folder and what to set, never the server's tracebacks.
+    An unusable folder (missing, not a folder, not writable) is an `InputError`; a full one, a `Fault`."""
+    home = prefect_home()
+    where = home if home.exists() else home.parent  # Prefect makes its home, not the folders above it
+    made = f"cannot be made: {where} " if where != home else ""
+    if not where.is_dir():
+        problem = made + ("is not a folder" if where.exists() else "does not exist")
+    elif not os.access(where, os.W_OK | os.X_OK):
+        problem = made + "is not writable"
+    else:
+        problem = None
+    if problem:
+        why = (
+            ""
+            if os.environ.get("PREFECT_HOME")
+            else f" (by default ~/.prefect, and HOME is {os.environ.get('HOME', 'unset')})"
+        )
+        raise InputError(
+            f"the temporary Prefect server keeps its database in {home}{why}, which {problem}: set PREFECT_HOME to "
+            f"a writable folder, {TO_A_SERVER}"
+        )
+    _room(where, "PREFECT_HOME")
+    temp, variable = sqlite_temp_folder()
+    if variable and not (temp.is_dir() and os.access(temp, os.W_OK | os.X_OK)):
+        raise InputError(f"{variable} is {temp}, which is not a writable folder: set {variable} to one, {TO_A_SERVER}")
+    _room(temp, variable or "TMPDIR")
 
 
 def _die_with_parent() -> None:  # runs in the child, between fork and exec
@@ -58,13 +116,21 @@ def start(port: int | None = None) -> tuple[subprocess.Popen, str]:
         "--log-level", "error", "--lifespan", "on",
     ]  # fmt: skip
     linux = sys.platform.startswith("linux")
-    process = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent if linux else None)  # noqa: PLW1509
+    process = subprocess.Popen(  # noqa: PLW1509
+        cmd,
+        env=env,
+        preexec_fn=_die_with_parent if linux else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    _keep_output(process)
     url = f"http://127.0.0.1:{port}/api"
     deadline = time.monotonic() + STARTUP_SECONDS
     with httpx.Client() as client:
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                raise InputError(f"the temporary Prefect server exited at start (status {process.returncode})")
+                process.reader.join(timeout=5)
+                raise _failure(process)
             with contextlib.suppress(httpx.HTTPError):
                 if client.get(f"{url}/health", timeout=2).status_code == 200:
                     return process, url
@@ -73,8 +139,40 @@ def start(port: int | None = None) -> tuple[subprocess.Popen, str]:
     raise InputError(f"the temporary Prefect server did not answer within {STARTUP_SECONDS:.0f} s")
 
 
+def _keep_output(process: subprocess.Popen, lines: int = 200) -> None:
+    """The server's output (its tracebacks included) is read by a thread into `process.output`, its last
+    `lines` lines, instead of reaching the terminal: what went wrong is told in one line."""
+    process.output = collections.deque(maxlen=lines)
+
+    def read() -> None:
+        for line in iter(process.stdout.readline, b""):
+            process.output.append(line.decode("utf-8", "replace").rstrip())
+
+    process.reader = threading.Thread(target=read, name="prefect-server-output", daemon=True)
+    process.reader.start()
+
+
+def _failure(process: subprocess.Popen) -> InputError:
+    """One line for a server that exited at start, from what it said: a full disk is a Fault naming the folders."""
+    said = "\n".join(process.output)
+    temp, variable = sqlite_temp_folder()
+    if "disk is full" in said or "No space left" in said:
+        return Fault(
+            f"the temporary Prefect server cannot write its database: the disk of {prefect_home()} or of {temp} is "
+            f"full; free space, or set PREFECT_HOME and {variable or 'TMPDIR'} to folders with room, {TO_A_SERVER}"
+        )
+    if "unable to open database file" in said or "readonly database" in said:
+        return InputError(
+            f"the temporary Prefect server cannot open its database in {prefect_home()}: set PREFECT_HOME to a "
+            f"writable folder, {TO_A_SERVER}"
+        )
+    last = next((line for line in reversed(process.output) if line.strip()), "no output")
+    return InputError(f"the temporary Prefect server exited at start (status {process.returncode}): {last[-200:]}")
+
+
 def stop(process: subprocess.Popen) -> None:
-    """Stop the server (SIGTERM, then SIGKILL after 5 s) and reap it."""
+    """Stop the server (SIGTERM, then SIGKILL after 5 s) and reap it; a server that logged errors meanwhile
+    (a disk filled during the run) says so in one line."""
     if process.poll() is None:
         process.terminate()
         try:
@@ -82,6 +180,14 @@ def stop(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+    output = getattr(process, "output", ())
+    errors = [line for line in output if "Error:" in line or "ERROR" in line]
+    if errors:
+        print(
+            f"chunkeval: warning: the temporary Prefect server logged {len(errors)} error(s) (the run's results are "
+            f"in the warehouse regardless); the last: {errors[-1].strip()[-200:]}",
+            file=sys.stderr,
+        )
 
 
 @contextlib.contextmanager
@@ -91,6 +197,7 @@ def temporary_server() -> Iterator[str | None]:
     if os.environ.get("PREFECT_API_URL"):
         yield None
         return
+    check_folders()
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     process, url = start()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 
@@ -27,23 +26,19 @@ TABLE_SUFFIXES = (".csv", ".parquet")
 TERMINAL_METRICS = ("span_recall", "span_precision", "span_iou", "precision_omega", "recall_at_k", "mrr", "ndcg_at_k")
 
 
-def check_table_path(path: Path) -> Path:
+def check_table_path(path: Path, inputs=()) -> Path:
     path = Path(path)
     if path.suffix.lower() not in TABLE_SUFFIXES:
         raise InputError("output must end in .csv or .parquet", path)
-    return check_output_path(path)
+    return check_output_path(path, inputs)
 
 
-def check_output_path(path: Path) -> Path:
-    """An output file whose folder exists and can be written (checked before any work starts)."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise InputError("output folder does not exist", path.parent)
-    if path.is_dir():
-        raise InputError("output is a folder, not a file", path)
-    if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise InputError("output folder is not writable", path.parent)
-    return path
+def check_output_path(path: Path, inputs=()) -> Path:
+    """An output file that `chunkeval.files.check_output` allows (checked before any work starts): the path
+    to write, resolved."""
+    from chunkeval.files import check_output
+
+    return check_output(path, inputs)
 
 
 def config_label(row: dict) -> str:

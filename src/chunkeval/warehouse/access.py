@@ -12,6 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from chunkeval.errors import InputError
+from chunkeval.files import check_output, replace_file
 from chunkeval.warehouse.damage import damaged_files
 from chunkeval.warehouse.migrations import Schema
 
@@ -57,12 +58,14 @@ class Access(Schema):
     def snapshot(self, out: Path) -> dict:
         """Copy the catalogue's tables, and every view materialised as a table (the per-run results the
         views read from Parquet included), into the DuckDB file `out`, in one connection: no run is recorded
-        meanwhile, so the copy is of one moment. Written beside `out` under a temporary name and renamed."""
+        meanwhile, so the copy is of one moment. Written beside `out` under a temporary name and renamed; `out`
+        is an output as `chunkeval.files.check_output` allows (never a file of the warehouse's own folder)."""
         out = Path(out)
         if not out.parent.is_dir():
             raise InputError("the snapshot's folder does not exist", out.parent)
         if out.is_dir():
             raise InputError("the snapshot path is a folder: give a file name such as warehouse.duckdb", out)
+        out = check_output(out, [self.root], what="the snapshot")  # never the warehouse's own files
         partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
         try:
             partial.unlink(missing_ok=True)
@@ -91,7 +94,7 @@ class Access(Schema):
                     runs = con.execute("SELECT count(*) FROM snapshot.main.runs").fetchone()[0]
                 finally:
                     con.execute("DETACH snapshot")
-            os.replace(partial, out)
+            replace_file(partial, out)
         finally:
             for leftover in (partial, partial.with_name(partial.name + ".wal")):
                 leftover.unlink(missing_ok=True)

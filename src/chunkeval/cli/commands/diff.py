@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from chunkeval.cli.options import add_alpha, add_config, add_json, add_run, add_threshold, config_filter
 from chunkeval.cli.output import print_json
@@ -49,17 +48,18 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         check_metric(args.metric)
     check_threshold(args.threshold)
     check_alpha(args.alpha)
+    out = None
     if args.html:
         from chunkeval.report.terminal import check_output_path
 
-        check_output_path(args.html)
+        out = check_output_path(args.html)
     wh = warehouse()
     docs = diff_doc(wh, args.run[0], args.run[1], config_filter(args.config), args.metric, args.threshold, args.alpha)
     if args.html:
         from chunkeval.files import write_text
         from chunkeval.report.diff import diff_page
 
-        write_text(Path(args.html), diff_page(docs, args.run[0], args.run[1], wh.run(args.run[1])["experiment"]))
+        write_text(out, diff_page(docs, args.run[0], args.run[1], wh.run(args.run[1])["experiment"]))
     if args.json:
         print_json(docs)
     else:

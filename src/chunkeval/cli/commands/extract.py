@@ -39,8 +39,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.errors import InputError
 
     html = check_html_mode(args.html or "full")
-    out = check_out(Path(args.out))
     source = Path(args.source)
+    out = check_out(Path(args.out), source)
     reader = DocumentReader(html)
     if source.is_dir():
         docs = load_documents(source, html, bool(args.strict), tuple(split_flags(args.corpus)), reader)

@@ -42,10 +42,11 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.analysis.comparisons import check_threshold
 
     check_threshold(args.threshold)
+    out = None
     if args.html:
         from chunkeval.report.terminal import check_output_path
 
-        check_output_path(Path(args.html))
+        out = check_output_path(Path(args.html))  # resolved: never a warehouse file, a device or a folder
     if not args.run and not args.experiment:
         raise InputError("give --run ID or --experiment NAME")
     if args.since is not None:
@@ -74,11 +75,10 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if args.html:
         from chunkeval.report.html import write_report
 
-        out = Path(args.html)
         write_report(
             wh, args.experiment or run["experiment"], out, run["run_id"], args.threshold, config_filter(args.config)
         )
-        print(f"report of run {run['run_id']} written to {out}")
+        print(f"report of run {run['run_id']} written to {args.html}")
         return 0
     _print_run(wh, run)
     return 0

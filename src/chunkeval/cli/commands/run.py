@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 
 from chunkeval.cli.options import add_experiment, add_experiment_flags, experiment_from_args, gives_settings
 from chunkeval.cli.session import WarehouseAccess
@@ -98,6 +99,11 @@ def preflight(exp: Experiment, if_changed: bool = False) -> None:
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.report.terminal import format_summary
     from chunkeval.vocabulary import CONFIG_KEYS
+
+    if not os.environ.get("PREFECT_API_URL"):  # before Prefect is imported: it makes its home when it is
+        from chunkeval.flows.temporary_server import check_folders
+
+        check_folders()
 
     if args.mlflow:
         from chunkeval.cli.mlflow_export import check_uri

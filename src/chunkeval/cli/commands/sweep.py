@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from chunkeval.cli.options import add_experiment_flags, experiment_from_args
+from chunkeval.cli.options import add_experiment_flags, experiment_from_args, experiment_inputs
 from chunkeval.cli.session import WarehouseAccess
 
 WAREHOUSE_SESSION = False  # a sweep never opens the warehouse
@@ -30,7 +31,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.cli.large_grid import check_grid  # with the engine: not when the parser is built
     from chunkeval.engine.doc_metrics import write_doc_runs
     from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
-    from chunkeval.files import check_writable_dir, write_tables
+    from chunkeval.errors import InputError
+    from chunkeval.files import check_output, check_writable_dir, write_tables
     from chunkeval.paths import cache_dir
     from chunkeval.report.terminal import (
         approximate,
@@ -43,23 +45,30 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         format_summary,
     )
 
-    out = check_table_path(args.out)
+    check_table_path(args.out)  # its suffix and folder, before the experiment is read
     exp = experiment_from_args(args)
+    inputs = experiment_inputs(args, exp)
+    out = check_table_path(args.out, inputs)  # each file resolved apart: a link replaces the file it names
+    named = Path(args.out)
+    beside_out = {part: check_output(beside(named, part), inputs) for part in ("per_query", "by_corpus", "by_slice")}
+    doc_runs = check_output(named.with_name(f"{named.stem}.doc_runs"), inputs, folder="into")
+    if len({out, *beside_out.values()}) < 1 + len(beside_out):  # links that make two of them one file
+        raise InputError("--out and its companion files (.per_query, .by_corpus, .by_slice) name one file twice", out)
     check_writable_dir(cache_dir(), "the embedding cache ($CHUNKEVAL_HOME)")
     embedders = Embedders(cache_dir(), args.batch_size, device=args.device)
     check_grid(exp, args.yes, embedders.for_experiment(exp))
     result = run_sweep(exp, embedders)
     tables = {
         out: result.summary,
-        beside(out, "per_query"): result.per_query,
-        beside(out, "by_corpus"): result.by_corpus,
+        beside_out["per_query"]: result.per_query,
+        beside_out["by_corpus"]: result.by_corpus,
     }
     if result.by_slice is not None:
-        tables[beside(out, "by_slice")] = result.by_slice
+        tables[beside_out["by_slice"]] = result.by_slice
     write_tables(tables)
     for note in result.notes:
         print(f"note: {note}")
-    doc_runs = write_doc_runs(result.per_query, out.with_name(f"{out.stem}.doc_runs"))
+    doc_runs = write_doc_runs(result.per_query, doc_runs)
     tied = ties(result.per_query, default_metrics(result.summary))
     print(format_summary(result.summary, CONFIG_KEYS, tied=tied))
     print(TIE_NOTE.format(alpha=0.05))

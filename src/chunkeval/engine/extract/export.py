@@ -21,6 +21,7 @@ from urllib.parse import quote
 from chunkeval.engine.corpus import Documents
 from chunkeval.engine.extract import identity
 from chunkeval.errors import InputError, as_fault
+from chunkeval.files import check_output
 
 SEGMENT_CHARS = 200  # a longer path segment is written encoded, and shortened
 
@@ -39,16 +40,10 @@ def document_path(doc: str) -> str:
     return encoded + ".txt"
 
 
-def check_out(out: Path) -> Path:
-    """The output folder: new, or empty (checked before anything is read)."""
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InputError("--out must be a new or empty folder", out)
-    if not out.parent.is_dir():
-        raise InputError("the folder of --out does not exist", out.parent)
-    if not os.access(out.parent, os.W_OK | os.X_OK):
-        raise InputError("the folder of --out is not writable", out.parent)
-    return out
+def check_out(out: Path, source: Path | None = None) -> Path:
+    """The output folder: new, or empty, outside chunkeval's own folders and outside the corpus `source`
+    (checked before anything is read; `chunkeval.files.check_output`). The path to write, resolved."""
+    return check_output(out, [source], folder="new", what="--out")
 
 
 def manifest_rows(docs: Documents, html: str) -> list[dict]:
