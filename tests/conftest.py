@@ -26,7 +26,15 @@ CHROMA = (ROOT.parent / "shared" / "datasets" / "chroma_general").resolve()
 # The fast tier (`pytest -m "not slow"`) leaves out what needs a server, a process tree, the model built once per
 # session, or the shared data set: each test that asks for one of these fixtures is marked slow here, the rest by hand.
 SLOW_FIXTURES = frozenset(
-    {"prefect_server", "prefect_api", "demo_first_run", "chroma", "infinity_servers", "infinity_server", "minilm_static"}
+    {
+        "prefect_server",
+        "prefect_api",
+        "demo_first_run",
+        "chroma",
+        "infinity_servers",
+        "infinity_server",
+        "minilm_static",
+    }
 )
 
 

@@ -1618,6 +1618,20 @@ OUTPUT_COMMANDS = {  # command → (argv for an output path, the output's suffix
         ".csv",
         {"a folder": "a folder"},
     ),
+    "gold update": (
+        lambda w, out: [
+            "gold",
+            "update",
+            "--corpus-dir",
+            w["t"] / "corpora",
+            "--questions",
+            w["t"] / "q.csv",
+            "--out",
+            out,
+        ],
+        ".csv",
+        {"an input": "is the gold set it corrects", "a folder": "is a folder: give a file name"},
+    ),
     "extract": (
         lambda w, out: extract(w["t"], out=out),
         "",
@@ -1636,7 +1650,7 @@ OUTPUT_CASES = {
     )
     for command, (argv, suffix, says) in OUTPUT_COMMANDS.items()
     for kind, message in TARGET_KINDS.items()
-    if kind != "an input" or command in ("sweep", "sweep (its .per_query file)", "extract")  # others read the warehouse
+    if kind != "an input" or command in ("sweep", "sweep (its .per_query file)", "extract", "gold update")
 }
 CASES.update(OUTPUT_CASES)
 CASES["sweep: a companion file linked to --out itself"] = (

@@ -80,7 +80,7 @@ def update(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.engine.inputs import ANCHOR_SIMILARITY, anchoring_counts, check_anchor_similarity, gold_summary
     from chunkeval.engine.sweep import load_inputs
     from chunkeval.errors import InputError
-    from chunkeval.files import check_writable_dir, write_texts
+    from chunkeval.files import check_output, check_writable_dir, write_texts
     from chunkeval.report.gold_review import review_html
 
     source, out = Path(args.questions), Path(args.out)
@@ -95,6 +95,8 @@ def update(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         raise InputError(f"--review {review_csv} is the same file as --out or its HTML view")
     for path in {p.parent for p in names.values()}:
         check_writable_dir(path, "the folder of --out and the review files")
+    # the one rule of outputs (docs/limits.md): a regular file or none, never in chunkeval's folders or an input
+    out, review_csv, review_page = (check_output(p, (source, args.corpus_dir), what=w) for w, p in names.items())
     exp = Experiment(
         corpus_dir=args.corpus_dir,
         questions=args.questions,
