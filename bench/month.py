@@ -43,6 +43,7 @@ from prefect_server import prefect_server, wait_for  # noqa: E402  (the tests' r
 DENSE = "minilm-static"
 SWAPPED = "all-MiniLM-L6-v2"
 HARM_MARK = "<!-- month: distractors -->"
+LEAD = 6  # seconds from a night's schedule change to its run: three loops of the scheduler
 
 # the six nights of the CI test, and a month: night -> the changes made before it
 SIX_NIGHTS = {
@@ -261,10 +262,11 @@ class Night:
 
 
 def _fire(client, deployment_id, schedule_id) -> None:
-    """Night falls: the schedule's anchor moves to 2 s from now, and the server's scheduler creates the run."""
+    """Night falls: the schedule's anchor moves to a few seconds from now, and the server's scheduler creates the
+    run (it schedules only times still ahead when its loop, every 2 s here, comes round: hence the lead)."""
     from prefect.client.schemas.schedules import IntervalSchedule
 
-    anchor = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)
+    anchor = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=LEAD)
     client.update_deployment_schedule(
         deployment_id, schedule_id, schedule=IntervalSchedule(interval=dt.timedelta(days=1), anchor_date=anchor)
     )
@@ -298,7 +300,8 @@ def play(
             }
         )
     )
-    far = (dt.datetime.now(dt.UTC) + dt.timedelta(days=50)).isoformat()  # no night falls until the script says
+    # each day's time 12 h from now: no night falls until the script says
+    far = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=12)).isoformat()
     spec = {
         "deployments": [
             {

@@ -621,6 +621,11 @@ def check_run_settings(exp: Experiment, source: str | None) -> None:
         raise InputError(f"duplicates must be {' or '.join(MODES)}, got {exp.duplicates!r}", source)
     _listed(share_held, exp.relevance, source)
     check_backend(exp.backend, exp.quantize, source, exp.precision)
+    for s in SETTINGS:  # the rest of the settings with choices, from the table
+        values = getattr(exp, s.name)
+        for value in values if isinstance(values, tuple) else (values,):
+            if s.choices and value not in s.choices:
+                raise InputError(f"{s.name} must be {' or '.join(s.choices)}, got {value!r}", source)
 
 
 SETTINGS: tuple[Setting, ...] = table_of(Experiment)  # the settings table, in the order of the fields
