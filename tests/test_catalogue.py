@@ -1538,7 +1538,7 @@ CASES.update(
         ),
         "sweep: anchor similarity out of range": (
             lambda w: sweep(w["t"], "--anchor-similarity", "101"),
-            "anchor_similarity takes a number from 0 to 100, got 101",
+            "anchor_similarity must be at most 100 (docs/limits.md), got 101",
         ),
         "gold update: the output is its input": (
             lambda w: gold_update(w["t"], out=w["t"] / "q.csv"),
@@ -1855,7 +1855,7 @@ def mounted(tmp_path):
 
 def test_a_read_only_home_and_a_full_tmpdir_are_one_line_naming_the_folder(ws, mounted, capsys):
     """An unwritable HOME is bad configuration (exit 2); a full TMPDIR or PREFECT_HOME is a fault of the machine
-    (exit 1): never the Prefect server's SQLite tracebacks. A 1 MB tmpfs stands for a full disk."""
+    (exit 4): never the Prefect server's SQLite tracebacks. A 1 MB tmpfs stands for a full disk."""
     read_only, small = mounted("ro,size=1M"), mounted("size=1M")
     cases = [
         ({"HOME": read_only, "PREFECT_HOME": None}, 2, f"cannot be made: {read_only} is not writable"),

@@ -217,8 +217,11 @@ def test_error_names_file_and_row(good, tmp_path, capsys):
         'question,references,corpus_id\nOk?,"[{""content"": ""Delta epsilon"", ""start_index"": 18, ""end_index"": 31}]",doc\n'
         'Bad?,"[{""content"": ""missing text"", ""start_index"": 0, ""end_index"": 12}]",doc\n'
     )
-    code, _, err = run_cli(capsys, "sweep", "--corpus-dir", corpus, "--questions", q, "--out", tmp_path / "o.csv")
-    assert code == 2 and f"{q}: row 2:" in err and "Bad?" in err
+    args = ("sweep", "--corpus-dir", corpus, "--questions", q, "--out", tmp_path / "o.csv")
+    code, _, err = run_cli(capsys, *args, "--strict")  # strict: a question that had to be retired is an error
+    assert code == 2 and f"{q}: row 2:" in err and "content not found" in err and err.count("\n") == 1
+    code, _, err = run_cli(capsys, *args)  # else it is retired from the run, which goes on, and said once
+    assert code == 0 and "1 retired" in err and "(row 2)" in err
 
 
 def test_run_file_naming_an_unknown_query(tmp_path, capsys):

@@ -5,7 +5,9 @@ purpose: to run and sweep, `--plugin MODULE` (plug-ins run only when asked), `--
 and `--html full|main` (the text of HTML documents); to `gold check`, `--html` and `--strict` (an unreadable
 document is an error); the command `extract` (a corpus's text, one file per document, docs/formats.md); and,
 with issue 20's slices of the gold set, `--slice-by COLUMNS` to run and sweep and `--slice COLUMN=VALUE` to trend;
-with issue 29, `--anchor-similarity S` to run, sweep and `gold check`, and the command `gold update`."""
+with issue 29, `--anchor-similarity S` and `--ties trec_eval|retriever` to run and sweep (`--anchor-similarity` to
+`gold check` too), the command `gold update`, `--threshold` and `--alpha` to diff (the one verdict), and trend's
+`--metric` no longer required (without it, the watched metrics)."""
 
 from __future__ import annotations
 

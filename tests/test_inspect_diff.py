@@ -224,7 +224,7 @@ def test_the_kept_scores_are_the_retrievers_own_best_first(embedder_factory):
     sweep.score_all(inputs, [chunking], configs, embedded, exp, kept)
     assert [c.retriever for c in configs] == ["bm25", "hybrid"]
     for config, table in zip(configs, kept):
-        topk, scores = ranking.retrieve_scored(inputs, chunking, config, embedded, 4, True, exp.rrf_k)
+        topk, scores, _ = ranking.retrieve_top(inputs, [chunking], config, embedded, exp, None)  # ties: trec_eval's
         found = topk >= 0
         assert table["start"].to_pylist() == chunking.chunks.start[topk[found]].tolist()
         stored = table["score"].to_numpy()

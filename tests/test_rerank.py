@@ -69,12 +69,12 @@ def test_reranking_every_chunk_by_a_model_is_dense_retrieval_by_it(embedder_fact
         k=(1, 3, 5),
         retriever=("dense", "plugins_for_tests:every_chunk_backwards", "bm25"),
         reranker=("none", "all-MiniLM-L6-v2"),
-        candidates=(100_000, 5),
+        candidates=(10_000, 5),
     )
     inputs, chunkings, configs, embedded = _steps(exp, Embedders.of(embedder_factory()))
     (dense,) = [c for c in configs if c.retriever == "dense" and c.reranker == "none"]
     expected, cosines = ranking.retrieve_scored(inputs, chunkings[0], dense, embedded, 5)
-    (every,) = [c for c in configs if c.retriever.endswith("backwards") and c.candidates == 100_000]
+    (every,) = [c for c in configs if c.retriever.endswith("backwards") and c.candidates == 10_000]
     first = ranking.retrieve(inputs, chunkings[0], every, embedded, every.candidates)
     assert (first[:, : len(chunkings[0].chunks)] >= 0).all()  # every chunk is a candidate
     reranked, scores = ranking.rerank_top(inputs, chunkings[0], every, embedded, first, 5)
@@ -84,14 +84,14 @@ def test_reranking_every_chunk_by_a_model_is_dense_retrieval_by_it(embedder_fact
     again = ranking.rerank_top(inputs, chunkings[0], bm25, embedded, first, 5)[0]
     assert [set(r) for r in again] == [set(r) for r in first] and not np.array_equal(again, first)
     exp = exp.with_overrides(
-        k=(1, 5), retriever=("dense", "plugins_for_tests:every_chunk_backwards"), candidates=(100_000,)
+        k=(1, 5), retriever=("dense", "plugins_for_tests:every_chunk_backwards"), candidates=(10_000,)
     )
     result = run_sweep(exp, embedder_factory())
     rows = {}
     for r in result.per_query.to_pylist():
         rows[(r["retriever"], r["reranker"], r["candidates"], r["k"], r["query_id"])] = r
     for (retriever, _, candidates, k, q), r in rows.items():
-        if retriever.endswith("backwards") and candidates == 100_000:
+        if retriever.endswith("backwards") and candidates == 10_000:
             twin = rows[("dense", "none", None, k, q)]
             assert all(r[m] == twin[m] or (r[m] != r[m] and twin[m] != twin[m]) for m in METRICS), (k, q)
     assert result.summary.num_rows == 2 * 2 * 2  # two first stages, each alone and reranked, at two k

@@ -159,8 +159,12 @@ class _SaidInOneLine(logging.Filter):
 def one_line_input_errors() -> None:
     """Keep input errors raised in tasks to the command's one line on the console (called by a flow once
     Prefect has set up its logging: its console handler exists from then)."""
-    for handler in logging.getLogger().handlers + logging.getLogger("prefect").handlers:  # its console: on the root
-        if isinstance(handler, logging.StreamHandler) and not any(
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    # its console handler, on the root logger: only that one (another stream handler there, a test's log capture
+    # say, is not Prefect's console and keeps every record)
+    for handler in logging.getLogger().handlers + logging.getLogger("prefect").handlers:
+        if isinstance(handler, PrefectConsoleHandler) and not any(
             isinstance(f, _SaidInOneLine) for f in handler.filters
         ):
             handler.addFilter(_SaidInOneLine())
