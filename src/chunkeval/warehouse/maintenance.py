@@ -17,6 +17,8 @@ from chunkeval.warehouse.migrations import SUMMARY_TABLES
 from chunkeval.warehouse.runs import Lifecycle
 from chunkeval.warehouse.tables import utc_now
 
+PRUNE_GRACE_S = 600.0  # a run that finished this recently is never pruned: its process may still be reporting it
+
 
 class Maintenance(Lifecycle, Baselines):
     """Repair, delete and prune (`repair` writes catalogue rows as `Lifecycle` does; `prune` keeps the pinned
@@ -125,6 +127,7 @@ class Maintenance(Lifecycle, Baselines):
             con.execute("COMMIT")
         for run_id in ids:
             self._remove_folder(run_id)
+        self._remove_reports({r["run_id"]: r["experiment"] for r in runs})
         self.collect_corpora()  # the corpus copies only these runs read
         return ids
 
@@ -132,7 +135,9 @@ class Maintenance(Lifecycle, Baselines):
         self, experiment: str, keep_last: int | None = None, older_than: timedelta | None = None
     ) -> tuple[list[str], str | None]:
         """Delete the experiment's runs beyond the newest `keep_last`, or started more than `older_than`
-        ago (running runs are left alone). The pinned baseline is kept whatever its age: (deleted, kept)."""
+        ago. Running runs are left alone, and so are runs that finished less than `PRUNE_GRACE_S` ago: their
+        process may still be writing the run's report (a long run started before the cutoff). The pinned
+        baseline is kept whatever its age: (deleted, kept)."""
         if (keep_last is None) == (older_than is None):
             raise InputError("prune takes one of keep_last or older_than")
         if keep_last is not None and keep_last < 1:
@@ -144,6 +149,9 @@ class Maintenance(Lifecycle, Baselines):
         else:
             cutoff = utc_now() - older_than
             doomed = [r["run_id"] for r in runs if r["started_at"] < cutoff]
+        settling = utc_now() - timedelta(seconds=PRUNE_GRACE_S)
+        young = {r["run_id"] for r in runs if r["finished_at"] is not None and r["finished_at"] > settling}
+        doomed = [r for r in doomed if r not in young]
         pinned = self.baseline(experiment)
         kept = pinned if pinned in doomed else None
         doomed = [r for r in doomed if r != pinned]
