@@ -4,7 +4,8 @@ tests/data/cli_options.json recorded them from the CLI before it was split into 
 purpose: to run and sweep, `--plugin MODULE` (plug-ins run only when asked), `--precision` (how the model runs)
 and `--html full|main` (the text of HTML documents); to `gold check`, `--html` and `--strict` (an unreadable
 document is an error); the command `extract` (a corpus's text, one file per document, docs/formats.md); and,
-with issue 20's slices of the gold set, `--slice-by COLUMNS` to run and sweep and `--slice COLUMN=VALUE` to trend."""
+with issue 20's slices of the gold set, `--slice-by COLUMNS` to run and sweep and `--slice COLUMN=VALUE` to trend; with issue 30, `--limit N` and
+`--timeout SECONDS` to sql."""
 
 from __future__ import annotations
 
