@@ -195,8 +195,11 @@ class Access(Schema):
             except (OSError, pa.ArrowException) as exc:
                 raise InputError(f"a run's {kind}.parquet does not read ({_first_line(exc)})", self.results) from None
             source = f"_{kind}_files"
-            con.register(source, ds.dataset(files, schema=schema, format="parquet"))
-            con.execute(results_view_sql("TEMP VIEW", view, kind, source, set(schema.names)))
+            try:
+                con.register(source, ds.dataset(files, schema=schema, format="parquet"))
+                con.execute(results_view_sql("TEMP VIEW", view, kind, source, set(schema.names)))
+            except (duckdb.Error, pa.ArrowException) as exc:
+                raise InputError(f"the view {view} does not bind ({_first_line(exc)})", self.results) from None
 
     def snapshot(self, out: Path) -> dict:
         """Copy the catalogue's tables, and every view materialised as a table (the per-run results the
