@@ -1692,6 +1692,46 @@ CASES.update(
 )
 
 
+# issue 30: `chunkeval sql` is read-only by DuckDB's settings, with a time limit and a row cap
+ENDLESS_SQL = "SELECT count(*) FROM range(9223372036854775807) t(i) WHERE i % 7 = 3"
+CASES.update(
+    {
+        "sql: EXPLAIN ANALYZE COPY to a file": (
+            lambda w: ["sql", f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{w['t']}/any.csv'"],
+            "the query failed: Permission Error",
+        ),
+        "sql: EXPLAIN ANALYZE COPY over a run's results": (
+            lambda w: [
+                "sql",
+                f"EXPLAIN ANALYZE COPY (SELECT 1 AS a WHERE false) TO "
+                f"'{w['home']}/warehouse/results/{w['run_id']}/per_query.parquet' (FORMAT parquet)",
+            ],
+            "the query failed: Permission Error",
+        ),
+        "sql: EXPLAIN ANALYZE INSTALL": (lambda w: ["sql", "EXPLAIN ANALYZE INSTALL httpfs"], "Permission Error"),
+        "sql: a file outside the warehouse": (
+            lambda w: ["sql", "SELECT * FROM read_csv('/etc/passwd')"],
+            "the query failed: Permission Error",
+        ),
+        "sql: past its time limit": (
+            lambda w: ["sql", ENDLESS_SQL, "--timeout", "0.5"],
+            "the query ran past its time limit of 0.5 s (--timeout) and was stopped",
+        ),
+        "sql: a time limit of 0": (lambda w: ["sql", "SELECT 1", "--timeout", "0"], "time limit must be more than 0"),
+        "sql: a time limit of nan": (lambda w: ["sql", "SELECT 1", "--timeout", "nan"], "got nan"),
+        "sql: a limit of 0": (lambda w: ["sql", "SELECT 1", "--limit", "0"], "--limit must be at least 1"),
+        "sql: a table too long to align": (
+            lambda w: ["sql", "SELECT 1", "--limit", "1000000"],
+            "add --csv or --json, which stream",
+        ),
+        "sql: past the memory cap": (
+            lambda w: ["sql", "SELECT count(*) FROM (SELECT repeat('x', 1000) s FROM range(3000000) ORDER BY s)"],
+            "the query failed: Out of Memory Error",
+        ),
+    }
+)
+
+
 def snapshot(*roots: Path) -> dict:
     """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes)."""
     files = sorted(

@@ -1,15 +1,21 @@
-"""Looking at the warehouse without holding up the runs: one read-only query (`read_query`, holding the file
-only while it runs), and a snapshot (`snapshot`): a self-contained DuckDB file, consistent at one moment,
+"""Looking at the warehouse without holding up the runs: one read-only query (`query`, holding the file
+only while it runs, on a connection DuckDB's settings keep from any other file), and a snapshot (`snapshot`): a self-contained DuckDB file, consistent at one moment,
 to explore for as long as one likes. DuckDB lets no writer in while any other process holds the file, read
 only or not, so a long-lived connection to `chunkeval.duckdb` itself holds every run up."""
 
 from __future__ import annotations
 
 import os
+import queue
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from chunkeval.errors import InputError
 from chunkeval.files import check_output, replace_file
@@ -18,9 +24,99 @@ from chunkeval.warehouse.migrations import Schema
 
 READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
+DEFAULT_SQL_TIMEOUT = 60.0  # seconds: half of CHUNKEVAL_LOCK_TIMEOUT's default, so a run never gives up waiting on it
+MAX_SQL_TIMEOUT = 86_400.0  # a day
+BATCH_ROWS = 1024  # rows of one batch streamed out of a query (two wait at most: the memory a query's rows take)
+SQL_MEMORY = "1GiB"  # DuckDB's memory for one query: nothing spills to disk, so a larger query fails in one line
+INTERRUPT_WAIT = 2.0  # seconds an interrupted query gets to stop before its connection is left to the process's end
+
+# What a `chunkeval sql` connection may do, by DuckDB's own settings (docs/warehouse.md): no file but the
+# catalogue's (opened read-only) is read or written, nothing spills to disk, no extension is installed or
+# loaded, no Python variable is scanned, memory is capped, and no statement changes any of it.
+LOCKED_DOWN = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "allow_unsigned_extensions": False,
+    "python_enable_replacements": False,
+    "temp_directory": "",
+    "memory_limit": SQL_MEMORY,
+    "lock_configuration": True,
+}
+
 
 def _first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def check_sql_timeout(seconds: float) -> float:
+    if not (0 < seconds <= MAX_SQL_TIMEOUT):  # NaN fails too
+        raise InputError(f"the query's time limit must be more than 0 and at most {MAX_SQL_TIMEOUT:g} s, got {seconds}")
+    return seconds
+
+
+class _Rows:
+    """A query run in a worker thread, its rows handed over a small queue in record batches: the thread that
+    waits on the queue (the main one) still gets SIGINT and SIGTERM, and the queue bounds the memory."""
+
+    def __init__(self, con, sql: str, batch_rows: int):
+        self.con, self.sql, self.batch_rows = con, sql, batch_rows
+        self.items: queue.Queue = queue.Queue(maxsize=2)
+        self.stop = threading.Event()
+        self.timed_out = False
+        self.thread = threading.Thread(target=self._run, name="chunkeval-sql", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            rel = self.con.sql(self.sql)
+            reader = rel.to_arrow_reader(self.batch_rows) if rel is not None else None
+            self._put(reader.schema if reader is not None else pa.schema([]))
+            for batch in reader or ():
+                if not self._put(batch):
+                    return
+        except BaseException as exc:  # handed to the waiting thread, raised there
+            self._put(exc)
+            return
+        self._put(None)
+
+    def _put(self, item) -> bool:
+        while not self.stop.is_set():
+            try:
+                self.items.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def next(self):
+        """The next item: the schema first, then batches, then None; a failure of the query raised here."""
+        while True:
+            try:
+                item = self.items.get(timeout=0.1)
+                break
+            except queue.Empty:
+                if not self.thread.is_alive() and self.items.empty():
+                    raise duckdb.InterruptException("the query's thread ended") from None
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def time_out(self) -> None:
+        """The timer's call: interrupt the query until its thread has stopped (it hands on why)."""
+        self.timed_out = True
+        self._interrupt()
+
+    def end(self) -> None:
+        """The waiting thread leaves: the query's thread stops handing batches over, and the query stops."""
+        self.stop.set()
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        deadline = time.monotonic() + INTERRUPT_WAIT
+        while self.thread.is_alive() and time.monotonic() < deadline:
+            self.con.interrupt()
+            self.thread.join(0.05)
 
 
 class Access(Schema):
@@ -33,27 +129,91 @@ class Access(Schema):
         found = damaged_files(self.results, done)
         return found[0] if found else None
 
-    def read_query(self, sql: str) -> pa.Table:
-        """The rows of one statement that only reads (SELECT, WITH …, EXPLAIN), on a read-only connection
-        held while it runs."""
+    @contextmanager
+    def query(self, sql: str, timeout: float = DEFAULT_SQL_TIMEOUT, batch_rows: int = BATCH_ROWS):
+        """One statement that only reads (SELECT, WITH …, EXPLAIN) on a locked-down read-only connection
+        (`LOCKED_DOWN`), held while the rows are read: yields (schema, batches), an iterator of record
+        batches. Past `timeout` seconds the query is interrupted (an `InputError`); a SIGINT or SIGTERM of
+        the waiting thread interrupts it too, and the connection is closed before the signal goes on."""
+        check_sql_timeout(timeout)
         try:
             statements = duckdb.extract_statements(sql)
         except duckdb.Error as exc:
             raise InputError(f"the query does not parse: {_first_line(exc)}") from None
         if len(statements) != 1:
             raise InputError(f"give one statement, got {len(statements)}")
-        if statements[0].type not in READING:
+        if statements[0].type not in READING:  # a friendlier word than DuckDB's: the settings are the guard
             kind = statements[0].type.name
             raise InputError(f"`chunkeval sql` only reads (SELECT, WITH …, EXPLAIN): the statement is a {kind}")
         was, self.read_only = self.read_only, True  # the views are the file's own: a migration needs a writer
         try:
-            with self.connect() as con:
+            with self.connect(config=LOCKED_DOWN) as con:
+                self._bind_results(con, sql)
+                rows = _Rows(con, sql, batch_rows)
+                timer = threading.Timer(timeout, rows.time_out)
+                timer.daemon = True
+                rows.thread.start()
+                timer.start()
                 try:
-                    return con.sql(sql).to_arrow_table()
-                except duckdb.Error as exc:
-                    raise self._damage(con) or InputError(f"the query failed: {_first_line(exc)}") from None
+                    yield self._batches(rows, timeout)
+                finally:
+                    timer.cancel()
+                    rows.end()
         finally:
             self.read_only = was
+
+    @staticmethod
+    def _batches(rows: _Rows, timeout: float):
+        try:
+            schema = rows.next()
+        except duckdb.Error as exc:
+            raise Access._failed(exc, rows, timeout) from None
+
+        def batches():
+            try:
+                while (batch := rows.next()) is not None:
+                    yield batch
+            except duckdb.Error as exc:
+                raise Access._failed(exc, rows, timeout) from None
+
+        return schema, batches()
+
+    @staticmethod
+    def _failed(exc: Exception, rows: _Rows, timeout: float) -> InputError:
+        if rows.timed_out:
+            return InputError(f"the query ran past its time limit of {timeout:g} s (--timeout) and was stopped")
+        return InputError(f"the query failed: {_first_line(exc)}")
+
+    def _bind_results(self, con, sql: str) -> None:
+        """The views over the runs' Parquet files, for this connection alone: DuckDB reads no file here, so
+        the files of completed runs are read by Arrow (read-only, in batches) and scanned from Python. Bound
+        only for the views the statement names (finding one costs a read of every run's file footer)."""
+        from chunkeval.warehouse.migrations import RESULTS_VIEWS, results_view_sql
+        from chunkeval.warehouse.tables import empty_results
+
+        wanted = {view: kind for view, kind in RESULTS_VIEWS.items() if view in sql.lower()}
+        if not wanted:
+            return
+        done = [r for (r,) in con.execute("SELECT run_id FROM runs WHERE status = 'completed'").fetchall()]
+        for view, kind in wanted.items():
+            files = [str(f) for f in (self._file(r, kind) for r in done) if f.is_file()]
+            schemas = [empty_results()[kind].schema]
+            try:
+                schemas += [pq.read_schema(f) for f in files]
+                schema = pa.unify_schemas(schemas, promote_options="permissive")
+            except (OSError, pa.ArrowException) as exc:
+                damaged = damaged_files(self.results, done)  # the fault naming the file (exit 4), where one is
+                raise (
+                    damaged[0]
+                    if damaged
+                    else InputError(f"a run's {kind}.parquet does not read ({_first_line(exc)})", self.results)
+                ) from None
+            source = f"_{kind}_files"
+            try:
+                con.register(source, ds.dataset(files, schema=schema, format="parquet"))
+                con.execute(results_view_sql("TEMP VIEW", view, kind, source, set(schema.names)))
+            except (duckdb.Error, pa.ArrowException) as exc:
+                raise InputError(f"the view {view} does not bind ({_first_line(exc)})", self.results) from None
 
     def snapshot(self, out: Path) -> dict:
         """Copy the catalogue's tables, and every view materialised as a table (the per-run results the

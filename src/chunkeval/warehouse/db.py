@@ -93,8 +93,9 @@ class Connections:
         return self.db_path.is_file()
 
     @contextmanager
-    def connect(self):
-        """A short-lived read-write connection, waiting while another process holds the file.
+    def connect(self, config: dict | None = None):
+        """A short-lived read-write connection, waiting while another process holds the file (`config`:
+        DuckDB settings for the connection, as `chunkeval sql` locks it down).
 
         A damaged file (a checksum that does not match, a header that is not DuckDB's) is reported as
         one line naming the file and the repair command, never used.
@@ -113,7 +114,7 @@ class Connections:
         said = False
         while True:
             try:
-                con = duckdb.connect(str(self.db_path), read_only=self.read_only)
+                con = duckdb.connect(str(self.db_path), read_only=self.read_only, config=config or {})
                 break
             except duckdb.Error as exc:
                 locked = _LOCKED.search(str(exc)) is not None

@@ -86,6 +86,30 @@ class Layout:
             shutil.rmtree(aside, ignore_errors=True)
 
     @property
+    def reports(self) -> Path:
+        """Where the flows keep HTML reports (`chunkeval.report.html.report_path`): `reports/<experiment>.html`,
+        `reports/<experiment>/<run_id>.html` and `reports/<experiment>/diff-<A>-<B>.html`."""
+        return self.root / "reports"
+
+    def _remove_reports(self, experiments: dict[str, str]) -> None:
+        """Every report that holds text of the runs (run id → experiment): each run's page, the diffs that name
+        it, and the experiment's latest page where it shows the run (the next trend-report writes it again)."""
+        for run_id, experiment in experiments.items():
+            folder = self.reports / experiment
+            doomed = [p for p in folder.glob("*") if run_id in p.name] if folder.is_dir() else []
+            latest = self.reports / f"{experiment}.html"
+            try:
+                if latest.is_file() and run_id in latest.read_text(encoding="utf-8", errors="replace"):
+                    doomed.append(latest)
+            except OSError:
+                pass
+            for path in doomed:
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
+
+    @property
     def pins(self) -> Path:
         return self.root / "baselines"
 

@@ -7,16 +7,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 from datetime import timedelta
 from pathlib import Path
 
 from chunkeval.errors import Fault, InputError
-from chunkeval.files import write_text
+from chunkeval.files import pid_alive, write_text
 from chunkeval.warehouse.baselines import Baselines
 from chunkeval.warehouse.db import Damaged
 from chunkeval.warehouse.migrations import SUMMARY_TABLES
 from chunkeval.warehouse.runs import Lifecycle
 from chunkeval.warehouse.tables import utc_now
+
+PRUNE_GRACE_S = 600.0  # a run another live process finished this recently is never pruned: it may be reporting it
 
 
 class Maintenance(Lifecycle, Baselines):
@@ -155,6 +158,7 @@ class Maintenance(Lifecycle, Baselines):
             con.execute("COMMIT")
         for run_id in ids:
             self._remove_folder(run_id)
+        self._remove_reports({r["run_id"]: r["experiment"] for r in runs})
         self.collect_corpora()  # the corpus copies only these runs read
         return ids
 
@@ -162,13 +166,16 @@ class Maintenance(Lifecycle, Baselines):
         self, experiment: str, keep_last: int | None = None, older_than: timedelta | None = None
     ) -> tuple[list[str], str | None]:
         """Delete the experiment's runs beyond the newest `keep_last`, or started more than `older_than`
-        ago (running runs are left alone). The pinned baseline is kept whatever its age: (deleted, kept)."""
+        ago. Running runs are left alone, and so are runs that another live process finished less than
+        `PRUNE_GRACE_S` ago (`_settling`): it may still be writing the run's report (a long run started before
+        the cutoff). The pinned
+        baseline is kept whatever its age: (deleted, kept)."""
         if (keep_last is None) == (older_than is None):
             raise InputError("prune takes one of keep_last or older_than")
         if keep_last is not None and keep_last < 1:
             raise InputError(f"keep_last must be at least 1, got {keep_last}")
         self.check_experiment(experiment)
-        runs = [r for r in self.runs(experiment) if r["status"] != "running"]
+        runs = [r for r in self.runs(experiment, with_process=True) if r["status"] != "running"]
         if keep_last is not None:
             doomed = [r["run_id"] for r in runs[keep_last:]]
         else:
@@ -176,11 +183,23 @@ class Maintenance(Lifecycle, Baselines):
             doomed = [r["run_id"] for r in runs if r["started_at"] < cutoff]
         pinned = self.baseline(experiment)
         kept = pinned if pinned in doomed else None
-        doomed = [r for r in doomed if r != pinned]
+        settling = {r["run_id"] for r in runs if self._settling(r)}
+        doomed = [r for r in doomed if r != pinned and r not in settling]
         if doomed:
             self.delete_runs(doomed)
         self._sweep_deleted()
         return doomed, kept
+
+    @staticmethod
+    def _settling(run: dict) -> bool:
+        """A run that finished less than `PRUNE_GRACE_S` ago in another process, which may still be writing its
+        report: one that is alive on this host, or any on another host (its process cannot be asked)."""
+        finished = run["finished_at"]
+        if finished is None or finished <= utc_now() - timedelta(seconds=PRUNE_GRACE_S):
+            return False
+        if run.get("host") != socket.gethostname():
+            return True
+        return run.get("pid") not in (None, os.getpid()) and pid_alive(run["pid"])
 
     def _sweep_deleted(self) -> None:
         """Remove the folders a crash left behind after their runs had left the catalogue."""

@@ -100,6 +100,19 @@ MIGRATIONS = [
 ]
 
 
+# the views over every run's Parquet files: view → the results file it reads
+RESULTS_VIEWS = {"query_results": "per_query", "gold_references": "references", "run_models": "models"}
+
+
+def results_view_sql(view_kind: str, view: str, kind: str, source: str, names: set[str]) -> str:
+    """The view `view` over `source` (the results files of `kind`, with columns `names`), completed runs only."""
+    return f"""
+        CREATE OR REPLACE {view_kind} {view} AS
+        SELECT {projection(kind, names, "q")}
+        FROM {source} q JOIN runs r USING (run_id)
+        WHERE r.status = 'completed'"""
+
+
 class Schema(Connections, Layout):
     """Migrations, views and the summary tables, over a connection the caller holds."""
 
@@ -200,6 +213,8 @@ class Schema(Connections, Layout):
                    value - lag(value) OVER (PARTITION BY experiment, duplicates, relevance, {", ".join(CONFIG_KEYS)}, metric
                                             ORDER BY started_at, run_id) AS change
             FROM long""")
+        if not con.execute("SELECT current_setting('enable_external_access')").fetchall()[0][0]:
+            return  # `chunkeval sql`: no file can be read here, its caller binds these views itself (`access`)
         where = (con.execute("SELECT value FROM meta WHERE key = 'results_path'").fetchall() or [None])[0]
         if not rebind and where and where[0] == str(self.results):
             return
@@ -209,13 +224,9 @@ class Schema(Connections, Layout):
         if not (seed / "models.parquet").exists():
             seed.mkdir(parents=True, exist_ok=True)
             write_tables({seed / f"{name}.parquet": table for name, table in empty_results().items()})
-        for view, kind in (("query_results", "per_query"), ("gold_references", "references"), ("run_models", "models")):
-            names = set(empty_results()[kind].column_names)
-            con.execute(f"""
-                CREATE OR REPLACE {view_kind} {view} AS
-                SELECT {projection(kind, names, "q")}
-                FROM read_parquet({quote(self.results, f"/*/{kind}.parquet")}, union_by_name = true) q JOIN runs r USING (run_id)
-                WHERE r.status = 'completed'""")
+        for view, kind in RESULTS_VIEWS.items():
+            source = f"read_parquet({quote(self.results, f'/*/{kind}.parquet')}, union_by_name = true)"
+            con.execute(results_view_sql(view_kind, view, kind, source, set(empty_results()[kind].column_names)))
         if not temporary:
             con.execute("DELETE FROM meta WHERE key = 'results_path'")
             con.execute("INSERT INTO meta VALUES ('results_path', ?)", [str(self.results)])
