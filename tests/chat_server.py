@@ -34,7 +34,11 @@ ANSWERS = {
             "fact",
             "The angle of the straight run  relative to vertical shows the direction of the food\nrelative to the sun",
         ),
-        q("When did Karl von Frisch show that bees see ultraviolet?", "number", "Bees see ultraviolet, as shown in 1915."),
+        q(
+            "When did Karl von Frisch show that bees see ultraviolet?",
+            "number",
+            "Bees see ultraviolet, as shown in 1915.",
+        ),
     ],
     "sourdough": [
         q(
@@ -43,7 +47,9 @@ ANSWERS = {
             "The yeasts produce carbon dioxide, which raises the dough",
             "the bacteria produce lactic and acetic acids",
         ),
-        q("How many keepers served together on a rock lighthouse?", "fact", "The bulk fermentation follows."),  # off-topic
+        q(
+            "How many keepers served together on a rock lighthouse?", "fact", "The bulk fermentation follows."
+        ),  # off-topic
         q("What is the internal temperature of a finished sourdough loaf?", "number", "about 96 °C"),
     ],
 }
