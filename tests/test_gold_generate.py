@@ -159,4 +159,10 @@ def test_the_generated_gold_set_runs_end_to_end(generated, prefect_server, share
     grid = ["--chunk-sizes", "100", "--overlaps", "0", "--k", "3", "--retriever", "bm25", "--slice-by", "type"]
     proc = subprocess.run([*argv, *grid], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "6 question" in proc.stdout + proc.stderr or "gen.csv" in proc.stdout + proc.stderr
+    import re
+
+    import pyarrow.parquet as pq
+
+    run_id = re.search(r"run (\S+) completed", proc.stdout)[1]
+    per_query = pq.read_table(shared_home / "warehouse" / "results" / run_id / "per_query.parquet").to_pylist()
+    assert {r["query_id"] for r in per_query} == {r["query_id"] for r in rows(t / "gen.csv")}  # every kept question
