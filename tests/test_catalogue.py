@@ -1556,6 +1556,88 @@ CASES.update(
 )
 
 
+# issue 34: gold generate and gold accept (docs/gold.md); the stand-in chat server replays text, it is no model
+_CHAT_SERVERS: dict[str, str] = {}
+
+
+def chat_server(mode: str) -> str:
+    """The base URL of a stand-in chat server (tests/chat_server.py) answering as `mode` says, kept for the session."""
+    if mode not in _CHAT_SERVERS:
+        from chat_server import ChatServer
+
+        _CHAT_SERVERS[mode] = ChatServer(mode).__enter__().url
+    return _CHAT_SERVERS[mode]
+
+
+def gold_generate(t: Path, *extra, endpoint="http://127.0.0.1:9/v1", corpus=None, out=None):
+    return ["gold", "generate", "--corpus-dir", corpus or t / "corpora", "--out", out or t / "gen.csv",
+            "--endpoint", endpoint, "--chat-model", "m", "--max-retries", "0", *extra]  # fmt: skip
+
+
+def blank(t: Path) -> Path:
+    (t / "blank").mkdir(exist_ok=True)
+    write(t / "blank" / "empty.md", " \n\n ")
+    return t / "blank"
+
+
+def gold_accept(t: Path, review: str):
+    gold = write(
+        t / "gen.csv",
+        f'query_id,question,references,corpus_id\ng1,What?,"{GOOD_REFS}",doc\ng2,Who?,"{GOOD_REFS}",doc\n',
+    )
+    return ["gold", "accept", "--questions", gold, "--review", write(t / "r.csv", review), "--out", t / "ok.csv"]
+
+
+CASES.update(
+    {
+        "gold generate: the endpoint answers nothing usable": (
+            lambda w: gold_generate(w["t"], endpoint=chat_server("garbage")),
+            "/chat/completions answered nothing usable: 10 answer(s), none a JSON list of questions",
+        ),
+        "gold generate: no server at the endpoint": (
+            lambda w: gold_generate(w["t"]),
+            "/chat/completions: no answer after 1 tries (ConnectError",
+        ),
+        "gold generate: a corpus with no text": (
+            lambda w: gold_generate(w["t"], corpus=blank(w["t"])),
+            "empty.md: file is empty",
+        ),
+        "gold generate: an endpoint nobody defined": (
+            lambda w: gold_generate(w["t"], endpoint="nope"),
+            "--endpoint: no endpoint 'nope' in",
+        ),
+        "gold generate: an unknown question type": (
+            lambda w: gold_generate(w["t"], "--types", "fact,opinion"),
+            "--types takes fact, number, list, section; got opinion",
+        ),
+        "gold generate: a dedup threshold beyond 1": (
+            lambda w: gold_generate(w["t"], "--dedup-similarity", "78"),
+            "--dedup-similarity takes a number from -1 to 1, got 78",
+        ),
+        "gold generate: more tokens than asked for without --yes": (
+            lambda w: gold_generate(w["t"], "--questions", "2000", endpoint=chat_server("garbage")),
+            "pass --yes to go ahead",
+        ),
+        "gold generate: the gold set inside its corpus folder": (
+            lambda w: gold_generate(w["t"], out=w["t"] / "corpora" / "gen.csv"),
+            "is inside the command's own input",
+        ),
+        "gold accept: a review id that is not in the gold set": (
+            lambda w: gold_accept(w["t"], "query_id,accept\ng1,yes\ng2,no\ng9,yes\n"),
+            "r.csv: query_id 'g9' (row 3) is not a question of",
+        ),
+        "gold accept: a question without a review row": (
+            lambda w: gold_accept(w["t"], "query_id,accept\ng1,yes\n"),
+            "r.csv: no review row for 1 question(s) of",
+        ),
+        "gold accept: accept neither yes nor no": (
+            lambda w: gold_accept(w["t"], "query_id,accept\ng1,maybe\ng2,yes\n"),
+            "accept takes yes, no or nothing, got 'maybe'",
+        ),
+    }
+)
+
+
 # issue 30: an output a user names never replaces a warehouse file, a device, a folder or the command's input
 def target(w, kind: str, suffix: str) -> Path:
     """An output path of one kind (made in the workspace where it is a link or a FIFO); `suffix` is the command's."""
@@ -1631,6 +1713,11 @@ OUTPUT_COMMANDS = {  # command → (argv for an output path, the output's suffix
         ],
         ".csv",
         {"an input": "is the gold set it corrects", "a folder": "is a folder: give a file name"},
+    ),
+    "gold generate": (
+        lambda w, out: gold_generate(w["t"], out=out),
+        ".csv",
+        {"a folder": "is a folder, not a file"},
     ),
     "extract": (
         lambda w, out: extract(w["t"], out=out),
@@ -1775,6 +1862,8 @@ def test_the_catalogue_is_large_enough():
         "compare",
         "gold check",
         "gold update",
+        "gold generate",
+        "gold accept",
         "extract",
     } <= commands
 

@@ -47,3 +47,39 @@ def review_html(review: list[dict], source: str, out: str, summary: str) -> str:
         "column yes or no, and correct by hand in the new file what you do not accept.</p>"
         f"{table if review else '<p>Nothing changed: every reference is where its gold set says.</p>'}</body></html>"
     )
+
+
+def _in_context(text: str, refs: list[dict], reach: int = 200) -> str:
+    """The document's text around its references, each reference marked (<mark>), every part escaped."""
+    spans = sorted((r["start_index"], r["end_index"]) for r in refs)
+    start, end = max(0, spans[0][0] - reach), min(len(text), spans[-1][1] + reach)
+    parts, at = ["…" if start else ""], start
+    for s, e in spans:
+        s = max(s, at)
+        parts += [escape(text[at:s]), f"<mark>{escape(text[s:e])}</mark>"]
+        at = max(at, e)
+    parts += [escape(text[at:end]), "…" if end < len(text) else ""]
+    return "".join(parts)
+
+
+def generated_html(review: list[dict], kept: list[dict], texts: dict[str, str], out: str) -> str:
+    """The review page of `chunkeval gold generate`: each question with its excerpts highlighted in their
+    document, its similarities, what is flagged, and the accept value the review CSV starts with."""
+    items = []
+    for r, k in zip(review, kept):
+        flag = f'<p class="flag">{escape(r["flag"])}</p>' if r["flag"] else ""
+        items.append(
+            f"<section><h2>{escape(str(r['query_id']))} · {escape(r['type'])} · {escape(r['corpus_id'])}</h2>"
+            f"<p class=q>{escape(r['question'])}</p>{flag}"
+            f"<p>excerpt similarity {r['excerpt_similarity']}, nearest kept question {r['nearest_similarity']}; "
+            f"accept: {escape(r['accept']) or '?'}</p>"
+            f'<div class="text">{_in_context(texts[k["document"]], k["references"])}</div></section>'
+        )
+    style = STYLE + "mark{background:#ffe08a}.q{font-weight:bold}.flag{color:#a33}div.text{white-space:pre-wrap}"
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>generated gold set: {escape(out)}'
+        f"</title><style>{style}</style></head><body><h1>Generated gold set review</h1>"
+        f"<p>{len(review)} question(s) of <code>{escape(out)}</code>, asked of a chat model. Mark each row of the "
+        "review CSV's <code>accept</code> column yes or no; <code>chunkeval gold accept</code> keeps the accepted "
+        f"ones.</p>{''.join(items) or '<p>No question was kept.</p>'}</body></html>"
+    )

@@ -23,7 +23,8 @@ WAREHOUSE_SESSION = False  # reads a gold set and its corpora; never opens the w
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "gold",
-        help="`gold check`: what in a gold set makes its numbers unfair; `gold update`: correct it for a changed corpus",
+        help="`gold check`: what in a gold set makes its numbers unfair; `gold update`: correct it for a changed corpus; "
+        "`gold generate`: a gold set from your documents, asked of a chat model",
     )
     gsub = p.add_subparsers(dest="gold_command", metavar="command", required=True)
     g = gsub.add_parser(
@@ -66,7 +67,202 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_anchor_similarity(u)
     add_corpus_filter(u, "only these corpora (the others' questions are kept as they are)")
     u.set_defaults(func=update)
+    _add_generate(gsub)
+    a = gsub.add_parser(
+        "accept",
+        help="the questions a review file accepts, as a new gold set",
+        description="Keep the questions of a gold set (`gold generate --out`) whose row in its review CSV says "
+        "accept yes, and write them to --out. Every query_id of the review must be a question of the gold set.",
+    )
+    a.add_argument("--questions", required=True, help="the gold set the review file is of (with query_id)")
+    a.add_argument("--review", required=True, help="its review CSV, the accept column filled in")
+    a.add_argument("--out", required=True, help="the accepted gold set: a new CSV file")
+    a.set_defaults(func=accept)
     return p
+
+
+def _add_generate(gsub) -> None:
+    from chunkeval.engine import gold_generate as gg
+
+    g = gsub.add_parser(
+        "generate",
+        help="a gold set from your documents: questions and exact excerpts asked of a chat model, checked",
+        description="Sample passages of the corpus in proportion to their length (seeded), ask a chat model "
+        "behind an OpenAI-compatible /chat/completions endpoint for questions with the exact excerpts that answer "
+        "them, and keep those whose excerpts are placed in the document, are similar enough to the question and "
+        "are not near-duplicates of a question kept before. Writes the gold set (--out, with query_id and type), "
+        "its provenance (.provenance.json), a review CSV with an accept column and its HTML view (docs/gold.md).",
+    )
+    g.add_argument("--corpus-dir", required=True, help="corpus folder: .md, .txt, .html, .pdf and .jsonl files")
+    g.add_argument("--out", required=True, help="the generated gold set: a new CSV file")
+    g.add_argument("--endpoint", required=True, help="an endpoint of endpoints.yaml, or a base URL (docs/served.md)")
+    g.add_argument("--chat-model", required=True, help="the model name the endpoint knows")
+    g.add_argument("--questions", type=int, default=20, help="questions to ask for in all (default 20)")
+    g.add_argument("--per-passage", type=int, default=2, help="questions asked of one passage (default 2)")
+    g.add_argument(
+        "--types",
+        default=",".join(gg.QUESTION_TYPES),
+        help=f"question types, comma-separated: {', '.join(gg.QUESTION_TYPES)}",
+    )
+    g.add_argument("--seed", type=int, default=0, help="seed of the sampling (and sent to the model); default 0")
+    g.add_argument("--passage-chars", type=int, default=gg.PASSAGE_CHARS, help="longest passage, in characters")
+    g.add_argument(
+        "--dedup-similarity",
+        type=float,
+        default=gg.DEDUP_SIMILARITY,
+        help=f"drop a question this cosine-similar to one kept before (default {gg.DEDUP_SIMILARITY}, all-MiniLM-L6-v2)",
+    )
+    g.add_argument(
+        "--excerpt-similarity",
+        type=float,
+        default=gg.EXCERPT_SIMILARITY,
+        help=f"drop a question whose excerpts are less similar to it (default {gg.EXCERPT_SIMILARITY})",
+    )
+    g.add_argument("--timeout", type=float, default=120.0, help="seconds per request, its whole answer included")
+    g.add_argument("--max-retries", type=int, default=6, help="tries again after 429, 5xx or a dropped connection")
+    g.add_argument("--yes", action="store_true", help=f"go ahead over {gg.ASK_YES_TOKENS:,} estimated tokens")
+    add_anchor_similarity(g)
+    add_html(g)
+    g.set_defaults(func=generate)
+
+
+def _number_in(value, least: float, most: float, flag: str) -> None:
+    from chunkeval.errors import InputError
+
+    if not least <= value <= most:
+        raise InputError(f"{flag} takes a number from {least:g} to {most:g}, got {value:g}")
+
+
+def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+    import datetime
+    import json
+
+    from chunkeval import paths
+    from chunkeval.engine import gold_generate as gg
+    from chunkeval.engine.chat import Chat
+    from chunkeval.engine.corpus import load_documents
+    from chunkeval.engine.embedding import Embedder
+    from chunkeval.engine.gold_update import csv_text
+    from chunkeval.engine.inputs import ANCHOR_SIMILARITY, check_anchor_similarity
+    from chunkeval.errors import InputError
+    from chunkeval.files import check_output, write_texts
+    from chunkeval.report.gold_review import generated_html
+    from chunkeval.vocabulary import DEFAULT_MODEL
+
+    check_at_least_one(args.questions, "--questions")
+    check_at_least_one(args.per_passage, "--per-passage")
+    check_at_least_one(args.passage_chars, "--passage-chars")
+    _number_in(args.dedup_similarity, -1, 1, "--dedup-similarity")
+    _number_in(args.excerpt_similarity, -1, 1, "--excerpt-similarity")
+    _number_in(args.timeout, 0.001, 86400, "--timeout")
+    _number_in(args.max_retries, 0, 100, "--max-retries")
+    types = gg.check_types(args.types.split(","))
+    similarity = (
+        ANCHOR_SIMILARITY if args.anchor_similarity is None else check_anchor_similarity(args.anchor_similarity)
+    )
+    out = Path(args.out)
+    names = {
+        "--out": out,
+        "the provenance record": out.with_name(f"{out.stem}.provenance.json"),
+        "the review CSV": out.with_name(f"{out.stem}.review.csv"),
+        "the review page": out.with_name(f"{out.stem}.review.html"),
+    }
+    paths_out = {w: check_output(p, (args.corpus_dir,), what=w) for w, p in names.items()}
+    chat = Chat(
+        args.endpoint,
+        args.chat_model,
+        cache_dir=paths.home() / "cache" / "chat",
+        seed=args.seed,
+        timeout=args.timeout,
+        max_retries=args.max_retries,
+    )
+    chat.client()  # the endpoint and its key, checked before any work
+    docs = load_documents(Path(args.corpus_dir), html=args.html or "full")
+    texts = {d: t for d, t in docs.texts.items() if t.strip()}
+    pool = gg.passages(texts, args.passage_chars)
+    if not pool:
+        raise InputError("the corpus holds no text to ask questions about", args.corpus_dir)
+    requests = gg.plan(pool, args.questions, args.per_passage, types, args.seed)
+    tokens = gg.estimate(requests, texts)
+    print(f"{len(requests)} request(s) to {args.chat_model} at {chat.url}: about {tokens:,} tokens sent and received")
+    if tokens > gg.ASK_YES_TOKENS and not args.yes:
+        raise InputError(f"about {tokens:,} tokens is more than {gg.ASK_YES_TOKENS:,}: pass --yes to go ahead")
+    try:
+        proposals, unusable = gg.run_requests(requests, texts, chat)
+    finally:
+        chat.close()
+    if not proposals:
+        raise InputError(
+            f"{chat.url} answered nothing usable: {len(unusable)} answer(s), none a JSON list of questions "
+            f"({unusable[0]['reason'] if unusable else 'no answer'})"
+        )
+    embedder = Embedder(DEFAULT_MODEL, cache_dir=paths.cache_dir())
+    outcome = gg.validate(proposals, texts, embedder.embed, similarity, args.excerpt_similarity, args.dedup_similarity)
+    outcome.unusable = unusable
+    rows = gg.gold_rows(outcome.kept)
+    review = gg.review_rows(rows, outcome.kept)
+    provenance = {
+        "generated_by": "chunkeval gold generate",
+        "judged_by": "model",
+        "model": args.chat_model,
+        "endpoint": chat.url,
+        "prompt_version": gg.PROMPT_VERSION,
+        "seed": args.seed,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "corpus_dir": str(Path(args.corpus_dir).resolve()),
+        "settings": {
+            "questions": args.questions,
+            "per_passage": args.per_passage,
+            "types": list(types),
+            "passage_chars": args.passage_chars,
+            "anchor_similarity": similarity,
+            "excerpt_similarity": args.excerpt_similarity,
+            "dedup_similarity": args.dedup_similarity,
+            "embedding_model": DEFAULT_MODEL,
+        },
+        "requests": {"made": chat.requests, "from_cache": chat.cached, "unusable": len(unusable)},
+        "tokens": {"sent": chat.sent_tokens, "received": chat.received_tokens},
+        "counts": outcome.counts(),
+        "rejected": [{k: v for k, v in r.items() if k != "excerpts"} for r in outcome.rejected],
+        "unusable_answers": unusable,
+    }
+    write_texts(
+        {
+            paths_out["--out"]: csv_text(gg.GOLD_COLUMNS, rows),
+            paths_out["the provenance record"]: json.dumps(provenance, indent=2, ensure_ascii=False) + "\n",
+            paths_out["the review CSV"]: csv_text(gg.REVIEW_COLUMNS, review),
+            paths_out["the review page"]: generated_html(review, outcome.kept, texts, str(out)),
+        }
+    )
+    c = outcome.counts()
+    reasons = ", ".join(f"{n} {why}" for why, n in c["rejected_by_reason"].items() if n) or "none"
+    print(
+        f"wrote {c['kept']} question(s) to {out} ({c['flagged']} flagged for review); rejected {c['rejected']}: "
+        f"{reasons}; {c['unusable_answers']} unusable answer(s)"
+    )
+    print(
+        f"tokens: {chat.sent_tokens:,} sent, {chat.received_tokens:,} received in {chat.requests} request(s) "
+        f"({chat.cached} answered from the cache)"
+    )
+    print(f"review: {paths_out['the review CSV']} (an accept column) and {paths_out['the review page']}")
+    return 0
+
+
+def accept(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+    from chunkeval.engine.gold_generate import accepted
+    from chunkeval.engine.gold_update import csv_text
+    from chunkeval.engine.inputs import read_csv_rows
+    from chunkeval.files import check_output, write_text
+
+    source, review = Path(args.questions), Path(args.review)
+    out = check_output(args.out, (source, review), what="--out")
+    rows = list(read_csv_rows(source, ("query_id", "question", "references", "corpus_id")))
+    marks = list(read_csv_rows(review, ("query_id", "accept")))
+    kept = accepted(marks, rows, review, source)
+    columns = list(rows[0][1]) if rows else ["query_id", "question", "references", "corpus_id"]
+    write_text(out, csv_text(columns, kept))
+    print(f"wrote {len(kept)} of {len(rows)} question(s) to {out}: those the review accepts")
+    return 0
 
 
 def _review_paths(out: Path, review: str | None) -> tuple[Path, Path]:

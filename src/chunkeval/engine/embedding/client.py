@@ -133,6 +133,7 @@ class Client:
         import httpx
 
         self.served = served
+        self.url = served.endpoint  # where requests go (a chat client posts to /chat/completions)
         self.key = served.api_key()
         headers = {"Content-Type": "application/json"}
         if self.key:
@@ -151,14 +152,14 @@ class Client:
 
     def _fail(self, what: str) -> ServedError:
         text = " ".join(mask(what, self.key).split())  # masked first: a cut never leaves part of a key
-        return ServedError(f"{self.served.name}: {self.served.endpoint}: {text[:300]}")
+        return ServedError(f"{self.served.name}: {self.url}: {text[:300]}")
 
     def _post(self, body: dict, n: int):
         """(status, headers, bytes) of one request, within the deadline and the size cap."""
         cap = max_body_bytes(n)
         _deadline.value = time.monotonic() + self.served.timeout
         try:
-            with self.http.stream("POST", self.served.endpoint, json=body) as response:
+            with self.http.stream("POST", self.url, json=body) as response:
                 size = response.headers.get("content-length", "")
                 if size.isdigit() and int(size) > cap:
                     raise self._fail(f"answered {int(size):,} bytes, more than the {cap:,} read for {n} input(s)")
@@ -174,15 +175,21 @@ class Client:
 
     def request(self, texts: list[str]) -> tuple[np.ndarray, int | None]:
         """(vectors, tokens the server reports or None) for one batch, retried as the module says."""
-        import httpx
-
         body = {"model": self.served.model, "input": texts, "encoding_format": "float"}
         if self.served.dimensions is not None:
             body["dimensions"] = self.served.dimensions
+        headers, raw = self.send(body, len(texts))
+        return self._check(headers, raw, len(texts))
+
+    def send(self, body: dict, n: int = 1):
+        """(headers, bytes) of the first 200 answer to a POST of `body` to `self.url` (an answer of `n`
+        inputs' size at most), retried as the module says; any other answer is one line naming the status."""
+        import httpx
+
         for attempt in range(self.served.max_retries + 1):
             last = attempt == self.served.max_retries
             try:
-                status, headers, raw = self._post(body, len(texts))
+                status, headers, raw = self._post(body, n)
             except (httpx.TimeoutException, httpx.TransportError, httpx.DecodingError) as exc:
                 if last:
                     raise self._fail(f"no answer after {attempt + 1} tries ({type(exc).__name__}: {exc})") from None
@@ -198,7 +205,7 @@ class Client:
                     hint = " (no key was sent: bind one to this host in endpoints.yaml, docs/served.md)"
                 said = " ".join(mask(server_message(headers, raw), self.key).split())[:200]  # masked, then cut
                 raise self._fail(f"HTTP {status}{tries}: {said}{hint}")
-            return self._check(headers, raw, len(texts))
+            return headers, raw
         raise AssertionError("unreachable")
 
     def _wait(self, attempt: int, retry_after: str | None, why: str) -> None:
@@ -208,7 +215,7 @@ class Client:
             delay = max(delay, min(MAX_WAIT, asked))
         with self._lock:
             self.retries += 1
-        log.info("%s: %s; trying again in %.1f s", self.served.endpoint, why, delay)
+        log.info("%s: %s; trying again in %.1f s", self.url, why, delay)
         time.sleep(delay)
 
     def _check(self, headers, raw: bytes, n: int) -> tuple[np.ndarray, int | None]:
