@@ -178,8 +178,8 @@ def ceiling_note(share: float | None) -> str:
     if not at_ceiling(share):
         return ""
     return (
-        f"it is at or near 1 (≥ {CEILING}) for {share:.0%} of its values: a ceiling effect, where the gold set is "
-        "too easy to tell configurations apart on it (power figures are left out: they would mislead)"
+        f"at or near 1 (≥ {CEILING}) for {share:.0%} of its values, a ceiling effect: the gold set is too easy to "
+        "tell configurations apart on it (power figures would mislead)"
     )
 
 
@@ -252,12 +252,18 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+LEFT = ("config_id",)  # columns left-aligned whatever their cells start with
+
+
 def format_rows(header: list[str], rows: list[list[str]]) -> str:
     rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
     lines += [
-        "  ".join(c.ljust(w) if i == 0 or c[:1].isalpha() else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        "  ".join(
+            c.ljust(w) if i == 0 or c[:1].isalpha() or header[i] in LEFT else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths))
+        ).rstrip()
         for r in rows
     ]
     return "\n".join(lines)
@@ -317,7 +323,10 @@ def summary_block(summary: pa.Table, per_query: pa.Table, metrics=None, wide: bo
     out = [format_summary(summary, CONFIG_KEYS, metrics=shown, tied=tied)]
     if any(tied.values()):
         out.append(TIE_NOTE.format(alpha=0.05))
-    return "\n".join(out + lines)
+    import textwrap
+
+    notes = [textwrap.fill(line, TERMINAL_WIDTH, subsequent_indent="  ") for line in out[1:] + lines]
+    return "\n".join(out[:1] + notes)
 
 
 def format_macro_micro(summary: pa.Table, metrics: list[str]) -> str:
