@@ -50,6 +50,17 @@ def check_output_path(path: Path, inputs=()) -> Path:
     return check_output(path, inputs)
 
 
+def side_label(side: dict) -> str:
+    """A side of a comparison as tables name it: its run file, or its configuration's label and config_id (and
+    its run where two runs are compared)."""
+    if side.get("run_file"):
+        return str(side["run_file"])
+    run = f" @{side['run_id']}" if side.get("run_id") and len(side) > 1 else ""
+    if not any(k in side for k in CONFIG_KEYS):
+        return str(side.get("run_id", side))
+    return f"{config_label(side)} [{config_id(side)}]{run}"
+
+
 def rerank_label(row: dict, before: str = " > ") -> str:
     """`> reranker@candidates` of a configuration that reranks, else ''."""
     reranker = row.get("reranker")

@@ -107,24 +107,13 @@ def _labelled(value):
     return value
 
 
-def _label(side: dict) -> str:
-    """A side as the table names it: its run file, or its configuration's label and config_id (and its run where
-    two runs are compared)."""
-    from chunkeval.vocabulary import config_id, config_label
-
-    if side.get("run_file"):
-        return side["run_file"]
-    run = f" @{side['run_id']}" if side.get("run_id") and len(side) > 1 else ""
-    return f"{config_label(side)} [{config_id(side)}]{run}"
-
-
 def _print_table(results: list[dict], metric: str, alpha: float) -> None:
-    from chunkeval.report.terminal import format_rows, power_sentence
+    from chunkeval.report.terminal import format_rows, power_sentence, side_label
 
     rows = [
         [
-            _label(r["a"]),
-            _label(r["b"]),
+            side_label(r["a"]),
+            side_label(r["b"]),
             str(r["n_queries"]),
             f"{r['mean_a']:.3f}",
             f"{r['mean_b']:.3f}",
