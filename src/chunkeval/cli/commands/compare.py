@@ -71,7 +71,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
             raise InputError("compare takes at most two --run")
         results = wh.compare(args.metric, args.run or [], args.experiment, config, args.all_pairs, args.alpha)
     if args.json:
-        print_json([{k: clean(_labelled(v)) for k, v in r.items()} for r in results], default=str)
+        print_json([{k: clean(v) for k, v in r.items()} for r in results], default=str)
         return 0
     _print_table(results, args.metric, args.alpha)
     return 0
@@ -96,15 +96,6 @@ def _compare_files(args: argparse.Namespace) -> list[dict]:
     values = [dict(zip(t["query_id"].to_pylist(), t[args.metric].to_pylist())) for t in tables]
     sides = [{"run_file": path, "k": args.k} for path in args.run_file]
     return C.adjust([C.compare(values[0], values[1], sides[0], sides[1], args.metric, alpha=args.alpha)], args.alpha)
-
-
-def _labelled(value):
-    """A side of a comparison with its configuration's label and config_id beside its keys (JSON)."""
-    from chunkeval.vocabulary import CONFIG_KEYS, config_id, config_label
-
-    if isinstance(value, dict) and "run_file" not in value and any(k in value for k in CONFIG_KEYS):
-        return {**value, "label": config_label(value), "config_id": config_id(value)}
-    return value
 
 
 def _print_table(results: list[dict], metric: str, alpha: float) -> None:
