@@ -21,8 +21,9 @@ def test_results_show_their_summary_as_a_table():
     text = repr(res)
     lines = text.splitlines()
     assert lines[0].startswith("chunkeval Results: 1 configuration(s), 2 question(s); tables summary, per_query")
-    assert lines[1].split() == ["k", "recall_at_k", "mrr", "ndcg_at_k"]
-    assert lines[3].split()[:3] == ["2", "0.750±0.354", "0.750±0.354"]
+    assert lines[1].split() == ["configuration", "config_id", "recall_at_k", "mrr"]  # the terminal's columns
+    row = lines[3].split()
+    assert row[0] == "k=2" and len(row[1]) == 8 and row[2:] == ["0.750±0.354", "0.750±0.354"]
     assert "Schema" not in text and "pyarrow" not in text
     html = res._repr_html_()
     assert html.startswith("<div>") and "<th>mrr</th>" in html and "<td>0.750±0.354</td>" in html
@@ -54,7 +55,7 @@ def test_comparisons_show_as_a_table_and_stay_a_list_of_dicts():
     lines = repr(found).splitlines()
     assert lines[0] == "chunkeval comparisons: 1 paired comparison(s)"
     assert lines[1].split()[:4] == ["a", "b", "metric", "mean_a"]
-    assert "k=2, run_id=a" in lines[3]
+    assert "k=2 [" in lines[3] and "] @a" in lines[3]  # the label and config_id, as the terminal names it
     assert "<th>p_adjusted</th>" in found._repr_html_()
 
 

@@ -77,6 +77,25 @@ class Results:
         return optional("polars", "Results.to_polars").from_arrow(table)
 
 
+def _listed(value) -> list[str] | None:
+    """A list argument as the API takes it: a list, or one string (a name, or names separated by commas), never
+    read letter by letter; None stays None."""
+    from chunkeval.vocabulary import split_list
+
+    return None if value is None else split_list(value)
+
+
+def _config(config) -> dict:
+    """A `config` argument: a mapping of configuration keys, or a string as --config takes it ("k=5,chunker=...")."""
+    if isinstance(config, str):
+        from chunkeval.cli.options import config_filter
+
+        return config_filter([config])
+    if config is not None and not isinstance(config, Mapping):
+        raise InputError(f"config must be a mapping or a string of key=value pairs, got {type(config).__name__}")
+    return dict(config or {})
+
+
 class MissingLibrary(InputError, ImportError):
     """An optional library that a call needs is not installed: one line saying what to install."""
 
@@ -255,7 +274,7 @@ def check_gold(
     corpus_dir: str | Path | Mapping[str, str],
     questions: str | Path | Sequence[Mapping],
     *,
-    corpus: Sequence[str] | None = None,
+    corpus: Sequence[str] | str | None = None,
     chunk_size: int | None = None,
     html: str = "full",
 ) -> dict:
@@ -271,7 +290,7 @@ def check_gold(
         exp = Experiment(
             corpus_dir=_corpus_folder(corpus_dir, scratch),
             questions=_questions_file(questions, scratch),
-            corpus=tuple(corpus or ()),
+            corpus=tuple(_listed(corpus) or ()),
             html=html,
         )
         inputs = load_inputs(exp)
@@ -292,7 +311,7 @@ def compare(
     b: Results | pa.Table | str | None = None,
     *,
     metric: str,
-    config: Mapping | None = None,
+    config: Mapping | str | None = None,
     all_pairs: bool = False,
     alpha: float = 0.05,
 ) -> Comparisons:
@@ -311,7 +330,7 @@ def compare(
 
     C.check_alpha(alpha)
     check_metric(metric)
-    config = dict(config or {})
+    config = _config(config)
     if isinstance(a, str):
         if b is not None and not isinstance(b, str):
             raise InputError("compare two recorded runs by their ids, or two results held in memory")
@@ -338,11 +357,11 @@ class Regressions(list):
 
 def regressions(
     experiment: str,
-    metrics: Sequence[str] | None = None,
+    metrics: Sequence[str] | str | None = None,
     threshold: float = 0.02,
     alpha: float = 0.05,
     baseline: str | None = None,
-    config: Mapping | None = None,
+    config: Mapping | str | None = None,
 ) -> Regressions:
     """The one regression verdict (docs/statistics.md, "One verdict"), as `chunkeval trend --fail-on-regression`
     and the `trend-report` flow give it, on the newest completed run of a recorded experiment: configurations ×
@@ -361,12 +380,12 @@ def regressions(
 
     check_alpha(alpha)
     check_threshold(threshold, "threshold")
-    metrics = check_metrics(list(REGRESSION_METRICS if metrics is None else metrics))
+    metrics = check_metrics(list(REGRESSION_METRICS) if metrics is None else _listed(metrics))
     wh = Warehouse.at_home(must_exist=True)
     wh.check_experiment(experiment)
     if baseline is not None:
         wh.run(baseline)
-    found = wh.verdict(experiment, metrics, threshold, baseline, alpha, dict(config or {}))
+    found = wh.verdict(experiment, metrics, threshold, baseline, alpha, _config(config))
     if found is not None and found["verdict"] == NOTHING_COMPARABLE:
         raise NothingComparable(verdict_line(found))
     out = Regressions(found["regressions"] if found else [])
@@ -392,7 +411,7 @@ class Inspection(dict):
         return f'<pre style="white-space: pre-wrap">{text}</pre>'
 
 
-def inspect(run_id: str, query_id: str, config: Mapping | None = None) -> Inspection:
+def inspect(run_id: str, query_id: str, config: Mapping | str | None = None) -> Inspection:
     """One question of a run recorded in the warehouse under `$CHUNKEVAL_HOME`, as `chunkeval inspect
     --json` gives it: `{query_id, question, references: [{corpus_id, start, end, text, context}], configs:
     [{configuration keys…, retrieved: [{rank, chunk_id, corpus_id, start, end, score, relevant, grade, text,
@@ -403,4 +422,4 @@ def inspect(run_id: str, query_id: str, config: Mapping | None = None) -> Inspec
 
     wh = Warehouse.at_home(must_exist=True)
     with wh.session():
-        return Inspection(inspect_doc(wh, run_id, query_id, dict(config or {})))
+        return Inspection(inspect_doc(wh, run_id, query_id, _config(config)))

@@ -125,3 +125,91 @@ def split_flags(values) -> list[str]:
 # How a question of span gold met its changed corpus (chunkeval.engine.anchoring), the worst of its references':
 # at its offsets, found elsewhere word for word, placed approximately, or not placed (retired from the run)
 ANCHOR_STATUSES = ("exact", "reanchored", "approximate", "retired")
+
+
+# --------------------------------------------------------------------------- one label per configuration
+
+# the value of each configuration key that a label leaves out: the experiment's defaults (a test holds them to
+# chunkeval.engine.experiment.Experiment); the model and index also where the retriever reads no vectors (`none`)
+LABEL_DEFAULTS = {
+    "model": DEFAULT_MODEL, "retriever": "dense", "index": "exact", "reranker": NO_RERANKER, "chunker": "fixed_token",
+    "chunk_size": 200, "chunk_overlap": 0, "k": 5,
+}  # fmt: skip
+LABEL_NUMBERS = {"chunk_size": "size", "chunk_overlap": "overlap", "k": "k"}  # written `size=400`
+DEFAULT_LABEL = "default"  # the label of the configuration whose every key holds its default
+CONFIG_ID_LENGTH = 8
+
+
+def _key_value(row: dict, key: str):
+    return row.get(key, RERANK_KEYS.get(key))
+
+
+def config_label(row: dict) -> str:
+    """The short form of one configuration (a dict holding the configuration keys), the same wherever one is
+    shown (tables, JSON, reprs, messages, TREC run tags, MLflow run names; docs/formats.md, "Labels"): the keys
+    that do not hold their default, in the order of CONFIG_KEYS, joined by `/`: names as they are (a model
+    path by its last part), numbers as `size=400`, `overlap=50`, `k=10`, a reranker as `>name@candidates`
+    after what it reranks; `default` where every key holds its default. No spaces: a TREC run tag takes it."""
+    parts = []
+    for key in CONFIG_KEYS:
+        value = _key_value(row, key)
+        if key == "candidates" or value is None or value == LABEL_DEFAULTS.get(key):
+            continue
+        if key in ("model", "index") and value == "none":
+            continue
+        if key in LABEL_NUMBERS:
+            if str(value) != str(LABEL_DEFAULTS[key]):
+                parts.append(f"{LABEL_NUMBERS[key]}={value}")
+        elif key == "reranker":
+            parts.append(f">{_last_part(value)}@{_key_value(row, 'candidates')}")
+        else:
+            parts.append(_last_part(value) if key == "model" else str(value))
+    return "/".join(parts).replace("/>", ">").replace(" ", "_") or DEFAULT_LABEL
+
+
+def _last_part(name) -> str:
+    text = str(name).rstrip("/")
+    return text.rsplit("/", 1)[-1] or text
+
+
+def config_id(row: dict) -> str:
+    """A stable short id of one configuration: the first CONFIG_ID_LENGTH hex digits of the MD5 of its key
+    values (null as empty) joined by `|`, in the order of CONFIG_KEYS; the same in every run, on every
+    machine, and in the warehouse's views (`config_id_sql`)."""
+    import hashlib
+
+    text = "|".join("" if (v := _key_value(row, key)) is None else str(v) for key in CONFIG_KEYS)
+    return hashlib.md5(text.encode()).hexdigest()[:CONFIG_ID_LENGTH]
+
+
+def _sql_text(value) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def config_id_sql(t: str = "") -> str:
+    """`config_id` as a DuckDB expression over the configuration columns (of table alias `t`)."""
+    values = ", ".join(f"coalesce(CAST({t}{key} AS VARCHAR), '')" for key in CONFIG_KEYS)
+    return f"substr(md5(concat_ws('|', {values})), 1, {CONFIG_ID_LENGTH})"
+
+
+def config_label_sql(t: str = "") -> str:
+    """`config_label` as a DuckDB expression over the configuration columns (of table alias `t`)."""
+    parts = []
+    for key in CONFIG_KEYS:
+        column = f"{t}{key}"
+        if key == "candidates":
+            continue
+        if key in LABEL_NUMBERS:
+            default = LABEL_DEFAULTS[key]
+            token = f"'{LABEL_NUMBERS[key]}=' || CAST({column} AS VARCHAR)"
+            parts.append(f"CASE WHEN {column} IS NULL OR {column} = {default} THEN NULL ELSE {token} END")
+            continue
+        skip = [LABEL_DEFAULTS[key]] + (["none"] if key in ("model", "index") else [])
+        shown = f"regexp_replace(rtrim({column}, '/'), '^.*/', '')" if key == "model" else column
+        if key == "reranker":
+            shown = f"'>' || regexp_replace(rtrim({column}, '/'), '^.*/', '') || '@' || coalesce(CAST({t}candidates AS VARCHAR), 'None')"
+        parts.append(
+            f"CASE WHEN {column} IS NULL OR {column} IN ({', '.join(map(_sql_text, skip))}) THEN NULL ELSE {shown} END"
+        )
+    joined = f"replace(replace(concat_ws('/', {', '.join(parts)}), '/>', '>'), ' ', '_')"
+    return f"coalesce(nullif({joined}, ''), {_sql_text(DEFAULT_LABEL)})"

@@ -18,7 +18,7 @@ from chunkeval import stats
 from chunkeval.errors import InputError, NothingComparable
 from chunkeval.stats.columns import numbers
 from chunkeval.vocabulary import CONFIG_KEYS as KEYS
-from chunkeval.vocabulary import MIN_SLICE_QUERIES
+from chunkeval.vocabulary import MIN_SLICE_QUERIES, config_id, config_label
 
 
 def configurations(per_query: pa.Table, keys=KEYS) -> list[dict]:
@@ -105,11 +105,16 @@ def compare(
 
 
 def adjust(comparisons: list[dict], alpha: float = 0.05) -> list[dict]:
-    """Holm–Bonferroni over the randomisation-test p-values of every comparison; `significant` at alpha."""
+    """Holm–Bonferroni over the randomisation-test p-values of every comparison; `significant` at alpha. Each side
+    that is a configuration gets its label and config_id beside it (`label_a`, `config_id_a`, …; the sides stay
+    filters of configuration keys)."""
     adjusted = stats.holm([c["p_permutation"] for c in comparisons]) if comparisons else []
     for c, p in zip(comparisons, adjusted):
         c["p_adjusted"] = float(p)
         c["significant"] = bool(p < alpha)
+        for side in ("a", "b"):
+            if isinstance(c.get(side), dict) and any(k in c[side] for k in KEYS):
+                c[f"label_{side}"], c[f"config_id_{side}"] = config_label(c[side]), config_id(c[side])
     return comparisons
 
 

@@ -12,19 +12,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chunkeval.stats.power import ALPHA, detectable, mde
+from chunkeval.stats.columns import numbers
+from chunkeval.stats.power import ALPHA, ceiling_share, detectable, mde, n_needed
 from chunkeval.vocabulary import CONFIG_KEYS
 
 
 @dataclass(frozen=True)
 class Detectable:
     """One metric of a run: each configuration's MDE against the best (by its configuration-key tuple), and
-    the median configuration's: its queries, MDE and queries needed for 0.02, 0.05 and 0.10."""
+    the median configuration's: its queries, MDE and queries needed for 0.02, 0.05 and 0.10; the share of
+    its values (every configuration's) at its ceiling (`chunkeval.stats.power.ceiling_share`); the largest
+    observed difference of means (best − worst) and the queries it needs at the spread of those two's
+    paired differences."""
 
     by_config: dict[tuple, float]
     n: int
     mde: float
     n_needed: dict[str, int | None]
+    ceiling: float = float("nan")
+    largest: float = float("nan")
+    largest_needed: int | None = None
 
 
 def against_best(per_query: pa.Table, metrics, alpha: float = ALPHA) -> dict[str, Detectable]:
@@ -42,7 +49,8 @@ def against_best(per_query: pa.Table, metrics, alpha: float = ALPHA) -> dict[str
             values.setdefault(key, {})[query] = value
         if len(values) < 2:
             continue
-        best = max(values, key=lambda key: np.mean(list(values[key].values())))  # the first of equal means
+        means = {key: np.mean(list(values[key].values())) for key in values}
+        best = max(values, key=means.get)  # the first of equal means
         diffs = {}
         for key, mine in values.items():
             common = sorted(set(mine) & set(values[best]))
@@ -53,5 +61,10 @@ def against_best(per_query: pa.Table, metrics, alpha: float = ALPHA) -> dict[str
         smallest = {key: mde(float(d.std(ddof=1)), len(d), alpha) for key, d in diffs.items()}
         median = sorted(diffs, key=lambda key: smallest[key])[(len(diffs) - 1) // 2]
         value, needed = detectable(diffs[median], alpha)
-        out[metric] = Detectable(smallest, len(diffs[median]), value, needed)
+        worst = min(diffs, key=means.get)
+        largest = float(means[best] - means[worst])
+        sd = float(diffs[worst].std(ddof=1))
+        largest_needed = n_needed(sd, largest, alpha) if largest > 0 and sd > 0 else None
+        share = ceiling_share(numbers(rows[metric]).astype(np.float64))
+        out[metric] = Detectable(smallest, len(diffs[median]), value, needed, share, largest, largest_needed)
     return out

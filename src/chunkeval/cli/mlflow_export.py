@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 
 from chunkeval.errors import InputError
-from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, config_id, config_label
 
 PARAM_LIMIT = 6000  # MLflow's longest param value
 BATCH_PARAMS, BATCH_METRICS, BATCH_ENTITIES = 100, 1000, 1000  # MLflow's limits on one runs/log-batch
@@ -156,7 +156,8 @@ def _upload(uri: str, artifact_uri: str, path: Path) -> None:
 
 
 def _label(row: dict) -> str:
-    return " ".join(f"{k}={row[k]}" for k in CONFIG_KEYS if k in row)
+    """A nested run's name: its configuration's label and config_id (`chunkeval.vocabulary.config_label`)."""
+    return f"{config_label(row)} [{config_id(row)}]"
 
 
 def _text(value) -> str:
@@ -195,7 +196,8 @@ def log_run(uri: str, wh, run_id: str, report: Path | None = None) -> str:
         for row in wh.summary(run_id).to_pylist():
             tags = {"mlflow.parentRunId": parent, "chunkeval.run_id": run_id}
             child = _create_run(uri, experiment_id, _label(row), tags)["run_id"]
-            _log(uri, child, {k: str(row[k]) for k in CONFIG_KEYS if k in row}, _metrics(row))
+            params = {k: str(row[k]) for k in CONFIG_KEYS if k in row}
+            _log(uri, child, {**params, "label": config_label(row), "config_id": config_id(row)}, _metrics(row))
             _end_run(uri, child)
             child = None
         for path in (report, wh.results / run_id / "summary.parquet"):

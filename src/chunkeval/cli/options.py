@@ -154,6 +154,17 @@ def add_metric(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--metric", required=True, help=help)
 
 
+def add_metric_flags(p) -> None:
+    """`--metrics M1,M2` and `--wide`: the columns of a command's table (run, sweep, report, compare, trend)."""
+    p.add_argument(
+        "--metrics",
+        action="append",
+        metavar="M1,M2",
+        help="the metrics the table shows (comma-separated; default: the headline metrics of the run's kind of gold)",
+    )
+    p.add_argument("--wide", action="store_true", help="show every metric measured (the table may pass 120 columns)")
+
+
 def add_alpha(p: argparse.ArgumentParser) -> None:
     """`--alpha`, which the command checks with `chunkeval.analysis.comparisons.check_alpha`."""
     p.add_argument("--alpha", type=float, default=0.05, help="significance level after Holm (default 0.05)")

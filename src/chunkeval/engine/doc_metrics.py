@@ -20,7 +20,7 @@ from chunkeval.engine import metrics as M
 from chunkeval.engine.documents import DOC_DEPTH, DocGold
 from chunkeval.engine.scoring import config_values, key_columns, tie_columns
 from chunkeval.engine.ties import trec_order
-from chunkeval.vocabulary import CONFIG_KEYS, DOC_METRICS, SPAN_METRICS, TIE_POLICIES
+from chunkeval.vocabulary import CONFIG_KEYS, DOC_METRICS, SPAN_METRICS, TIE_POLICIES, config_label
 
 if TYPE_CHECKING:
     from chunkeval.engine.chunking import ChunkerSpec, Chunks
@@ -220,7 +220,7 @@ def trec_runs(per_query: pa.Table, keys: list[str]) -> dict[str, str]:
     for i, qid in enumerate(columns["query_id"]):
         config = tuple(columns[k][i] for k in keys)
         docs = (columns["doc_ranking"][i] or "").split()
-        tag = "/".join(map(str, config))
+        tag = config_label(dict(zip(keys, config)))  # chunkeval.vocabulary: the one short form
         runs.setdefault(config, []).extend(trec_run_lines([qid], [docs], tag.replace(" ", "_"), [raw[i]]))
     return {_file_name(config): "\n".join(lines) + "\n" for config, lines in runs.items()}
 

@@ -8,8 +8,8 @@ from html import escape
 
 import pyarrow as pa
 
-from chunkeval.report.terminal import TERMINAL_METRICS, format_rows
-from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.report.terminal import default_metrics, format_rows, side_label
+from chunkeval.vocabulary import config_id, config_label
 
 SHOWN_ROWS = 20  # configurations or comparisons shown; the rest are counted
 SHOWN_METRICS = 7
@@ -25,17 +25,17 @@ def _number(value, digits: int = 3) -> str:
 
 
 def _summary_cells(summary: pa.Table) -> tuple[list[str], list[list[str]]]:
-    """The header and rows of a summary: its configuration keys, then mean ± std of the main metrics."""
+    """The header and rows of a summary as the terminal shows them: each configuration's label and config_id,
+    then mean ± std of the headline metrics of its kind of gold (`chunkeval.report.terminal.default_metrics`)."""
     names = summary.column_names
-    keys = [k for k in CONFIG_KEYS if k in names]
     means = [c[: -len("_mean")] for c in names if c.endswith("_mean")]
-    metrics = ([m for m in TERMINAL_METRICS if m in means] or means)[:SHOWN_METRICS]
+    metrics = ([m for m in default_metrics(summary) if m in means] or means)[:SHOWN_METRICS]
     rows = [
-        [_number(rec[k]) for k in keys]
+        [config_label(rec), config_id(rec)]
         + [f"{_number(rec[f'{m}_mean'])}±{_number(rec.get(f'{m}_std'))}" for m in metrics]
         for rec in summary.slice(0, SHOWN_ROWS).to_pylist()
     ]
-    return keys + metrics, rows
+    return ["configuration", "config_id"] + metrics, rows
 
 
 def _more(total: int, what: str) -> str:
@@ -73,10 +73,8 @@ def results_html(summary: pa.Table, per_query: pa.Table, tables: list[str]) -> s
 
 
 def _side(value) -> str:
-    """A side of a comparison: a configuration (`k=v, …`), a run or a name."""
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in value.items())
-    return str(value)
+    """A side of a comparison: a configuration (its label and config_id, as the terminal names it), a run or a name."""
+    return side_label(value) if isinstance(value, dict) else str(value)
 
 
 def _comparison_cells(comparisons: list[dict]) -> tuple[list[str], list[list[str]]]:

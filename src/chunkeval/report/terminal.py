@@ -7,9 +7,11 @@ import re
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from chunkeval.errors import InputError
 from chunkeval.vocabulary import (
+    CONFIG_KEYS,
     DOC_METRICS,
     INDEX_METRICS,
     METRICS,
@@ -18,12 +20,19 @@ from chunkeval.vocabulary import (
     RERANK_KEYS,
     SPAN_METRICS,
     approximate_index,
-    shown_keys,
+    check_metrics,
+    config_id,
+    config_label,
     slice_name,
+    split_flags,
 )
 
 TABLE_SUFFIXES = (".csv", ".parquet")
-TERMINAL_METRICS = ("span_recall", "span_precision", "span_iou", "precision_omega", "recall_at_k", "mrr", "ndcg_at_k")
+# the headline metrics of a run's kind of gold: what its summary shows unless --metrics or --wide says otherwise
+SPAN_HEADLINE = ("span_recall", "span_iou", "recall_at_k", "mrr")
+DOC_HEADLINE = ("doc_ndcg_at_k", "doc_recall_at_k", "mrr")
+TERMINAL_METRICS = SPAN_HEADLINE
+TERMINAL_WIDTH = 120  # what the default summary fits
 
 
 def check_table_path(path: Path, inputs=()) -> Path:
@@ -41,15 +50,15 @@ def check_output_path(path: Path, inputs=()) -> Path:
     return check_output(path, inputs)
 
 
-def config_label(row: dict) -> str:
-    """`model/retriever[/index][>reranker@candidates]/chunker/size/overlap/k=K`: one configuration, as messages
-    name it (the index where it is an approximate one)."""
-    index = row.get("index")
-    searched = f"/{index}" if approximate_index(index) else ""
-    return (
-        f"{row['model']}/{row['retriever']}{searched}{rerank_label(row, '>')}/{row['chunker']}/{row['chunk_size']}/"
-        f"{row['chunk_overlap']}/k={row['k']}"
-    )
+def side_label(side: dict) -> str:
+    """A side of a comparison as tables name it: its run file, or its configuration's label and config_id (and
+    its run where two runs are compared)."""
+    if side.get("run_file"):
+        return str(side["run_file"])
+    run = f" @{side['run_id']}" if side.get("run_id") and len(side) > 1 else ""
+    if not any(k in side for k in CONFIG_KEYS):
+        return str(side.get("run_id", side))
+    return f"{config_label(side)} [{config_id(side)}]{run}"
 
 
 def rerank_label(row: dict, before: str = " > ") -> str:
@@ -74,16 +83,25 @@ def measured(summary: pa.Table, metrics) -> bool:
 
 
 def default_metrics(summary: pa.Table) -> tuple[str, ...]:
-    """TERMINAL_METRICS; for a run over document gold (no span metric measured), doc_ndcg_at_k and doc_recall_at_k
-    in place of the span metrics."""
-    if measured(summary, SPAN_METRICS) or not measured(summary, DOC_METRICS):
-        return TERMINAL_METRICS
-    return ("doc_ndcg_at_k", "doc_recall_at_k") + tuple(m for m in TERMINAL_METRICS if m not in SPAN_METRICS)
+    """The headline metrics of the run's kind of gold (SPAN_HEADLINE; DOC_HEADLINE where no span metric was
+    measured but a document one was), and the index metrics where an approximate index was searched."""
+    headline = DOC_HEADLINE if measured(summary, DOC_METRICS) and not measured(summary, SPAN_METRICS) else SPAN_HEADLINE
+    return tuple(shown_metrics(summary, headline + INDEX_METRICS))
 
 
 def shown_metrics(summary: pa.Table, metrics=METRICS) -> list[str]:
     """`metrics`, with the index metrics only where an approximate index was searched (else they are 1 or –)."""
     return [m for m in metrics if m not in INDEX_METRICS or approximate(summary)]
+
+
+def chosen_metrics(summary: pa.Table, metrics=None, wide: bool = False) -> tuple[str, ...]:
+    """The metrics a table shows: `metrics` (`--metrics`, names or one comma-separated string) where given, every
+    metric measured (`--wide`), else `default_metrics`. JSON and CSV outputs keep every metric whatever this says."""
+    if metrics:
+        return tuple(check_metrics(split_flags(metrics)))
+    if wide:
+        return tuple(m for m in shown_metrics(summary) if measured(summary, [m]))
+    return default_metrics(summary)
 
 
 INDEX_COLUMNS = ("index_build_seconds", "index_bytes", "latency_p50_ms", "latency_p95_ms", "batch_ms_per_query")
@@ -122,7 +140,7 @@ def regression_message(f: dict) -> str:
     unmatched = f", {f['n_unmatched']} query row(s) in one run only left out" if f.get("n_unmatched") else ""
     where = f" in slice {f['slice']}" if f.get("slice") else ""
     return (
-        f"chunkeval: regression: {f['metric']} of {config_label(f)}{where} fell from {f['before']:.3f} to {f['after']:.3f} "
+        f"chunkeval: regression: {f['metric']} of {config_label(f)} [{config_id(f)}]{where} fell from {f['before']:.3f} to {f['after']:.3f} "
         f"(run {f['run_id']} against {f['reference_run_id']}; {f['n_queries']} paired queries, Holm-adjusted p = "
         f"{f['p_adjusted']:.2g}{unmatched}); lost most: {worst}"
     )
@@ -147,9 +165,13 @@ def _difference(value: float) -> str:
     return f"{value:.2f}" if value >= 0.01 else f"{value:.2g}"
 
 
-def power_sentence(n: int, metric: str, mde: float, needed: dict) -> str:
+def power_sentence(n: int, metric: str, mde: float, needed: dict, ceiling: float | None = None) -> str:
     """ "with 28 questions, a difference in span recall under 0.08 cannot be told from noise; …": what a gold
-    set can tell (`chunkeval.stats.power`: a two-sided paired t-test at α 0.05 with power 0.8, per comparison)."""
+    set can tell (`chunkeval.stats.power`: a two-sided paired t-test at α 0.05 with power 0.8, per comparison).
+    At a ceiling (`ceiling`, the share of values at or near 1, over half) the ceiling is named instead: there
+    the differences are mostly 0 and the power figures would promise what the metric cannot show."""
+    if ceiling_note(ceiling):
+        return f"with {n} questions, {ceiling_note(ceiling)}"
     if mde is None or math.isnan(mde):
         return f"with {n} question(s), {metric.replace('_', ' ')} has no spread of differences to measure"
     sizes = list(needed)
@@ -158,6 +180,61 @@ def power_sentence(n: int, metric: str, mde: float, needed: dict) -> str:
         f"with {n} questions, a difference in {metric.replace('_', ' ')} under {_difference(mde)} cannot be told "
         f"from noise; differences of {_and(sizes)} would need {_and(counts)} questions"
     )
+
+
+def ceiling_note(share: float | None) -> str:
+    """'…at or near 1 (≥ 0.95) for 90 % of its values: a ceiling…', or '' below the ceiling."""
+    from chunkeval.stats.power import CEILING, at_ceiling
+
+    if not at_ceiling(share):
+        return ""
+    return (
+        f"at or near 1 (≥ {CEILING}) for {share:.0%} of its values, a ceiling effect: the gold set is too easy to "
+        "tell configurations apart on it (power figures would mislead)"
+    )
+
+
+def tie_lines(power: dict, tied: dict[str, set], n_configs: dict[str, int]) -> tuple[dict[str, set], list[str]]:
+    """The ties worth starring and one line per metric that says more: where more than half of the
+    configurations tie with the best (`tied`, of `n_configs` that measured it), that the gold set cannot
+    separate them, the smallest difference it detects (the median configuration's MDE) and the questions the
+    largest observed difference needs; where the metric is at its ceiling, that (`ceiling_note`). Stars stay
+    only where ties are a minority. `power`: `chunkeval.analysis.power.against_best`."""
+    starred, lines = {}, []
+    for m, configs in tied.items():
+        d, n = power.get(m), n_configs.get(m, 0)
+        majority = n > 1 and len(configs) * 2 > n
+        if not majority:
+            starred[m] = configs
+        note = ceiling_note(d.ceiling) if d is not None else ""
+        if note:
+            lines.append(f"{m}: {note}")
+        elif majority and d is not None:
+            needed = "–" if d.largest_needed is None else str(d.largest_needed)
+            lines.append(
+                f"{m}: {len(configs)} of {n} configurations tie with the best: the gold set cannot separate them "
+                f"(with {d.n} questions it detects differences of {_difference(d.mde)} or more; the largest observed, "
+                f"{_difference(d.largest)}, would need {needed} questions)"
+            )
+        elif majority:
+            lines.append(
+                f"{m}: {len(configs)} of {n} configurations tie with the best: the gold set cannot separate them"
+            )
+    return starred, lines
+
+
+def summary_ties(per_query: pa.Table, metrics, alpha: float = 0.05) -> tuple[dict[str, set], list[str]]:
+    """`tie_lines` of a run's per-query rows: the configurations to star per metric, and the lines to print."""
+    from chunkeval.analysis.comparisons import ties
+    from chunkeval.analysis.power import against_best
+
+    tied = ties(per_query, metrics, alpha)
+    counts = {}
+    for m in tied:
+        rows = per_query.filter(pc.is_valid(per_query[m])) if per_query[m].null_count else per_query
+        present = [k for k in CONFIG_KEYS if k in rows.column_names]
+        counts[m] = len(set(zip(*(rows[k].to_pylist() for k in present)))) if rows.num_rows else 0
+    return tie_lines(against_best(per_query, list(tied), alpha), tied, counts)
 
 
 def _and(items: list[str]) -> str:
@@ -186,12 +263,18 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+LEFT = ("config_id",)  # columns left-aligned whatever their cells start with
+
+
 def format_rows(header: list[str], rows: list[list[str]]) -> str:
     rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
     lines += [
-        "  ".join(c.ljust(w) if i == 0 or c[:1].isalpha() else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        "  ".join(
+            c.ljust(w) if i == 0 or c[:1].isalpha() or header[i] in LEFT else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths))
+        ).rstrip()
         for r in rows
     ]
     return "\n".join(lines)
@@ -211,23 +294,23 @@ def format_table(table: pa.Table) -> str:
 def format_summary(
     summary: pa.Table,
     keys: list[str],
-    metrics=TERMINAL_METRICS,
+    metrics=None,
     micro: bool = False,
     intervals: bool = False,
     tied: dict[str, set[tuple]] | None = None,
 ) -> str:
-    """One line per configuration: its keys, then each metric as mean±std (macro), its micro value, or
-    (`intervals`) its macro mean with the 95 % bootstrap interval, `mean [low, high]`. A macro cell of a
-    configuration in `tied[metric]` (tied with the best, `chunkeval.analysis.comparisons.ties`) ends with `*`."""
+    """One line per configuration: its label and config_id (`chunkeval.vocabulary.config_label`), then each
+    metric (`metrics`; default `default_metrics`) as mean±std (macro), its micro value, or (`intervals`) its
+    macro mean with the 95 % bootstrap interval, `mean [low, high]`. A macro cell of a configuration in
+    `tied[metric]` (tied with the best, `tie_lines`) ends with `*`."""
     suffix = "_micro" if micro else "_ci_low" if intervals else "_mean"
-    if metrics == TERMINAL_METRICS:
-        metrics = shown_metrics(summary, default_metrics(summary) + INDEX_METRICS)
+    if metrics is None:
+        metrics = default_metrics(summary)
     present = [m for m in metrics if f"{m}{suffix}" in summary.column_names]
+    extra = [k for k in keys if k not in CONFIG_KEYS]  # a rollup's duplicates and n_runs
     rows = []
-    records = summary.to_pylist()
-    shown = shown_keys(records, keys)  # reranker and candidates where a row reranks
-    for rec in records:
-        row = [_cell(rec[k]) for k in shown]
+    for rec in summary.to_pylist():
+        row = [config_label(rec), config_id(rec)] + [_cell(rec[k]) for k in extra]
         for m in present:
             if micro:
                 row.append(_cell(rec[f"{m}_micro"]))
@@ -238,7 +321,23 @@ def format_summary(
             if tied and not micro and tuple(rec[k] for k in keys) in tied.get(m, ()):
                 row[-1] += "*"
         rows.append(row)
-    return format_rows(list(shown) + present, rows)
+    return format_rows(["configuration", "config_id"] + extra + present, rows)
+
+
+def summary_block(summary: pa.Table, per_query: pa.Table, metrics=None, wide: bool = False) -> str:
+    """What `run`, `sweep` and `report` print of a run's macro means: the table of `chosen_metrics`, the ties
+    starred where they are a minority, and a line per metric whose ties or ceiling say more (`tie_lines`)."""
+    from chunkeval.analysis.comparisons import TIE_NOTE
+
+    shown = chosen_metrics(summary, metrics, wide)
+    tied, lines = summary_ties(per_query, shown)
+    out = [format_summary(summary, CONFIG_KEYS, metrics=shown, tied=tied)]
+    if any(tied.values()):
+        out.append(TIE_NOTE.format(alpha=0.05))
+    import textwrap
+
+    notes = [textwrap.fill(line, TERMINAL_WIDTH, subsequent_indent="  ") for line in out[1:] + lines]
+    return "\n".join(out[:1] + notes)
 
 
 def format_macro_micro(summary: pa.Table, metrics: list[str]) -> str:

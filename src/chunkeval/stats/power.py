@@ -28,6 +28,20 @@ from chunkeval.stats.tests import incomplete_beta
 ALPHA = 0.05  # two-sided
 POWER = 0.8
 DELTAS = (0.02, 0.05, 0.10)  # the differences whose needed number of queries is reported
+# a metric at or above CEILING for more than half of its values (every configuration's questions) is at its
+# ceiling: its per-query differences are mostly 0, so its MDE is small and its power figures mislead
+CEILING = 0.95
+
+
+def ceiling_share(values) -> float:
+    """The share of `values` (NaN dropped) at or above CEILING; NaN for none."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    return float((v >= CEILING).mean()) if len(v) else float("nan")
+
+
+def at_ceiling(share: float | None) -> bool:
+    return share is not None and share > 0.5
 
 
 def t_cdf(t: float, df: float) -> float:

@@ -103,7 +103,8 @@ class History(Schema):
             where += " AND slice_column = ? AND slice_value = ?"
             params += list(in_slice)
         sql = (
-            f"SELECT run_id, started_at, duplicates, ties, {keys}, '{metric}' AS metric, {metric}_mean AS value, "
+            f"SELECT run_id, started_at, duplicates, ties, {keys}, label, config_id, '{metric}' AS metric, "
+            f"{metric}_mean AS value, "
             f"{metric}_ci_low AS ci_low, {metric}_ci_high AS ci_high, {metric}_mean - lag({metric}_mean) OVER "
             f"(PARTITION BY duplicates, relevance, {keys} ORDER BY started_at, run_id) AS change{extra} "
             f"FROM {source} WHERE {where}"

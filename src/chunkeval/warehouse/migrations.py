@@ -17,7 +17,7 @@ from chunkeval._version import __version__
 from chunkeval.errors import InputError
 from chunkeval.files import write_tables
 from chunkeval.stats.aggregate import summary_sql
-from chunkeval.vocabulary import CONFIG_KEYS, RERANK_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, RERANK_KEYS, config_id_sql, config_label_sql
 from chunkeval.warehouse.db import Connections
 from chunkeval.warehouse.layout import Layout
 from chunkeval.warehouse.tables import (
@@ -197,18 +197,19 @@ class Schema(Connections, Layout):
             # the run settings read from each run's JSON once, not once per summary row (half of a trend's time)
             con.execute(f"""
                 CREATE OR REPLACE {view_kind} {view} AS
+                SELECT *, {config_label_sql()} AS label, {config_id_sql()} AS config_id FROM (
                 SELECT {projection("summary", set(schema.names), "s")}, r.duplicates, r.relevance, r.ties
                 FROM {table} s JOIN (SELECT *, {duplicates} AS duplicates, {relevance} AS relevance, {ties} AS ties
-                                     FROM runs WHERE status = 'completed') r USING (run_id)""")
+                                     FROM runs WHERE status = 'completed') r USING (run_id))""")
         con.execute(f"""
             CREATE OR REPLACE {view_kind} trend AS
             WITH long AS (
                 UNPIVOT (SELECT experiment, run_id, started_at, duplicates, relevance, {", ".join(CONFIG_KEYS)},
-                                COLUMNS('_mean$')
+                                label, config_id, COLUMNS('_mean$')
                          FROM config_summary)
                 ON COLUMNS('_mean$') INTO NAME metric VALUE value)
             SELECT experiment, run_id, started_at, duplicates, relevance, {", ".join(CONFIG_KEYS)},
-                   regexp_replace(metric, '_mean$', '') AS metric, value,
+                   label, config_id, regexp_replace(metric, '_mean$', '') AS metric, value,
                    -- the change against the previous run scored the same way (never across run settings)
                    value - lag(value) OVER (PARTITION BY experiment, duplicates, relevance, {", ".join(CONFIG_KEYS)}, metric
                                             ORDER BY started_at, run_id) AS change

@@ -98,17 +98,13 @@ def _compare_files(args: argparse.Namespace) -> list[dict]:
     return C.adjust([C.compare(values[0], values[1], sides[0], sides[1], args.metric, alpha=args.alpha)], args.alpha)
 
 
-def _label(side: dict) -> str:
-    return side.get("run_file") or "/".join(str(v) for k, v in side.items() if k != "run_id")
-
-
 def _print_table(results: list[dict], metric: str, alpha: float) -> None:
-    from chunkeval.report.terminal import format_rows, power_sentence
+    from chunkeval.report.terminal import format_rows, power_sentence, side_label
 
     rows = [
         [
-            _label(r["a"]),
-            _label(r["b"]),
+            side_label(r["a"]),
+            side_label(r["b"]),
             str(r["n_queries"]),
             f"{r['mean_a']:.3f}",
             f"{r['mean_b']:.3f}",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from chunkeval.cli.options import add_config, add_experiment, add_run, add_threshold, config_filter
+from chunkeval.cli.options import add_config, add_experiment, add_metric_flags, add_run, add_threshold, config_filter
 from chunkeval.cli.output import iso
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
@@ -34,6 +34,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="with --experiment: the rollup of the runs started within AGE (7d, 36h, 2w): "
         "macro over every query row of those runs, micro summed over them",
     )
+    add_metric_flags(p)
     p.set_defaults(func=run)
     return p
 
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if args.experiment:
         wh.check_experiment(args.experiment)
     if args.since is not None:
-        return _rollup(wh, args.experiment, args.since, age)
+        return _rollup(wh, args.experiment, args.since, age, args)
     if args.run:
         run = wh.run(args.run)
         if args.experiment and run["experiment"] != args.experiment:
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         )
         print(f"report of run {run['run_id']} written to {args.html}")
         return 0
-    _print_run(wh, run)
+    _print_run(wh, run, args)
     return 0
 
 
@@ -90,9 +91,8 @@ def _micro(table) -> list[str]:
     return [m for m in METRICS if f"{m}_micro" in table.column_names]
 
 
-def _rollup(wh, experiment: str, since: str, age) -> int:
-    from chunkeval.report.terminal import format_summary
-    from chunkeval.stats.aggregate import METRICS
+def _rollup(wh, experiment: str, since: str, age, args) -> int:
+    from chunkeval.report.terminal import chosen_metrics, format_summary
     from chunkeval.vocabulary import CONFIG_KEYS
 
     rollup, run_ids = wh.rollup(experiment, age)
@@ -101,27 +101,26 @@ def _rollup(wh, experiment: str, since: str, age) -> int:
         f"({run_ids[-1]} to {run_ids[0]}); macro = mean over every query row of those runs, micro = sums over them\n"
     )
     keys = (["duplicates"] if len(set(rollup["duplicates"].to_pylist())) > 1 else []) + CONFIG_KEYS + ["n_runs"]
+    metrics = chosen_metrics(rollup, args.metrics, args.wide)  # the columns a single run's report shows
     print("macro (mean ± sample std over query rows)")
-    print(format_summary(rollup, keys, metrics=METRICS))
+    print(format_summary(rollup, keys, metrics=metrics))
     print("\nmicro (counts summed over the period's query rows before dividing)")
-    print(format_summary(rollup, keys, metrics=_micro(rollup), micro=True))
+    print(format_summary(rollup, keys, metrics=[m for m in _micro(rollup) if m in metrics], micro=True))
     return 0
 
 
-def _print_run(wh, run: dict) -> None:
-    from chunkeval.analysis.comparisons import TIE_NOTE, ties
-    from chunkeval.report.terminal import approximate, format_index_costs, format_summary, shown_metrics
+def _print_run(wh, run: dict, args) -> None:
+    from chunkeval.report.terminal import approximate, chosen_metrics, format_index_costs, format_summary, summary_block
     from chunkeval.vocabulary import CONFIG_KEYS
 
     summary = wh.summary(run["run_id"])
-    metrics = shown_metrics(summary)  # the index metric only where an index approximates
+    metrics = chosen_metrics(summary, args.metrics, args.wide)  # the index metric only where an index approximates
     print(
         f"run {run['run_id']} of experiment {run['experiment']} ({run['trigger']}), "
         f"{iso(run['started_at'])} to {iso(run['finished_at'])}\n"
     )
     print("macro (mean ± sample std over queries)")
-    print(format_summary(summary, CONFIG_KEYS, metrics=metrics, tied=ties(wh.query_results(run["run_id"]), metrics)))
-    print(TIE_NOTE.format(alpha=0.05))
+    print(summary_block(summary, wh.query_results(run["run_id"]), metrics))
     if (
         f"{metrics[0]}_ci_low" in summary.column_names
         and summary.num_rows

@@ -7,7 +7,13 @@ import json
 import logging
 import os
 
-from chunkeval.cli.options import add_experiment, add_experiment_flags, experiment_from_args, gives_settings
+from chunkeval.cli.options import (
+    add_experiment,
+    add_experiment_flags,
+    add_metric_flags,
+    experiment_from_args,
+    gives_settings,
+)
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.experiment import Experiment
 from chunkeval.errors import InputError
@@ -30,6 +36,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "the experiment's name: demo, $CHUNKEVAL_HOME/experiments/NAME.yaml, or the settings of NAME's last "
         "recorded run, changed by any settings given; an unknown NAME with settings defines a new experiment",
     )
+    add_metric_flags(p)
     p.add_argument(
         "--if-changed",
         action="store_true",
@@ -97,7 +104,6 @@ def preflight(exp: Experiment, if_changed: bool = False) -> None:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.report.terminal import format_summary
     from chunkeval.vocabulary import CONFIG_KEYS
 
     if not os.environ.get("PREFECT_API_URL"):  # before Prefect is imported: it makes its home when it is
@@ -155,22 +161,18 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
             f"experiment {exp.name}: corpus, gold set and model unchanged; run {result['run_id']} recorded as skipped"
         )
         return 0
-    from chunkeval.analysis.comparisons import TIE_NOTE, ties
-    from chunkeval.report.terminal import default_metrics
+    from chunkeval.report.terminal import summary_block
 
     clock.merge(result.get("stage_seconds", {}), result.get("stage_cpu_seconds"))
     with clock.stage("summary"):  # the table below, with its ties
         wh = warehouse()
         summary = wh.summary(result["run_id"])
-        table = format_summary(
-            summary, CONFIG_KEYS, tied=ties(wh.query_results(result["run_id"]), default_metrics(summary))
-        )
+        table = summary_block(summary, wh.query_results(result["run_id"]), args.metrics, args.wide)
     print(
         f"experiment {exp.name}: run {result['run_id']} completed, {summary.num_rows} configuration(s), "
         f"{result['texts_embedded']} text(s) embedded\n"
     )
     print(table)
-    print(TIE_NOTE.format(alpha=0.05))
     from chunkeval.report.terminal import approximate, format_index_costs, format_slices
 
     by_slice = wh.slice_summary(result["run_id"])

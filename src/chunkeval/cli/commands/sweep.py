@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from chunkeval.cli.options import add_experiment_flags, experiment_from_args, experiment_inputs
+from chunkeval.cli.options import add_experiment_flags, add_metric_flags, experiment_from_args, experiment_inputs
 from chunkeval.cli.session import WarehouseAccess
 
 WAREHOUSE_SESSION = False  # a sweep never opens the warehouse
@@ -22,12 +22,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     )
     add_experiment_flags(p)
     p.add_argument("--out", required=True, help="summary file, .csv or .parquet")
+    add_metric_flags(p)
     p.set_defaults(func=run)
     return p
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.analysis.comparisons import TIE_NOTE, ties
     from chunkeval.cli.large_grid import check_grid  # with the engine: not when the parser is built
     from chunkeval.engine.doc_metrics import write_doc_runs
     from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
@@ -38,11 +38,10 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         approximate,
         beside,
         check_table_path,
-        default_metrics,
         format_index_costs,
         format_models,
         format_slices,
-        format_summary,
+        summary_block,
     )
 
     check_table_path(args.out)  # its suffix and folder, before the experiment is read
@@ -69,9 +68,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     for note in result.notes:
         print(f"note: {note}")
     doc_runs = write_doc_runs(result.per_query, doc_runs)
-    tied = ties(result.per_query, default_metrics(result.summary))
-    print(format_summary(result.summary, CONFIG_KEYS, tied=tied))
-    print(TIE_NOTE.format(alpha=0.05))
+    print(summary_block(result.summary, result.per_query, args.metrics, args.wide))
     truncated = sum(result.summary["truncated_chunks"].to_pylist()) // max(len(exp.k), 1)
     print(
         f"\n{result.texts_embedded} text(s) embedded; {truncated} chunk(s) longer than the model's input were "

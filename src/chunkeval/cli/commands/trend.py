@@ -207,9 +207,8 @@ def write_json_rows(rows: list[dict]) -> None:
 
 def _table(rows: list[dict], metric: str) -> str:
     from chunkeval.report.terminal import format_rows
-    from chunkeval.vocabulary import shown_keys
 
-    keys = shown_keys(rows)
+    keys = ["label", "config_id"]  # chunkeval.vocabulary.config_label, as every table names a configuration
     if len({r["duplicates"] for r in rows}) > 1:  # changes are only against runs scored the same way
         keys.insert(0, "duplicates")
     if len({r.get("ties") for r in rows}) > 1:  # the tie policy changed: numbers move where ties were broken

@@ -1,0 +1,97 @@
+"""One label per configuration (issue 32): `chunkeval.vocabulary.config_label` and `config_id`, the same in
+Python and in the warehouse's SQL, and the Python API taking one string wherever it takes a list."""
+
+from __future__ import annotations
+
+import itertools
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import chunkeval
+from chunkeval.errors import InputError
+from chunkeval.vocabulary import (
+    CONFIG_KEYS,
+    LABEL_DEFAULTS,
+    config_id,
+    config_id_sql,
+    config_label,
+    config_label_sql,
+)
+
+DEFAULT = {**LABEL_DEFAULTS, "candidates": None}
+
+
+def test_a_label_leaves_out_what_holds_its_default():
+    assert config_label(DEFAULT) == "default"
+    assert config_label({**DEFAULT, "retriever": "bm25", "model": "none", "index": "none"}) == "bm25"
+    row = {**DEFAULT, "chunker": "recursive_token", "chunk_size": 400, "chunk_overlap": 50, "k": 10}
+    assert config_label(row) == "recursive_token/size=400/overlap=50/k=10"
+    row = {**DEFAULT, "model": "BAAI/bge-small-en", "index": "hnsw", "reranker": "models/ms-marco", "candidates": 50}
+    assert config_label(row) == "bge-small-en/hnsw>ms-marco@50"
+    assert " " not in config_label({**DEFAULT, "chunker": "my chunker"})  # a TREC run tag holds no space
+
+
+def test_the_defaults_a_label_leaves_out_are_the_experiments():
+    from chunkeval.engine.experiment import SETTINGS
+
+    defaults = {s.name: s.default for s in SETTINGS}
+    setting = {"chunk_size": "chunk_sizes", "chunk_overlap": "overlaps"}
+    for key, value in LABEL_DEFAULTS.items():
+        default = defaults[setting.get(key, key)]
+        assert str(value) == str(default[0] if isinstance(default, tuple) else default), key
+
+
+def test_config_id_is_stable_and_tells_configurations_apart():
+    assert config_id(DEFAULT) == config_id(dict(reversed(list(DEFAULT.items()))))  # order of the dict: no matter
+    assert config_id(DEFAULT) == config_id({k: v for k, v in DEFAULT.items() if k not in ("reranker", "candidates")})
+    rows = [dict(zip(CONFIG_KEYS, v)) for v in itertools.product(
+        ["all-MiniLM-L6-v2", "none"], ["dense", "bm25"], ["exact", "none"], ["none", "ce"], [None, 20],
+        ["fixed_token", "recursive_token"], [100, 200], [0, 25], [1, 5],
+    )]  # fmt: skip
+    ids = {config_id(r) for r in rows}
+    assert len(ids) == len(rows) and all(len(i) == 8 and int(i, 16) >= 0 for i in ids)
+
+
+def test_the_views_label_and_id_are_pythons():
+    rows = [
+        dict(zip(CONFIG_KEYS, v))
+        for v in itertools.product(
+            ["all-MiniLM-L6-v2", "org/m"], ["dense", "bm25"], ["exact", "hnsw"], ["none", "a/ce"], [None, 9],
+            ["fixed_token", "semantic"], [200, 300], [0, 10], [5, 1],
+        )
+    ]  # fmt: skip
+    configs = pa.Table.from_pylist(rows)  # noqa: F841 (read by DuckDB by name)
+    got = duckdb.connect().execute(f"SELECT {config_label_sql()}, {config_id_sql()} FROM configs").fetchall()
+    assert got == [(config_label(r), config_id(r)) for r in rows]
+
+
+def test_every_list_argument_of_the_api_takes_one_string(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
+    with pytest.raises(InputError) as caught:  # the metric is read whole; then the missing warehouse is the error
+        chunkeval.regressions("x", metrics="mrr")
+    assert "unknown metric" not in str(caught.value)
+    with pytest.raises(InputError, match=r"unknown metric\(s\) nope;"):
+        chunkeval.regressions("x", metrics="mrr,nope")
+    res = chunkeval.score({"q1": ["c3"], "q2": ["c1"]}, {"q1": ["c3", "c1"], "q2": ["c2", "c1"]}, k=2)
+    other = chunkeval.score({"q1": ["c3"], "q2": ["c1"]}, {"q1": ["c1", "c3"], "q2": ["c1", "c2"]}, k=2)
+    by_text = chunkeval.compare(res, other, metric="mrr", config="k=2")
+    assert len(by_text) == 1 and by_text == chunkeval.compare(res, other, metric="mrr", config={"k": 2})
+    with pytest.raises(InputError, match="key=value"):
+        chunkeval.compare(res, other, metric="mrr", config="k")
+    from importlib.resources import files
+
+    from chunkeval.data import demo  # noqa: F401
+
+    demo_dir = files("chunkeval") / "data" / "demo"
+    one = chunkeval.check_gold(str(demo_dir / "corpora"), str(demo_dir / "questions.csv"), corpus="honeybees")
+    listed = chunkeval.check_gold(str(demo_dir / "corpora"), str(demo_dir / "questions.csv"), corpus=["honeybees"])
+    assert one == listed
+
+
+def test_a_notebook_repr_names_configurations_as_the_terminal_does():
+    res = chunkeval.score({"q1": ["c3"], "q2": ["c1"]}, {"q1": ["c3", "c1"], "q2": ["c2", "c1"]}, k=2)
+    text = repr(res)
+    row = res.summary.to_pylist()[0]
+    assert f"{config_label(row)}" in text and config_id(row) in text and "config_id" in res._repr_html_()
