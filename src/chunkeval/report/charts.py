@@ -335,7 +335,11 @@ def budget_curves(
     return svg.render()
 
 
-def trend_lines(series: dict[str, dict[str, tuple[list, list, list]]], marks: dict[int, str] | None = None) -> str:
+def trend_lines(
+    series: dict[str, dict[str, tuple[list, list, list]]],
+    marks: dict[int, str] | None = None,
+    title: str = "Trend of the chosen configurations over the completed runs",
+) -> str:
     """Small multiples: per metric, a line per configuration over the runs with its 95 % bootstrap band;
     regressions as red crosses. `series[metric][config] = (x positions, values, regressed flags, lows, highs)`.
     `marks`: x position → what changed at that run (a gold set changed), a dashed grey line in every panel."""
@@ -351,7 +355,7 @@ def trend_lines(series: dict[str, dict[str, tuple[list, list, list]]], marks: di
     svg = Svg(
         max(left + cols * (panel_w + gap_x), legend_cols * entry_width + left),
         legend_top + math.ceil(len(configs) / legend_cols) * 14.4 + 10,
-        "Trend of the chosen configurations over the completed runs",
+        title,
     )
     for j, metric in enumerate(metrics):
         r, c = divmod(j, cols)

@@ -315,24 +315,69 @@ def section_budget(per_query: pa.Table, chosen: dict | None = None) -> str:
 TREND_RUNS = 365  # completed runs the trend section draws: a year of nightly runs
 
 
-def regression_check(wh: Warehouse, experiment: str, threshold: float, alpha: float = 0.05) -> tuple[list[dict], str]:
-    """The regressions of the experiment's newest run (its slices' too): the one verdict
-    (`chunkeval.analysis.regression.verdict`) over the watched metrics, as the `trend-report` flow and
-    `trend --fail-on-regression` give it; and why there is none, if so (nothing comparable among them). A damaged
-    results file is a fault, raised."""
-    from chunkeval.analysis.regression import NOTHING_COMPARABLE, verdict_line
-
+def the_verdict(wh: Warehouse, experiment: str, threshold: float, alpha: float = 0.05) -> tuple[dict | None, str]:
+    """The one verdict (`chunkeval.analysis.regression.verdict`) of the experiment's newest run (its slices'
+    too) over the watched metrics, as the `trend-report` flow and `trend --fail-on-regression` give it (None
+    while there is no run to compare with), or why there is none (HTML). A damaged results file is a fault,
+    raised."""
     try:
-        found = wh.verdict(experiment, list(REGRESSION_METRICS), threshold, alpha=alpha)
+        return wh.verdict(experiment, list(REGRESSION_METRICS), threshold, alpha=alpha), ""
     except Fault:
         raise
     except InputError as exc:  # a pinned baseline scored with another duplicates setting
-        return [], f"<p>No regression check: {escape(str(exc))}.</p>"
+        return None, f"<p>No regression check: {escape(str(exc))}.</p>"
+
+
+def regression_check(
+    wh: Warehouse, experiment: str, threshold: float, alpha: float = 0.05, found: tuple[dict | None, str] | None = None
+) -> tuple[list[dict], str]:
+    """The regressions of the experiment's newest run (`the_verdict`, or its answer `found`), and why there is
+    none, if so (nothing comparable among them)."""
+    from chunkeval.analysis.regression import NOTHING_COMPARABLE, verdict_line
+
+    found, problem = found if found is not None else the_verdict(wh, experiment, threshold, alpha)
     if found is None:
-        return [], ""
+        return [], problem
     if found["verdict"] == NOTHING_COMPARABLE:
         return [], f"<p><strong>{escape(verdict_line(found))}</strong></p>"
     return found["regressions"], ""
+
+
+def trend_series(
+    wh: Warehouse, experiment: str, configs: list[dict], metrics, falls: list[dict]
+) -> tuple[dict, dict[int, str], list[tuple], dict[str, str]]:
+    """What `charts.trend_lines` draws of `configs` over the experiment's completed runs: per metric measured
+    (a metric no run of them measured, such as doc_ndcg_at_k under span gold, has no panel), a line per
+    configuration with the regressions of `falls` marked; the marks of the runs whose gold set changed; the
+    runs `(started_at, run_id)` by position; and what changed at each run."""
+    fell = {(f["metric"], label(f)) for f in falls if not f.get("slice")}  # the lines drawn are of the whole gold set
+    newest = falls[0]["run_id"] if falls else None
+    rows = wh.history(experiment, list(REGRESSION_METRICS), configs, TREND_RUNS)
+    runs = list(dict.fromkeys((r["started_at"], r["run_id"]) for r in rows))
+    position = {run_id: i + 1 for i, (_, run_id) in enumerate(runs)}
+    by_config: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by_config.setdefault(tuple(r[k] for k in CONFIG_KEYS), []).append(r)
+    series: dict[str, dict] = {}
+    searched = any(approximate_index(c.get("index")) for c in configs)
+    for metric in metrics:
+        if metric in INDEX_METRICS and not searched:
+            continue  # 1 for exact search, absent for bm25: no line worth drawing
+        if not any(r[f"{metric}_mean"] is not None for r in rows):
+            continue  # never measured (the other kind of gold): no empty panel
+        for c in configs:
+            mine = by_config.get(tuple(c[k] for k in CONFIG_KEYS), [])
+            bad = [r["run_id"] == newest and (metric, label(c)) in fell for r in mine]
+            series.setdefault(metric, {})[label(c)] = (
+                [position[r["run_id"]] for r in mine],
+                [r[f"{metric}_mean"] for r in mine],
+                bad,
+                [r[f"{metric}_ci_low"] for r in mine],
+                [r[f"{metric}_ci_high"] for r in mine],
+            )
+    changed = wh.gold_changes(experiment)
+    marks = {position[run_id]: what for run_id, what in changed.items() if run_id in position}
+    return series, marks, runs, changed
 
 
 def section_trend(
@@ -346,31 +391,8 @@ def section_trend(
     """The trend of the chosen configurations, and the regressions of `checked` (`regression_check`'s
     answer; asked here when not given)."""
     falls, problem = checked if checked is not None else regression_check(wh, experiment, threshold, alpha)
-    fell = {(f["metric"], label(f)) for f in falls if not f.get("slice")}  # the lines drawn are of the whole gold set
+    series, marks, runs, changed = trend_series(wh, experiment, configs, REGRESSION_METRICS, falls)
     newest = falls[0]["run_id"] if falls else None
-    rows = wh.history(experiment, list(REGRESSION_METRICS), configs, TREND_RUNS)
-    runs = list(dict.fromkeys((r["started_at"], r["run_id"]) for r in rows))
-    position = {run_id: i + 1 for i, (_, run_id) in enumerate(runs)}
-    by_config: dict[tuple, list[dict]] = {}
-    for r in rows:
-        by_config.setdefault(tuple(r[k] for k in CONFIG_KEYS), []).append(r)
-    series: dict[str, dict] = {}
-    searched = any(approximate_index(c.get("index")) for c in configs)
-    for metric in REGRESSION_METRICS:
-        if metric in INDEX_METRICS and not searched:
-            continue  # 1 for exact search, absent for bm25: no line worth drawing
-        for c in configs:
-            mine = by_config.get(tuple(c[k] for k in CONFIG_KEYS), [])
-            bad = [r["run_id"] == newest and (metric, label(c)) in fell for r in mine]
-            series.setdefault(metric, {})[label(c)] = (
-                [position[r["run_id"]] for r in mine],
-                [r[f"{metric}_mean"] for r in mine],
-                bad,
-                [r[f"{metric}_ci_low"] for r in mine],
-                [r[f"{metric}_ci_high"] for r in mine],
-            )
-    changed = wh.gold_changes(experiment)
-    marks = {position[run_id]: what for run_id, what in changed.items() if run_id in position}
     flagged = [
         [
             escape(f["metric"]),
