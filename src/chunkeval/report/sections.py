@@ -71,6 +71,16 @@ def _table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
     return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+def _scroll(html: str) -> str:
+    return f'<div class="scroll">{html}</div>'
+
+
+def _folded(n: int, what: str, html: str, most: int = charts.CROWDED) -> str:
+    """`html` as it is, or folded under `what` where it holds more than `most` rows: the page as first
+    shown stays short, and a click opens it."""
+    return html if n <= most else f"<details><summary>{escape(what)}</summary>{html}</details>"
+
+
 def best_rows(summary: list[dict]) -> dict[str, dict]:
     """The configuration with the highest macro mean of each metric (first in grid order on ties)."""
     best = {}
@@ -85,7 +95,9 @@ def budget_table(
     per_query: pa.Table, budgets: list[int]
 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
     """For each chunking, the mean over queries of the best span recall among its k whose retrieved
-    tokens fit the budget (0 where none fits), and the 95 % bootstrap interval of each mean."""
+    tokens fit the budget, and the 95 % bootstrap interval of each mean. A query that no evaluated k fits
+    counts 0 only where k = 1 was evaluated (then nothing fits: its first chunk alone is over the budget);
+    else the point was not measured (a smaller k might fit) and is NaN, left out of the chart."""
     from chunkeval.stats import bootstrap_ci_groups
 
     con = duckdb.connect()
@@ -93,9 +105,11 @@ def budget_table(
     con.register("b", pa.table({"budget": budgets}))
     keys = ", ".join(CONFIG_KEYS[:-1])
     best = con.sql(f"""
-        SELECT {keys}, budget, dense_rank() OVER (ORDER BY {keys}, budget) - 1 AS point, best FROM (
+        SELECT {keys}, budget, dense_rank() OVER (ORDER BY {keys}, budget) - 1 AS point, best,
+               bool_and(measured) OVER (PARTITION BY {keys}, budget) AS measured FROM (
             SELECT {keys}, query_id, budget,
-                   coalesce(max(span_recall) FILTER (WHERE retrieved_tokens <= budget), 0) AS best
+                   coalesce(max(span_recall) FILTER (WHERE retrieved_tokens <= budget), 0) AS best,
+                   count(*) FILTER (WHERE retrieved_tokens <= budget) > 0 OR min(k) = 1 AS measured
             FROM q, b GROUP BY ALL)
         ORDER BY point, query_id""").to_arrow_table()
     point = numbers(best["point"]).astype(np.int64)
@@ -106,6 +120,8 @@ def budget_table(
     )
     low, high = bootstrap_ci_groups(values, point, n_groups=n_points) if n_points else (means, means)
     first = np.unique(point, return_index=True)[1]
+    unmeasured = ~np.asarray(best["measured"].to_pylist(), dtype=bool)[first]
+    means, low, high = (np.where(unmeasured, np.nan, a) for a in (means, low, high))
     configs = best.select(CONFIG_KEYS[:-1]).take(pa.array(first)).to_pylist()
     curves: dict[str, list[int]] = {}
     for p, config in enumerate(configs):
@@ -218,6 +234,7 @@ def section_grid(
     power = power or {}
     approximate = any(approximate_index(r.get("index")) for r in summary)
     metrics = [m for m in METRICS if m not in INDEX_METRICS or approximate]  # else every value is 1 or –
+    metrics = [m for m in metrics if m in best]  # a metric no configuration measured (the other gold's) is no column
     shown = shown_keys(summary)  # reranker and candidates where a row reranks
     header = [escape(k) for k in shown] + [escape(m) for m in metrics] + ["truncated chunks"]
     rows = []
@@ -241,7 +258,8 @@ def section_grid(
     return (
         f'<section id="grid"><h2>2. Results of the whole grid</h2><p>Macro mean ± sample standard deviation over queries, '
         f"and the 95 % bootstrap interval of the mean. ★ marks the best value of each metric, ≈ a configuration tied with it "
-        f'(not significantly worse: paired randomisation test, Holm over the metric\'s comparisons, α = 0.05). Click a column to sort.</p><div class="scroll">{_table(header, rows, "sortable")}</div>'
+        f"(not significantly worse: paired randomisation test, Holm over the metric's comparisons, α = 0.05). Click a column to sort.</p>"
+        f"{_folded(len(rows), f'All {len(rows)} configurations', _scroll(_table(header, rows, 'sortable')))}"
         f"{_power_note(power, watched)}</section>"
     )
 
