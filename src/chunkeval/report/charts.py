@@ -318,7 +318,8 @@ def budget_curves(
     band from their lowest to their highest recall at each budget."""
     drawn = budget_lines(curves, chosen)
     rest = [n for n in curves if n not in drawn]
-    names = drawn + ([f"{len(rest)} other chunkings (their range)"] if rest else [])
+    names = [n + (" (chosen)" if n == chosen else "") for n in drawn]  # as the legend writes them
+    names += [f"{len(rest)} other chunkings (their range)"] if rest else []
     columns = 3
     entry_width = max((text_width(n, 9) for n in names), default=0) + 30
     rows = math.ceil(len(names) / columns)
@@ -361,7 +362,7 @@ def budget_curves(
         if intervals and name in intervals:
             band(svg, ax, budgets, *intervals[name], colors[name])
         series_line(svg, ax, budgets, curves[name], colors[name], name, dots=True, what="budget ")
-    entries = [(n + (" (chosen)" if n == chosen else ""), colors[n], "line") for n in drawn]
+    entries = [(shown, colors[n], "line") for n, shown in zip(drawn, names)]
     if rest:
         entries.append((names[-1], OTHERS, "box"))
     legend(svg, 70, 20 + 300 + 58, entries, columns, entry_width)
