@@ -67,11 +67,24 @@ def drilldown(wh, run_id: str, chosen: dict, per_query: pa.Table) -> tuple[str, 
     by the page's script when the question is opened (`report.html.SCRIPT`, with DOM text nodes: nothing in
     the data is ever parsed as HTML)."""
     title = "<h3>Every question: what was retrieved</h3>"
+    rows = [r for r in per_query.to_pylist() if all(r[k] == chosen[k] for k in CONFIG_KEYS if k in r)]
+    metric = default_metric(wh, run_id)
+    order = sorted(rows, key=lambda r: (r.get(metric) or 0, r["query_id"]))
     try:
         retrieved = wh.retrieved(run_id)
-    except InputError as exc:
-        return f"{title}<p>{escape(exc.message)}</p>", []
-    rows = [r for r in per_query.to_pylist() if all(r[k] == chosen[k] for k in CONFIG_KEYS if k in r)]
+    except InputError as exc:  # recorded without its retrieved lists: the worst questions, with nothing to open
+        questions = {r["query_id"]: r["question"] for r in wh.references(run_id).to_pylist()}
+        worst = [
+            {
+                "anchor": None,
+                "query_id": r["query_id"],
+                "question": questions.get(r["query_id"]) or "",
+                "value": r.get(metric),
+                "metric": metric,
+            }
+            for r in order[:OPEN]
+        ]
+        return f"{title}<p>{escape(exc.message)}</p>", worst
     group = tuple(chosen[k] for k in CHUNKING_KEYS)
     lists: dict[str, list[dict]] = {}
     for r in retrieved.to_pylist():
@@ -80,10 +93,8 @@ def drilldown(wh, run_id: str, chosen: dict, per_query: pa.Table) -> tuple[str, 
     judged = doc_judgements(wh, run_id)
     documents = judged is not None
     questions, refs = judged if documents else references_by_query(wh, run_id)
-    metric = default_metric(wh, run_id)
     named = metric.replace("_", " ")
     metrics = [m for m in (DOC_COLUMNS if documents else COLUMNS) if m in per_query.column_names]
-    order = sorted(rows, key=lambda r: (r.get(metric) or 0, r["query_id"]))
     table, views, data, ranges, worst = [], [], [], {}, []
     for i, r in enumerate(order):
         qid = r["query_id"]

@@ -79,7 +79,8 @@ def section_overview(
             chart = charts.trend_lines(series, title=f"Trend of {headline} of its best configuration")
     named = worst[0]["metric"].replace("_", " ") if worst else ""
     links = "".join(
-        f'<li><a href="#{w["anchor"]}">{escape(w["query_id"])}</a> ({named} {_num(w["value"])}): '
+        (f'<li><a href="#{w["anchor"]}">{escape(w["query_id"])}</a>' if w["anchor"] else f"<li>{escape(w['query_id'])}")
+        + f" ({named} {_num(w['value'])}): "
         f"{escape(w['question'])}</li>"
         for w in worst
     )
