@@ -13,6 +13,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
+from chromium_boxes import chromium, collisions, measure
 from chunkeval.cli import main
 from chunkeval.engine.embedding import Embedder, resolve_model
 from chunkeval.engine.experiment import Experiment
@@ -376,8 +377,8 @@ def test_the_page_in_headless_chromium(page, tmp_path):
     assert "&lt;script&gt;document.title='pwned'&lt;/script&gt;" in dom.stdout  # it is shown as text
 
 
-SECTIONS = ("summary", "grid", "tradeoff", "distributions", "gold", "failures", "budget", "trend")
-CHARTED = ("tradeoff", "distributions", "gold", "budget", "trend")  # sections whose SVG charts must show
+SECTIONS = ("overview", "summary", "grid", "tradeoff", "distributions", "gold", "failures", "budget", "trend")
+CHARTED = ("overview", "tradeoff", "distributions", "gold", "budget", "trend")  # sections whose SVG charts must show
 
 
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
@@ -402,3 +403,54 @@ def test_every_section_renders_in_chromium_with_its_charts(page, tmp_path):
         if section in CHARTED:
             colour = pixels.max(axis=2) - pixels.min(axis=2)  # saturation: ink and grey frames have none
             assert (colour > 0.25).sum() > 200, f"the charts of section {section} are empty"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
+def test_the_first_screen_and_the_charts_in_chromium(page, tmp_path):
+    """Measured in Chromium at 1400 × 900: the overview (verdict, headline bests, the trend, the worst questions)
+    ends within the first screen; no text of any chart overlaps another or a legend swatch; the page as first
+    shown is under 8,000 px."""
+    boxes = measure(page, tmp_path)
+    assert boxes["sections"]["overview"][3] <= 900 and boxes["height"] < 8000
+    assert min(top for _, top, *_ in boxes["sections"].values()) == boxes["sections"]["overview"][1]
+    assert len(boxes["charts"]) == 6
+    for chart in boxes["charts"]:
+        assert chart["texts"] and not collisions(chart), (chart["title"], collisions(chart))
+    assert any(chart["swatches"] for chart in boxes["charts"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
+def test_the_report_of_three_corpora_of_the_shared_set(chroma, tmp_path, embedder_factory):
+    """276 questions over chatlogs, state_of_the_union and wikitexts: the page is one file under 1 MB, and
+    under 8,000 px tall as first shown (its 276 drill-downs folded, drawn when opened); a link to a question
+    opens it, drawn by the page's own script under the page's CSP."""
+    wh = Warehouse(tmp_path / "warehouse")
+    exp = Experiment.from_dict(
+        {
+            "name": "shared",
+            "corpus_dir": str(chroma / "corpora"),
+            "questions": str(chroma / "questions_df.csv"),
+            "corpus": ["chatlogs", "state_of_the_union", "wikitexts"],
+            "chunk_sizes": [200],
+            "overlaps": [0],
+            "k": [1, 5, 10],
+        }
+    )
+    from test_inspect_diff import record
+
+    record(wh, exp, embedder_factory())
+    path = tmp_path / "shared.html"
+    path.write_text(build_report(wh, "shared"), encoding="utf-8")
+    html = path.read_text(encoding="utf-8")
+    assert len(questions_data(html)["questions"]) == 276
+    assert path.stat().st_size < 1_000_000
+    boxes = measure(path, tmp_path)
+    assert boxes["height"] < 8000 and boxes["sections"]["overview"][3] <= 900
+    # the page as written, its CSP included: the fragment opens question q-0, which the script draws
+    dom = chromium("--dump-dom", path.as_uri() + "#q-0").stdout
+    view = dom[dom.index('<details id="q-0"') :]
+    view = view[: view.index("</details>")]
+    assert 'open=""' in view and "References (" in view and "Retrieved at k = " in view and "<mark>" in view
+    assert dom.count('data-drawn="1"') == 1  # the other questions wait until opened
