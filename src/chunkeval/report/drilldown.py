@@ -1,10 +1,10 @@
 """The report's drill-down into the chosen configuration's questions: a sortable per-query table whose rows
-link to each question's view, worst first by the run's default metric (`report.diff.default_metric`), the
-worst questions open. Under span gold a view holds the question's references in context and the chunks
+link to each question's view, worst first by the run's default metric (`report.diff.default_metric`), all
+folded, each drawn by the page's script when opened from one embedded JSON blob. Under span gold a view holds the question's references in context and the chunks
 retrieved at the configuration's k with the characters they share with a reference highlighted; under
 document gold (qrels) its judged documents (id, grade, the first characters of the text the run kept) and
 the chunks retrieved at k with their document and grade, a chunk of a relevant document highlighted whole
-(the qrels judge documents, not spans). Every text is escaped; the page stays one offline file."""
+(the qrels judge documents, not spans). Every text is escaped or a DOM text node; the page stays one offline file."""
 
 from __future__ import annotations
 
