@@ -105,7 +105,7 @@ def tradeoff(
             svg.circle(x, y, 3, MUTED_POINT, "none", tip)
     # (left, right, baseline) of what is written inside the plot: the legend first, then the featured labels
     placed: list[tuple[float, float, float]] = [(ax.left + ax.width - 95, ax.left + ax.width, ax.top + 10)]
-    named = [i for i in shown if i not in set(front.tolist())]
+    named = [i for i in shown if i not in set(front.tolist())] if len(labels) > CROWDED else []  # the best few
     for i, x, y in zip([*front, *named], [*fx, *ax.px(recall[named])], [*fy, *ax.py(precision[named])]):
         width, left_side = text_width(labels[i], 8), x > ax.left + 0.7 * ax.width
         x0 = x - 5 - width if left_side else x + 5

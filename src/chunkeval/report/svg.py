@@ -217,6 +217,8 @@ def legend(
     """Swatches with labels in rows of `columns`; entries are (label, colour, kind: line | box). Returns its height."""
     column_width = column_width or (max((text_width(t, size) for t, _, _ in entries), default=0) + 30)
     row = size * 1.6
+    if not entries:
+        return 0.0
     svg.add('<g class="legend">')
     for i, (name, color, kind) in enumerate(entries):
         x, y = left + (i % columns) * column_width, top + (i // columns) * row
