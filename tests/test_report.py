@@ -308,6 +308,9 @@ def test_the_drilldown_under_document_gold(doc_run, tmp_path, monkeypatch, capsy
     assert main(["report", "--experiment", "docs", "--html", str(out), "--config", "k=2"]) == 0
     html, _ = out.read_text(encoding="utf-8"), capsys.readouterr()
     assert 'href="#failures"' in html and "Failure analysis at none bm25 fixed_token 12/0 k=2" in html
+    # the overview's headline metrics are document gold's; no span metric has a column, panel or section
+    assert re.findall(r"<tr><td>(\w+)</td>", section(html, "overview")) == ["doc_ndcg_at_k", "doc_recall_at_k", "mrr"]
+    assert "span_recall" not in html and "span_iou" not in html and '<section id="budget">' not in html
     gold = html[html.index('<section id="gold">') :]  # the gold set: its qrels counted, and its findings
     gold, grades = gold[: gold.index("</section>")], [g for judged in qrels.values() for g in judged.values()]
     counts = [len(qrels), len(grades), sum(g > 0 for g in grades)]
