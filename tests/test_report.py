@@ -13,15 +13,16 @@ import matplotlib.image
 import numpy as np
 import pytest
 
+from chromium_boxes import chromium, collisions, measure
 from chunkeval.cli import main
 from chunkeval.engine.embedding import Embedder, resolve_model
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.fingerprints import input_fingerprints
 from chunkeval.engine.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
-from chunkeval.report.charts import pareto_front
-from chunkeval.report.html import build_report
-from chunkeval.report.sections import budget_table, budgets_for
+from chunkeval.report.charts import BEST_FEW, MUTED_POINT, pareto_front
+from chunkeval.report.html import SCRIPT, SCRIPT_HASH, build_report
+from chunkeval.report.sections import best_rows, budget_table, budgets_for, label
 from chunkeval.stats import bootstrap_ci
 from chunkeval.warehouse import Warehouse
 
@@ -80,18 +81,35 @@ def page(warehouse, tmp_path_factory):
 
 def test_every_section_is_there(page):
     html = page.read_text(encoding="utf-8")
-    for section in ("summary", "grid", "tradeoff", "distributions", "gold", "failures", "budget", "trend"):
+    for section in ("overview", "summary", "grid", "tradeoff", "distributions", "gold", "failures", "budget", "trend"):
         assert f'<section id="{section}">' in html
-    assert html.count("<svg") == 5  # trade-off, box plots, gold histograms, budget, trend
+    assert html.index('<section id="overview">') < html.index('<section id="summary">')  # the page starts with it
+    assert html.count("<svg") == 6  # overview's trend, trade-off, box plots, gold histograms, budget, trend
     assert 'class="sortable"' in html and "★" in html
     assert "Questions with zero recall" in html and "straddle a chunk boundary" in html
     assert "recorded without a gold-set check" in html  # these runs were recorded without one
     assert "<h3>Regressions</h3><table>" in html  # the model that reads 16 word pieces regressed
 
 
+def questions_data(html: str) -> dict:
+    """The drill-down's embedded data (`chunkeval.report.drilldown.embedded`)."""
+    start = html.index('<script type="application/json" id="questions-data">')
+    return json.loads(html[html.index(">", start) + 1 : html.index("</script>", start)])
+
+
+def shown_text(data: dict, corpus: str, start: int, end: int) -> str | None:
+    """What the page's script draws of [start, end) of a corpus: the kept piece that holds it."""
+    for at, text in data["texts"].get(corpus, []):
+        if at <= start <= at + len(text):
+            return text[start - at : end - at]
+    return None
+
+
 def assert_offline(html: str) -> None:
-    """The page runs only its own script (the table sorter) and fetches nothing."""
-    assert html.count("<script>") == 1
+    """The page runs only its own script (the table sorter and the drill-down), allowed by its hash, and fetches
+    nothing."""
+    assert html.count("<script>") == 1 and "'unsafe-inline'; img" not in html
+    assert f"script-src '{SCRIPT_HASH}'" in html and f"<script>{SCRIPT}</script>" in html
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", html)
     assert "<link" not in html and "@import" not in html and not re.search(r"url\(\s*['\"]?https?:", html)
     assert "default-src 'none'" in html
@@ -180,6 +198,79 @@ def test_report_command(warehouse, tmp_path, monkeypatch, capsys):
     assert "no configuration" in capsys.readouterr().err
 
 
+def section(html: str, name: str) -> str:
+    start = html.index(f'<section id="{name}">')
+    return html[start : html.index("</section>", start)]
+
+
+def test_the_page_reads_from_the_top(warehouse, page):
+    """The overview comes first: the one verdict, the best configuration of each headline metric of span gold,
+    the headline metric's trend, and links to the worst questions of the chosen configuration (best span F1)."""
+    html = page.read_text(encoding="utf-8")
+    top = section(html, "overview")
+    verdict = warehouse.verdict("rep", threshold=0.02)
+    assert verdict["verdict"] == "regression" and "<strong>Verdict:</strong> REGRESSION:" in top
+    run_id = warehouse.last_completed("rep")["run_id"]
+    summary = warehouse.summary(run_id).to_pylist()
+    best = best_rows(summary)
+    rows = re.findall(r"<tr><td>(\w+)</td><td>([^<]*)</td>", top)
+    assert rows == [(m, escape(label(best[m]))) for m in ("span_recall", "span_iou", "recall_at_k", "mrr")]
+    assert top.count("<svg") == 1 and "Trend of span_recall of its best configuration" in top
+    chosen = best["span_f1"]
+    mine = [
+        r
+        for r in warehouse.query_results(run_id).to_pylist()
+        if all(r[k] == chosen[k] for k in ("chunker", "chunk_size", "chunk_overlap", "k"))
+    ]
+    worst = sorted(mine, key=lambda r: (r["span_recall"], r["query_id"]))[:5]
+    listed = re.findall(r"<li>([^<]*) \(span recall ([\d.]+)\): ", top)  # runs recorded without retrieved lists:
+    assert listed == [(escape(r["query_id"]), f"{r['span_recall']:.3f}") for r in worst]  # no view to link to
+    # a span-gold run measures no document metric: no column, panel or line of one
+    assert "doc_ndcg_at_k" not in html and "doc_recall_at_k" not in html
+
+
+def test_the_budget_chart_draws_only_what_was_measured(warehouse):
+    """With k = 5 alone, a budget that no query's 5 chunks fit was not measured (k = 1 might fit): no point,
+    where it used to be drawn as 0 recall; the points measured keep their definition."""
+    run_id = warehouse.last_completed("rep")["run_id"]
+    per_query = warehouse.query_results(run_id)
+    only = per_query.filter(np.asarray(per_query["k"].to_pylist()) == 5)
+    budgets = budgets_for(per_query)
+    curves, intervals = budget_table(only, budgets)
+    rows = only.to_pylist()
+    missing = 0
+    for name, values in curves.items():
+        chunker, setting = name.split(" ")[-2:]
+        size, overlap = map(int, setting.split("/"))
+        mine = [r for r in rows if (r["chunker"], r["chunk_size"], r["chunk_overlap"]) == (chunker, size, overlap)]
+        for budget, value, low in zip(budgets, values, intervals[name][0]):
+            if all(r["retrieved_tokens"] <= budget for r in mine):
+                assert value == pytest.approx(np.mean([r["span_recall"] for r in mine])) and np.isfinite(low)
+            else:
+                assert np.isnan(value) and np.isnan(low)
+                missing += 1
+    assert missing, "some budget is under what 5 chunks of some chunking retrieve"
+
+
+def test_a_crowded_tradeoff_chart_shows_the_front_and_the_best_few(warehouse, page):
+    """24 configurations: the Pareto front and the BEST_FEW others of highest F1 in colour and labelled, the
+    rest muted (each point keeps its tooltip)."""
+    html = section(page.read_text(encoding="utf-8"), "tradeoff")
+    summary = warehouse.summary(warehouse.last_completed("rep")["run_id"]).to_pylist()
+    assert len(summary) == 24
+    recall = np.array([r["span_recall_mean"] for r in summary])
+    precision = np.array([r["span_precision_mean"] for r in summary])
+    front = set(pareto_front(recall, precision).tolist())
+    f1 = 2 * recall * precision / (recall + precision)
+    few = [i for i in np.argsort(-f1, kind="stable") if i not in front][:BEST_FEW]
+    featured = front | set(few)
+    assert html.count(f'fill="{MUTED_POINT}"') == 24 - len(featured)
+    for i, r in enumerate(summary):
+        assert f"<title>{escape(label(r))}: recall" in html  # every point's tooltip
+        drawn = re.search(r'<circle [^>]*fill="([^"]*)"[^>]*><title>' + re.escape(escape(label(r))) + ": recall", html)
+        assert (drawn.group(1) != MUTED_POINT) == (i in featured)
+
+
 @pytest.fixture(scope="module")
 def doc_run(tmp_path_factory):
     """A run over document gold (a BEIR folder, bm25, k 2 and 4) recorded with its retrieved lists, texts and
@@ -217,6 +308,9 @@ def test_the_drilldown_under_document_gold(doc_run, tmp_path, monkeypatch, capsy
     assert main(["report", "--experiment", "docs", "--html", str(out), "--config", "k=2"]) == 0
     html, _ = out.read_text(encoding="utf-8"), capsys.readouterr()
     assert 'href="#failures"' in html and "Failure analysis at none bm25 fixed_token 12/0 k=2" in html
+    # the overview's headline metrics are document gold's; no span metric has a column, panel or section
+    assert re.findall(r"<tr><td>(\w+)</td>", section(html, "overview")) == ["doc_ndcg_at_k", "doc_recall_at_k", "mrr"]
+    assert "span_recall" not in html and "span_iou" not in html and '<section id="budget">' not in html
     gold = html[html.index('<section id="gold">') :]  # the gold set: its qrels counted, and its findings
     gold, grades = gold[: gold.index("</section>")], [g for judged in qrels.values() for g in judged.values()]
     counts = [len(qrels), len(grades), sum(g > 0 for g in grades)]
@@ -236,32 +330,28 @@ def test_the_drilldown_under_document_gold(doc_run, tmp_path, monkeypatch, capsy
         assert [float(v) for v in re.findall(r'data-v="([^"]*)"', cells)] == [per_query[qid][m] for m in header[2:]]
     ndcg = [per_query[q]["doc_ndcg_at_k"] for q, _, _ in rows]
     assert ndcg == sorted(ndcg)
+    data = questions_data(html)
+    assert data["documents"] and data["k"] == 2
     relevant_shown = 0
     for qid, anchor, _ in rows:
-        view = html[html.index(f'<details id="{anchor}"') :]
-        view = view[: view.index("</details>")]
-        judged = re.findall(r"<li><code>([^<]*)</code> (?:<mark>relevant \(grade (\d+)\)</mark>|grade (\d+))<div", view)
-        assert [(d, int(a or b), bool(a)) for d, a, b in judged] == [
-            (d, g, g > 0) for d, g in sorted(qrels[qid].items(), key=lambda x: (-x[1], x[0]))
-        ]
+        judged, items = data["questions"][int(anchor[2:])]
+        assert f'<details id="{anchor}" data-q="{anchor[2:]}"><summary>{qid}:' in html
+        assert [tuple(d) for d in judged] == sorted(qrels[qid].items(), key=lambda x: (-x[1], x[0]))
         if qid not in (rows[0][0], rows[-1][0], "q0"):  # inspected: the worst, the best, the one of the script
             continue
         assert main(["inspect", "--run", run_id, "--query", qid, "--config", "k=2", "--json"]) == 0
         (config,) = json.loads(capsys.readouterr().out)["configs"]
-        items = re.findall(
-            r"<li><b>#(\d+)</b> <code>([^<]*)</code> score ([\d.]+), document <code>([^<]*)</code>, "
-            r"(?:relevant \(grade \d+\)|not relevant)<div class=chunk>(.*?)</div></li>",
-            view,
-            re.S,
-        )
-        assert [(int(r), c, s, d) for r, c, s, d, _ in items] == [
-            (i["rank"], i["chunk_id"], f"{i['score']:.3f}", i["doc_id"]) for i in config["retrieved"]
+        assert [(r, c, s, e, f"{score:.3f}", rel) for r, c, s, e, score, rel, *_ in items] == [
+            (i["rank"], i["doc_id"], i["start"], i["end"], f"{i['score']:.3f}", i["relevant"])
+            for i in config["retrieved"]
         ]
-        for (*_, text), item in zip(items, config["retrieved"]):
-            assert text == (f"<mark>{escape(item['text'])}</mark>" if item["relevant"] else escape(item["text"]))
+        for (_, doc, start, end, *_, marks, _), item in zip(items, config["retrieved"]):
+            assert shown_text(data, doc, start, end) == item["text"]  # the text the view draws
+            assert marks == ([[start, end]] if item["relevant"] else [])  # a relevant document's chunk whole
             relevant_shown += item["relevant"]
     assert relevant_shown, "the best question finds a relevant document at k = 2"
-    assert "&lt;script&gt;alert(&#x27;doc&#x27;)&lt;/script&gt; &amp; co" in html
+    assert "<script>alert" not in html  # the title is data: escaped in the summary, a JSON escape in the blob
+    assert "\\u003cscript\\u003ealert('doc')\\u003c/script\\u003e \\u0026 co" in html
     assert_offline(html)
 
 
@@ -290,8 +380,8 @@ def test_the_page_in_headless_chromium(page, tmp_path):
     assert "&lt;script&gt;document.title='pwned'&lt;/script&gt;" in dom.stdout  # it is shown as text
 
 
-SECTIONS = ("summary", "grid", "tradeoff", "distributions", "gold", "failures", "budget", "trend")
-CHARTED = ("tradeoff", "distributions", "gold", "budget", "trend")  # sections whose SVG charts must show
+SECTIONS = ("overview", "summary", "grid", "tradeoff", "distributions", "gold", "failures", "budget", "trend")
+CHARTED = ("overview", "tradeoff", "distributions", "gold", "budget", "trend")  # sections whose SVG charts must show
 
 
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
@@ -316,3 +406,54 @@ def test_every_section_renders_in_chromium_with_its_charts(page, tmp_path):
         if section in CHARTED:
             colour = pixels.max(axis=2) - pixels.min(axis=2)  # saturation: ink and grey frames have none
             assert (colour > 0.25).sum() > 200, f"the charts of section {section} are empty"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
+def test_the_first_screen_and_the_charts_in_chromium(page, tmp_path):
+    """Measured in Chromium at 1400 × 900: the overview (verdict, headline bests, the trend, the worst questions)
+    ends within the first screen; no text of any chart overlaps another or a legend swatch; the page as first
+    shown is under 8,000 px."""
+    boxes = measure(page, tmp_path)
+    assert boxes["sections"]["overview"][3] <= 900 and boxes["height"] < 8000
+    assert min(top for _, top, *_ in boxes["sections"].values()) == boxes["sections"]["overview"][1]
+    assert len(boxes["charts"]) == 6
+    for chart in boxes["charts"]:
+        assert chart["texts"] and not collisions(chart), (chart["title"], collisions(chart))
+    assert any(chart["swatches"] for chart in boxes["charts"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
+def test_the_report_of_three_corpora_of_the_shared_set(chroma, tmp_path, embedder_factory):
+    """276 questions over chatlogs, state_of_the_union and wikitexts: the page is one file under 1 MB, and
+    under 8,000 px tall as first shown (its 276 drill-downs folded, drawn when opened); a link to a question
+    opens it, drawn by the page's own script under the page's CSP."""
+    wh = Warehouse(tmp_path / "warehouse")
+    exp = Experiment.from_dict(
+        {
+            "name": "shared",
+            "corpus_dir": str(chroma / "corpora"),
+            "questions": str(chroma / "questions_df.csv"),
+            "corpus": ["chatlogs", "state_of_the_union", "wikitexts"],
+            "chunk_sizes": [200],
+            "overlaps": [0],
+            "k": [1, 5, 10],
+        }
+    )
+    from test_inspect_diff import record
+
+    record(wh, exp, embedder_factory())
+    path = tmp_path / "shared.html"
+    path.write_text(build_report(wh, "shared"), encoding="utf-8")
+    html = path.read_text(encoding="utf-8")
+    assert len(questions_data(html)["questions"]) == 276
+    assert path.stat().st_size < 1_000_000
+    boxes = measure(path, tmp_path)
+    assert boxes["height"] < 8000 and boxes["sections"]["overview"][3] <= 900
+    # the page as written, its CSP included: the fragment opens question q-0, which the script draws
+    dom = chromium("--dump-dom", path.as_uri() + "#q-0").stdout
+    view = dom[dom.index('<details id="q-0"') :]
+    view = view[: view.index("</details>")]
+    assert 'open=""' in view and "References (" in view and "Retrieved at k = " in view and "<mark>" in view
+    assert dom.count('data-drawn="1"') == 1  # the other questions wait until opened

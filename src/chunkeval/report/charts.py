@@ -46,6 +46,21 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.asarray(front[::-1], dtype=np.int64)
 
 
+CROWDED = 20  # configurations beyond which a chart shows the front and the best few, the rest muted
+BEST_FEW = 5
+MUTED_POINT = "#c9d0d8"
+
+
+def featured(recall: np.ndarray, precision: np.ndarray, front: np.ndarray, most: int = CROWDED) -> np.ndarray:
+    """The points a trade-off chart draws in colour: all of them up to `most`; beyond, those of the Pareto
+    `front` and the `BEST_FEW` others of highest F1 of the two means (the rest are muted)."""
+    if len(recall) <= most:
+        return np.arange(len(recall))
+    f1 = np.where(recall + precision > 0, 2 * recall * precision / np.maximum(recall + precision, 1e-300), 0.0)
+    others = [i for i in np.argsort(-f1, kind="stable") if i not in set(front.tolist())]
+    return np.asarray(sorted({*front.tolist(), *others[:BEST_FEW]}), dtype=np.int64)
+
+
 def tradeoff(
     labels: list[str],
     recall: np.ndarray,
@@ -62,26 +77,36 @@ def tradeoff(
     ys = np.concatenate([precision, *(precision_ci or ())])
     ax = Axes(70, 20, 560, 390, padded(xs), padded(ys))
     ax.frame(svg, "span recall (macro mean)", "span precision (macro mean)")
+    front = pareto_front(recall, precision)
+    shown = featured(recall, precision, front)
     if recall_ci is not None and precision_ci is not None:
         px, py = ax.px(recall), ax.py(precision)
         for x, y, x0, x1, y0, y1 in zip(
-            px, py, ax.px(recall_ci[0]), ax.px(recall_ci[1]), ax.py(precision_ci[0]), ax.py(precision_ci[1])
-        ):
+            px[shown], py[shown], *(a[shown] for a in (ax.px(recall_ci[0]), ax.px(recall_ci[1]))),
+            *(a[shown] for a in (ax.py(precision_ci[0]), ax.py(precision_ci[1]))),
+        ):  # fmt: skip
             svg.add(
                 f'<path class="errorbar" d="M{_f(x0)} {_f(y)}H{_f(x1)}M{_f(x)} {_f(y0)}V{_f(y1)}" stroke="#9aa5b1" stroke-width="0.8"/>'
             )
-    front = pareto_front(recall, precision)
     fx, fy = ax.px(recall[front]), ax.py(precision[front])
     if len(front):
         steps = f"M{_f(fx[0])} {_f(fy[0])}" + "".join(f"H{_f(x)}V{_f(y)}" for x, y in zip(fx[1:], fy[1:]))
         svg.add(f'<path class="pareto" d="{steps}" fill="none" stroke="crimson" stroke-width="1.4"/>')
     lo, hi = (float(tokens.min()), float(tokens.max())) if len(tokens) else (0.0, 1.0)
     colors = viridis((tokens - lo) / (hi - lo) if hi > lo else np.full(len(tokens), 0.5))
-    for name, x, y, r, p, t, c in zip(labels, ax.px(recall), ax.py(precision), recall, precision, tokens, colors):
-        svg.circle(x, y, 4.5, c, "#000", f"{name}: recall {r:.3f}, precision {p:.3f}, {t:.0f} tokens")
-    # (left, right, baseline) of what is written inside the plot: the legend first, then the front's labels
+    points = list(zip(labels, ax.px(recall), ax.py(precision), recall, precision, tokens, colors))
+    featured_set = set(shown.tolist())
+    for i in [i for i in range(len(points)) if i not in featured_set] + shown.tolist():  # the muted ones below
+        name, x, y, r, p, t, c = points[i]
+        tip = f"{name}: recall {r:.3f}, precision {p:.3f}, {t:.0f} tokens"
+        if i in featured_set:
+            svg.circle(x, y, 4.5, c, "#000", tip)
+        else:
+            svg.circle(x, y, 3, MUTED_POINT, "none", tip)
+    # (left, right, baseline) of what is written inside the plot: the legend first, then the featured labels
     placed: list[tuple[float, float, float]] = [(ax.left + ax.width - 95, ax.left + ax.width, ax.top + 10)]
-    for i, x, y in zip(front, fx, fy):  # leftwards near the right edge, never on top of each other
+    named = [i for i in shown if i not in set(front.tolist())] if len(labels) > CROWDED else []  # the best few
+    for i, x, y in zip([*front, *named], [*fx, *ax.px(recall[named])], [*fy, *ax.py(precision[named])]):
         width, left_side = text_width(labels[i], 8), x > ax.left + 0.7 * ax.width
         x0 = x - 5 - width if left_side else x + 5
         y = y - 5
@@ -293,7 +318,8 @@ def budget_curves(
     band from their lowest to their highest recall at each budget."""
     drawn = budget_lines(curves, chosen)
     rest = [n for n in curves if n not in drawn]
-    names = drawn + ([f"{len(rest)} other chunkings (their range)"] if rest else [])
+    names = [n + (" (chosen)" if n == chosen else "") for n in drawn]  # as the legend writes them
+    names += [f"{len(rest)} other chunkings (their range)"] if rest else []
     columns = 3
     entry_width = max((text_width(n, 9) for n in names), default=0) + 30
     rows = math.ceil(len(names) / columns)
@@ -314,28 +340,40 @@ def budget_curves(
     )
     if rest:
         values = np.vstack([np.asarray(curves[n], dtype=np.float64) for n in rest])
-        low, high = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
+        some = np.isfinite(values).any(axis=0)  # a budget where none of them was measured has no band
+        low = np.where(some, np.nanmin(np.where(np.isfinite(values), values, np.inf), axis=0), np.nan)
+        high = np.where(some, np.nanmax(np.where(np.isfinite(values), values, -np.inf), axis=0), np.nan)
         px = ax.px(np.asarray(budgets, dtype=np.float64))
         svg.add(
             f'<g class="others"><title>{len(rest)} other chunkings: span recall from '
-            + escape(", ".join(f"{a:.2f}–{b:.2f}" for a, b in zip(low, high)))
+            + escape(", ".join(f"{a:.2f}–{b:.2f}" if s else "–" for a, b, s in zip(low, high, some)))
             + " at the budgets</title>"
         )
-        svg.polygon(np.concatenate([px, px[::-1]]), np.concatenate([ax.py(high), ax.py(low)[::-1]]), OTHERS, 0.35)
+        for run in segments(some):
+            svg.polygon(
+                np.concatenate([px[run], px[run][::-1]]),
+                np.concatenate([ax.py(high[run]), ax.py(low[run])[::-1]]),
+                OTHERS,
+                0.35,
+            )
         svg.add("</g>")
     colors = {n: CYCLE[k % len(CYCLE)] for k, n in enumerate(drawn)}
     for name in drawn:
         if intervals and name in intervals:
             band(svg, ax, budgets, *intervals[name], colors[name])
         series_line(svg, ax, budgets, curves[name], colors[name], name, dots=True, what="budget ")
-    entries = [(n + (" (chosen)" if n == chosen else ""), colors[n], "line") for n in drawn]
+    entries = [(shown, colors[n], "line") for n, shown in zip(drawn, names)]
     if rest:
         entries.append((names[-1], OTHERS, "box"))
     legend(svg, 70, 20 + 300 + 58, entries, columns, entry_width)
     return svg.render()
 
 
-def trend_lines(series: dict[str, dict[str, tuple[list, list, list]]], marks: dict[int, str] | None = None) -> str:
+def trend_lines(
+    series: dict[str, dict[str, tuple[list, list, list]]],
+    marks: dict[int, str] | None = None,
+    title: str = "Trend of the chosen configurations over the completed runs",
+) -> str:
     """Small multiples: per metric, a line per configuration over the runs with its 95 % bootstrap band;
     regressions as red crosses. `series[metric][config] = (x positions, values, regressed flags, lows, highs)`.
     `marks`: x position → what changed at that run (a gold set changed), a dashed grey line in every panel."""
@@ -351,7 +389,7 @@ def trend_lines(series: dict[str, dict[str, tuple[list, list, list]]], marks: di
     svg = Svg(
         max(left + cols * (panel_w + gap_x), legend_cols * entry_width + left),
         legend_top + math.ceil(len(configs) / legend_cols) * 14.4 + 10,
-        "Trend of the chosen configurations over the completed runs",
+        title,
     )
     for j, metric in enumerate(metrics):
         r, c = divmod(j, cols)

@@ -1,13 +1,14 @@
 """The report's drill-down into the chosen configuration's questions: a sortable per-query table whose rows
-link to each question's view, worst first by the run's default metric (`report.diff.default_metric`), the
-worst questions open. Under span gold a view holds the question's references in context and the chunks
+link to each question's view, worst first by the run's default metric (`report.diff.default_metric`), all
+folded, each drawn by the page's script when opened from one embedded JSON blob. Under span gold a view holds the question's references in context and the chunks
 retrieved at the configuration's k with the characters they share with a reference highlighted; under
 document gold (qrels) its judged documents (id, grade, the first characters of the text the run kept) and
 the chunks retrieved at k with their document and grade, a chunk of a relevant document highlighted whole
-(the qrels judge documents, not spans). Every text is escaped; the page stays one offline file."""
+(the qrels judge documents, not spans). Every text is escaped or a DOM text node; the page stays one offline file."""
 
 from __future__ import annotations
 
+import json
 from html import escape
 
 import pyarrow as pa
@@ -18,68 +19,72 @@ from chunkeval.report.inspect import (
     CONTEXT,
     _Texts,
     doc_judgements,
-    item_html,
+    overlaps,
     references_by_query,
-    retrieved_items,
 )
 from chunkeval.report.sections import _num, _table
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS
 
-OPEN = 5  # the worst questions shown open
+OPEN = 5  # the worst questions the overview links to
 COLUMNS = ("span_recall", "span_precision", "span_iou", "mrr")
 DOC_COLUMNS = ("doc_ndcg_at_k", "doc_recall_at_k", "doc_mrr", "doc_precision_at_k")
 PREVIEW = 120  # characters of a judged document's text shown (its title comes first: BEIR's title + " " + text)
 
 
-def _reference_html(ref: dict, texts: _Texts) -> str:
-    start = max(0, ref["start"] - CONTEXT)
-    before, inside = texts(ref["corpus_id"], start, ref["start"]), texts(ref["corpus_id"], ref["start"], ref["end"])
-    after = texts(ref["corpus_id"], ref["end"], ref["end"] + CONTEXT)
-    if inside is None:
-        return (
-            f"<li><code>{escape(ref['corpus_id'])}</code> [{ref['start']}, {ref['end']}): <em>text not kept</em></li>"
-        )
-    return (
-        f"<li><code>{escape(ref['corpus_id'])}</code> [{ref['start']}, {ref['end']}): <div class=chunk>…{escape(before)}"
-        f"<mark>{escape(inside)}</mark>{escape(after)}…</div></li>"
-    )
+def _needed(ranges: dict[str, list[tuple[int, int]]], texts: _Texts) -> dict[str, list[list]]:
+    """The corpus text the views show, each character once: per corpus (or document) the merged ranges as
+    `[start, text]` (a range cut short where its text ends; none where the run kept no text)."""
+    pieces: dict[str, list[list]] = {}
+    for corpus_id, spans in ranges.items():
+        merged: list[list[int]] = []
+        for s, e in sorted(spans):
+            if merged and s <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        for s, e in merged:
+            text = texts(corpus_id, s, e)
+            if text is not None:
+                pieces.setdefault(corpus_id, []).append([s, text])
+    return pieces
 
 
-def _spans_view(refs: list[dict], items: list[dict], texts: _Texts, k: int) -> str:
-    return (
-        f"<p>References ({len(refs)}), with {CONTEXT} characters of context:</p>"
-        f"<ul>{''.join(_reference_html(ref, texts) for ref in refs)}</ul>"
-        f"<p>Retrieved at k = {k}:</p><ol class=items>{''.join(item_html(it) for it in items)}</ol>"
-    )
+def embedded(data: dict) -> str:
+    """`data` as JSON in a `<script type="application/json">` (never run: the CSP need not allow it), with
+    `<`, `>` and `&` written as JSON escapes so that no text in it can close the element."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return f'<script type="application/json" id="questions-data">{text}</script>'
 
 
-def _document_html(doc: dict, texts: _Texts) -> str:
-    """One judged document: its id and grade, relevant ones marked, and the first characters of its text."""
-    text = texts(doc["doc_id"], 0, PREVIEW + 1)
-    shown = "<em>text not kept</em>" if text is None else escape(text[:PREVIEW]) + ("…" if len(text) > PREVIEW else "")
-    verdict = f"<mark>relevant (grade {doc['grade']:g})</mark>" if doc["grade"] > 0 else f"grade {doc['grade']:g}"
-    return f"<li><code>{escape(doc['doc_id'])}</code> {verdict}<div class=chunk>{shown}</div></li>"
+def drilldown(wh, run_id: str, chosen: dict, per_query: pa.Table) -> tuple[str, list[dict]]:
+    """The drill-down of the chosen configuration (an HTML fragment for the failure analysis), and its
+    worst questions first `{anchor, query_id, question, value, metric}` (the overview links to them).
 
-
-def _documents_view(judged: list[dict], items: list[dict], texts: _Texts, k: int) -> str:
-    relevant = sum(d["grade"] > 0 for d in judged)
-    whole = [{**it, "overlaps": [[it["start"], it["end"]]] if it["relevant"] else []} for it in items]
-    return (
-        f"<p>Judged documents ({len(judged)}, {relevant} relevant), with their first {PREVIEW} characters:</p>"
-        f"<ul>{''.join(_document_html(d, texts) for d in judged)}</ul>"
-        f"<p>Retrieved at k = {k}, the chunks of relevant documents highlighted whole (the qrels judge documents):</p>"
-        f"<ol class=items>{''.join(item_html(it) for it in whole)}</ol>"
-    )
-
-
-def drilldown(wh, run_id: str, chosen: dict, per_query: pa.Table) -> str:
-    """The drill-down of the chosen configuration (an HTML fragment for the failure analysis)."""
+    The fragment holds the sortable table and one closed `<details>` per question, inside one closed
+    `<details>`; what a question's view shows is one JSON blob (`embedded`: its references or judged
+    documents, its retrieved chunks as offsets, and the corpus text they need, each character once), drawn
+    by the page's script when the question is opened (`report.html.SCRIPT`, with DOM text nodes: nothing in
+    the data is ever parsed as HTML)."""
     title = "<h3>Every question: what was retrieved</h3>"
+    rows = [r for r in per_query.to_pylist() if all(r[k] == chosen[k] for k in CONFIG_KEYS if k in r)]
+    metric = default_metric(wh, run_id)
+    order = sorted(rows, key=lambda r: (r.get(metric) or 0, r["query_id"]))
     try:
         retrieved = wh.retrieved(run_id)
-    except InputError as exc:
-        return f"{title}<p>{escape(exc.message)}</p>"
-    rows = [r for r in per_query.to_pylist() if all(r[k] == chosen[k] for k in CONFIG_KEYS if k in r)]
+    except InputError as exc:  # recorded without its retrieved lists: the worst questions, with nothing to open
+        questions = {r["query_id"]: r["question"] for r in wh.references(run_id).to_pylist()}
+        worst = [
+            {
+                "anchor": None,
+                "query_id": r["query_id"],
+                "question": questions.get(r["query_id"]) or "",
+                "value": r.get(metric),
+                "metric": metric,
+            }
+            for r in order[:OPEN]
+        ]
+        return f"{title}<p>{escape(exc.message)}</p>", worst
     group = tuple(chosen[k] for k in CHUNKING_KEYS)
     lists: dict[str, list[dict]] = {}
     for r in retrieved.to_pylist():
@@ -88,25 +93,62 @@ def drilldown(wh, run_id: str, chosen: dict, per_query: pa.Table) -> str:
     judged = doc_judgements(wh, run_id)
     documents = judged is not None
     questions, refs = judged if documents else references_by_query(wh, run_id)
-    texts = _Texts(wh, run_id)
-    metric = default_metric(wh, run_id)
     named = metric.replace("_", " ")
     metrics = [m for m in (DOC_COLUMNS if documents else COLUMNS) if m in per_query.column_names]
-    view = _documents_view if documents else _spans_view
-    order = sorted(rows, key=lambda r: (r.get(metric) or 0, r["query_id"]))
-    table, views = [], []
+    table, views, data, ranges, worst = [], [], [], {}, []
     for i, r in enumerate(order):
         qid = r["query_id"]
         table.append(
             [(f'<a href="#q-{i}">{escape(qid)}</a>', qid), escape(r["corpus_id"])]
             + [(_num(r[m]), r[m] if r[m] is not None else "") for m in metrics]
         )
-        items = retrieved_items(lists.get(qid, []), refs.get(qid, []), texts, documents)
-        summary = f"{escape(qid)}: {escape(questions.get(qid) or '')} ({named} {_num(r.get(metric))})"
+        question = questions.get(qid) or ""
         views.append(
-            f'<details id="q-{i}"{" open" if i < OPEN else ""}><summary>{summary}</summary>'
-            f"{view(refs.get(qid, []), items, texts, chosen['k'])}</details>"
+            f'<details id="q-{i}" data-q="{i}"><summary>{escape(qid)}: {escape(question)} '
+            f"({named} {_num(r.get(metric))})</summary></details>"
         )
+        mine = refs.get(qid, [])
+        if documents:
+            shown = [[d["doc_id"], d["grade"]] for d in mine]
+            for d in mine:
+                ranges.setdefault(d["doc_id"], []).append((0, PREVIEW + 1))
+        else:
+            shown = [[ref["corpus_id"], ref["start"], ref["end"]] for ref in mine]
+            for ref in mine:
+                ranges.setdefault(ref["corpus_id"], []).append((max(0, ref["start"] - CONTEXT), ref["end"] + CONTEXT))
+        items = []
+        for it in sorted(lists.get(qid, []), key=lambda x: x["rank"]):
+            ranges.setdefault(it["corpus_id"], []).append((it["start"], it["end"]))
+            marks = [[it["start"], it["end"]]] if it["relevant"] else []
+            if not documents:
+                marks = overlaps(it["corpus_id"], it["start"], it["end"], mine)
+            pages = [it["first_page"], it["last_page"]] if it.get("first_page") is not None else None
+            items.append(
+                [
+                    it["rank"],
+                    it["corpus_id"],
+                    it["start"],
+                    it["end"],
+                    it["score"],
+                    bool(it["relevant"]),
+                    it["grade"],
+                    marks,
+                    pages,
+                ]
+            )
+        data.append([shown, items])
+        if i < OPEN:
+            worst.append(
+                {"anchor": f"q-{i}", "query_id": qid, "question": question, "value": r.get(metric), "metric": metric}
+            )
+    blob = {
+        "k": chosen["k"],
+        "documents": documents,
+        "context": CONTEXT,
+        "preview": PREVIEW,
+        "questions": data,
+        "texts": _needed(ranges, _Texts(wh, run_id)),
+    }
     header = ["query", "corpus", *metrics]
     shown = (
         "its judged documents and the chunks retrieved for it, those of relevant documents highlighted"
@@ -114,7 +156,7 @@ def drilldown(wh, run_id: str, chosen: dict, per_query: pa.Table) -> str:
         else "its references in context and the chunks retrieved for it, the characters they share highlighted"
     )
     return (
-        f"{title}<p>The questions of this configuration, worst {named} first (the first {OPEN} open). "
-        f"Click a column to sort, a question to see {shown}.</p>"
-        f'<div class="scroll">{_table(header, table, "sortable")}</div>{"".join(views)}'
-    )
+        f'{title}<details id="questions"><summary>All {len(order)} questions of this configuration, worst {named} '
+        f"first</summary><p>Click a column to sort, a question to see {shown}.</p>"
+        f'<div class="scroll">{_table(header, table, "sortable")}</div>{"".join(views)}{embedded(blob)}</details>'
+    ), worst

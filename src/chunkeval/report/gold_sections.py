@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval.report import charts
-from chunkeval.report.sections import _num, _table, label
+from chunkeval.report.sections import _folded, _num, _table, label
 from chunkeval.vocabulary import CONFIG_KEYS
 
 NO_REFERENCES = (
@@ -221,9 +221,17 @@ def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table, drilldow
         for r in mine
         if r["straddles"]
     ]
-    zero_html = _table(["query", "corpus", "question"], zero) if zero else "<p>No question has zero recall here.</p>"
+    zero_html = (
+        _folded(len(zero), f"{len(zero)} questions", _table(["query", "corpus", "question"], zero))
+        if zero
+        else "<p>No question has zero recall here.</p>"
+    )
     straddle_html = (
-        _table(["query", "corpus", "question", "reference offsets", "tokens", "span recall"], straddling)
+        _folded(
+            len(straddling),
+            f"{len(straddling)} references",
+            _table(["query", "corpus", "question", "reference offsets", "tokens", "span recall"], straddling),
+        )
         if straddling
         else "<p>No reference straddles a chunk boundary.</p>"
         if refs.num_rows

@@ -71,6 +71,16 @@ def _table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
     return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+def _scroll(html: str) -> str:
+    return f'<div class="scroll">{html}</div>'
+
+
+def _folded(n: int, what: str, html: str, most: int = charts.CROWDED) -> str:
+    """`html` as it is, or folded under `what` where it holds more than `most` rows: the page as first
+    shown stays short, and a click opens it."""
+    return html if n <= most else f"<details><summary>{escape(what)}</summary>{html}</details>"
+
+
 def best_rows(summary: list[dict]) -> dict[str, dict]:
     """The configuration with the highest macro mean of each metric (first in grid order on ties)."""
     best = {}
@@ -85,7 +95,9 @@ def budget_table(
     per_query: pa.Table, budgets: list[int]
 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
     """For each chunking, the mean over queries of the best span recall among its k whose retrieved
-    tokens fit the budget (0 where none fits), and the 95 % bootstrap interval of each mean."""
+    tokens fit the budget, and the 95 % bootstrap interval of each mean. A query that no evaluated k fits
+    counts 0 only where k = 1 was evaluated (then nothing fits: its first chunk alone is over the budget);
+    else the point was not measured (a smaller k might fit) and is NaN, left out of the chart."""
     from chunkeval.stats import bootstrap_ci_groups
 
     con = duckdb.connect()
@@ -93,9 +105,11 @@ def budget_table(
     con.register("b", pa.table({"budget": budgets}))
     keys = ", ".join(CONFIG_KEYS[:-1])
     best = con.sql(f"""
-        SELECT {keys}, budget, dense_rank() OVER (ORDER BY {keys}, budget) - 1 AS point, best FROM (
+        SELECT {keys}, budget, dense_rank() OVER (ORDER BY {keys}, budget) - 1 AS point, best,
+               bool_and(measured) OVER (PARTITION BY {keys}, budget) AS measured FROM (
             SELECT {keys}, query_id, budget,
-                   coalesce(max(span_recall) FILTER (WHERE retrieved_tokens <= budget), 0) AS best
+                   coalesce(max(span_recall) FILTER (WHERE retrieved_tokens <= budget), 0) AS best,
+                   count(*) FILTER (WHERE retrieved_tokens <= budget) > 0 OR min(k) = 1 AS measured
             FROM q, b GROUP BY ALL)
         ORDER BY point, query_id""").to_arrow_table()
     point = numbers(best["point"]).astype(np.int64)
@@ -106,6 +120,8 @@ def budget_table(
     )
     low, high = bootstrap_ci_groups(values, point, n_groups=n_points) if n_points else (means, means)
     first = np.unique(point, return_index=True)[1]
+    unmeasured = ~np.asarray(best["measured"].to_pylist(), dtype=bool)[first]
+    means, low, high = (np.where(unmeasured, np.nan, a) for a in (means, low, high))
     configs = best.select(CONFIG_KEYS[:-1]).take(pa.array(first)).to_pylist()
     curves: dict[str, list[int]] = {}
     for p, config in enumerate(configs):
@@ -218,6 +234,7 @@ def section_grid(
     power = power or {}
     approximate = any(approximate_index(r.get("index")) for r in summary)
     metrics = [m for m in METRICS if m not in INDEX_METRICS or approximate]  # else every value is 1 or –
+    metrics = [m for m in metrics if m in best]  # a metric no configuration measured (the other gold's) is no column
     shown = shown_keys(summary)  # reranker and candidates where a row reranks
     header = [escape(k) for k in shown] + [escape(m) for m in metrics] + ["truncated chunks"]
     rows = []
@@ -241,7 +258,8 @@ def section_grid(
     return (
         f'<section id="grid"><h2>2. Results of the whole grid</h2><p>Macro mean ± sample standard deviation over queries, '
         f"and the 95 % bootstrap interval of the mean. ★ marks the best value of each metric, ≈ a configuration tied with it "
-        f'(not significantly worse: paired randomisation test, Holm over the metric\'s comparisons, α = 0.05). Click a column to sort.</p><div class="scroll">{_table(header, rows, "sortable")}</div>'
+        f"(not significantly worse: paired randomisation test, Holm over the metric's comparisons, α = 0.05). Click a column to sort.</p>"
+        f"{_folded(len(rows), f'All {len(rows)} configurations', _scroll(_table(header, rows, 'sortable')))}"
         f"{_power_note(power, watched)}</section>"
     )
 
@@ -315,24 +333,69 @@ def section_budget(per_query: pa.Table, chosen: dict | None = None) -> str:
 TREND_RUNS = 365  # completed runs the trend section draws: a year of nightly runs
 
 
-def regression_check(wh: Warehouse, experiment: str, threshold: float, alpha: float = 0.05) -> tuple[list[dict], str]:
-    """The regressions of the experiment's newest run (its slices' too): the one verdict
-    (`chunkeval.analysis.regression.verdict`) over the watched metrics, as the `trend-report` flow and
-    `trend --fail-on-regression` give it; and why there is none, if so (nothing comparable among them). A damaged
-    results file is a fault, raised."""
-    from chunkeval.analysis.regression import NOTHING_COMPARABLE, verdict_line
-
+def the_verdict(wh: Warehouse, experiment: str, threshold: float, alpha: float = 0.05) -> tuple[dict | None, str]:
+    """The one verdict (`chunkeval.analysis.regression.verdict`) of the experiment's newest run (its slices'
+    too) over the watched metrics, as the `trend-report` flow and `trend --fail-on-regression` give it (None
+    while there is no run to compare with), or why there is none (HTML). A damaged results file is a fault,
+    raised."""
     try:
-        found = wh.verdict(experiment, list(REGRESSION_METRICS), threshold, alpha=alpha)
+        return wh.verdict(experiment, list(REGRESSION_METRICS), threshold, alpha=alpha), ""
     except Fault:
         raise
     except InputError as exc:  # a pinned baseline scored with another duplicates setting
-        return [], f"<p>No regression check: {escape(str(exc))}.</p>"
+        return None, f"<p>No regression check: {escape(str(exc))}.</p>"
+
+
+def regression_check(
+    wh: Warehouse, experiment: str, threshold: float, alpha: float = 0.05, found: tuple[dict | None, str] | None = None
+) -> tuple[list[dict], str]:
+    """The regressions of the experiment's newest run (`the_verdict`, or its answer `found`), and why there is
+    none, if so (nothing comparable among them)."""
+    from chunkeval.analysis.regression import NOTHING_COMPARABLE, verdict_line
+
+    found, problem = found if found is not None else the_verdict(wh, experiment, threshold, alpha)
     if found is None:
-        return [], ""
+        return [], problem
     if found["verdict"] == NOTHING_COMPARABLE:
         return [], f"<p><strong>{escape(verdict_line(found))}</strong></p>"
     return found["regressions"], ""
+
+
+def trend_series(
+    wh: Warehouse, experiment: str, configs: list[dict], metrics, falls: list[dict]
+) -> tuple[dict, dict[int, str], list[tuple], dict[str, str]]:
+    """What `charts.trend_lines` draws of `configs` over the experiment's completed runs: per metric measured
+    (a metric no run of them measured, such as doc_ndcg_at_k under span gold, has no panel), a line per
+    configuration with the regressions of `falls` marked; the marks of the runs whose gold set changed; the
+    runs `(started_at, run_id)` by position; and what changed at each run."""
+    fell = {(f["metric"], label(f)) for f in falls if not f.get("slice")}  # the lines drawn are of the whole gold set
+    newest = falls[0]["run_id"] if falls else None
+    rows = wh.history(experiment, list(REGRESSION_METRICS), configs, TREND_RUNS)
+    runs = list(dict.fromkeys((r["started_at"], r["run_id"]) for r in rows))
+    position = {run_id: i + 1 for i, (_, run_id) in enumerate(runs)}
+    by_config: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by_config.setdefault(tuple(r[k] for k in CONFIG_KEYS), []).append(r)
+    series: dict[str, dict] = {}
+    searched = any(approximate_index(c.get("index")) for c in configs)
+    for metric in metrics:
+        if metric in INDEX_METRICS and not searched:
+            continue  # 1 for exact search, absent for bm25: no line worth drawing
+        if not any(r[f"{metric}_mean"] is not None for r in rows):
+            continue  # never measured (the other kind of gold): no empty panel
+        for c in configs:
+            mine = by_config.get(tuple(c[k] for k in CONFIG_KEYS), [])
+            bad = [r["run_id"] == newest and (metric, label(c)) in fell for r in mine]
+            series.setdefault(metric, {})[label(c)] = (
+                [position[r["run_id"]] for r in mine],
+                [r[f"{metric}_mean"] for r in mine],
+                bad,
+                [r[f"{metric}_ci_low"] for r in mine],
+                [r[f"{metric}_ci_high"] for r in mine],
+            )
+    changed = wh.gold_changes(experiment)
+    marks = {position[run_id]: what for run_id, what in changed.items() if run_id in position}
+    return series, marks, runs, changed
 
 
 def section_trend(
@@ -346,31 +409,8 @@ def section_trend(
     """The trend of the chosen configurations, and the regressions of `checked` (`regression_check`'s
     answer; asked here when not given)."""
     falls, problem = checked if checked is not None else regression_check(wh, experiment, threshold, alpha)
-    fell = {(f["metric"], label(f)) for f in falls if not f.get("slice")}  # the lines drawn are of the whole gold set
+    series, marks, runs, changed = trend_series(wh, experiment, configs, REGRESSION_METRICS, falls)
     newest = falls[0]["run_id"] if falls else None
-    rows = wh.history(experiment, list(REGRESSION_METRICS), configs, TREND_RUNS)
-    runs = list(dict.fromkeys((r["started_at"], r["run_id"]) for r in rows))
-    position = {run_id: i + 1 for i, (_, run_id) in enumerate(runs)}
-    by_config: dict[tuple, list[dict]] = {}
-    for r in rows:
-        by_config.setdefault(tuple(r[k] for k in CONFIG_KEYS), []).append(r)
-    series: dict[str, dict] = {}
-    searched = any(approximate_index(c.get("index")) for c in configs)
-    for metric in REGRESSION_METRICS:
-        if metric in INDEX_METRICS and not searched:
-            continue  # 1 for exact search, absent for bm25: no line worth drawing
-        for c in configs:
-            mine = by_config.get(tuple(c[k] for k in CONFIG_KEYS), [])
-            bad = [r["run_id"] == newest and (metric, label(c)) in fell for r in mine]
-            series.setdefault(metric, {})[label(c)] = (
-                [position[r["run_id"]] for r in mine],
-                [r[f"{metric}_mean"] for r in mine],
-                bad,
-                [r[f"{metric}_ci_low"] for r in mine],
-                [r[f"{metric}_ci_high"] for r in mine],
-            )
-    changed = wh.gold_changes(experiment)
-    marks = {position[run_id]: what for run_id, what in changed.items() if run_id in position}
     flagged = [
         [
             escape(f["metric"]),

@@ -27,8 +27,24 @@ def _f(v: float) -> str:
     return f"{v:.1f}"
 
 
+# advances in ems, at least those of DejaVu Sans (the widest of the usual system-ui fonts), so that a label laid out
+# by this estimate never runs into what is placed after it (a legend's next swatch) in whatever font the reader has
+NARROW, WIDE, CAPITAL, OTHER = 0.34, 0.98, 0.78, 0.64
+_NARROW = frozenset(" .,:;'!|ijlft()[]/-`\"")
+_WIDE = frozenset("mwMW@%")
+
+
+def _advance(c: str) -> float:
+    if c in _NARROW:
+        return NARROW
+    if c in _WIDE:
+        return WIDE
+    return CAPITAL if c.isupper() else OTHER
+
+
 def text_width(s: str, size: float) -> float:
-    return max((len(line) for line in s.split("\n")), default=0) * size * CHAR_WIDTH
+    """An upper estimate of the width of `s` (its longest line) at font size `size`, in the font's units."""
+    return max((sum(map(_advance, line)) for line in s.split("\n")), default=0.0) * size
 
 
 def nice_ticks(lo: float, hi: float, n: int = 5, integer: bool = False) -> np.ndarray:
@@ -201,6 +217,9 @@ def legend(
     """Swatches with labels in rows of `columns`; entries are (label, colour, kind: line | box). Returns its height."""
     column_width = column_width or (max((text_width(t, size) for t, _, _ in entries), default=0) + 30)
     row = size * 1.6
+    if not entries:
+        return 0.0
+    svg.add('<g class="legend">')
     for i, (name, color, kind) in enumerate(entries):
         x, y = left + (i % columns) * column_width, top + (i // columns) * row
         if kind == "box":
@@ -208,4 +227,5 @@ def legend(
         else:
             svg.line(x, y - size * 0.35, x + 16, y - size * 0.35, color, 1.6)
         svg.text(x + 20, y, name, size, "start")
+    svg.add("</g>")
     return math.ceil(len(entries) / columns) * row
