@@ -1855,15 +1855,27 @@ def mounted(tmp_path):
 
 def test_a_read_only_home_and_a_full_tmpdir_are_one_line_naming_the_folder(ws, mounted, capsys):
     """An unwritable HOME is bad configuration (exit 2); a full TMPDIR or PREFECT_HOME is a fault of the machine
-    (exit 1): never the Prefect server's SQLite tracebacks. A 1 MB tmpfs stands for a full disk."""
+    (exit 4): never the Prefect server's SQLite tracebacks. A 1 MB tmpfs stands for a full disk."""
     read_only, small = mounted("ro,size=1M"), mounted("size=1M")
     cases = [
         ({"HOME": read_only, "PREFECT_HOME": None}, 2, f"cannot be made: {read_only} is not writable"),
-        ({"PREFECT_HOME": small}, 1, f"cannot write its database: {small} has 1.0 MB free"),
-        ({"PREFECT_HOME": ws["t"], "TMPDIR": small}, 1, f"{small} has 1.0 MB free (it needs 16 MB); free space, or "),
+        ({"PREFECT_HOME": small}, 4, f"cannot write its database: {small} has 1.0 MB free"),
+        ({"PREFECT_HOME": ws["t"], "TMPDIR": small}, 4, f"{small} has 1.0 MB free (it needs 16 MB); free space, or "),
     ]
     for values, status, message in cases:
         code = call([str(a) for a in run_where(ws, **values)])
         err = capsys.readouterr().err
         assert code == status and err.count("\n") == 1 and message in err and "Traceback" not in err, err
     assert not any(small.iterdir()) and not any(read_only.iterdir())
+
+
+def test_an_unexpected_exception_is_one_line_exit_4_and_its_traceback_goes_to_the_logs(ws, capsys):
+    """A bug (here a plug-in's KeyError that nothing in chunkeval expects) never exits 1, which means "a
+    regression", and prints no traceback: one line saying where the traceback was written, exit 4."""
+    code = call([str(a) for a in sweep(ws["t"], "--retriever", "plugins_for_tests:has_a_bug")])
+    err = capsys.readouterr().err
+    assert code == 4 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "an internal error (KeyError: 'no such key'): please report it; the traceback is in " in err
+    log = Path(err.strip().rsplit(" ", 1)[1])
+    assert log.parent == ws["home"] / "logs" and "in has_a_bug" in log.read_text() and "Traceback" in log.read_text()
+    assert not (ws["t"] / "out.csv").exists()
