@@ -1378,6 +1378,24 @@ CASES.update(
             ),
             "qrels.txt: row 1: grade '-1e308' is beyond ±1,000",
         ),
+        **{  # issue 30 gaps: a run's scores are bounded as grades are (and non-finite ones refused)
+            f"evaluate-run: TREC run score of {score}": (
+                lambda w, score=score: evaluate_run(
+                    w["t"],
+                    write(w["t"] / "qrels.txt", "q1 0 d1 1\n"),
+                    write(w["t"] / "run.txt", f"q1 Q0 d2 1 0.5 r\nq1 Q0 d1 2 {score} r\n"),
+                    "--format",
+                    "trec",
+                ),
+                message,
+            )
+            for score, message in {
+                "1e308": "run.txt: row 2: score '1e308' is beyond ±1e+30 (docs/limits.md)",
+                "-1e31": "run.txt: row 2: score '-1e31' is beyond ±1e+30",
+                "1e400": "run.txt: row 2: score '1e400' is not a finite number",
+                "-inf": "run.txt: row 2: score '-inf' is not a finite number",
+            }.items()
+        },
         "run: an MLflow URI where a proxy answers HTML": (
             lambda w: ["run", "--mlflow", bad_server("html")],
             "answered GET mlflow/experiments/search?max_results=1 with text/html that is not JSON",
