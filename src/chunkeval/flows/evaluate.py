@@ -24,6 +24,7 @@ from chunkeval.engine.doc_metrics import write_doc_runs
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.fingerprints import input_fingerprints
 from chunkeval.engine.metrics import METRICS
+from chunkeval.engine.notes import clamped_k_note
 from chunkeval.engine.retrieved import kept_qrels
 from chunkeval.engine.runners import TaskRunner
 from chunkeval.engine.scoring import reference_tables
@@ -284,6 +285,8 @@ def evaluate(
             chunkings = [c for c, _ in done]
             configs = sweep.plan(exp, chunkings)
             sweep.check_indexes_fit(inputs, chunkings, configs, embedders, exp.own_corpus)
+            for note in clamped_k_note(exp.k, chunkings):
+                logger.info(note)
         with clock.stage("embedding"):
             if shards:  # tasks ran on workers, each with its own copy of the embedders: count what they embedded
                 for _, counted in done:
