@@ -1487,6 +1487,17 @@ CASES.update(
             lambda w: sweep(w["t"], "--retriever", "bm25", "--chunk-sizes", MANY_SIZES, "--k", "1,2,3,4,5,6,7,8,9,10"),
             "510 configurations (each at each k)",
         ),
+        "run: a large grid off a terminal": (
+            lambda w: [
+                "run",
+                experiment(
+                    w["t"],
+                    GOOD_YAML.replace("[50]", f"[{MANY_SIZES}]").replace("[1]", "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]")
+                    + "retriever: [bm25]\n",
+                ),
+            ],
+            "510 configurations (each at each k) and embeds about 0 texts; more than 500 configurations need --yes",
+        ),
         "run: a grid past its max_configurations": (
             lambda w: [
                 "run",

@@ -236,6 +236,7 @@ def evaluate(
     device: str = "auto",
     shards: int = 0,
     mlflow: str | None = None,
+    yes: bool = False,
 ) -> dict:
     """Run one experiment (`demo`, the path of an experiment YAML file, or its settings) and record it in the warehouse.
 
@@ -243,6 +244,9 @@ def evaluate(
     recorded as `skipped` and embeds nothing. With `shards` (a Dask task runner: `with_task_runner`),
     the texts the cache lacks are embedded by that many tasks on the cluster's workers first. A completed run
     is published to the MLflow tracking server `mlflow` (else the experiment's `mlflow:` key) when one is given.
+    A grid past `LARGE_GRID` configurations runs with `yes` or the experiment's `max_configurations`, its estimate
+    logged first; else the flow run fails with one line saying so, before anything is recorded (a scheduled run
+    has no terminal to ask on).
     """
     logger = get_run_logger()
     progress.one_line_input_errors()
@@ -251,6 +255,10 @@ def evaluate(
         from chunkeval.cli.mlflow_export import check_uri
 
         check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
+    from chunkeval.cli.large_grid import check_grid
+
+    embedders = sweep.Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
+    check_grid(exp, yes, embedders, ask=False, remedy="the flow parameter yes: true", say=logger.info)
     wh = warehouse()
     wh.reap()
     clock = progress.Stopwatch()  # each stage's seconds, returned with the run (`chunkeval run` prints them)
@@ -274,7 +282,6 @@ def evaluate(
         logger.info("experiment %s: run %s (%s)", exp.name, run_id, trigger)
         with clock.stage("loading", show=True):
             inputs = load(exp)
-            embedders = sweep.Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
         for note in exp.notes():
             logger.info(note)
         with clock.stage("chunking", show=True):
