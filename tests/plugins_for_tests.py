@@ -42,3 +42,11 @@ def every_chunk_backwards(request):
     out = np.full((len(request.query_texts), request.k), -1, dtype=np.int64)
     out[:, : len(order)] = order
     return out
+
+
+def has_a_bug(request):
+    """A retriever with a bug in it: what chunkeval did not expect ends in one line, exit 4."""
+    return {}["no such key"]
+
+
+has_a_bug.needs_embeddings = False

@@ -103,7 +103,8 @@ class Proxy:
     every request: `html`, `401`, `404`, `nan`, `short`, `wide`; the hostile ones: `drip` (a good answer, one
     byte a second), `huge` (300 MB of body, no length given), `usage` (`prompt_tokens` 1e30), `subnormal`,
     `1e308`, `zero` (such vectors), `quote` (a 401 whose message quotes the request's key after 170
-    characters); `payload` answers `proxy.payload` (bytes) as it is.
+    characters); `payload` answers `proxy.payload` (bytes) as it is. `mutate` (a function of the bytes) changes
+    every good answer of upstream on its way back.
     It records each request's Authorization header and input count."""
 
     def __init__(self, upstream: Infinity | None = None, mode: str | None = None, retry_after: str = "1"):
@@ -111,6 +112,7 @@ class Proxy:
         self.slow_seconds = 2.0
         self.faults: list[str] = []
         self.payload = b""
+        self.mutate = None  # bytes -> bytes, applied to each answer forwarded from upstream (the fuzz test's)
         self.seen: list[tuple[str | None, int]] = []
         self.lock = threading.Lock()
         proxy = self
@@ -167,6 +169,8 @@ class Proxy:
                     self.close_connection = True
                     self.connection.shutdown(2)
                     return
+                if proxy.mutate is not None and status == 200:
+                    payload = proxy.mutate(payload)
                 self._answer(status, payload)
 
             def _answer(self, status, payload, headers=None, kind="application/json"):

@@ -1378,6 +1378,24 @@ CASES.update(
             ),
             "qrels.txt: row 1: grade '-1e308' is beyond ±1,000",
         ),
+        **{  # issue 30 gaps: a run's scores are bounded as grades are (and non-finite ones refused)
+            f"evaluate-run: TREC run score of {score}": (
+                lambda w, score=score: evaluate_run(
+                    w["t"],
+                    write(w["t"] / "qrels.txt", "q1 0 d1 1\n"),
+                    write(w["t"] / "run.txt", f"q1 Q0 d2 1 0.5 r\nq1 Q0 d1 2 {score} r\n"),
+                    "--format",
+                    "trec",
+                ),
+                message,
+            )
+            for score, message in {
+                "1e308": "run.txt: row 2: score '1e308' is beyond ±1e+30 (docs/limits.md)",
+                "-1e31": "run.txt: row 2: score '-1e31' is beyond ±1e+30",
+                "1e400": "run.txt: row 2: score '1e400' is not a finite number",
+                "-inf": "run.txt: row 2: score '-inf' is not a finite number",
+            }.items()
+        },
         "run: an MLflow URI where a proxy answers HTML": (
             lambda w: ["run", "--mlflow", bad_server("html")],
             "answered GET mlflow/experiments/search?max_results=1 with text/html that is not JSON",
@@ -1468,6 +1486,17 @@ CASES.update(
         "sweep: a large grid off a terminal": (
             lambda w: sweep(w["t"], "--retriever", "bm25", "--chunk-sizes", MANY_SIZES, "--k", "1,2,3,4,5,6,7,8,9,10"),
             "510 configurations (each at each k)",
+        ),
+        "run: a large grid off a terminal": (
+            lambda w: [
+                "run",
+                experiment(
+                    w["t"],
+                    GOOD_YAML.replace("[50]", f"[{MANY_SIZES}]").replace("[1]", "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]")
+                    + "retriever: [bm25]\n",
+                ),
+            ],
+            "510 configurations (each at each k) and embeds about 0 texts; more than 500 configurations need --yes",
         ),
         "run: a grid past its max_configurations": (
             lambda w: [
@@ -1988,11 +2017,23 @@ def test_a_read_only_home_and_a_full_tmpdir_are_one_line_naming_the_folder(ws, m
     read_only, small = mounted("ro,size=1M"), mounted("size=1M")
     cases = [
         ({"HOME": read_only, "PREFECT_HOME": None}, 2, f"cannot be made: {read_only} is not writable"),
-        ({"PREFECT_HOME": small}, 1, f"cannot write its database: {small} has 1.0 MB free"),
-        ({"PREFECT_HOME": ws["t"], "TMPDIR": small}, 1, f"{small} has 1.0 MB free (it needs 16 MB); free space, or "),
+        ({"PREFECT_HOME": small}, 4, f"cannot write its database: {small} has 1.0 MB free"),
+        ({"PREFECT_HOME": ws["t"], "TMPDIR": small}, 4, f"{small} has 1.0 MB free (it needs 16 MB); free space, or "),
     ]
     for values, status, message in cases:
         code = call([str(a) for a in run_where(ws, **values)])
         err = capsys.readouterr().err
         assert code == status and err.count("\n") == 1 and message in err and "Traceback" not in err, err
     assert not any(small.iterdir()) and not any(read_only.iterdir())
+
+
+def test_an_unexpected_exception_is_one_line_exit_4_and_its_traceback_goes_to_the_logs(ws, capsys):
+    """A bug (here a plug-in's KeyError that nothing in chunkeval expects) never exits 1, which means "a
+    regression", and prints no traceback: one line saying where the traceback was written, exit 4."""
+    code = call([str(a) for a in sweep(ws["t"], "--retriever", "plugins_for_tests:has_a_bug")])
+    err = capsys.readouterr().err
+    assert code == 4 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "an internal error (KeyError: 'no such key'): please report it; the traceback is in " in err
+    log = Path(err.strip().rsplit(" ", 1)[1])
+    assert log.parent == ws["home"] / "logs" and "in has_a_bug" in log.read_text() and "Traceback" in log.read_text()
+    assert not (ws["t"] / "out.csv").exists()

@@ -244,3 +244,33 @@ def test_run_experiment_name_with_settings_defines_then_changes_it(own_home, cap
     newest, first = wh.runs("fresh")
     assert json.loads(first["settings"])["k"] == [1] and json.loads(newest["settings"])["k"] == [3]
     assert json.loads(newest["settings"])["retriever"] == ["bm25"] and newest["texts_embedded"] == 0
+
+
+LARGE = {"chunk_sizes": list(range(10, 61)), "k": list(range(1, 11))}  # 51 sizes × 10 k of dense: 510 configurations
+
+
+@pytest.mark.slow
+def test_a_scheduled_large_grid_fails_in_one_line_with_its_estimate_from_a_probe_then_from_past_runs(
+    tmp_path, own_home
+):
+    """Off a terminal, as a deployment runs it: a grid past 500 configurations without max_configurations fails
+    before anything is recorded or embedded, its one line the estimate (a probe on a first run, past runs once
+    the warehouse has one) and what to set; with max_configurations its estimate is logged and it would run."""
+    from chunkeval.errors import InputError
+
+    large = small_experiment(tmp_path, "large", **LARGE)
+    want = "this grid scores 510 configurations (each at each k) and embeds about "
+    with pytest.raises(InputError) as first:
+        evaluate(experiment=large)
+    assert want in str(first.value) and "of embedding (from a probe)" in str(first.value)
+    assert str(first.value).endswith(
+        "more than 500 configurations need the flow parameter yes: true, or the experiment key max_configurations: "
+        "510 (docs/settings.md)"
+    )
+    assert "\n" not in str(first.value) and not Warehouse.at_home().exists()
+    assert not any((own_home / "cache" / "embeddings").rglob("*.parquet"))
+
+    assert evaluate(experiment=small_experiment(tmp_path, "measured"))["status"] == "completed"
+    with pytest.raises(InputError, match=r"of embedding \(from past runs\); more than 500 configurations need"):
+        evaluate(experiment=large)
+    assert [r["experiment"] for r in Warehouse.at_home().runs()] == ["measured"]

@@ -122,3 +122,77 @@ def test_nan_scores_rank_last_as_in_a_full_sort(monkeypatch):
     assert np.isnan(score[2]).all()
     idx, score = top_k(queries[:1], chunks[:6], 5)  # fewer numbers than k: NaN fills the rest
     assert idx.tolist() == [[5, 4, 3, -1, -1]] and np.isnan(score[0, 3:]).all()
+
+
+# issue 30: a k beyond the chunks there are is clamped, its metrics keep their definition at the requested k
+AT_K = {"precision_at_k", "precision_at_k_tie_aware", "doc_precision_at_k", "doc_precision_at_k_tie_aware"}
+
+
+def _clamped_run(exp, embedder_factory):
+    """Per-query rows of one sweep at k = its fewest chunks and at k far beyond, and the sweep's notes."""
+    from chunkeval.engine.sweep import run_sweep
+
+    result = run_sweep(exp, embedder_factory())
+    rows = result.per_query.to_pylist()
+    return {k: [r for r in rows if r["k"] == k] for k in exp.k}, result.notes
+
+
+@pytest.mark.parametrize("gold", ["spans", "documents"])
+def test_a_k_beyond_the_chunks_ranks_them_all_and_keeps_each_metric_at_that_k(gold, embedder_factory, tmp_path):
+    """The demo at 6 chunks (spans) and a 5-document BEIR set at 14 chunks (documents), every built-in retriever:
+    each metric at k 50 and 10,000 is its value at k = the chunk count, precision@k rescaled (it divides by k,
+    as trec_eval's P_k does), to 1e-12; the retrieved lists hold no rank past the chunks; one note says so."""
+    from chunkeval.engine.experiment import Experiment
+    from chunkeval.paths import DEMO_DIR
+
+    grid = dict(chunker=("fixed_token",), overlaps=("0",), retriever=("dense", "bm25", "hybrid"))
+    if gold == "spans":
+        inputs = dict(corpus_dir=str(DEMO_DIR / "corpora"), questions=str(DEMO_DIR / "questions.csv"))
+        exp, n_chunks = Experiment(name="clamp", chunk_sizes=(400,), k=(6, 50, 10_000), **inputs, **grid), 6
+    else:
+        (tmp_path / "qrels").mkdir()
+        docs = "".join(
+            f'{{"_id": "d{i}", "text": "{" ".join(f"word{i} w{j}" for j in range(i + 3))}"}}\n' for i in range(5)
+        )
+        (tmp_path / "corpus.jsonl").write_text(docs)
+        (tmp_path / "queries.jsonl").write_text("".join(f'{{"_id": "q{i}", "text": "word{i} w1"}}\n' for i in range(4)))
+        qrels = "".join(f"q{i}\td{i}\t{1 + i % 2}\n" for i in range(4))
+        (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + qrels)
+        exp, n_chunks = Experiment(name="clamp", beir=str(tmp_path), chunk_sizes=(8,), k=(14, 50, 10_000), **grid), 14
+    by_k, notes = _clamped_run(exp, embedder_factory)
+    assert [n for n in notes if n.startswith("k 50, 10000 exceed the chunks there are")] == [
+        f"k 50, 10000 exceed the chunks there are (fewest: {n_chunks}, fixed_token {exp.chunk_sizes[0]}/0): clamped, "
+        "every chunk is ranked; metrics keep their definition at the requested k (precision@k still divides by k)"
+    ]
+    compared = 0
+    for k in exp.k[1:]:
+        assert len(by_k[k]) == len(by_k[n_chunks]) > 0
+        for at, deep in zip(by_k[n_chunks], by_k[k], strict=True):
+            for name, value in at.items():
+                if name == "k" or value is None or isinstance(value, (str, bool)):
+                    assert name == "k" or deep[name] == value, name
+                    continue
+                want = value * n_chunks / k if name in AT_K else value
+                assert deep[name] == pytest.approx(want, abs=1e-12), (name, k)
+                compared += 1
+    assert compared > 100
+
+
+def test_retrieval_allocates_no_rank_past_the_chunks():
+    """k 10,000 over 5 chunks: every retriever answers 5 ranks a query (not 10,000), per group too."""
+    from chunkeval.engine.retrievers import RetrievalRequest, retrieve_scored
+
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((8, 4)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    texts = ["alpha beta", "beta gamma", "gamma delta", "delta alpha", "beta beta"]
+    request = RetrievalRequest(["alpha", "beta", "gamma"], texts, 10_000, vectors[:3], vectors[3:])
+    groups = {"query_groups": np.array([0, 1, 1]), "chunk_groups": np.array([0, 0, 1, 1, 1])}
+    for name in ("dense", "bm25", "hybrid"):
+        for options in ({}, groups):
+            index, scores = retrieve_scored(name, request, **options)
+            assert index.shape == scores.shape == (3, 5), (name, options)
+            ranked = set(index[0][index[0] >= 0].tolist())  # bm25 ranks only the chunks that share a word
+            assert ranked <= ({0, 1} if options else {0, 1, 2, 3, 4}) and (
+                name == "bm25" or len(ranked) == 2 + 3 * (not options)
+            )

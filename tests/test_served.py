@@ -3,6 +3,7 @@ MiniLM, `infinity_server`), with a proxy in front of it for the faults a network
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -15,6 +16,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from chunkeval.engine.embedding import Embedder, EmbeddingCache, probes, text_hash
 from chunkeval.engine.embedding.client import ServedError
@@ -261,3 +264,81 @@ def test_the_key_is_sent_and_never_written(infinity_server, prefect_server, tmp_
     assert tokens > 0  # the tokens sent, beside texts/s
     (page,) = [line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("report: ")]
     assert "as first probed" in Path(page).read_text(encoding="utf-8")  # the model's identity, in the report
+
+
+# issue 30: the real server's answers, mutated on their way back, end to end through `chunkeval sweep`
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**40), 10**40) | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+MUTATIONS = st.one_of(
+    st.tuples(st.just("component"), st.integers(0, 400), JSON_VALUES),  # one number of a vector replaced
+    st.tuples(st.just("row key"), st.sampled_from(["embedding", "index", "object"]), JSON_VALUES),
+    st.tuples(st.just("drop key"), st.sampled_from(["embedding", "index", "data", "usage"]), st.none()),
+    st.tuples(st.just("usage"), st.sampled_from(["prompt_tokens", "total_tokens"]), JSON_VALUES),
+    st.tuples(st.just("data"), st.none(), JSON_VALUES),  # the whole list replaced
+    st.tuples(st.just("truncate"), st.integers(0, 4000), st.none()),
+    st.tuples(st.just("bytes"), st.none(), st.binary(max_size=64)),
+)
+
+
+def mutated(plan):
+    """The function the proxy applies to each answer: `plan` (what, where, value) changes one part of it."""
+    what, where, value = plan
+
+    def apply(body: bytes) -> bytes:
+        if what == "truncate":
+            return body[:where]
+        if what == "bytes":
+            return value
+        answer = json.loads(body)
+        rows = answer.get("data") or [{}]
+        if what == "component":
+            vector = rows[0].get("embedding") or [0.0]
+            vector[where % len(vector)] = value
+        elif what == "row key":
+            rows[0][where] = value
+        elif what == "drop key":
+            (rows[0] if where in ("embedding", "index") else answer).pop(where, None)
+        elif what == "usage":
+            answer.setdefault("usage", {})[where] = value
+        else:
+            answer["data"] = value
+        return json.dumps(answer).encode()
+
+    return apply
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plan=MUTATIONS)
+def test_a_mutated_answer_of_the_real_server_ends_in_one_line_naming_the_model_or_runs(
+    plan, infinity_server, tmp_path_factory, capsys
+):
+    """Property: whatever one part of the server's answer becomes (a component, a row's key, usage, the data
+    list, the bytes cut short or replaced), `chunkeval sweep` exits 0, or 2 or 4 with one line naming the
+    served model; never a traceback. Each example in a new home, so that no cached vector hides the answer."""
+    from chunkeval.cli import main
+
+    folder = tmp_path_factory.mktemp("mutated")
+    (folder / "corpora").mkdir()
+    (folder / "corpora" / "doc.md").write_text("Alpha beta gamma. Delta epsilon zeta. " * 20, encoding="utf-8")
+    refs = '[{""content"": ""Delta epsilon"", ""start_index"": 18, ""end_index"": 31}]'
+    (folder / "q.csv").write_text(f'question,references,corpus_id\nWhat?,"{refs}",doc\n', encoding="utf-8")
+    with Proxy(infinity_server) as proxy, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CHUNKEVAL_HOME", str(folder / "home"))
+        proxy.mutate = mutated(plan)
+        argv = ["sweep", "--corpus-dir", folder / "corpora", "--questions", folder / "q.csv", "--chunk-sizes", "50"]
+        argv += ["--model", f"openai:minilm@{proxy.url}", "--out", folder / "out.csv"]
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exc:
+            code = exc.code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, (plan, err)
+    if code == 0:
+        assert (folder / "out.csv").is_file()
+        return
+    lines = [line for line in err.strip().splitlines() if not line.startswith("chunkeval: WARNING")]
+    assert code in (2, 4) and len(lines) == 1 and "minilm" in lines[0], (plan, code, err)
+    assert not (folder / "out.csv").exists()

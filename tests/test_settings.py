@@ -150,3 +150,32 @@ FLAGS = [s.flag for s in SETTINGS if s.flag and s.kind != "bool"]
 def test_malformed_flags_are_one_line(pairs):
     argv = ["sweep", "--out", "x.csv", "--retriever", "bm25", *[part for pair in pairs for part in pair]]
     _one_line_or_experiment(lambda: experiment_from_args(build_parser().parse_args(argv)))
+
+
+def test_a_large_grid_through_the_python_api_needs_yes_or_max_configurations(tmp_path, monkeypatch):
+    """chunkeval.evaluate never asks: a grid past 500 configurations is refused with its estimate (a probe of the
+    model on a first run) until `yes=True` or `max_configurations` says it is intended; allowed, the estimate is
+    still said first. bm25's grid embeds nothing: no probe, no time."""
+    from chunkeval.cli.large_grid import check_grid
+    from chunkeval.engine.embedders import Embedders
+    from chunkeval.paths import DEMO_DIR
+
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))  # no warehouse: no past run to measure by
+    data = dict(corpus_dir=DEMO_DIR / "corpora", questions=DEMO_DIR / "questions.csv")
+    grid = dict(chunk_sizes=list(range(10, 61)), k=list(range(1, 11)))
+    with pytest.raises(InputError) as refused:
+        chunkeval.evaluate(**data, **grid, retriever=["dense"])
+    message = str(refused.value)
+    assert message.startswith("this grid scores 510 configurations (each at each k) and embeds about ")
+    assert "of embedding (from a probe); more than 500 configurations need yes=True, or the experiment key " in message
+    assert not (tmp_path / "home" / "cache" / "embeddings").exists() or not any(
+        (tmp_path / "home" / "cache").rglob("*.parquet")
+    )
+    with pytest.raises(InputError, match="510 configurations .* and embeds about 0 texts; more than 500"):
+        chunkeval.evaluate(**data, **grid, retriever=["bm25"])
+    said = []
+    for yes, intended in ((True, 0), (False, 510)):
+        exp = Experiment.from_dict({**Experiment().to_dict(), **grid, "retriever": ["bm25"]})
+        exp = exp.with_overrides(max_configurations=intended)
+        check_grid(exp, yes, Embedders(tmp_path / "cache"), ask=False, say=said.append)
+    assert said == ["this grid scores 510 configurations (each at each k) and embeds about 0 texts"] * 2

@@ -22,6 +22,7 @@ the one line the command would print.
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -173,6 +174,7 @@ def evaluate(
     cache_dir: str | Path | None = None,
     batch_size: int | None = None,
     device: str = "auto",
+    yes: bool = False,
     **settings,
 ) -> Results:
     """Run a sweep and return its tables.
@@ -183,8 +185,11 @@ def evaluate(
     corpus_id[, query_id]}. `experiment` is an experiment file or mapping to start from. Every other keyword
     is an experiment setting (listed below, from the settings table; docs/settings.md), given as a value or
     a list, checked as a file's are. Embeddings are cached in `cache_dir` (default:
-    `$CHUNKEVAL_HOME/cache/embeddings`).
+    `$CHUNKEVAL_HOME/cache/embeddings`). A grid of more than 500 configurations (each at each k) runs with
+    `yes=True` or the setting `max_configurations` (its estimate logged first), else it is refused with the
+    estimate, before anything is embedded (docs/settings.md, "Large grids").
     """
+    from chunkeval.cli.large_grid import check_grid
     from chunkeval.engine.embedding import check_batch_size, check_device
     from chunkeval.engine.experiment import Experiment
     from chunkeval.engine.sweep import Embedders, run_sweep
@@ -205,7 +210,16 @@ def evaluate(
         if questions is not None:
             values["questions"] = _questions_file(questions, scratch)
         exp = Experiment.from_dict({**base.to_dict(), **values}).checked_for_device(device)
-        result = run_sweep(exp, Embedders(Path(cache_dir) if cache_dir else default_cache(), batch_size, device=device))
+        embedders = Embedders(Path(cache_dir) if cache_dir else default_cache(), batch_size, device=device)
+        check_grid(
+            exp,
+            yes,
+            embedders.for_experiment(exp),
+            ask=False,
+            remedy="yes=True",
+            say=logging.getLogger("chunkeval").warning,
+        )
+        result = run_sweep(exp, embedders)
     return Results(
         result.summary, result.per_query, result.by_corpus, result.models, result.texts_embedded, result.by_slice
     )

@@ -8,7 +8,8 @@ Each bound is documented in docs/limits.md; each is a one-line error (exit 2 at 
   refused, in every YAML file chunkeval reads;
 - names that become part of a path are at most `NAME_LENGTH` characters, and whole numbers at most
   `MAX_INT` (a 32-bit machine integer);
-- a document file (or a JSONL corpus's document) is at most `DOCUMENT_BYTES`, a grade at most `MAX_GRADE`.
+- a document file (or a JSONL corpus's document) is at most `DOCUMENT_BYTES`, a grade at most `MAX_GRADE`,
+  a TREC run's score at most `MAX_SCORE`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ NAME_LENGTH = 100  # characters of an experiment name
 MAX_INT = 2**31 - 1  # the largest k, chunk size, overlap or rrf_k
 DOCUMENT_BYTES = 64 << 20  # 64 MiB: the largest document file (or JSONL document) read, checked before parsing
 MAX_GRADE = 1000  # the largest grade of a qrels row, in magnitude (TREC and BEIR grade 0 to 4 or so)
+MAX_SCORE = 1e30  # the largest score of a TREC run row, in magnitude: finite as a float32 too, as scores are kept
 
 NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{NAME_LENGTH - 1}}}")
 _short = reprlib.Repr()

@@ -1,6 +1,7 @@
-"""A large grid does not start unannounced (docs/settings.md): past `LARGE_GRID` configurations, `run` and
-`sweep` print an estimate (configurations, texts to embed, time) and ask on a terminal; off a terminal they
-need `--yes` or the experiment key `max_configurations` stating the grid is intended."""
+"""A large grid does not start unannounced (docs/settings.md): past `LARGE_GRID` configurations, `run`,
+`sweep`, the `evaluate` flow and `chunkeval.evaluate` print an estimate (configurations, texts to embed, time)
+and ask on a terminal; off a terminal they need a yes (`--yes`, the flow's `yes`, the API's `yes=True`) or the
+experiment key `max_configurations` stating the grid is intended."""
 
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ def estimate(exp: Experiment, embedders: Embedders, probing: bool = True) -> tup
         rates = {m: known.get(m) or (probe(m, embedders) if probing else None) for m in models}
         if all(rates.values()):
             seconds = texts / len(models) * sum(1 / r for r in rates.values())
-            source = "past runs" if all(m in known for m in models) else "past runs and a probe"
+            measured = sum(m in known for m in models)
+            source = "past runs" if measured == len(models) else "past runs and a probe" if measured else "a probe"
             line += f", in about {_duration(seconds)} of embedding (from {source})"
         else:
             line += "; how long it takes is not known (no past run of its model, and no probe here)"
@@ -85,23 +87,36 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min" if seconds >= 60 else "1 min"
 
 
-def check_grid(exp: Experiment, yes: bool, embedders: Embedders) -> None:
-    """Let a grid start: a small one, one `--yes` or `max_configurations` allows, or one the user confirms."""
+def check_grid(
+    exp: Experiment,
+    yes: bool,
+    embedders: Embedders,
+    ask: bool | None = None,
+    remedy: str = "--yes",
+    say=None,
+) -> None:
+    """Let a grid start: a small one, one `yes` or `max_configurations` allows, or one the user confirms when
+    `ask` (by default: on a terminal). Past `LARGE_GRID` the estimate is said first (`say`, else stderr) however
+    the grid is allowed; refused, it is the one line, which names `remedy` (how this interface says yes: `--yes`
+    for the commands, the flow's parameter `yes`, the API's keyword `yes=True`). Every way a run arrives calls
+    it: `run`, `sweep`, the `evaluate` flow (scheduled runs) and `chunkeval.evaluate`."""
     size = grid_size(exp)
     if exp.max_configurations and size > exp.max_configurations:
         raise InputError(
             f"the grid has {size:,} configurations, more than its max_configurations ({exp.max_configurations:,})"
         )
-    if size <= LARGE_GRID or yes or exp.max_configurations:
+    if size <= LARGE_GRID:
         return
-    terminal = sys.stdin.isatty()
-    _, line = estimate(exp, embedders, probing=terminal)
-    if not terminal:
+    ask = sys.stdin.isatty() if ask is None else ask
+    _, line = estimate(exp, embedders)
+    if not (yes or exp.max_configurations or ask):
         raise InputError(
-            f"{line}; more than {LARGE_GRID} configurations need --yes, or the experiment key max_configurations: "
+            f"{line}; more than {LARGE_GRID} configurations need {remedy}, or the experiment key max_configurations: "
             f"{size} (docs/settings.md)"
         )
-    print(line, file=sys.stderr)
+    (say or (lambda text: print(text, file=sys.stderr)))(line)
+    if yes or exp.max_configurations:
+        return
     answer = input("go on? [y/N] ").strip().lower()
     if answer not in ("y", "yes"):
         raise InputError("the grid was not started")

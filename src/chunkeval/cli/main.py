@@ -15,7 +15,7 @@ import threading
 from chunkeval._version import __version__
 from chunkeval.cli.commands import COMMANDS
 from chunkeval.cli.session import WarehouseAccess
-from chunkeval.errors import EXIT_INPUT, InputError, as_fault, exit_code_table
+from chunkeval.errors import EXIT_FAULT, EXIT_INPUT, InputError, as_fault, exit_code_table
 from chunkeval.limits import NAME_LENGTH, check_name, check_path_length
 from chunkeval.paths import home
 
@@ -75,6 +75,24 @@ def _terminate(signum, frame):
     raise Terminated()
 
 
+def internal_error(exc: BaseException) -> str:
+    """The one line of an exception no part of chunkeval expected (a bug): its traceback goes to a file under
+    `$CHUNKEVAL_HOME/logs`, not the terminal; exit status 4, never 1 (which means "a regression")."""
+    import datetime
+    import traceback
+
+    what = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")[:200]
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = home() / "logs" / f"internal-error-{stamp}-{os.getpid()}.txt"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+        where = f"the traceback is in {path}"
+    except (OSError, InputError):  # an unwritable home: the line still says what happened
+        where = "the traceback could not be written under $CHUNKEVAL_HOME/logs"
+    return f"chunkeval: error: an internal error ({what}): please report it; {where}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -97,19 +115,17 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"chunkeval: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except OSError as exc:  # a fault of the machine met while writing: one line too
-        fault = as_fault(exc)
-        if fault is None:
-            raise
-        print(f"chunkeval: error: {fault}", file=sys.stderr)
-        return fault.exit_code
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)
         print(f"chunkeval: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
         return 143 if terminated else 130
-    except BrokenPipeError:  # the reader went away (`| head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except Exception as exc:  # noqa: BLE001 - a fault of the machine, else a bug: one line either way
+        fault = as_fault(exc) if isinstance(exc, OSError) else None
+        print(f"chunkeval: error: {fault}" if fault else internal_error(exc), file=sys.stderr)
+        return fault.exit_code if fault else EXIT_FAULT
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)

@@ -30,8 +30,9 @@ SHALLOW_DEPTH = 100  # how deep `shallow_first` looks before it looks again, for
 
 
 def retrieval_depth(k_max: int, n_chunks: int) -> int:
-    """How deep a run over document gold retrieves chunks: its largest k, or deep enough for MaxP."""
-    return max(k_max, min(DOC_DEPTH, n_chunks))
+    """How deep a run over document gold retrieves chunks: its largest k, or deep enough for MaxP; never deeper
+    than the chunks there are (a k beyond them ranks them all)."""
+    return min(max(k_max, min(DOC_DEPTH, n_chunks)), max(n_chunks, 1))
 
 
 def distinct_docs(topk: np.ndarray, doc_of_chunk: np.ndarray) -> np.ndarray:
@@ -52,6 +53,7 @@ def shallow_first(
     end there (-1 after them where another query's goes deeper). MaxP's first k documents are the same as from
     one search to `depth` for a search whose top d is the start of its top D (the exact dense top-k, ordered by
     score then chunk); finding 1,000 chunks a query among a million costs five times as much as finding 100."""
+    depth = min(depth, max(len(doc_of_chunk), 1))  # every chunk ranked: no search can go deeper
     first = min(depth, max(SHALLOW_DEPTH, k_max))
     top, scores = search(None, first)
     short = np.flatnonzero((distinct_docs(top, doc_of_chunk) < k_max) & (top[:, -1] >= 0))
@@ -284,11 +286,12 @@ def score_documents(
         top = topk[:, :k]
         chunk_docs = all_docs[:, :k]
         ranks = M.rank_metrics(grades.judged(chunk_docs, per_doc), k)
-        rankings[k] = np.full((n, k), -1, dtype=np.int64)
-        rankings[k][:, : min(k, ranked.shape[1])] = ranked[:, :k]
+        width = min(k, ranked.shape[1])  # no wider than the documents MaxP found (a k beyond them is clamped)
+        rankings[k] = np.full((n, width), -1, dtype=np.int64)
+        rankings[k][:, :width] = ranked[:, :k]
         doc_scores = None
         if scored:
-            doc_scores = np.full((n, k), np.nan)
+            doc_scores = np.full((n, width), np.nan)
             doc_scores[:, : min(k, ranked.shape[1])] = ranked_scores[:, :k]
         docs = doc_metrics(grades.judged(rankings[k]), k)
         retrieved_tokens = np.where(top >= 0, chunks.n_tokens[np.maximum(top, 0)], 0).sum(axis=1)

@@ -29,7 +29,7 @@ from chunkeval.engine.anchoring import (  # noqa: F401 (re-exported)
     question_status,
 )
 from chunkeval.errors import InputError
-from chunkeval.limits import HEADER_BYTES, MAX_GRADE, head, json_loads, regular_file, short
+from chunkeval.limits import HEADER_BYTES, MAX_GRADE, MAX_SCORE, head, json_loads, regular_file, short
 from chunkeval.vocabulary import GOLD_FORMATS
 
 log = logging.getLogger("chunkeval")
@@ -420,16 +420,17 @@ def _trec_lines(path: Path, n_fields: int, what: str) -> Iterator[tuple[int, lis
 
 
 def _finite(text: str, what: str, path: Path, row: int) -> float:
-    """A number of a TREC file's column `what`: finite (a grade within ±`MAX_GRADE`), or one line naming the
-    file and row."""
+    """A number of a TREC file's column `what`: finite, a grade within ±`MAX_GRADE`, a score within ±`MAX_SCORE`;
+    else one line naming the file and row."""
     try:
         value = float(text)
     except ValueError:
         raise InputError(f"{what} {short(text)} is not a number", path, row) from None
     if not math.isfinite(value):
         raise InputError(f"{what} {short(text)} is not a finite number", path, row)
-    if what == "grade" and abs(value) > MAX_GRADE:
-        raise InputError(f"grade {short(text)} is beyond ±{MAX_GRADE:,} (docs/limits.md)", path, row)
+    bound = {"grade": MAX_GRADE, "score": MAX_SCORE}.get(what)
+    if bound is not None and abs(value) > bound:
+        raise InputError(f"{what} {short(text)} is beyond ±{bound:,g} (docs/limits.md)", path, row)
     return value
 
 

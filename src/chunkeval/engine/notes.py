@@ -39,3 +39,20 @@ def experiment_notes(exp) -> list[str]:
     from chunkeval.engine.indexes.axis import axis_notes
 
     return notes + axis_notes(exp.index_specs(), exp.retriever, exp.k)
+
+
+def clamped_k_note(ks, chunkings) -> list[str]:
+    """One line for a run where a k exceeds the chunks of a chunking (`chunkeval.engine.grid.Chunking`): such a
+    k ranks every chunk (nothing is allocated past them), and its metrics keep their definition at that k."""
+    if not chunkings:
+        return []
+    fewest = min(chunkings, key=lambda c: len(c.chunks))
+    beyond = sorted(k for k in set(ks) if k > len(fewest.chunks))
+    if not beyond:
+        return []
+    spec = fewest.spec
+    return [
+        f"k {', '.join(map(str, beyond))} exceed{'s' if len(beyond) == 1 else ''} the chunks there are (fewest: "
+        f"{len(fewest.chunks)}, {spec.chunker} {spec.chunk_size}/{spec.chunk_overlap}): clamped, every chunk is "
+        "ranked; metrics keep their definition at the requested k (precision@k still divides by k)"
+    ]

@@ -31,6 +31,7 @@ from chunkeval.engine.grid import Chunking, Config, Embedded, Inputs, SweepResul
 from chunkeval.engine.indexes.measure import STATS as INDEX_STATS
 from chunkeval.engine.indexes.measure import measure as measure_index
 from chunkeval.engine.inputs import load_span_gold
+from chunkeval.engine.notes import clamped_k_note
 from chunkeval.engine.ranking import groups_of, reranks_with_vectors, retrieve_top
 from chunkeval.engine.retrieved import kept_qrels, retrieved_table
 from chunkeval.engine.scoring import (  # noqa: F401 (re-exported)
@@ -393,7 +394,7 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
         embedders.table(),
         embedders.texts_embedded,
         embedders.model_loaded,
-        tuple(exp.notes() + changed + skipped_notes(inputs.skipped)),
+        tuple(exp.notes() + clamped_k_note(exp.k, chunkings) + changed + skipped_notes(inputs.skipped)),
         pa.concat_tables(kept) if kept else None,
         dict(inputs.corpora),
         summarize_slices(per_query, inputs.slices, exp.skip_empty_gold),

@@ -24,6 +24,7 @@ from chunkeval.engine.doc_metrics import write_doc_runs
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.fingerprints import input_fingerprints
 from chunkeval.engine.metrics import METRICS
+from chunkeval.engine.notes import clamped_k_note
 from chunkeval.engine.retrieved import kept_qrels
 from chunkeval.engine.runners import TaskRunner
 from chunkeval.engine.scoring import reference_tables
@@ -235,6 +236,7 @@ def evaluate(
     device: str = "auto",
     shards: int = 0,
     mlflow: str | None = None,
+    yes: bool = False,
 ) -> dict:
     """Run one experiment (`demo`, the path of an experiment YAML file, or its settings) and record it in the warehouse.
 
@@ -242,6 +244,9 @@ def evaluate(
     recorded as `skipped` and embeds nothing. With `shards` (a Dask task runner: `with_task_runner`),
     the texts the cache lacks are embedded by that many tasks on the cluster's workers first. A completed run
     is published to the MLflow tracking server `mlflow` (else the experiment's `mlflow:` key) when one is given.
+    A grid past `LARGE_GRID` configurations runs with `yes` or the experiment's `max_configurations`, its estimate
+    logged first; else the flow run fails with one line saying so, before anything is recorded (a scheduled run
+    has no terminal to ask on).
     """
     logger = get_run_logger()
     progress.one_line_input_errors()
@@ -250,6 +255,10 @@ def evaluate(
         from chunkeval.cli.mlflow_export import check_uri
 
         check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
+    from chunkeval.cli.large_grid import check_grid
+
+    embedders = sweep.Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
+    check_grid(exp, yes, embedders, ask=False, remedy="the flow parameter yes: true", say=logger.info)
     wh = warehouse()
     wh.reap()
     clock = progress.Stopwatch()  # each stage's seconds, returned with the run (`chunkeval run` prints them)
@@ -273,7 +282,6 @@ def evaluate(
         logger.info("experiment %s: run %s (%s)", exp.name, run_id, trigger)
         with clock.stage("loading", show=True):
             inputs = load(exp)
-            embedders = sweep.Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
         for note in exp.notes():
             logger.info(note)
         with clock.stage("chunking", show=True):
@@ -284,6 +292,8 @@ def evaluate(
             chunkings = [c for c, _ in done]
             configs = sweep.plan(exp, chunkings)
             sweep.check_indexes_fit(inputs, chunkings, configs, embedders, exp.own_corpus)
+            for note in clamped_k_note(exp.k, chunkings):
+                logger.info(note)
         with clock.stage("embedding"):
             if shards:  # tasks ran on workers, each with its own copy of the embedders: count what they embedded
                 for _, counted in done:

@@ -5,7 +5,7 @@ DuckDB lets one process write a database file at a time, and no writer in while 
 it, read-only or not. So every operation opens a short-lived connection, retrying while another process
 holds the lock (two runs at once both get recorded): it says once which process holds it, and after
 `CHUNKEVAL_LOCK_TIMEOUT` seconds (default 120) ends with one line naming the holder and what to do
-(`LockTimeout`, exit status 2). A command that only reads asks everything inside one `session()`, so that
+(`LockTimeout`, a fault: exit status 4). A command that only reads asks everything inside one `session()`, so that
 it opens the file once.
 """
 
@@ -42,8 +42,9 @@ class Damaged(Fault):
     state is a fault (exit status 4), not bad input."""
 
 
-class LockTimeout(InputError):
-    """Another process held the catalogue file for longer than this one waits: one line, exit status 2."""
+class LockTimeout(Fault):
+    """Another process held the catalogue file for longer than this one waits: not the input but the state of
+    the machine, so a fault (one line, exit status 4): a gate that reads 2 as "fix your input" would be wrong."""
 
 
 def lock_timeout_setting() -> float:

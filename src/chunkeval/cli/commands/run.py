@@ -153,6 +153,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
                 device=args.device,
                 shards=shards,
                 mlflow=mlflow or None,
+                yes=True,  # the grid was let start above (--yes, max_configurations, or the user's answer)
             )
     finally:
         log.propagate = True

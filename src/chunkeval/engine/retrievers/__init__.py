@@ -84,6 +84,9 @@ def retrieve_scored(
     if name == "hybrid":
         fn = partial(fn, c=rrf_k, depth=fuse_depth)
     n_q, n_c = len(request.query_texts), len(request.chunk_texts)
+    # a k beyond the chunks there are ranks them all: nothing is allocated for ranks no chunk can fill (the
+    # metrics keep their definition at the requested k: precision@k still divides by k; `clamped_k_note`)
+    request = replace(request, k=min(request.k, max(n_c, 1)))
     if (query_groups is None) != (chunk_groups is None):
         raise ValueError("query_groups and chunk_groups go together")
     if query_groups is None:
