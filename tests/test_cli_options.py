@@ -7,7 +7,8 @@ document is an error); the command `extract` (a corpus's text, one file per docu
 with issue 20's slices of the gold set, `--slice-by COLUMNS` to run and sweep and `--slice COLUMN=VALUE` to trend;
 with issue 29, `--anchor-similarity S` and `--ties trec_eval|retriever` to run and sweep (`--anchor-similarity` to
 `gold check` too), the command `gold update`, `--threshold` and `--alpha` to diff (the one verdict), and trend's
-`--metric` no longer required (without it, the watched metrics); with issue 30, `--limit N` and `--timeout SECONDS`
+`--metric` no longer required (without it, the watched metrics); with issue 32, `--metrics M1,M2` and `--wide` to run,
+sweep and report; with issue 30, `--limit N` and `--timeout SECONDS`
 to sql."""
 
 from __future__ import annotations
