@@ -12,7 +12,8 @@ not the script, creates the flow run that the served deployment runs. After each
 change, the gold set's summary line and the verdict.
 
 What must hold, and what tests/test_month.py checks on six nights of the demo: every night completes, the only
-alarm is the harmful night, and the gold update and the model swap are marked in `trend`.
+alarm is the harmful night, and the gold update and the model swap are marked in `trend` (`G`, `M`) and in the HTML
+trend (a dashed line).
 """
 
 from __future__ import annotations
@@ -359,7 +360,7 @@ def play(
                     if not flow_run.auto_scheduled:
                         raise RuntimeError(f"night {n}'s flow run was not created by the scheduler")
                     night.gold = _gold_line(wh, run)
-                    gate = world.chunkeval("trend", name, "--fail-on-regression")
+                    gate = world.chunkeval("trend", "--experiment", name, "--fail-on-regression")
                     night.gate = gate.returncode
                     night.verdict = _verdict(gate)
                     timeline.append(night)
@@ -393,19 +394,28 @@ def _new_run(wh, name: str, known: set[str]):
 
 
 def _gold_line(wh, run: dict) -> str:
-    """The run's one gold-set summary line, as its gold check recorded it."""
-    check = wh.gold_check(run["run_id"]) if hasattr(wh, "gold_check") else None
-    if not check:
-        return "(not recorded)"
-    return check.get("summary", "(no summary)")
+    """How the run's gold set met the corpus, from the gold check it recorded: the counts of its one summary line."""
+    from collections import Counter
+
+    check = wh.gold_check(run["run_id"]) or {}
+    counts = Counter(a["status"] for a in check.get("anchoring", ()))
+    if not counts:
+        return "(no anchoring recorded)"
+    approx = [a["similarity"] for a in check["anchoring"] if a["status"] == "approximate"]
+    return (
+        f"{sum(counts.values())} questions: {counts['exact']} exact, {counts['reanchored']} re-anchored, "
+        f"{counts['approximate']} approximate"
+        + (f" (lowest {min(approx):g})" if approx else "")
+        + f", {counts['retired']} retired"
+    )
 
 
 def _verdict(gate: subprocess.CompletedProcess) -> str:
-    lines = [x for x in (gate.stdout + gate.stderr).splitlines() if x.strip()]
+    """The gate's verdict in a few words: its exit status's meaning, and its own line where it alarms."""
     meaning = {0: "no regression", 1: "REGRESSION", 2: "bad input", 3: "nothing comparable", 4: "fault"}
     head = meaning.get(gate.returncode, f"exit {gate.returncode}")
-    alarm = [x for x in lines if "regress" in x.lower() or "comparable" in x.lower()]
-    return f"{head}" + (f": {alarm[0].strip()}" if alarm and gate.returncode else "")
+    lines = [x.strip() for x in (gate.stdout + gate.stderr).splitlines() if x.strip()]
+    return lines[0] if gate.returncode and lines else head
 
 
 def main() -> int:

@@ -22,7 +22,7 @@ from chunkeval.engine.experiment import Experiment
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.html import report_path
-from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, config_id, config_label
 from chunkeval.warehouse import Warehouse
 from mlflow_server import mlflow_server, read_back, venv_dir, venv_python
 
@@ -100,9 +100,10 @@ def check_published(runs: list[dict], wh: Warehouse, run_id: str) -> dict:
     summary = wh.summary(run_id).to_pylist()
     assert len(children) == len(summary)
     for row in summary:
-        child = children[" ".join(f"{k}={row[k]}" for k in CONFIG_KEYS if k in row)]
+        child = children[f"{config_label(row)} [{config_id(row)}]"]  # the one label, with the stable id
         assert child["status"] == "FINISHED" and child["tags"]["chunkeval.run_id"] == run_id
-        assert child["params"] == {k: str(row[k]) for k in CONFIG_KEYS if k in row}
+        settings = {k: str(row[k]) for k in CONFIG_KEYS if k in row}
+        assert child["params"] == {**settings, "label": config_label(row), "config_id": config_id(row)}
         means = {k: v for k, v in row.items() if k.endswith(("_mean", "_micro")) and v is not None}
         assert set(child["metrics"]) == set(means) and "span_recall_micro" in means
         assert all(abs(child["metrics"][k] - v) <= 1e-12 for k, v in means.items())

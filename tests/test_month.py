@@ -1,12 +1,17 @@
 """Six nights of the loop through the real scheduler (bench/month.py on the demo): every night completes, the only
-alarm is the harmful night, and what changed the gold set or the model is marked in `trend` (issue 29)."""
+alarm is the harmful night, and what changed the gold set or the model is marked in `trend` and in the HTML trend
+(issue 29)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from chunkeval.warehouse import Warehouse
+from prefect_server import BIN
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import month  # noqa: E402
@@ -17,10 +22,30 @@ pytestmark = pytest.mark.slow
 def test_six_nights_of_the_demo_hold(tmp_path, minilm_static, monkeypatch):
     monkeypatch.setenv("CHUNKEVAL_MODELS", str(minilm_static.parent))  # the session's built models, lent
     lines = []
-    timeline = month.play("demo", month.SIX_NIGHTS, 6, tmp_path / "month", say=lines.append)
-    print("\n".join(lines))
-    assert [n.status for n in timeline] == ["completed"] * 6, lines
-    assert all(n.trigger == "schedule" for n in timeline)
+    work = tmp_path / "month"
+    timeline = month.play("demo", month.SIX_NIGHTS, 6, work, say=lines.append)
+    said = "\n".join(lines)
+    assert [n.status for n in timeline] == ["completed"] * 6, said
+    assert all(n.trigger == "schedule" for n in timeline), said
     harmful = [n.night for n in timeline if "harm" in month.SIX_NIGHTS[n.night]]
-    assert [n.night for n in timeline if n.gate == 1] == harmful == [5], lines
-    assert all(n.gate == 0 for n in timeline if n.night not in harmful), lines
+    assert harmful == [5] and [n.night for n in timeline if n.gate == 1] == harmful, said
+    assert all(n.gate == 0 for n in timeline if n.night not in harmful), said
+    assert "approximate (lowest" in timeline[1].gold, said  # the comma put into a referenced sentence
+    assert ", 0 approximate" in timeline[2].gold, said  # gold update placed the edited reference for good
+    run = {n.night: n.run_id for n in timeline}
+    home = work / "home"
+    changes = Warehouse(home / "warehouse").input_changes("month-demo")
+    assert changes == {run[3]: "gold set changed", run[4]: "model changed"}, said
+    env = {"CHUNKEVAL_HOME": str(home), "PATH": str(BIN)}
+    trend = subprocess.run(
+        [str(BIN / "chunkeval"), "trend", "--experiment", "month-demo", "--metric", "mrr", "--all"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert f"{run[3]} G" in trend.stdout and f"{run[4]} M" in trend.stdout, trend.stdout + trend.stderr
+    page = tmp_path / "month.html"
+    report = [str(BIN / "chunkeval"), "report", "--experiment", "month-demo", "--html", str(page)]
+    assert subprocess.run(report, capture_output=True, env=env).returncode == 0
+    html = page.read_text(encoding="utf-8")
+    assert "gold set changed" in html and "model changed" in html

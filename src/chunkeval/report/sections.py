@@ -393,7 +393,7 @@ def trend_series(
                 [r[f"{metric}_ci_low"] for r in mine],
                 [r[f"{metric}_ci_high"] for r in mine],
             )
-    changed = wh.gold_changes(experiment)
+    changed = wh.input_changes(experiment)
     marks = {position[run_id]: what for run_id, what in changed.items() if run_id in position}
     return series, marks, runs, changed
 

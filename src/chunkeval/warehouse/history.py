@@ -92,7 +92,8 @@ class History(Schema):
         completed run and configuration, oldest first, with the change against the previous run scored
         the same way (the `trend` view's numbers, read from `config_summary` for one metric). With `in_slice`
         (column, value), over that slice's queries (`slice_summary`; rows say `n_queries` and `too_small`). Each row
-        says whether its run's gold set changed since the previous completed run (`gold_changed`)."""
+        says whether its run's gold set or model changed since the previous completed run (`gold_changed`,
+        `model_changed`)."""
         if metric not in METRICS:
             raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
         where, params = self._summary_filter(experiment, config, configs)
@@ -111,23 +112,36 @@ class History(Schema):
         )
         if last:  # the newest `last` runs (their changes still against the run before each)
             sql, params = self._newest_runs(sql, params, experiment, last)
-        changed = self.gold_changes(experiment)
+        changed = self.input_changes(experiment)
         rows = self._dicts(sql + f" ORDER BY started_at, run_id, {keys}", params)
-        return [{**r, "gold_changed": r["run_id"] in changed} for r in rows]
+        return [
+            {
+                **r,
+                "gold_changed": "gold" in changed.get(r["run_id"], ""),
+                "model_changed": "model" in changed.get(r["run_id"], ""),
+            }
+            for r in rows
+        ]
 
-    def gold_changes(self, experiment: str) -> dict[str, str]:
-        """The completed runs whose gold set changed: run id → what `trend` and the report's trend mark, for each
-        run whose gold set's fingerprint differs from the previous completed run's (docs/gold.md)."""
+    def input_changes(self, experiment: str) -> dict[str, str]:
+        """The completed runs whose gold set or model changed: run id → what `trend` and the report's trend mark
+        ("gold set changed", "model changed", or both), for each run whose gold set's or model's fingerprint differs
+        from the previous completed run's (docs/gold.md, docs/loop.md)."""
         rows = self._dicts(
-            "SELECT run_id, gold_fingerprint FROM runs WHERE experiment = ? AND status = 'completed' "
-            "ORDER BY started_at, run_id",
+            "SELECT run_id, gold_fingerprint, model_fingerprint FROM runs WHERE experiment = ? "
+            "AND status = 'completed' ORDER BY started_at, run_id",
             [experiment],
         )
-        return {
-            b["run_id"]: "gold set changed"
-            for a, b in zip(rows, rows[1:])
-            if a["gold_fingerprint"] and b["gold_fingerprint"] and a["gold_fingerprint"] != b["gold_fingerprint"]
-        }
+        out = {}
+        for a, b in zip(rows, rows[1:]):
+            what = [
+                name
+                for key, name in (("gold_fingerprint", "gold set changed"), ("model_fingerprint", "model changed"))
+                if a[key] and b[key] and a[key] != b[key]
+            ]
+            if what:
+                out[b["run_id"]] = " and ".join(what)
+        return out
 
     def slices(self, experiment: str) -> list[str]:
         """The slices (`column=value`) the experiment's completed runs recorded, in name order."""

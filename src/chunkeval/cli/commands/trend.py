@@ -111,6 +111,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         print("\n\n".join(_table(found, m) for m, found in by_metric.items() if found))
         if any(r.get("gold_changed") for r in rows):
             print("(G: the gold set changed since the previous completed run: `gold update`, or an edited file)")
+        if any(r.get("model_changed") for r in rows):
+            print("(M: the model changed since the previous completed run: another model, backend or precision)")
         if in_slice and any(r["too_small"] for r in rows):
             print(f"(* fewer than {MIN_SLICE_QUERIES} queries: too small to test; no regression is tested on it)")
         left_out = wh.count_runs(args.experiment, "completed") - len({r["run_id"] for r in by_metric[metrics[0]]})
@@ -219,7 +221,7 @@ def _table(rows: list[dict], metric: str) -> str:
         cols,
         [
             [
-                r["run_id"] + (" G" if r.get("gold_changed") else ""),
+                r["run_id"] + (" G" if r.get("gold_changed") else "") + (" M" if r.get("model_changed") else ""),
                 iso(r["started_at"]),
                 *(str(r[k]) for k in keys),
                 *([f"{r['n_queries']}{'*' if r['too_small'] else ''}"] if sliced else []),
