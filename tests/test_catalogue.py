@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -1772,6 +1773,48 @@ CASES.update(OUTPUT_CASES)
 CASES["sweep: a companion file linked to --out itself"] = (
     lambda w: sweep(w["t"], out=linked(w["t"] / "c.by_corpus.csv", w["t"] / "c.csv").with_name("c.csv")),
     "companion files (.per_query, .by_corpus, .by_slice) name one file twice",
+)
+
+
+# issue 29: a deployments file `chunkeval serve` would hand the Prefect server, refused before any is served
+def deployments_file(t: Path, name: str, **entry) -> list:
+    d = {"name": "nightly", "entrypoint": "chunkeval.flows.evaluate:evaluate", **entry}
+    path = t / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"deployments": [{k: v for k, v in d.items() if v is not None}]}))
+    return ["serve", "--prefect-file", path]
+
+
+CASES.update(
+    {
+        "serve: a cron the scheduler cannot read": (
+            lambda w: deployments_file(w["t"], "cron", schedules=[{"cron": "61 * * * *"}]),
+            "deployment nightly: '61 * * * *' is not a cron expression",
+        ),
+        "serve: an interval of 0 s": (
+            lambda w: deployments_file(w["t"], "zero", schedules=[{"interval": 0}]),
+            "deployment nightly: interval must be seconds from 1 to a year, got 0",
+        ),
+        "serve: an unknown timezone": (
+            lambda w: deployments_file(w["t"], "tz", schedules=[{"cron": "0 2 * * *", "timezone": "Mars/Base"}]),
+            "deployment nightly: unknown timezone 'Mars/Base'",
+        ),
+        "serve: an anchor_date that is no time": (
+            lambda w: deployments_file(w["t"], "anchor", schedules=[{"interval": 60, "anchor_date": "soon"}]),
+            "deployment nightly: anchor_date must be an ISO time, got 'soon'",
+        ),
+        "serve: an entrypoint that is no flow": (
+            lambda w: deployments_file(w["t"], "notflow", entrypoint="chunkeval.paths:home"),
+            "entrypoint 'chunkeval.paths:home' is not a Prefect flow",
+        ),
+        "serve: a relative entrypoint module": (
+            lambda w: deployments_file(w["t"], "relative", entrypoint="..evaluate:evaluate"),
+            "is not a module name",
+        ),
+        "serve: a parameter the flow does not take": (
+            lambda w: deployments_file(w["t"], "param", parameters={"experiment": "demo", "nightly": True}),
+            "deployment nightly: ",
+        ),
+    }
 )
 
 

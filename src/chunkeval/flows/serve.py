@@ -6,14 +6,17 @@ The YAML file is the one description of the deployments: `prefect deploy --all` 
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from prefect import serve
 from prefect.events import DeploymentEventTrigger
+from prefect.exceptions import PrefectHTTPStatusError
 from prefect.schedules import Cron, Interval
 
 from chunkeval.errors import InputError
@@ -23,42 +26,92 @@ from chunkeval.paths import DEPLOYMENTS_FILE
 DEFAULT_FILE = DEPLOYMENTS_FILE
 
 
-def _flow(entrypoint: str):
+def _flow(entrypoint, where: str):
+    """The flow an entrypoint (`module:name`) names; a plug-in name is checked before anything is imported."""
+    from chunkeval.engine.plugins import check_module_name
+
+    if not isinstance(entrypoint, str) or ":" not in entrypoint:
+        raise InputError(f"{where}: entrypoint must be module:flow, got {entrypoint!r}")
     path, _, name = entrypoint.partition(":")
     module = path.removesuffix(".py").replace("/", ".")
-    return getattr(importlib.import_module(module), name)
+    check_module_name(module, f"{where}: entrypoint")
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError as exc:
+        raise InputError(f"{where}: entrypoint {entrypoint!r} does not import ({exc})") from None
+    if not hasattr(found, "to_deployment"):
+        raise InputError(f"{where}: entrypoint {entrypoint!r} is not a Prefect flow")
+    return found
 
 
-def _schedule(spec: dict):
+def _schedule(spec, where: str):
+    """A schedule of the file (cron with a timezone, or interval seconds with an anchor_date), checked here so
+    that the server is never sent one it would refuse, or one that never fires."""
+    if not isinstance(spec, dict):
+        raise InputError(f"{where}: a schedule is a mapping with cron or interval, got {spec!r}")
+    timezone = spec.get("timezone", "UTC")
+    try:
+        ZoneInfo(str(timezone))
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InputError(f"{where}: unknown timezone {timezone!r} (an IANA name such as UTC or Europe/Paris)") from None
     if "cron" in spec:
-        return Cron(spec["cron"], timezone=spec.get("timezone", "UTC"))
+        try:
+            return Cron(str(spec["cron"]), timezone=timezone)
+        except ValueError:
+            raise InputError(
+                f"{where}: {spec['cron']!r} is not a cron expression (minute hour day month weekday)"
+            ) from None
     if "interval" in spec:  # anchor_date: an ISO time the intervals count from (default: when it is served)
-        anchor = spec.get("anchor_date")
-        return Interval(spec["interval"], anchor_date=datetime.fromisoformat(str(anchor)) if anchor else None)
-    raise InputError(f"a schedule needs cron or interval, got {spec}")
+        seconds, anchor = spec["interval"], spec.get("anchor_date")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 1 <= seconds <= 366 * 86400:
+            raise InputError(f"{where}: interval must be seconds from 1 to a year, got {seconds!r}")
+        try:
+            start = datetime.fromisoformat(str(anchor)) if anchor else None
+        except ValueError:
+            raise InputError(f"{where}: anchor_date must be an ISO time, got {anchor!r}") from None
+        return Interval(seconds, anchor_date=start, timezone=timezone if "timezone" in spec else None)
+    raise InputError(f"{where}: a schedule needs cron or interval, got {spec!r}")
 
 
 def deployments(prefect_file: Path = DEFAULT_FILE) -> list:
-    """The deployments of the file, as runner deployments of this process's flows."""
+    """The deployments of the file, as runner deployments of this process's flows: each checked in one line
+    naming the file and the deployment (its entrypoint, schedules and triggers) before any is served."""
     try:
         text = Path(prefect_file).read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read deployments ({exc})", prefect_file) from None
     spec = yaml_load(text, prefect_file)  # a key given twice is an error here too
+    listed = spec.get("deployments") if isinstance(spec, dict) else None
+    if not isinstance(listed, list) or not all(isinstance(d, dict) for d in listed):
+        raise InputError("a deployments file holds a list of deployments (mappings) under deployments:", prefect_file)
     out = []
-    for d in spec.get("deployments", []):
-        out.append(
-            _flow(d["entrypoint"]).to_deployment(
-                name=d["name"],
-                description=d.get("description"),
-                parameters=d.get("parameters") or {},
-                schedules=[_schedule(s) for s in d.get("schedules", [])] or None,
-                triggers=[
-                    DeploymentEventTrigger(**{k: v for k, v in t.items() if k != "type"}) for t in d.get("triggers", [])
-                ]
-                or None,
+    for n, d in enumerate(listed, start=1):
+        where = f"{prefect_file}: deployment {d.get('name') or n}"
+        if not isinstance(d.get("name"), str) or not d["name"]:
+            raise InputError(f"{where}: needs a name")
+        flow = _flow(d.get("entrypoint"), where)
+        parameters = d.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise InputError(f"{where}: parameters must be a mapping, got {parameters!r}")
+        try:  # the server stores what it is given: a parameter the flow does not take fails every run
+            inspect.signature(flow.fn).bind_partial(**parameters)
+        except TypeError as exc:
+            raise InputError(f"{where}: {flow.name} takes no such parameters ({exc})") from None
+        try:
+            triggers = [
+                DeploymentEventTrigger(**{k: v for k, v in t.items() if k != "type"}) for t in d.get("triggers") or []
+            ]
+            out.append(
+                flow.to_deployment(
+                    name=d["name"],
+                    description=d.get("description"),
+                    parameters=parameters,
+                    schedules=[_schedule(s, where) for s in d.get("schedules") or []] or None,
+                    triggers=triggers or None,
+                )
             )
-        )
+        except (TypeError, ValueError, AttributeError) as exc:  # pydantic's ValidationError is a ValueError
+            raise InputError(f"{where}: {str(exc).splitlines()[0]}") from None
     return out
 
 
@@ -154,4 +207,10 @@ def serve_all(prefect_file: Path = DEFAULT_FILE) -> None:
     if scheduled:
         say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
         threading.Thread(target=watch_schedules, args=(scheduled, scheduler_wait(), say), daemon=True).start()
-    serve(*served)
+    try:
+        serve(*served)
+    except PrefectHTTPStatusError as exc:  # the server refused a deployment, a schedule or a trigger
+        detail = exc.response.text[:300].replace("\n", " ")
+        raise InputError(
+            f"the Prefect server refused the deployments ({exc.response.status_code}: {detail})", prefect_file
+        ) from None
