@@ -13,6 +13,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
+from chromium_boxes import FLAGS as CHROMIUM_FLAGS  # one set of flags for every Chromium the tests start
 from chromium_boxes import chromium, collisions, measure
 from chunkeval.cli import main
 from chunkeval.engine.embedding import Embedder, resolve_model
@@ -27,15 +28,6 @@ from chunkeval.stats import bootstrap_ci
 from chunkeval.warehouse import Warehouse
 
 EVIL = "What <script>document.title='pwned'</script> did the first stone tower burn & when?"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 @pytest.fixture(scope="module")
