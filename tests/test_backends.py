@@ -14,6 +14,8 @@ from chunkeval.engine.sweep import Embedders, run_sweep
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
 
+pytestmark = pytest.mark.slow  # ONNX and OpenVINO exports of the model
+
 
 @pytest.fixture(scope="module")
 def texts() -> list[str]:

@@ -11,12 +11,15 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from chunkeval.paths import DEMO_DIR
 from chunkeval.paths import DEPLOYMENTS_FILE as DEPLOYMENTS
 from chunkeval.warehouse import Warehouse
 from prefect_server import BIN, wait_for
+
+pytestmark = pytest.mark.slow  # real Prefect servers and processes
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -347,6 +347,7 @@ def test_the_drilldown_under_document_gold(doc_run, tmp_path, monkeypatch, capsy
     assert_offline(html)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not shutil.which("chromium"),
     reason="Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)",
@@ -376,6 +377,7 @@ SECTIONS = ("overview", "summary", "grid", "tradeoff", "distributions", "gold", 
 CHARTED = ("overview", "tradeoff", "distributions", "gold", "budget", "trend")  # sections whose SVG charts must show
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
 def test_every_section_renders_in_chromium_with_its_charts(page, tmp_path):
     """A screenshot per section (the page with the other sections hidden): each is drawn, and each chart

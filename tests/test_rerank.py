@@ -107,6 +107,7 @@ def test_candidates_below_k_are_left_out_with_a_note(embedder_factory):
     assert any("candidates 3 at k 5" in note for note in result.notes)
 
 
+@pytest.mark.slow
 def test_a_cross_encoder_built_from_minilm_reranks_and_its_scores_are_cached(tmp_path, monkeypatch):
     """Plumbing, not quality: a CrossEncoder folder made from the bundled MiniLM with a fresh (seeded)
     head reranks bm25's top 10; a second run scores no pair again."""

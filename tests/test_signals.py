@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's"),
+    pytest.mark.slow,  # real runs killed by signals
+]
 
 GRID = ["--retriever", "bm25", "--chunker", "fixed_token", "--chunk-sizes", "100", "--k", "1"]
 
