@@ -179,3 +179,31 @@ def test_a_large_grid_through_the_python_api_needs_yes_or_max_configurations(tmp
         exp = exp.with_overrides(max_configurations=intended)
         check_grid(exp, yes, Embedders(tmp_path / "cache"), ask=False, say=said.append)
     assert said == ["this grid scores 510 configurations (each at each k) and embeds about 0 texts"] * 2
+
+
+def test_a_large_grid_asks_on_a_terminal_and_starts_nothing_when_told_no(tmp_path):
+    """On a terminal a grid past LARGE_GRID prints its estimate and asks; `n` starts nothing (one line, exit 2,
+    no output written). bm25 over 26 chunk sizes × 20 depths: 520 configurations, nothing to embed."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from chunkeval.paths import DEMO_DIR
+
+    out = tmp_path / "grid.csv"
+    sizes = ",".join(str(40 + 10 * i) for i in range(26))
+    argv = [sys.executable, "-m", "chunkeval.cli", "sweep", "--retriever", "bm25", "--chunk-sizes", sizes]
+    argv += ["--k", ",".join(str(k) for k in range(1, 21)), "--out", str(out)]
+    argv += ["--corpus-dir", str(DEMO_DIR / "corpora"), "--questions", str(DEMO_DIR / "questions.csv")]
+    terminal, other = pty.openpty()
+    env = {**os.environ, "CHUNKEVAL_HOME": str(tmp_path / "home")}
+    with subprocess.Popen(argv, stdin=other, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as p:
+        os.write(terminal, b"n\n")  # read by the prompt, whenever it comes
+        said, err = p.communicate(timeout=300)
+    os.close(terminal)
+    os.close(other)
+    assert p.returncode == 2 and "go on? [y/N]" in said, said + err
+    lines = err.strip().splitlines()
+    assert "520 configurations" in lines[0] and lines[-1] == "chunkeval: error: the grid was not started", err
+    assert not out.exists()
