@@ -171,6 +171,10 @@ CASES = {
         lambda w: sweep(w["t"], questions=write(w["t"] / "b.csv", 'question,references,corpus_id\n"What?,[],doc\n')),
         "b.csv",
     ),
+    "sweep: a lone carriage return in the questions' header": (  # found by test_hostile_inputs' fuzzing
+        lambda w: sweep(w["t"], questions=write(w["t"] / "cr.csv", 'question\rx,references,corpus_id\na,"[]",doc\n')),
+        "cr.csv: row 1: malformed CSV header",
+    ),
     "sweep: missing column": (
         lambda w: sweep(w["t"], questions=write(w["t"] / "m.csv", "question,corpus_id\nWhat?,doc\n")),
         "missing column",

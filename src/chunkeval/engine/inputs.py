@@ -80,7 +80,10 @@ def read_csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, 
     """(row number, row) pairs of a CSV file that must have the `required` columns."""
 
     def header(line: str) -> None:
-        columns = next(csv.reader([line]), [])
+        try:  # the first line as its bytes gave it: a CR of a CRLF file ends it, a lone CR inside breaks it
+            columns = next(csv.reader([line.rstrip("\r")]), [])
+        except csv.Error as exc:
+            raise InputError(f"malformed CSV header ({exc})", path, 1) from None
         missing = [c for c in required if c not in columns]
         if missing:
             raise InputError(f"missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}", path)
@@ -88,11 +91,11 @@ def read_csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, 
     _check_head(path, header)
     text = _nonempty(read_text(path), path)
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    columns = reader.fieldnames or []
-    missing = [c for c in required if c not in columns]
-    if missing:
-        raise InputError(f"missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}", path)
-    try:
+    try:  # every csv.Error of the file, its header's included, is one line naming the row
+        columns = reader.fieldnames or []
+        missing = [c for c in required if c not in columns]
+        if missing:
+            raise InputError(f"missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}", path)
         rows = list(reader)
     except csv.Error as exc:
         raise InputError(f"malformed CSV ({exc})", path, reader.line_num) from None
