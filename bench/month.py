@@ -395,12 +395,12 @@ def _new_run(wh, name: str, known: set[str]):
 
 def _gold_line(wh, run: dict) -> str:
     """How the run's gold set met the corpus, from the gold check it recorded: the counts of its one summary line."""
-    from collections import Counter
+    from chunkeval.engine.anchoring import anchoring_counts
 
     check = wh.gold_check(run["run_id"]) or {}
-    counts = Counter(a["status"] for a in check.get("anchoring", ()))
-    if not counts:
+    if not check.get("anchoring"):
         return "(no anchoring recorded)"
+    counts = anchoring_counts(check["anchoring"])
     approx = [a["similarity"] for a in check["anchoring"] if a["status"] == "approximate"]
     return (
         f"{sum(counts.values())} questions: {counts['exact']} exact, {counts['reanchored']} re-anchored, "

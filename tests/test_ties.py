@@ -18,6 +18,7 @@ from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
 from chunkeval.engine.ties import tie_aware, trec_order
 from chunkeval.errors import InputError
+from test_beir import read_run  # a TREC run file as pytrec_eval reads it
 
 PASSAGES = [
     "the copper lantern hangs above the harbor gate",
@@ -43,14 +44,6 @@ def make_repeating_beir(root: Path) -> Path:
     (root / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries) + "\n")
     (root / "qrels" / "test.tsv").write_text("\n".join(qrels) + "\n")
     return root
-
-
-def read_run(text: str) -> dict[str, dict[str, float]]:
-    run: dict[str, dict[str, float]] = {}
-    for line in text.splitlines():
-        q, _, d, _, score, _ = line.split()
-        run.setdefault(q, {})[d] = float(score)
-    return run
 
 
 def qrels_of(root: Path) -> dict[str, dict[str, int]]:

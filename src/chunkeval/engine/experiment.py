@@ -611,14 +611,11 @@ def check_run_settings(exp: Experiment, source: str | None) -> None:
     for s in SETTINGS:
         if s.minimum is not None or s.maximum is not None:
             check_bounds(s, getattr(exp, s.name), source)
-    from chunkeval.engine.duplicates import MODES
     from chunkeval.engine.embedding.backends import check_backend
     from chunkeval.engine.extract import check_html_mode
     from chunkeval.engine.metrics import share_held
 
     check_html_mode(exp.html, source)
-    if exp.duplicates not in MODES:
-        raise InputError(f"duplicates must be {' or '.join(MODES)}, got {exp.duplicates!r}", source)
     _listed(share_held, exp.relevance, source)
     check_backend(exp.backend, exp.quantize, source, exp.precision)
     for s in SETTINGS:  # the rest of the settings with choices, from the table
