@@ -41,8 +41,9 @@ def main() -> int:
     os.environ["CHUNKEVAL_HOME"] = tempfile.mkdtemp(prefix="chunkeval-design-")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from chunkeval.engine import metrics as M
+    from chunkeval.engine.embedders import Embedders
     from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import Embedders, chunk_one, embed_all, load_inputs, plan, score_config
+    from chunkeval.engine.sweep import chunk_one, embed_all, load_inputs, plan, score_config
     from chunkeval.paths import cache_dir
 
     embedders = Embedders(cache_dir())

@@ -40,10 +40,12 @@ def main() -> int:
     import numpy as np
     import pyarrow.compute as pc
 
+    from chunkeval.engine.embedders import Embedders
     from chunkeval.engine.experiment import Experiment
     from chunkeval.engine.gold_check import check_gold
-    from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, load_inputs, run_sweep
+    from chunkeval.engine.sweep import load_inputs, run_sweep
     from chunkeval.paths import cache_dir
+    from chunkeval.vocabulary import CONFIG_KEYS
 
     base = Experiment.from_dict(
         {

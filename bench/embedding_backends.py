@@ -56,9 +56,9 @@ def sample_texts(data: str, model: str, count: int) -> list[str]:
     """Distinct texts of 220 tokens: fixed_token chunks of the shared corpora where they are at hand,
     else (on a machine without them) random whole words of the model's vocabulary, 218 word pieces each."""
     if Path(data).is_dir():
-        from chunkeval.engine.chunking import ChunkerSpec
+        from chunkeval.engine.chunking import ChunkerSpec, chunk_corpora
         from chunkeval.engine.experiment import Experiment
-        from chunkeval.engine.sweep import chunk_corpora, load_inputs
+        from chunkeval.engine.sweep import load_inputs
 
         exp = Experiment.from_dict(
             {"name": "bench", "corpus_dir": f"{data}/corpora", "questions": f"{data}/questions_df.csv"}
@@ -130,8 +130,9 @@ def speed(
 def quality(name: str, data: str, batch_size: int | None = None) -> dict:
     import numpy as np
 
+    from chunkeval.engine.embedders import Embedders
     from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import Embedders, run_sweep
+    from chunkeval.engine.sweep import run_sweep
     from chunkeval.paths import cache_dir
 
     backend, quantize, precision = split(name)

@@ -195,8 +195,10 @@ def table(rows: list[list[str]], recall: bool) -> str:
 
 def real_vectors(k: int) -> tuple[np.ndarray, np.ndarray]:
     from chunkeval.engine.chunking import ChunkerSpec
+    from chunkeval.engine.embedders import Embedders
     from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import Config, Embedders, chunk_one, embed_all, load_inputs
+    from chunkeval.engine.grid import Config
+    from chunkeval.engine.sweep import chunk_one, embed_all, load_inputs
     from chunkeval.paths import cache_dir
 
     exp = Experiment(

@@ -36,11 +36,14 @@ def phase(name: str, data: str, corpus: str) -> dict:
     import resource
 
     from chunkeval.engine import metrics as M
+    from chunkeval.engine.chunking import chunk_corpora
     from chunkeval.engine.embedding import Embedder
     from chunkeval.engine.experiment import Experiment
     from chunkeval.engine.retrievers.dense import top_k
-    from chunkeval.engine.sweep import CONFIG_KEYS, chunk_corpora, load_inputs, run_sweep, score_chunking
+    from chunkeval.engine.scoring import score_chunking
+    from chunkeval.engine.sweep import load_inputs, run_sweep
     from chunkeval.paths import cache_dir
+    from chunkeval.vocabulary import CONFIG_KEYS
 
     exp = Experiment.from_dict(
         {

@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from chunkeval.engine.metrics import summarize
 from chunkeval.stats import aggregate as A
+from chunkeval.stats.summaries import summarize
 
 
 def _table(seed: int, n: int = 300) -> pa.Table:

@@ -8,9 +8,10 @@ import json
 import numpy as np
 import pytest
 
+from chunkeval.engine.embedders import Embedders
 from chunkeval.engine.embedding import Embedder, backends, embedder_fingerprint, model_fingerprint, resolve_model
 from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import Embedders, run_sweep
+from chunkeval.engine.sweep import run_sweep
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
 

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 
 from chunkeval.engine.doc_metrics import maxp_ranking, trec_runs
+from chunkeval.engine.embedders import Embedders
 from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
+from chunkeval.engine.sweep import run_sweep
 from chunkeval.errors import InputError
+from chunkeval.vocabulary import CONFIG_KEYS
 
 WORDS = (
     "river stone lamp orchard copper violin harbor meadow lantern glacier falcon ember quartz willow "
@@ -166,7 +168,7 @@ def test_a_corpus_folder_with_queries_and_trec_qrels(tmp_path):
     exp = Experiment.from_dict(
         {"corpus_dir": str(corpora), "queries": str(queries), "qrels": str(qrels), "retriever": "bm25", "k": [2]}
     )
-    from chunkeval.engine.documents import load_documents
+    from chunkeval.engine.corpus import load_documents
 
     docs = load_documents(corpora)  # a subfolder is a corpus of the files under it, named by their paths
     assert docs.corpus_of == {"keeper": "keeper", "notes/deep/lamp": "notes", "orchard": "misc", "harbor": "misc"}

@@ -14,7 +14,7 @@ import pytest
 from chunkeval.cli import main
 from chunkeval.engine.corpus import load_corpora
 from chunkeval.engine.experiment import parse_overlap
-from chunkeval.engine.inputs import load_span_gold
+from chunkeval.engine.span_gold import load_span_gold
 from chunkeval.vocabulary import INDEX_TIMES
 
 

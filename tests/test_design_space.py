@@ -13,13 +13,14 @@ import pytest
 
 import chunkeval
 from chunkeval.cli import main
+from chunkeval.engine.embedders import Embedders
 from chunkeval.engine.embedding import Embedder, model_fingerprint, resolve_model
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.fingerprints import input_fingerprints
-from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
+from chunkeval.engine.sweep import run_sweep
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
-from chunkeval.vocabulary import INDEX_TIMES
+from chunkeval.vocabulary import CONFIG_KEYS, INDEX_TIMES
 from chunkeval.warehouse import Warehouse
 
 

@@ -12,9 +12,11 @@ import pytest
 from chunkeval.cli import main
 from chunkeval.engine.chunking import ChunkerSpec, Chunks
 from chunkeval.engine.duplicates import find_copies
+from chunkeval.engine.embedders import Embedders
 from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.inputs import SpanGold
-from chunkeval.engine.sweep import Embedders, run_sweep, score_chunking
+from chunkeval.engine.scoring import score_chunking
+from chunkeval.engine.span_gold import SpanGold
+from chunkeval.engine.sweep import run_sweep
 from chunkeval.errors import InputError
 from chunkeval.warehouse import Warehouse
 

@@ -8,9 +8,10 @@ import shutil
 
 import pytest
 
-from chunkeval.engine.experiment import Experiment, split_flags, split_list
+from chunkeval.engine.experiment import Experiment
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
+from chunkeval.vocabulary import split_flags, split_list
 
 
 def test_list_items_are_taken_whole_and_strings_are_split():

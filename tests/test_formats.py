@@ -139,8 +139,9 @@ def write_questions(path: Path, rows: list[tuple[str, str, list[dict]]]) -> Path
 def test_span_gold_names_documents_of_pdf_html_and_jsonl_corpora(extracted, tmp_path, capsys):
     """Span gold written against `extract`'s text scores on the documents a run reads: the corpus_id column names
     a document (of a subfolder corpus, a JSONL corpus, an HTML file), and per-corpus rows stay per corpus."""
+    from chunkeval.engine.embedders import Embedders
     from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import Embedders, run_sweep
+    from chunkeval.engine.sweep import run_sweep
 
     folder, texts = extracted
     if not texts.exists():
@@ -228,9 +229,10 @@ def test_qrels_rows_naming_an_unreadable_document_are_left_out_and_counted(extra
     with pytest.raises(InputError, match="document 'latin' is unreadable"):
         load_document_gold(*args, strict=True)
     # the run records what it left out: each row in its gold-set check, the documents and the count in its manifest
+    from chunkeval.engine.embedders import Embedders
     from chunkeval.engine.experiment import Experiment
     from chunkeval.engine.gold_check import check_gold
-    from chunkeval.engine.sweep import Embedders, load_inputs, run_sweep
+    from chunkeval.engine.sweep import load_inputs, run_sweep
     from chunkeval.warehouse import Warehouse
 
     settings = {"corpus_dir": args[2], "queries": args[3], "qrels": args[4], "retriever": "bm25", "chunk_sizes": [12]}

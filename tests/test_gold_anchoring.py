@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from chunkeval.cli import main
+from chunkeval.engine.anchoring import ANCHOR_SIMILARITY, place_reference
 from chunkeval.engine.documents import load_document_gold
-from chunkeval.engine.inputs import ANCHOR_SIMILARITY, load_span_gold, place_reference
+from chunkeval.engine.span_gold import load_span_gold
 from chunkeval.paths import DEMO_DIR
 from chunkeval.warehouse import Warehouse
 

@@ -6,8 +6,9 @@ import json
 
 from chunkeval.cli import main
 from chunkeval.engine.corpus import load_corpora
-from chunkeval.engine.gold_check import check_gold, occurrences
-from chunkeval.engine.inputs import load_span_gold
+from chunkeval.engine.duplicates import occurrences
+from chunkeval.engine.gold_check import check_gold
+from chunkeval.engine.span_gold import load_span_gold
 
 
 def ref(content: str, text: str, nth: int = 0) -> str:
@@ -69,8 +70,9 @@ def test_every_kind_of_finding_on_a_toy_set(tmp_path, capsys):
 
 
 def test_the_report_shows_the_check_recorded_with_the_run(tmp_path, caplog):
+    from chunkeval.engine.embedders import Embedders
     from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import Embedders, load_inputs, run_sweep
+    from chunkeval.engine.sweep import load_inputs, run_sweep
     from chunkeval.report.html import build_report
     from chunkeval.warehouse import Warehouse
 

@@ -23,10 +23,11 @@ import pytest
 
 from chunkeval.cli import main
 from chunkeval.engine import indexes
+from chunkeval.engine.embedders import Embedders
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.indexes import parse_index, persist
 from chunkeval.engine.indexes.measure import measure
-from chunkeval.engine.sweep import Embedders, run_sweep
+from chunkeval.engine.sweep import run_sweep
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
 from chunkeval.warehouse import SCHEMA_VERSION, Warehouse

@@ -15,8 +15,9 @@ import pytest
 
 import chunkeval
 from chunkeval.cli import main
+from chunkeval.engine.embedders import Embedders
 from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import Embedders, run_sweep
+from chunkeval.engine.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.diff import VERDICT_FIELDS
 from chunkeval.warehouse import Warehouse
@@ -221,7 +222,7 @@ def test_the_kept_scores_are_the_retrievers_own_best_first(embedder_factory):
     exp = Experiment(
         name="scored", chunk_sizes=(50,), overlaps=("0",), k=(2, 4), retriever=("bm25", "hybrid"), own_corpus=True
     )
-    embedders = sweep.Embedders.of(embedder_factory()).for_experiment(exp)
+    embedders = Embedders.of(embedder_factory()).for_experiment(exp)
     inputs = sweep.load_inputs(exp)
     (chunking,) = [sweep.chunk_one(inputs.corpora, s, m, embedders) for s, m in sweep.chunking_jobs(exp)]
     configs = sweep.plan(exp, [chunking])

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from chunkeval.engine import metrics as M
 from chunkeval.engine.chunking import Chunks
-from chunkeval.engine.inputs import Qrels, Run, SpanGold
+from chunkeval.engine.run_files import Qrels, Run
+from chunkeval.engine.span_gold import SpanGold
 
 
 def summary_of(gold: dict, run: dict, k: int):
@@ -102,7 +103,7 @@ def write_trec(tmp_path, qrels, run):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("k", [1, 5, 10])
 def test_rank_metrics_agree_with_trec_eval(tmp_path, seed, k):
-    from chunkeval.engine.inputs import load_gold_and_run
+    from chunkeval.engine.run_files import load_gold_and_run
 
     qrels, run = random_trec(seed)
     gold, ours = load_gold_and_run(*write_trec(tmp_path, qrels, run), fmt="trec")

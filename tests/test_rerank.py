@@ -6,8 +6,9 @@ import duckdb
 import numpy as np
 import pytest
 
+from chunkeval.engine.embedders import Embedders
 from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import Embedders, run_sweep
+from chunkeval.engine.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.vocabulary import CONFIG_KEYS, METRICS, RERANK_KEYS
 from chunkeval.warehouse import Warehouse

@@ -18,12 +18,14 @@ from scipy import stats as sp
 
 from chunkeval.analysis import comparisons as C
 from chunkeval.cli import main
+from chunkeval.engine.embedders import Embedders
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.slices import load_slices
-from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
+from chunkeval.engine.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.html import build_report
 from chunkeval.stats import holm
+from chunkeval.vocabulary import CONFIG_KEYS
 from chunkeval.warehouse import Warehouse
 
 METRICS = ("span_recall", "span_precision", "mrr", "ndcg_at_k")

@@ -14,10 +14,12 @@ import pytest
 
 from chunkeval.engine import metrics as M
 from chunkeval.engine.doc_metrics import trec_runs
+from chunkeval.engine.embedders import Embedders
 from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
+from chunkeval.engine.sweep import run_sweep
 from chunkeval.engine.ties import tie_aware, trec_order
 from chunkeval.errors import InputError
+from chunkeval.vocabulary import CONFIG_KEYS
 from test_beir import read_run  # a TREC run file as pytrec_eval reads it
 
 PASSAGES = [

@@ -64,7 +64,7 @@ def test_run_lifecycle_and_views(tmp_path, demo_result):
 def test_trend_change_and_regressions(tmp_path, demo_result):
     import pyarrow.compute as pc
 
-    from chunkeval.engine.metrics import summarize
+    from chunkeval.stats.summaries import summarize
 
     wh = Warehouse(tmp_path)
     first = wh.begin_run("demo", FPS, "manual", {})

@@ -190,9 +190,10 @@ def evaluate(
     estimate, before anything is embedded (docs/settings.md, "Large grids").
     """
     from chunkeval.cli.large_grid import check_grid
+    from chunkeval.engine.embedders import Embedders
     from chunkeval.engine.embedding import check_batch_size, check_device
     from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import Embedders, run_sweep
+    from chunkeval.engine.sweep import run_sweep
     from chunkeval.paths import cache_dir as default_cache
 
     check_batch_size(batch_size, "batch_size")
@@ -257,8 +258,8 @@ def score(
     first. Items are chunk ids or texts (a retrieved text is relevant when it equals a gold text).
     A gold query missing from `run` scores as an empty list; a repeated item keeps its first rank.
     """
-    from chunkeval.engine.inputs import Qrels, Run
     from chunkeval.engine.metrics import score_run
+    from chunkeval.engine.run_files import Qrels, Run
     from chunkeval.engine.settings import check_k
 
     check_k(k)
@@ -340,7 +341,7 @@ def compare(
     `ci_low`, `ci_high`, `p_ttest`, `p_permutation`, `p_adjusted` (Holm over the call) and `significant`.
     """
     from chunkeval.analysis import comparisons as C
-    from chunkeval.stats.aggregate import check_metric
+    from chunkeval.vocabulary import check_metric
 
     C.check_alpha(alpha)
     check_metric(metric)
@@ -389,7 +390,7 @@ def regressions(
     from chunkeval.analysis.comparisons import check_alpha, check_threshold
     from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION_METRICS, verdict_line
     from chunkeval.errors import NothingComparable
-    from chunkeval.stats.aggregate import check_metrics
+    from chunkeval.vocabulary import check_metrics
     from chunkeval.warehouse import Warehouse
 
     check_alpha(alpha)

@@ -11,8 +11,7 @@ import pyarrow as pa
 
 from chunkeval.analysis import comparisons as C
 from chunkeval.errors import InputError
-from chunkeval.stats.aggregate import METRICS
-from chunkeval.vocabulary import MIN_SLICE_QUERIES
+from chunkeval.vocabulary import METRICS, MIN_SLICE_QUERIES
 
 # what the regression check watches by default, and by how much (absolute) a macro mean may fall
 # ann_recall_at_k: a night whose approximate index loses recall is flagged like one whose model does (it is 1 for

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chunkeval.engine.extract import DOCUMENT_SUFFIXES, DocumentReader, Unreadable, identity
-from chunkeval.engine.inputs import _jsonl_object, _nonempty, _query_id, listing
+from chunkeval.engine.readers import jsonl_object, nonempty, query_id_value
+from chunkeval.engine.span_gold import listing
 from chunkeval.errors import InputError
 from chunkeval.limits import DOCUMENT_BYTES
 
@@ -178,7 +179,7 @@ def read_jsonl_documents(path: Path, corpus: str, into: Documents, strict: bool 
             try:
                 line = line.decode("utf-8")
             except UnicodeDecodeError as exc:
-                obj = _jsonl_object(line.decode("utf-8", "replace"), (), path, row)
+                obj = jsonl_object(line.decode("utf-8", "replace"), (), path, row)
                 why = f"not UTF-8 text (invalid byte at offset {exc.start})"
                 _unreadable(into, strict, _document_id(obj, path, row), corpus, path, why, row)
                 continue
@@ -186,7 +187,7 @@ def read_jsonl_documents(path: Path, corpus: str, into: Documents, strict: bool 
             raise InputError(
                 f"a document of more than {DOCUMENT_BYTES >> 20} MiB is refused (docs/limits.md)", path, row
             )
-        obj = _jsonl_object(line, (), path, row)
+        obj = jsonl_object(line, (), path, row)
         doc = _document_id(obj, path, row)
         if "text" not in obj:
             raise InputError("missing key(s) text", path, row)
@@ -202,7 +203,7 @@ def _document_id(obj: dict, path: Path, row: int) -> str:
     key = "_id" if "_id" in obj else "id" if "id" in obj else None
     if key is None:
         raise InputError("missing key(s) _id (or id)", path, row)
-    return _query_id(obj[key], path, row, f"document {key}")
+    return query_id_value(obj[key], path, row, f"document {key}")
 
 
 def read_file_document(
@@ -214,7 +215,7 @@ def read_file_document(
     except Unreadable as exc:
         _unreadable(into, strict, doc, corpus, path, str(exc))
         return
-    if add_document(into, doc, _nonempty(extracted.text, path), corpus, path, None) and extracted.pages:
+    if add_document(into, doc, nonempty(extracted.text, path), corpus, path, None) and extracted.pages:
         into.pages[doc] = extracted.pages
 
 

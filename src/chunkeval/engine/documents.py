@@ -24,25 +24,17 @@ from pathlib import Path
 
 import numpy as np
 
-from chunkeval.engine.corpus import (  # noqa: F401 (re-exported)
+from chunkeval.engine.anchoring import gold_summary
+from chunkeval.engine.corpus import (
     Documents,
     document_files,
     file_hashes,
     load_documents,
     read_jsonl_documents,
 )
-from chunkeval.engine.inputs import (
-    Qrels,
-    Run,
-    SpanGold,
-    _finite,
-    _nonempty,
-    _query_id,
-    gold_summary,
-    load_chunk_run,
-    read_jsonl_rows,
-    read_text,
-)
+from chunkeval.engine.readers import nonempty, query_id_value, read_jsonl_rows, read_text
+from chunkeval.engine.run_files import Qrels, Run, _finite, load_chunk_run
+from chunkeval.engine.span_gold import SpanGold
 from chunkeval.errors import InputError
 from chunkeval.limits import short
 
@@ -86,7 +78,7 @@ def load_queries(path: Path) -> dict[str, str]:
     path = Path(path)
     out: dict[str, str] = {}
     for row, obj in read_jsonl_rows(path, ("_id", "text")):
-        qid = _query_id(obj["_id"], path, row)
+        qid = query_id_value(obj["_id"], path, row)
         if qid in out:
             raise InputError(f"query id {qid!r} appears twice", path, row)
         text = obj["text"]
@@ -103,7 +95,7 @@ def load_queries(path: Path) -> dict[str, str]:
 def read_qrels(path: Path) -> list[tuple[int, str, str, float]]:
     """(row, query id, doc id, grade) of BEIR's TSV qrels (header `query-id corpus-id score`) or TREC qrels."""
     path = Path(path)
-    lines = _nonempty(read_text(path), path).split("\n")
+    lines = nonempty(read_text(path), path).split("\n")
     first = lines[0].split("\t") if lines else []
     beir = [c.strip() for c in first] == ["query-id", "corpus-id", "score"]
     rows = []

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from chunkeval.engine.inputs import SpanGold
+from chunkeval.engine.span_gold import SpanGold
 
 MODES = ("positional", "credit")
 

@@ -31,12 +31,11 @@ from chunkeval.engine.settings import (
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, check_name, short, yaml_load
 from chunkeval.paths import DEMO_DIR
-from chunkeval.vocabulary import (  # noqa: F401 (re-exported)
+from chunkeval.vocabulary import (
     DEFAULT_MODEL,
     NO_RERANKER,
     RUN_SETTINGS,
     TIE_POLICIES,
-    split_flags,
     split_list,
 )
 
@@ -411,7 +410,7 @@ class Experiment:
     def from_yaml(cls, path: Path, allow=()) -> Experiment:
         """An experiment file: relative paths are read from its folder, and it may run only the plug-ins it
         lists under `plugins:` (or `allow`, the modules given with --plugin)."""
-        from chunkeval.engine.inputs import read_text
+        from chunkeval.engine.readers import read_text
 
         path = Path(path)
         data = yaml_load(read_text(path), path)

@@ -25,7 +25,7 @@ import numpy as np
 from chunkeval.engine.chunking import count_tokens
 from chunkeval.engine.documents import DocGold
 from chunkeval.engine.duplicates import occurrences
-from chunkeval.engine.inputs import SpanGold
+from chunkeval.engine.span_gold import SpanGold
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ import io
 import json
 from pathlib import Path
 
-from chunkeval.engine.inputs import SpanGold, read_csv_rows, span_query_id
+from chunkeval.engine.readers import read_csv_rows
+from chunkeval.engine.span_gold import SpanGold, span_query_id
 
 REVIEW_COLUMNS = (
     "query_id",

@@ -12,7 +12,7 @@ from chunkeval.engine.chunking import ChunkerSpec, Chunks
 from chunkeval.engine.documents import DocGold
 from chunkeval.engine.duplicates import Copies
 from chunkeval.engine.indexes import NO_INDEX, IndexSpec
-from chunkeval.engine.inputs import SpanGold
+from chunkeval.engine.span_gold import SpanGold
 from chunkeval.vocabulary import NO_RERANKER
 
 

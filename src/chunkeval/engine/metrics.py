@@ -18,9 +18,10 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval import vocabulary as V
-from chunkeval.engine.inputs import Qrels, Run, SpanGold
+from chunkeval.engine.run_files import Qrels, Run
+from chunkeval.engine.span_gold import SpanGold
 from chunkeval.stats import aggregate as AGG
-from chunkeval.stats.summaries import mean_intervals, summarize  # noqa: F401 (re-exported: summaries are statistics)
+from chunkeval.stats.summaries import summarize
 
 if TYPE_CHECKING:
     from chunkeval.engine.chunking import Chunks

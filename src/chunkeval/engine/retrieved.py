@@ -23,7 +23,7 @@ from chunkeval.engine.doc_metrics import Grades
 from chunkeval.engine.documents import DocGold
 from chunkeval.engine.duplicates import Copies
 from chunkeval.engine.extract import page_span
-from chunkeval.engine.inputs import SpanGold
+from chunkeval.engine.span_gold import SpanGold
 from chunkeval.vocabulary import CHUNKING_KEYS
 
 SCHEMA_COLUMNS = ("query_id", "rank", "corpus_id", "start", "end", "score", "relevant", "grade")

@@ -15,7 +15,7 @@ import pyarrow as pa
 from chunkeval.engine import metrics as M
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, count_tokens
 from chunkeval.engine.duplicates import Copies, credited_copies
-from chunkeval.engine.inputs import SpanGold
+from chunkeval.engine.span_gold import SpanGold
 from chunkeval.engine.ties import tie_aware, ties_in_top
 from chunkeval.stats.summaries import summarize_slices as summarize_by_slice
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, DOC_METRICS, NO_MODEL, NO_RERANKER, NUMBER_KEYS, TIE_AWARE
@@ -196,7 +196,7 @@ def summarize_sweep(
 
 
 def reference_tables(gold, corpora: dict[str, str], chunkings) -> pa.Table:
-    """`reference_table` of every chunking (`sweep.Chunking`s); under document gold its columns, no rows."""
+    """`reference_table` of every chunking (`Chunking`s); under document gold its columns, no rows."""
     from chunkeval.engine.documents import DocGold
 
     gold = gold.without_spans() if isinstance(gold, DocGold) else gold

@@ -64,7 +64,8 @@ def _tags(cell: str, column: str, path: Path, row: int):
 
 
 def _span_rows(path: Path, columns: tuple[str, ...], wanted: set[str]):
-    from chunkeval.engine.inputs import read_csv_rows, span_query_id
+    from chunkeval.engine.readers import read_csv_rows
+    from chunkeval.engine.span_gold import span_query_id
 
     for row, rec in read_csv_rows(path, ("question", "references", "corpus_id")):
         if row == 1:
@@ -81,7 +82,7 @@ def _span_rows(path: Path, columns: tuple[str, ...], wanted: set[str]):
 
 
 def _doc_rows(path: Path, columns: tuple[str, ...], wanted: set[str]):
-    from chunkeval.engine.inputs import _query_id, read_jsonl_rows
+    from chunkeval.engine.readers import query_id_value, read_jsonl_rows
 
     own = [c for c in columns if c in DOC_FIELDS]
     if own:
@@ -92,7 +93,7 @@ def _doc_rows(path: Path, columns: tuple[str, ...], wanted: set[str]):
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         fields = {**meta, **{k: v for k, v in obj.items() if k not in DOC_FIELDS}}
         seen.update(fields)
-        qid = _query_id(obj["_id"], path, row)
+        qid = query_id_value(obj["_id"], path, row)
         if qid in wanted:
             rows.append((qid, {c: fields.get(c) for c in columns}, row))
     unknown = [c for c in columns if c not in seen]

@@ -19,36 +19,32 @@ import pyarrow as pa
 
 from chunkeval.engine import retrievers
 from chunkeval.engine.chunking import ChunkerSpec, chunk_corpora, needs_embeddings
-from chunkeval.engine.corpus import corpus_names, skipped_notes
+from chunkeval.engine.corpus import corpus_names, load_documents, skipped_notes
 from chunkeval.engine.doc_metrics import score_documents
-from chunkeval.engine.documents import DocGold, load_document_gold, load_documents, warn_left_out
+from chunkeval.engine.documents import DocGold, load_document_gold, warn_left_out
 from chunkeval.engine.duplicates import find_copies
-from chunkeval.engine.embedders import Embedders, embed_shard, probe_models  # noqa: F401 (re-exported)
+from chunkeval.engine.embedders import Embedders, probe_models
 from chunkeval.engine.embedding import Embedder
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.extract import DocumentReader
-from chunkeval.engine.grid import Chunking, Config, Embedded, Inputs, SweepResult  # noqa: F401 (re-exported)
+from chunkeval.engine.grid import Chunking, Config, Embedded, Inputs, SweepResult
 from chunkeval.engine.indexes.measure import STATS as INDEX_STATS
 from chunkeval.engine.indexes.measure import measure as measure_index
-from chunkeval.engine.inputs import load_span_gold
 from chunkeval.engine.notes import clamped_k_note
 from chunkeval.engine.ranking import groups_of, reranks_with_vectors, retrieve_top
 from chunkeval.engine.retrieved import kept_qrels, retrieved_table
-from chunkeval.engine.scoring import (  # noqa: F401 (re-exported)
-    reference_table,
+from chunkeval.engine.scoring import (
     reference_tables,
     score_chunking,
     summarize_slices,
     summarize_sweep,
 )
 from chunkeval.engine.slices import load_slices
+from chunkeval.engine.span_gold import load_span_gold
 from chunkeval.progress import Stopwatch
-from chunkeval.vocabulary import (  # noqa: F401 (re-exported)
-    CHUNKING_KEYS,
-    CONFIG_KEYS,
+from chunkeval.vocabulary import (
     NO_MODEL,
     NO_RERANKER,
-    approximate_index,
 )
 
 

@@ -21,17 +21,21 @@ from chunkeval import progress
 from chunkeval.engine import gold_check, sweep
 from chunkeval.engine.chunking import ChunkerSpec
 from chunkeval.engine.doc_metrics import write_doc_runs
+from chunkeval.engine.embedders import Embedders
+from chunkeval.engine.embedders import embed_shard as embed_texts
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.fingerprints import input_fingerprints
+from chunkeval.engine.grid import Embedded, Inputs
 from chunkeval.engine.metrics import METRICS
 from chunkeval.engine.notes import clamped_k_note
 from chunkeval.engine.retrieved import kept_qrels
 from chunkeval.engine.runners import TaskRunner
-from chunkeval.engine.scoring import reference_tables
+from chunkeval.engine.scoring import reference_tables, summarize_slices, summarize_sweep
 from chunkeval.errors import Fault, InputError
 from chunkeval.faults import checkpoint
 from chunkeval.paths import cache_dir
 from chunkeval.report.html import report_path, write_report
+from chunkeval.vocabulary import CONFIG_KEYS
 from chunkeval.warehouse import LockTimeout, Warehouse
 
 # Inputs are large arrays: no task caching (its keys would hash them), results stay in memory.
@@ -50,12 +54,12 @@ def fingerprint(exp: Experiment, probe: str = "run") -> dict:
 
 
 @task(**IO_TASK)
-def load(exp: Experiment) -> sweep.Inputs:
+def load(exp: Experiment) -> Inputs:
     return sweep.load_inputs(exp)
 
 
 @task(**TASK)
-def chunk(corpora: dict, spec: ChunkerSpec, model: str | None, embedders: sweep.Embedders) -> tuple:
+def chunk(corpora: dict, spec: ChunkerSpec, model: str | None, embedders: Embedders) -> tuple:
     """A chunking, and what its semantic chunker embedded (counted by the flow when it ran on a worker)."""
     before = embedders.counters()
     chunking = sweep.chunk_one(corpora, spec, model, embedders)
@@ -64,9 +68,9 @@ def chunk(corpora: dict, spec: ChunkerSpec, model: str | None, embedders: sweep.
 
 
 @task(**IO_TASK)
-def embed_shard(model: str, kind: str, texts: list, embedders: sweep.Embedders) -> dict:
+def embed_shard(model: str, kind: str, texts: list, embedders: Embedders) -> dict:
     """One worker's share of the embedding, written into the shared cache as its own part files."""
-    return sweep.embed_shard(
+    return embed_texts(
         model,
         kind,
         texts,
@@ -81,7 +85,7 @@ def embed_shard(model: str, kind: str, texts: list, embedders: sweep.Embedders) 
 
 
 @task(**IO_TASK)
-def embed(inputs: sweep.Inputs, chunkings: list, configs: list, embedders: sweep.Embedders) -> sweep.Embedded:
+def embed(inputs: Inputs, chunkings: list, configs: list, embedders: Embedders) -> Embedded:
     return sweep.embed_all(inputs, chunkings, configs, embedders)
 
 
@@ -89,7 +93,7 @@ def embed(inputs: sweep.Inputs, chunkings: list, configs: list, embedders: sweep
 # per configuration bought nothing but the orchestration's own cost (a state round trip per task).
 @task(**TASK)
 def score(
-    inputs: sweep.Inputs, chunkings: list, configs: list, embedded: sweep.Embedded, exp: Experiment
+    inputs: Inputs, chunkings: list, configs: list, embedded: Embedded, exp: Experiment
 ) -> tuple[pa.Table, dict, pa.Table, progress.Stopwatch]:
     """Every configuration's per-query table, what each configuration's index cost, what each retrieved
     (kept with the run), and the seconds of retrieval and of scoring."""
@@ -99,12 +103,12 @@ def score(
 
 
 @task(**TASK)
-def references(inputs: sweep.Inputs, chunkings: list) -> pa.Table:
+def references(inputs: Inputs, chunkings: list) -> pa.Table:
     return reference_tables(inputs.gold, inputs.corpora, chunkings)
 
 
 @task(**TASK)
-def check_gold(inputs: sweep.Inputs, exp: Experiment) -> dict:
+def check_gold(inputs: Inputs, exp: Experiment) -> dict:
     return gold_check.check_gold(inputs.gold, inputs.corpora, min(exp.chunk_sizes), inputs.skipped).to_dict()
 
 
@@ -135,15 +139,15 @@ def summarize(
     index_stats: dict,
     chunkings: list,
     configs: list,
-    embedded: sweep.Embedded,
+    embedded: Embedded,
     skip_empty_gold: bool,
     slices: pa.Table | None = None,
 ) -> tuple:
     """(summary, per-corpus summary, per-slice summary or None)."""
     stats = sweep.chunk_stats(chunkings, configs, embedded, index_stats)
     return (
-        *sweep.summarize_sweep(per_query, stats, skip_empty_gold),
-        sweep.summarize_slices(per_query, slices, skip_empty_gold),
+        *summarize_sweep(per_query, stats, skip_empty_gold),
+        summarize_slices(per_query, slices, skip_empty_gold),
     )
 
 
@@ -217,7 +221,7 @@ def summary_rows(summary: pa.Table) -> list[dict]:
     """The macro (mean ± std) and micro table of a run, for the Prefect artifact."""
     rows = []
     for rec in summary.to_pylist():
-        row = {k: rec[k] for k in sweep.CONFIG_KEYS}
+        row = {k: rec[k] for k in CONFIG_KEYS}
         for m in METRICS:
             if rec.get(f"{m}_mean") is not None:  # a metric of no row (ann_recall_at_k of bm25) is left out
                 row[m] = f"{rec[f'{m}_mean']:.3f} ± {(rec[f'{m}_std'] or 0):.3f}"
@@ -257,7 +261,7 @@ def evaluate(
         check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
     from chunkeval.cli.large_grid import check_grid
 
-    embedders = sweep.Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
+    embedders = Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
     check_grid(exp, yes, embedders, ask=False, remedy="the flow parameter yes: true", say=logger.info)
     wh = warehouse()
     wh.reap()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from chunkeval.vocabulary import METRICS, check_metric, check_metrics  # noqa: F401 (re-exported here)
+from chunkeval.vocabulary import METRICS
 
 # how each micro average is formed: micro average = sum(numerator) / sum(denominator)
 MICRO = {

@@ -9,9 +9,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chunkeval.stats import aggregate as AGG
-from chunkeval.stats.aggregate import METRICS
 from chunkeval.stats.resampling import bootstrap_ci_groups
-from chunkeval.vocabulary import MIN_SLICE_QUERIES, SLICE_KEYS
+from chunkeval.vocabulary import METRICS, MIN_SLICE_QUERIES, SLICE_KEYS
 
 
 def summarize(per_query: pa.Table, by: list[str], intervals: bool = True) -> pa.Table:

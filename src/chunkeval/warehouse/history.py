@@ -11,8 +11,8 @@ import duckdb
 import pyarrow as pa
 
 from chunkeval.errors import InputError
-from chunkeval.stats.aggregate import METRICS, summary_sql
-from chunkeval.vocabulary import CONFIG_KEYS, RERANK_KEYS, slice_name
+from chunkeval.stats.aggregate import summary_sql
+from chunkeval.vocabulary import CONFIG_KEYS, METRICS, RERANK_KEYS, slice_name
 from chunkeval.warehouse.damage import damaged_files
 from chunkeval.warehouse.migrations import Schema
 from chunkeval.warehouse.tables import (

@@ -55,7 +55,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.analysis.comparisons import check_alpha
-    from chunkeval.stats.aggregate import check_metric
+    from chunkeval.vocabulary import check_metric
 
     check_alpha(args.alpha)
     check_metric(args.metric)
@@ -80,8 +80,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 def _compare_files(args: argparse.Namespace) -> list[dict]:
     """The two ranked-list files of --run-file, scored against --gold and compared query by query."""
     from chunkeval.analysis import comparisons as C
-    from chunkeval.engine.inputs import load_gold_and_run
     from chunkeval.engine.metrics import RANK_METRICS, score_run
+    from chunkeval.engine.run_files import load_gold_and_run
     from chunkeval.engine.settings import check_k
 
     if not args.gold or len(args.run_file or []) != 2 or args.run:

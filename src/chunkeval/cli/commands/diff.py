@@ -40,7 +40,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.analysis.comparisons import check_alpha, check_threshold
     from chunkeval.report.diff import diff_doc, format_diff
-    from chunkeval.stats.aggregate import check_metric
+    from chunkeval.vocabulary import check_metric
 
     if not args.run or len(args.run) != 2:
         raise InputError("diff takes two runs: --run A --run B")

@@ -37,8 +37,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.engine.inputs import load_gold_and_run
     from chunkeval.engine.metrics import RANK_METRICS, score_run
+    from chunkeval.engine.run_files import load_gold_and_run
     from chunkeval.engine.settings import check_k
     from chunkeval.report.terminal import format_macro_micro, format_rows
 

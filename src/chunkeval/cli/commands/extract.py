@@ -33,10 +33,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.engine.corpus import load_documents, read_documents
-    from chunkeval.engine.experiment import split_flags
     from chunkeval.engine.extract import DOCUMENT_SUFFIXES, DocumentReader, check_html_mode
     from chunkeval.engine.extract.export import check_out, export
     from chunkeval.errors import InputError
+    from chunkeval.vocabulary import split_flags
 
     html = check_html_mode(args.html or "full")
     source = Path(args.source)

@@ -139,11 +139,11 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
     from chunkeval import paths
     from chunkeval.engine import gold_generate as gg
+    from chunkeval.engine.anchoring import ANCHOR_SIMILARITY, check_anchor_similarity
     from chunkeval.engine.chat import Chat
     from chunkeval.engine.corpus import load_documents
     from chunkeval.engine.embedding import Embedder
     from chunkeval.engine.gold_update import csv_text
-    from chunkeval.engine.inputs import ANCHOR_SIMILARITY, check_anchor_similarity
     from chunkeval.errors import InputError
     from chunkeval.files import check_output, write_texts
     from chunkeval.report.gold_review import generated_html
@@ -251,7 +251,7 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 def accept(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.engine.gold_generate import accepted
     from chunkeval.engine.gold_update import csv_text
-    from chunkeval.engine.inputs import read_csv_rows
+    from chunkeval.engine.readers import read_csv_rows
     from chunkeval.files import check_output, write_text
 
     source, review = Path(args.questions), Path(args.review)
@@ -271,13 +271,14 @@ def _review_paths(out: Path, review: str | None) -> tuple[Path, Path]:
 
 
 def update(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.engine.experiment import Experiment, split_flags
+    from chunkeval.engine.anchoring import ANCHOR_SIMILARITY, anchoring_counts, check_anchor_similarity, gold_summary
+    from chunkeval.engine.experiment import Experiment
     from chunkeval.engine.gold_update import REVIEW_COLUMNS, corrected, csv_text
-    from chunkeval.engine.inputs import ANCHOR_SIMILARITY, anchoring_counts, check_anchor_similarity, gold_summary
     from chunkeval.engine.sweep import load_inputs
     from chunkeval.errors import InputError
     from chunkeval.files import check_output, check_writable_dir, write_texts
     from chunkeval.report.gold_review import review_html
+    from chunkeval.vocabulary import split_flags
 
     source, out = Path(args.questions), Path(args.out)
     review_csv, review_page = _review_paths(out, args.review)
@@ -325,13 +326,14 @@ def update(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 
 def check(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.engine.experiment import Experiment, split_flags
+    from chunkeval.engine.experiment import Experiment
     from chunkeval.engine.gold_check import check_gold
     from chunkeval.engine.sweep import load_inputs
     from chunkeval.report.terminal import format_rows
+    from chunkeval.vocabulary import split_flags
 
     check_at_least_one(args.chunk_size, "--chunk-size")
-    from chunkeval.engine.inputs import ANCHOR_SIMILARITY, check_anchor_similarity
+    from chunkeval.engine.anchoring import ANCHOR_SIMILARITY, check_anchor_similarity
 
     exp = Experiment(
         corpus_dir=args.corpus_dir,

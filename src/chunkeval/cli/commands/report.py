@@ -86,7 +86,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 
 def _micro(table) -> list[str]:
-    from chunkeval.stats.aggregate import METRICS
+    from chunkeval.vocabulary import METRICS
 
     return [m for m in METRICS if f"{m}_micro" in table.column_names]
 

@@ -30,7 +30,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.cli.large_grid import check_grid  # with the engine: not when the parser is built
     from chunkeval.engine.doc_metrics import write_doc_runs
-    from chunkeval.engine.sweep import CONFIG_KEYS, Embedders, run_sweep
+    from chunkeval.engine.embedders import Embedders
+    from chunkeval.engine.sweep import run_sweep
     from chunkeval.errors import InputError
     from chunkeval.files import check_output, check_writable_dir, write_tables
     from chunkeval.paths import cache_dir
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         format_slices,
         summary_block,
     )
+    from chunkeval.vocabulary import CONFIG_KEYS
 
     check_table_path(args.out)  # its suffix and folder, before the experiment is read
     exp = experiment_from_args(args)

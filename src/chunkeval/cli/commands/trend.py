@@ -78,7 +78,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.analysis.comparisons import check_alpha, check_threshold
     from chunkeval.analysis.regression import REGRESSION_METRICS
-    from chunkeval.stats.aggregate import check_metric
+    from chunkeval.vocabulary import check_metric
 
     if args.metric is None and not args.fail_on_regression:
         raise InputError("trend takes --metric NAME (or --fail-on-regression, which watches every metric without it)")

@@ -31,7 +31,6 @@ from chunkeval.engine.indexes.persist import Pending, vectors_digest
 from chunkeval.engine.indexes.spec import (  # noqa: F401 (the index vocabulary, re-exported)
     EXACT,
     KINDS,
-    NO_INDEX,
     IndexSpec,
     library_versions,
     load_library,
@@ -40,6 +39,7 @@ from chunkeval.engine.indexes.spec import (  # noqa: F401 (the index vocabulary,
 )
 from chunkeval.engine.retrievers.dense import top_k
 from chunkeval.paths import home
+from chunkeval.vocabulary import NO_INDEX  # noqa: F401 (the index vocabulary, re-exported)
 
 log = logging.getLogger("chunkeval")
 _KEPT = 2  # built indexes kept in memory: the settings of one chunking and model come one after the other

@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, short
-from chunkeval.vocabulary import NO_INDEX  # noqa: F401 (re-exported)
 
 EXACT = "exact"
 
