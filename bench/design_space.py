@@ -40,10 +40,10 @@ def main() -> int:
         return 2
     os.environ["CHUNKEVAL_HOME"] = tempfile.mkdtemp(prefix="chunkeval-design-")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from chunkeval.engine import metrics as M
-    from chunkeval.engine.embedders import Embedders
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import chunk_one, embed_all, load_inputs, plan, score_config
+    from chunkeval.engine.embedding.embedders import Embedders
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.sweep import chunk_one, embed_all, load_inputs, plan, score_config
+    from chunkeval.engine.scoring import metrics as M
     from chunkeval.paths import cache_dir
 
     embedders = Embedders(cache_dir())

@@ -40,10 +40,10 @@ def main() -> int:
     import numpy as np
     import pyarrow.compute as pc
 
-    from chunkeval.engine.embedders import Embedders
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.gold_check import check_gold
-    from chunkeval.engine.sweep import load_inputs, run_sweep
+    from chunkeval.engine.embedding.embedders import Embedders
+    from chunkeval.engine.gold.check import check_gold
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.sweep import load_inputs, run_sweep
     from chunkeval.paths import cache_dir
     from chunkeval.vocabulary import CONFIG_KEYS
 

@@ -57,8 +57,8 @@ def sample_texts(data: str, model: str, count: int) -> list[str]:
     else (on a machine without them) random whole words of the model's vocabulary, 218 word pieces each."""
     if Path(data).is_dir():
         from chunkeval.engine.chunking import ChunkerSpec, chunk_corpora
-        from chunkeval.engine.experiment import Experiment
-        from chunkeval.engine.sweep import load_inputs
+        from chunkeval.engine.pipeline.experiment import Experiment
+        from chunkeval.engine.pipeline.sweep import load_inputs
 
         exp = Experiment.from_dict(
             {"name": "bench", "corpus_dir": f"{data}/corpora", "questions": f"{data}/questions_df.csv"}
@@ -130,9 +130,9 @@ def speed(
 def quality(name: str, data: str, batch_size: int | None = None) -> dict:
     import numpy as np
 
-    from chunkeval.engine.embedders import Embedders
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import run_sweep
+    from chunkeval.engine.embedding.embedders import Embedders
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.sweep import run_sweep
     from chunkeval.paths import cache_dir
 
     backend, quantize, precision = split(name)

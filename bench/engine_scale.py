@@ -14,8 +14,8 @@ Phases, each in its own process (its peak memory is that process's maximum resid
 imports included; "data" is the resident set once the phase's inputs are made, before the timed work):
 - faiss:    `faiss.IndexFlatIP` over the chunk vectors, exact `search` at k (the `add` is timed apart),
             OpenMP threads = the cores this process may use
-- top_k:    `chunkeval.engine.retrievers.dense.top_k` at k (numpy's BLAS uses every core)
-- metrics:  `chunkeval.engine.scoring.score_chunking` (span, set and rank metrics per question) on top_k's result
+- top_k:    `chunkeval.engine.retrieval.retrievers.dense.top_k` at k (numpy's BLAS uses every core)
+- metrics:  `chunkeval.engine.scoring.configuration.score_chunking` (span, set and rank metrics per question) on top_k's result
             at every depth of 1, 5 and k (those at most k); then, apart, the time of each step it chains
 Seconds are wall-clock seconds of the timed call only (data generation and imports excluded); "cpu" is
 the user + system time of the process over the same call. The check: chunkeval's indices against
@@ -83,7 +83,7 @@ def make_chunks(n_chunks: int, n_corpora: int, seed: int):
 
 
 def make_gold(chunks, n_queries: int, seed: int):
-    from chunkeval.engine.span_gold import SpanGold
+    from chunkeval.engine.inputs.span_gold import SpanGold
 
     rng = np.random.default_rng([seed, 1])
     n_corpora = len(chunks.corpus_names)
@@ -165,7 +165,7 @@ def phase_faiss(args, out: Path) -> dict:
 
 
 def phase_top_k(args, out: Path) -> dict:
-    from chunkeval.engine.retrievers.dense import top_k
+    from chunkeval.engine.retrieval.retrievers.dense import top_k
 
     vectors, queries = make_vectors(args)
     data = rss_mib()
@@ -183,9 +183,9 @@ def phase_top_k(args, out: Path) -> dict:
 
 
 def phase_metrics(args, out: Path) -> dict:
-    from chunkeval.engine import metrics as M
     from chunkeval.engine.chunking import ChunkerSpec
-    from chunkeval.engine.scoring import score_chunking, span_scoring
+    from chunkeval.engine.scoring import metrics as M
+    from chunkeval.engine.scoring.configuration import score_chunking, span_scoring
 
     chunks = make_chunks(args.chunks, args.corpora, args.seed)
     gold, _ = make_gold(chunks, args.queries, args.seed)

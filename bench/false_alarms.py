@@ -44,10 +44,10 @@ def main() -> int:
 
     from chunkeval.analysis.comparisons import configurations, regressions
     from chunkeval.analysis.regression import DEFAULT_THRESHOLD, REGRESSION_METRICS
-    from chunkeval.engine.embedders import Embedders
     from chunkeval.engine.embedding import resolve_model
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import run_sweep
+    from chunkeval.engine.embedding.embedders import Embedders
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.sweep import run_sweep
     from chunkeval.paths import cache_dir
 
     def run(model: str):

@@ -9,7 +9,7 @@ Two parts (docs/indexes.md says why both):
   Random vectors in 384 dimensions are a degenerate case for approximate search (every neighbour is
   about as far as every other), so this part measures time and memory only: build seconds, bytes, the
   batched search's milliseconds per query (best of two rounds), and p50/p95 of one query at a time (1,000
-  queries after 10 warm-up searches), for chunkeval (`chunkeval.engine.indexes`: hashing the vectors and
+  queries after 10 warm-up searches), for chunkeval (`chunkeval.engine.retrieval.indexes`: hashing the vectors and
   building with one thread until the index is usable; its file, written in the background while a run
   searches, is timed apart as "file s" and waited for before faiss builds; then searching through
   `Built.search`) and for faiss alone (the same index class, parameters and threads, no persistence). The
@@ -17,7 +17,7 @@ Two parts (docs/indexes.md says why both):
   that the load of a shared machine moves both alike.
 - real: the chunks of the shared general evaluation (`../shared/datasets/chroma_general`, fixed_token 200,
   all-MiniLM-L6-v2 vectors through chunkeval's cache) and its 472 questions: ann_recall_at_k at k, as
-  `chunkeval.engine.indexes.measure` computes it, beside the same formula applied to faiss's own output
+  `chunkeval.engine.retrieval.indexes.measure` computes it, beside the same formula applied to faiss's own output
   (they must be equal), and the same times.
 
 Settings: hnsw (M 32, ef_construction 40: faiss's defaults) at ef_search 16, 64 and 256, one build; ivf
@@ -125,10 +125,10 @@ def settings(nlist: int, kinds: tuple[str, ...] = ("hnsw", "ivf")) -> list[list[
 def compare(
     chunks: np.ndarray, queries: np.ndarray, k: int, nlist: int, recall: bool, kinds=("hnsw", "ivf")
 ) -> list[list[str]]:
-    from chunkeval.engine import indexes
-    from chunkeval.engine.indexes import parse_index, persist
-    from chunkeval.engine.indexes.measure import found_at
-    from chunkeval.engine.retrievers.dense import top_k
+    from chunkeval.engine.retrieval import indexes
+    from chunkeval.engine.retrieval.indexes import parse_index, persist
+    from chunkeval.engine.retrieval.indexes.measure import found_at
+    from chunkeval.engine.retrieval.retrievers.dense import top_k
 
     exact = top_k(queries, chunks, k)[0] if recall else None
     rows = []
@@ -195,10 +195,10 @@ def table(rows: list[list[str]], recall: bool) -> str:
 
 def real_vectors(k: int) -> tuple[np.ndarray, np.ndarray]:
     from chunkeval.engine.chunking import ChunkerSpec
-    from chunkeval.engine.embedders import Embedders
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.grid import Config
-    from chunkeval.engine.sweep import chunk_one, embed_all, load_inputs
+    from chunkeval.engine.embedding.embedders import Embedders
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.records import Config
+    from chunkeval.engine.pipeline.sweep import chunk_one, embed_all, load_inputs
     from chunkeval.paths import cache_dir
 
     exp = Experiment(

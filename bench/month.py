@@ -395,7 +395,7 @@ def _new_run(wh, name: str, known: set[str]):
 
 def _gold_line(wh, run: dict) -> str:
     """How the run's gold set met the corpus, from the gold check it recorded: the counts of its one summary line."""
-    from chunkeval.engine.anchoring import anchoring_counts
+    from chunkeval.engine.inputs.anchoring import anchoring_counts
 
     check = wh.gold_check(run["run_id"]) or {}
     if not check.get("anchoring"):

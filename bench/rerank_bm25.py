@@ -25,9 +25,9 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=200)
     args = parser.parse_args()
 
-    from chunkeval.engine.embedders import Embedders
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import run_sweep
+    from chunkeval.engine.embedding.embedders import Embedders
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.sweep import run_sweep
 
     exp = Experiment(
         name="rerank-bench",

@@ -24,7 +24,7 @@ SHARED = (ROOT.parent / "shared" / "datasets" / "chroma_general").resolve()
 
 
 def experiment(which: str, n_sizes: int):
-    from chunkeval.engine.experiment import Experiment
+    from chunkeval.engine.pipeline.experiment import Experiment
 
     if which == "demo":
         return Experiment.demo()
@@ -50,7 +50,7 @@ def main() -> None:
 
         os.environ.setdefault("CHUNKEVAL_HOME", tmp)
         from chunkeval.engine.embedding import Embedder
-        from chunkeval.engine.sweep import run_sweep
+        from chunkeval.engine.pipeline.sweep import run_sweep
         from chunkeval.paths import cache_dir
         from chunkeval.warehouse import Warehouse
 
@@ -72,7 +72,7 @@ def main() -> None:
             result.retrieved,
             result.corpora,
         )
-        folder = wh.results / run_id
+        folder = wh.results_dir / run_id
         retrieved = (folder / "retrieved.parquet").stat().st_size
         others = sum(p.stat().st_size for p in folder.glob("*.parquet") if p.name != "retrieved.parquet")
         copies = sum(p.stat().st_size for p in wh.corpora_dir.iterdir())

@@ -35,13 +35,13 @@ def phase(name: str, data: str, corpus: str) -> dict:
     start = time.perf_counter()
     import resource
 
-    from chunkeval.engine import metrics as M
     from chunkeval.engine.chunking import chunk_corpora
     from chunkeval.engine.embedding import Embedder
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.retrievers.dense import top_k
-    from chunkeval.engine.scoring import score_chunking
-    from chunkeval.engine.sweep import load_inputs, run_sweep
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.sweep import load_inputs, run_sweep
+    from chunkeval.engine.retrieval.retrievers.dense import top_k
+    from chunkeval.engine.scoring import metrics as M
+    from chunkeval.engine.scoring.configuration import score_chunking
     from chunkeval.paths import cache_dir
     from chunkeval.vocabulary import CONFIG_KEYS
 

@@ -34,11 +34,11 @@ from pathlib import Path
 
 
 def fill(n_runs: int) -> tuple[int, float]:
-    from chunkeval.engine.embedders import Embedders
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.fingerprints import input_fingerprints
-    from chunkeval.engine.gold_check import check_gold
-    from chunkeval.engine.sweep import load_inputs, run_sweep
+    from chunkeval.engine.embedding.embedders import Embedders
+    from chunkeval.engine.gold.check import check_gold
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.fingerprints import input_fingerprints
+    from chunkeval.engine.pipeline.sweep import load_inputs, run_sweep
     from chunkeval.paths import cache_dir
     from chunkeval.warehouse import Warehouse
 

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from chunkeval.engine.embedders import Embedders
 from chunkeval.engine.embedding import Embedder, backends, embedder_fingerprint, model_fingerprint, resolve_model
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
 
@@ -187,7 +187,7 @@ def test_precision_keys_the_cache_and_fp32_keeps_its_fingerprint(tmp_path):
 def test_a_precision_change_reads_as_a_model_change(tmp_path):
     """A run in bf16 has another model fingerprint: `--if-changed` runs it, `watch` says the model changed,
     and the run's models table, notes and report name the precision."""
-    from chunkeval.engine.fingerprints import models_fingerprint
+    from chunkeval.engine.pipeline.fingerprints import models_fingerprint
     from chunkeval.flows.watch import change_events
     from chunkeval.report.terminal import format_models
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chunkeval.engine.doc_metrics import maxp_ranking, trec_runs
-from chunkeval.engine.embedders import Embedders
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
+from chunkeval.engine.scoring.doc_metrics import maxp_ranking, trec_runs
 from chunkeval.errors import InputError
 from chunkeval.vocabulary import CONFIG_KEYS
 
@@ -168,7 +168,7 @@ def test_a_corpus_folder_with_queries_and_trec_qrels(tmp_path):
     exp = Experiment.from_dict(
         {"corpus_dir": str(corpora), "queries": str(queries), "qrels": str(qrels), "retriever": "bm25", "k": [2]}
     )
-    from chunkeval.engine.corpus import load_documents
+    from chunkeval.engine.inputs.corpus import load_documents
 
     docs = load_documents(corpora)  # a subfolder is a corpus of the files under it, named by their paths
     assert docs.corpus_of == {"keeper": "keeper", "notes/deep/lamp": "notes", "orchard": "misc", "harbor": "misc"}
@@ -209,8 +209,8 @@ def test_the_sweep_command_writes_the_run_files_and_shows_document_metrics(beir,
 
 
 def test_the_worked_example_of_docs_metrics_md():
-    from chunkeval.engine.doc_metrics import Grades, doc_metrics
-    from chunkeval.engine.documents import DocGold
+    from chunkeval.engine.inputs.document_gold import DocGold
+    from chunkeval.engine.scoring.doc_metrics import Grades, doc_metrics
 
     names = ("A", "B", "C", "D", "E")
     topk = np.array([[0, 1, 2, 3, 4]])  # chunks of documents B, A, B, C, D
@@ -249,7 +249,7 @@ def test_the_evaluate_flow_records_a_document_gold_run_with_its_run_files_and_re
     assert len(summary) == 1 and summary[0]["doc_ndcg_at_k_mean"] > 0 and summary[0]["span_recall_mean"] is None
     sliced = wh.slice_summary(result["run_id"]).to_pylist()  # the flow keeps the slices: q0–q8 judged, 5 even, 4 odd
     assert [(r["slice_value"], r["n_queries"], r["too_small"]) for r in sliced] == [("even", 5, True), ("odd", 4, True)]
-    files = list((wh.results / result["run_id"] / "doc_runs").iterdir())
+    files = list((wh.results_dir / result["run_id"] / "doc_runs").iterdir())
     assert [f.name for f in files] == [
         "none_bm25_none_none_none_0_0_3.trec"
     ]  # model retriever index reranker chunker …
@@ -281,8 +281,8 @@ def test_a_dense_maxp_search_looks_deeper_only_for_queries_that_need_it():
     """`shallow_first` (a run's exact dense search under document gold): the first k documents of every query
     equal those of one search 1,000 chunks deep, and only a query whose first 100 chunks hold fewer than k
     documents is searched again (here the first: its best 150 chunks are one document's)."""
-    from chunkeval.engine.doc_metrics import shallow_first
-    from chunkeval.engine.retrievers.dense import top_k
+    from chunkeval.engine.retrieval.retrievers.dense import top_k
+    from chunkeval.engine.scoring.doc_metrics import shallow_first
 
     rng = np.random.default_rng(5)
     chunks = rng.standard_normal((2000, 16)).astype(np.float32)

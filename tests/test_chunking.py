@@ -141,7 +141,7 @@ def test_recursive_overlap_carries_trailing_pieces():
 
 
 def test_chunk_corpora_on_the_shared_data(chroma):
-    from chunkeval.engine.corpus import load_corpora
+    from chunkeval.engine.inputs.corpus import load_corpora
 
     corpora = load_corpora(chroma / "corpora")
     for spec in (

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from chunkeval.cli import main
-from chunkeval.engine.corpus import load_corpora
-from chunkeval.engine.experiment import parse_overlap
-from chunkeval.engine.span_gold import load_span_gold
+from chunkeval.engine.inputs.corpus import load_corpora
+from chunkeval.engine.inputs.span_gold import load_span_gold
+from chunkeval.engine.pipeline.experiment import parse_overlap
 from chunkeval.vocabulary import INDEX_TIMES
 
 

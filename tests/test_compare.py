@@ -13,10 +13,10 @@ from scipy import stats as sps
 from chunkeval import stats
 from chunkeval.analysis import comparisons as C
 from chunkeval.cli import main
-from chunkeval.engine.embedders import Embedders
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.metrics import METRICS
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
+from chunkeval.engine.scoring.metrics import METRICS
 from chunkeval.errors import InputError
 from chunkeval.warehouse import Warehouse
 
@@ -176,8 +176,8 @@ def test_compare_agrees_with_ranx(tmp_path):
 
     ranx's values are stored in tests/data/ranx_oracle.json by tests/data/make_ranx_oracle.py (numba
     compiles ranx for about a minute on a fresh installation, so the suite never runs it)."""
-    from chunkeval.engine.metrics import score_run
-    from chunkeval.engine.run_files import load_gold_and_run
+    from chunkeval.engine.inputs.run_files import load_gold_and_run
+    from chunkeval.engine.scoring.metrics import score_run
 
     oracle = json.loads(ORACLE.read_text(encoding="utf-8"))
     assert make_ranx_oracle.write_trec_files(tmp_path) == oracle["files_sha256"]  # the files ranx scored

@@ -7,8 +7,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from chunkeval.engine.metrics import METRICS
-from chunkeval.engine.runners import TaskRunner, check_task_runner, parse_task_runner
+from chunkeval.engine.pipeline.runners import TaskRunner, check_task_runner, parse_task_runner
+from chunkeval.engine.scoring.metrics import METRICS
 from chunkeval.errors import InputError
 from chunkeval.flows.evaluate import with_task_runner
 from chunkeval.vocabulary import CONFIG_KEYS

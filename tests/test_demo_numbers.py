@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
 
 STORED = Path(__file__).resolve().parent / "data" / "demo_bm25.json"
 KEYS = ("chunker", "chunk_size", "chunk_overlap", "k")

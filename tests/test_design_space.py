@@ -13,11 +13,11 @@ import pytest
 
 import chunkeval
 from chunkeval.cli import main
-from chunkeval.engine.embedders import Embedders
 from chunkeval.engine.embedding import Embedder, model_fingerprint, resolve_model
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.fingerprints import input_fingerprints
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.fingerprints import input_fingerprints
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
 from chunkeval.vocabulary import CONFIG_KEYS, INDEX_TIMES

@@ -11,12 +11,12 @@ import pytest
 
 from chunkeval.cli import main
 from chunkeval.engine.chunking import ChunkerSpec, Chunks
-from chunkeval.engine.duplicates import find_copies
-from chunkeval.engine.embedders import Embedders
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.scoring import score_chunking
-from chunkeval.engine.span_gold import SpanGold
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.inputs.duplicates import find_copies
+from chunkeval.engine.inputs.span_gold import SpanGold
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
+from chunkeval.engine.scoring.configuration import score_chunking
 from chunkeval.errors import InputError
 from chunkeval.warehouse import Warehouse
 
@@ -182,7 +182,7 @@ def test_the_finance_corpus_repeated_passages_get_credit(tmp_path):
 
 
 def _finance_gold(exp):
-    from chunkeval.engine.sweep import load_inputs
+    from chunkeval.engine.pipeline.sweep import load_inputs
 
     inputs = load_inputs(exp)
     return inputs.gold, inputs.corpora

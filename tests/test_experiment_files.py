@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
 from chunkeval.vocabulary import split_flags, split_list
@@ -39,7 +39,7 @@ def test_a_corpus_whose_name_holds_a_comma_is_read_from_a_yaml_list(tmp_path):
     )
     exp = Experiment.from_yaml(tmp_path / "exp.yaml")
     assert exp.corpus == ("bees, wild",) and exp.chunk_sizes == (100, 200) and exp.k == (1, 5)
-    from chunkeval.engine.sweep import load_inputs
+    from chunkeval.engine.pipeline.sweep import load_inputs
 
     inputs = load_inputs(exp)
     assert list(inputs.corpora) == ["bees, wild"] and inputs.gold.n_queries > 0

@@ -12,8 +12,8 @@ import subprocess
 import pytest
 
 from chunkeval.cli import main
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.errors import InputError
 from chunkeval.warehouse import Warehouse
 

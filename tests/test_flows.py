@@ -10,9 +10,9 @@ import yaml
 from prefect.client.orchestration import get_client
 
 from chunkeval.engine.chunking import chunk_corpora
-from chunkeval.engine.corpus import load_corpora
 from chunkeval.engine.embedding import text_hash
-from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.inputs.corpus import load_corpora
+from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.flows.evaluate import evaluate
 from chunkeval.flows.trend_report import RegressionDetected, trend_report
 from chunkeval.flows.watch import watch

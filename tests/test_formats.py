@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from chunkeval.cli import main
-from chunkeval.engine.corpus import folder_fingerprint, load_documents
-from chunkeval.engine.extract import DocumentReader, Unreadable, cache_root, html, page_span, pdf
+from chunkeval.engine.inputs.corpus import folder_fingerprint, load_documents
+from chunkeval.engine.inputs.extract import DocumentReader, Unreadable, cache_root, html, page_span, pdf
 from chunkeval.errors import InputError
 
 FORMATS = Path(__file__).resolve().parent / "data" / "formats"
@@ -139,9 +139,9 @@ def write_questions(path: Path, rows: list[tuple[str, str, list[dict]]]) -> Path
 def test_span_gold_names_documents_of_pdf_html_and_jsonl_corpora(extracted, tmp_path, capsys):
     """Span gold written against `extract`'s text scores on the documents a run reads: the corpus_id column names
     a document (of a subfolder corpus, a JSONL corpus, an HTML file), and per-corpus rows stay per corpus."""
-    from chunkeval.engine.embedders import Embedders
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import run_sweep
+    from chunkeval.engine.embedding.embedders import Embedders
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.sweep import run_sweep
 
     folder, texts = extracted
     if not texts.exists():
@@ -199,8 +199,8 @@ def test_span_gold_names_documents_of_pdf_html_and_jsonl_corpora(extracted, tmp_
 
 
 def test_a_reference_into_an_unreadable_document_names_both(extracted, tmp_path):
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import load_inputs
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.sweep import load_inputs
 
     folder, _ = extracted
     questions = write_questions(tmp_path / "q.csv", [("what is this scan", "scanned", [])])
@@ -214,7 +214,7 @@ def test_a_reference_into_an_unreadable_document_names_both(extracted, tmp_path)
 
 
 def test_qrels_rows_naming_an_unreadable_document_are_left_out_and_counted(extracted, tmp_path):
-    from chunkeval.engine.documents import load_document_gold
+    from chunkeval.engine.inputs.document_gold import load_document_gold
 
     folder, _ = extracted
     (tmp_path / "queries.jsonl").write_text('{"_id": "a", "text": "apple pruning"}\n{"_id": "b", "text": "scan"}\n')
@@ -229,10 +229,10 @@ def test_qrels_rows_naming_an_unreadable_document_are_left_out_and_counted(extra
     with pytest.raises(InputError, match="document 'latin' is unreadable"):
         load_document_gold(*args, strict=True)
     # the run records what it left out: each row in its gold-set check, the documents and the count in its manifest
-    from chunkeval.engine.embedders import Embedders
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.gold_check import check_gold
-    from chunkeval.engine.sweep import load_inputs, run_sweep
+    from chunkeval.engine.embedding.embedders import Embedders
+    from chunkeval.engine.gold.check import check_gold
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.sweep import load_inputs, run_sweep
     from chunkeval.warehouse import Warehouse
 
     settings = {"corpus_dir": args[2], "queries": args[3], "qrels": args[4], "retriever": "bm25", "chunk_sizes": [12]}
@@ -288,7 +288,7 @@ def test_extracted_text_is_cached_by_content_and_extractor_and_the_fingerprint_c
 
 
 def test_extract_reads_one_file_and_writes_unsafe_ids_encoded(tmp_path, capsys):
-    from chunkeval.engine.extract.export import document_path
+    from chunkeval.engine.inputs.extract.export import document_path
 
     assert main(["extract", str(FORMATS / "guide.html"), "--out", str(tmp_path / "one"), "--html", "main"]) == 0
     (row,) = map(json.loads, (tmp_path / "one" / "documents.jsonl").read_text().splitlines())

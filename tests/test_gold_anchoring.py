@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from chunkeval.cli import main
-from chunkeval.engine.anchoring import ANCHOR_SIMILARITY, place_reference
-from chunkeval.engine.documents import load_document_gold
-from chunkeval.engine.span_gold import load_span_gold
+from chunkeval.engine.inputs.anchoring import ANCHOR_SIMILARITY, place_reference
+from chunkeval.engine.inputs.document_gold import load_document_gold
+from chunkeval.engine.inputs.span_gold import load_span_gold
 from chunkeval.paths import DEMO_DIR
 from chunkeval.warehouse import Warehouse
 
@@ -72,8 +72,8 @@ def test_each_edit_places_a_reference_as_it_should():
 
 
 def test_the_edited_demo_reads_with_one_summary_line(tmp_path, caplog):
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import load_inputs
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.sweep import load_inputs
 
     expected = edited_demo(tmp_path)
     exp = Experiment(corpus_dir=str(tmp_path / "corpora"), questions=str(tmp_path / "questions.csv"))
@@ -100,7 +100,7 @@ def test_the_edited_demo_reads_with_one_summary_line(tmp_path, caplog):
 
 
 def test_document_gold_retires_a_query_whose_documents_are_gone(tmp_path, caplog):
-    from chunkeval.engine.documents import warn_left_out
+    from chunkeval.engine.inputs.document_gold import warn_left_out
 
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "kept.md").write_text("A kept document about apples.", encoding="utf-8")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from chunkeval.cli import main
-from chunkeval.engine.corpus import load_corpora
-from chunkeval.engine.duplicates import occurrences
-from chunkeval.engine.gold_check import check_gold
-from chunkeval.engine.span_gold import load_span_gold
+from chunkeval.engine.gold.check import check_gold
+from chunkeval.engine.inputs.corpus import load_corpora
+from chunkeval.engine.inputs.duplicates import occurrences
+from chunkeval.engine.inputs.span_gold import load_span_gold
 
 
 def ref(content: str, text: str, nth: int = 0) -> str:
@@ -70,9 +70,9 @@ def test_every_kind_of_finding_on_a_toy_set(tmp_path, capsys):
 
 
 def test_the_report_shows_the_check_recorded_with_the_run(tmp_path, caplog):
-    from chunkeval.engine.embedders import Embedders
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import load_inputs, run_sweep
+    from chunkeval.engine.embedding.embedders import Embedders
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.sweep import load_inputs, run_sweep
     from chunkeval.report.html import build_report
     from chunkeval.warehouse import Warehouse
 
@@ -108,7 +108,7 @@ def test_the_report_shows_the_check_recorded_with_the_run(tmp_path, caplog):
     assert "<summary>Long references: 2</summary>" in html and "only the gold copy counts" in html
     assert "<summary>Unreadable documents: 1</summary>" in html and "legacy.txt</td><td>not UTF-8 text" in html
     # a damaged file is moved aside, said once, and reads as not recorded
-    path = wh.results / run_id / "gold_check.json"
+    path = wh.results_dir / run_id / "gold_check.json"
     path.write_text('{"ambiguous_references": [', encoding="utf-8")
     assert "recorded without a gold-set check" in build_report(wh, "g")
     assert not path.exists() and path.with_name("gold_check.json.corrupt").exists()

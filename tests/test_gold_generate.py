@@ -20,7 +20,7 @@ import pytest
 
 from chat_server import ANSWERS, NOTES, ChatServer
 from chunkeval.cli import main
-from chunkeval.engine import gold_generate as gg
+from chunkeval.engine.gold import generate as gg
 from prefect_server import BIN
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "corpora"
@@ -91,8 +91,8 @@ def test_a_resumed_run_pays_for_no_answer_twice(generated):
 def check_any_model(t: Path, out: Path, prov: dict) -> None:
     """What holds for any model: kept questions' references hold the corpus text at their offsets, no two kept
     questions are above the dedup threshold, the provenance is complete, the counts add up."""
-    from chunkeval.engine.corpus import load_corpora
     from chunkeval.engine.embedding import Embedder
+    from chunkeval.engine.inputs.corpus import load_corpora
     from chunkeval.paths import cache_dir
 
     texts = load_corpora(t / "corpora")

@@ -21,9 +21,9 @@ from chunkeval.cli import main
 from chunkeval.engine.embedding import Embedder
 from chunkeval.engine.embedding.client import Client, ServedError, count_tokens
 from chunkeval.engine.embedding.served import parse_entry
-from chunkeval.engine.endpoints import resolve_endpoint
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import load_inputs
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import load_inputs
+from chunkeval.engine.settings.endpoints import resolve_endpoint
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT
 from served_server import Proxy

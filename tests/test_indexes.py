@@ -22,12 +22,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from chunkeval.cli import main
-from chunkeval.engine import indexes
-from chunkeval.engine.embedders import Embedders
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.indexes import parse_index, persist
-from chunkeval.engine.indexes.measure import measure
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
+from chunkeval.engine.retrieval import indexes
+from chunkeval.engine.retrieval.indexes import parse_index, persist
+from chunkeval.engine.retrieval.indexes.measure import measure
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
 from chunkeval.warehouse import SCHEMA_VERSION, Warehouse
@@ -151,7 +151,7 @@ def test_with_own_corpus_each_corpus_gets_its_own_index(own_home):
 
 def test_ties_count_as_found():
     """A corpus that repeats a passage: the index may return either copy of the k-th best."""
-    from chunkeval.engine.indexes.measure import found_at
+    from chunkeval.engine.retrieval.indexes.measure import found_at
 
     c = unit(5, 8, 5)
     c = np.vstack([c, c[2:3]])  # chunk 5 repeats chunk 2

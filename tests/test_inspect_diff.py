@@ -15,9 +15,9 @@ import pytest
 
 import chunkeval
 from chunkeval.cli import main
-from chunkeval.engine.embedders import Embedders
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.diff import VERDICT_FIELDS
 from chunkeval.warehouse import Warehouse
@@ -217,7 +217,7 @@ def test_the_report_drills_down_into_every_question(kept):
 def test_the_kept_scores_are_the_retrievers_own_best_first(embedder_factory):
     """bm25 keeps its BM25 score and hybrid its fused score (each corpus on its own), the scores the retriever
     returned, non-increasing by rank: what inspect and diff show beside each chunk."""
-    from chunkeval.engine import ranking, sweep
+    from chunkeval.engine.pipeline import ranking, sweep
 
     exp = Experiment(
         name="scored", chunk_sizes=(50,), overlaps=("0",), k=(2, 4), retriever=("bm25", "hybrid"), own_corpus=True

@@ -34,7 +34,7 @@ def test_a_label_leaves_out_what_holds_its_default():
 
 
 def test_the_defaults_a_label_leaves_out_are_the_experiments():
-    from chunkeval.engine.experiment import SETTINGS
+    from chunkeval.engine.pipeline.experiment import SETTINGS
 
     defaults = {s.name: s.default for s in SETTINGS}
     setting = {"chunk_size": "chunk_sizes", "chunk_overlap": "overlaps"}

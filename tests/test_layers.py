@@ -109,6 +109,84 @@ def test_each_layer_imports_only_from_the_layers_below():
     assert wrong == []
 
 
+# inside the engine, its packages in the order a run's data moves through them (engine/__init__.py)
+ENGINE_STAGES = ["moved", "settings", "inputs", "chunking", "embedding", "retrieval", "scoring", "gold", "pipeline"]
+
+
+def stage_of(module: str) -> int | None:
+    parts = module.split(".")
+    return ENGINE_STAGES.index(parts[2]) if module.startswith("chunkeval.engine.") else None
+
+
+def test_the_engines_stages_import_only_from_earlier_stages():
+    """Settings → inputs → chunking → embedding → retrieval → scoring → gold → pipeline: a reader follows the
+    data, and a stage never calls back into one after it (imports for type checking only are free)."""
+    assert sorted(ENGINE_STAGES) == sorted(
+        p.stem if p.suffix else p.name
+        for p in (PACKAGE / "engine").iterdir()
+        if p.name not in ("__init__.py", "__pycache__")
+    )
+    wrong = [
+        f"{m}:{line} imports {t}"
+        for m, edges in GRAPH.items()
+        if stage_of(m) is not None
+        for t, line, typing_only in edges
+        if not typing_only and stage_of(t) is not None and stage_of(t) > stage_of(m)
+    ]
+    assert wrong == []
+
+
+def test_the_package_imports_its_own_modules_at_the_top():
+    """An import of one of chunkeval's modules inside a function is allowed only where it saves a real
+    load-time cost, and then it says so in a comment on its line (Prefect, the DuckDB warehouse, the API)."""
+    unexplained = []
+    for module, path in MODULES.items():
+        source = path.read_text(encoding="utf-8")
+        lines = source.split("\n")
+        for fn in ast.walk(ast.parse(source)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                named = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else []
+                )
+                if any(n.startswith("chunkeval") for n in named):
+                    block = lines[node.lineno - 2 : node.end_lineno]
+                    if not any("#" in line for line in block):
+                        unexplained.append(f"{module}:{node.lineno}")
+    assert unexplained == []
+
+
+def test_the_engines_old_module_paths_still_import_with_a_warning():
+    """One compatibility module (chunkeval.engine.moved) keeps the flat paths of before the move working
+    until its removal date: the same module object, and one FutureWarning naming the new path."""
+    import importlib
+    import sys
+    import warnings
+
+    from chunkeval.engine import moved
+    from chunkeval.engine.retrieval import retrievers
+    from chunkeval.engine.retrieval.retrievers import dense
+
+    for old in ("chunkeval.engine.retrievers", "chunkeval.engine.retrievers.dense"):
+        sys.modules.pop(old, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert importlib.import_module("chunkeval.engine.retrievers") is retrievers
+        assert importlib.import_module("chunkeval.engine.retrievers.dense") is dense
+    said = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
+    assert said == [
+        f"chunkeval.engine.retrievers has moved to chunkeval.engine.retrieval.retrievers; the old path goes on {moved.REMOVAL}",
+        f"chunkeval.engine.retrievers.dense has moved to chunkeval.engine.retrieval.retrievers.dense; the old path goes on {moved.REMOVAL}",
+    ]
+    for new in moved.MOVED.values():
+        importlib.import_module("chunkeval.engine." + new)  # every target exists
+
+
 def _cycles() -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan), runtime imports only."""
     index, low, stack, on, out = {}, {}, [], set(), []
@@ -149,7 +227,7 @@ def test_no_import_cycles():
 def test_the_graph_sees_imports_inside_functions():
     """The checker reads imports wherever they are: the CLI's commands import their engine lazily."""
     lazy = [t for t, _, _ in GRAPH["chunkeval.api"]]
-    assert "chunkeval.engine.sweep" in lazy
+    assert "chunkeval.engine.pipeline.sweep" in lazy
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

@@ -10,14 +10,14 @@ import pytrec_eval
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkeval.engine import metrics as M
 from chunkeval.engine.chunking import Chunks
-from chunkeval.engine.run_files import Qrels, Run
-from chunkeval.engine.span_gold import SpanGold
+from chunkeval.engine.inputs.run_files import Qrels, RankedLists
+from chunkeval.engine.inputs.span_gold import SpanGold
+from chunkeval.engine.scoring import metrics as M
 
 
 def summary_of(gold: dict, run: dict, k: int):
-    per_query, summary = M.score_run(Qrels({q: {d: 1.0 for d in ds} for q, ds in gold.items()}), Run(run), k)
+    per_query, summary = M.score_run(Qrels({q: {d: 1.0 for d in ds} for q, ds in gold.items()}), RankedLists(run), k)
     return per_query.to_pylist(), summary.to_pylist()[0]
 
 
@@ -60,13 +60,13 @@ def test_empty_retrieval_and_empty_gold():
     assert a["precision"] == 0 and a["recall"] == 0 and a["precision_at_k"] == 0 and a["mrr"] == 0
     assert b["recall"] == 0 and b["n_relevant"] == 0
     assert s["n_queries"] == 2
-    _, skipped = M.score_run(Qrels({"a": {"x": 1.0}, "b": {}}), Run({"a": ["x"]}), 3, skip_empty_gold=True)
+    _, skipped = M.score_run(Qrels({"a": {"x": 1.0}, "b": {}}), RankedLists({"a": ["x"]}), 3, skip_empty_gold=True)
     assert skipped.to_pylist()[0]["n_queries"] == 1
 
 
 def test_graded_ndcg_by_hand():
     gold = Qrels({"q": {"a": 3.0, "b": 2.0, "c": 0.0, "d": 1.0}})
-    per_query, _ = M.score_run(gold, Run({"q": ["b", "c", "a"]}), 3)
+    per_query, _ = M.score_run(gold, RankedLists({"q": ["b", "c", "a"]}), 3)
     dcg = 2 / np.log2(2) + 0 + 3 / np.log2(4)
     idcg = 3 / np.log2(2) + 2 / np.log2(3) + 1 / np.log2(4)
     row = per_query.to_pylist()[0]
@@ -103,7 +103,7 @@ def write_trec(tmp_path, qrels, run):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("k", [1, 5, 10])
 def test_rank_metrics_agree_with_trec_eval(tmp_path, seed, k):
-    from chunkeval.engine.run_files import load_gold_and_run
+    from chunkeval.engine.inputs.run_files import load_gold_and_run
 
     qrels, run = random_trec(seed)
     gold, ours = load_gold_and_run(*write_trec(tmp_path, qrels, run), fmt="trec")
@@ -220,7 +220,7 @@ def test_span_metrics_match_brute_force(problem):
 )
 def test_rank_metric_invariants(cases, k):
     gold = Qrels({f"q{i}": {str(d): 1.0 for d in g} for i, (g, _) in enumerate(cases)})
-    run = Run({f"q{i}": [str(d) for d in r] for i, (_, r) in enumerate(cases)})
+    run = RankedLists({f"q{i}": [str(d) for d in r] for i, (_, r) in enumerate(cases)})
     per_query, summary = M.score_run(gold, run, k)
     for row in per_query.to_pylist():
         for name in M.RANK_METRICS:

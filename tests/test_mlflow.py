@@ -18,7 +18,7 @@ import yaml
 
 from chunkeval.cli import main
 from chunkeval.cli.mlflow_export import MlflowError, batches, log_run
-from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.html import report_path
@@ -109,7 +109,7 @@ def check_published(runs: list[dict], wh: Warehouse, run_id: str) -> dict:
         assert all(abs(child["metrics"][k] - v) <= 1e-12 for k, v in means.items())
         assert child["artifacts"] == {}
     report = report_path(wh.root, recorded["experiment"], run_id)
-    summary_file = wh.results / run_id / "summary.parquet"
+    summary_file = wh.results_dir / run_id / "summary.parquet"
     assert parent["artifacts"] == {report.name: sha256(report), "summary.parquet": sha256(summary_file)}
     return parent
 

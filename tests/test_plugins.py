@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from chunkeval.engine.chunking import resolve_chunker
-from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.errors import InputError
 
 GRID = "chunk_sizes: [100]\nk: [1]\nretriever: [bm25]\n"

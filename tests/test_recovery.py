@@ -14,8 +14,8 @@ import pytest
 
 from chunkeval.cli import main
 from chunkeval.engine.embedding import Embedder
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.vocabulary import INDEX_TIMES
 from chunkeval.warehouse import Warehouse
 

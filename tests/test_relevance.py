@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chunkeval.engine import metrics as M
 from chunkeval.engine.chunking import Chunks
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.scoring import span_scoring
-from chunkeval.engine.span_gold import SpanGold
+from chunkeval.engine.inputs.span_gold import SpanGold
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.scoring import metrics as M
+from chunkeval.engine.scoring.configuration import span_scoring
 from chunkeval.errors import InputError
 
 
@@ -49,8 +49,8 @@ def test_the_rule_is_recorded_only_where_it_is_not_the_default():
 
 
 def test_runs_of_different_rules_are_never_compared_nor_trended_together(tmp_path, monkeypatch):
-    from chunkeval.engine.embedders import Embedders
-    from chunkeval.engine.sweep import run_sweep
+    from chunkeval.engine.embedding.embedders import Embedders
+    from chunkeval.engine.pipeline.sweep import run_sweep
     from chunkeval.warehouse import Warehouse
 
     monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path))

@@ -17,9 +17,9 @@ from chromium_boxes import FLAGS as CHROMIUM_FLAGS  # one set of flags for every
 from chromium_boxes import chromium, collisions, measure
 from chunkeval.cli import main
 from chunkeval.engine.embedding import Embedder, resolve_model
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.fingerprints import input_fingerprints
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.fingerprints import input_fingerprints
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.charts import BEST_FEW, MUTED_POINT, pareto_front
 from chunkeval.report.html import SCRIPT, SCRIPT_HASH, build_report
@@ -281,8 +281,8 @@ def doc_run(tmp_path_factory):
     exp = Experiment.from_dict(
         {"name": "docs", "beir": str(beir), "retriever": "bm25", "chunk_sizes": [12], "overlaps": [0], "k": [2, 4]}
     )
-    from chunkeval.engine.gold_check import check_gold
-    from chunkeval.engine.sweep import load_inputs
+    from chunkeval.engine.gold.check import check_gold
+    from chunkeval.engine.pipeline.sweep import load_inputs
 
     inputs = load_inputs(exp, quiet=True)
     check = check_gold(inputs.gold, inputs.corpora, None, inputs.skipped).to_dict()

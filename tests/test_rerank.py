@@ -6,9 +6,9 @@ import duckdb
 import numpy as np
 import pytest
 
-from chunkeval.engine.embedders import Embedders
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.vocabulary import CONFIG_KEYS, METRICS, RERANK_KEYS
 from chunkeval.warehouse import Warehouse
@@ -50,7 +50,7 @@ def test_runs_recorded_before_the_reranking_keys_read_as_reranker_none(tmp_path,
 
 def _steps(exp: Experiment, embedders: Embedders):
     """The sweep's steps up to the embeddings, for checks on the retrieved indices themselves."""
-    from chunkeval.engine import sweep
+    from chunkeval.engine.pipeline import sweep
 
     embedders = embedders.for_experiment(exp)
     inputs = sweep.load_inputs(exp)
@@ -62,7 +62,7 @@ def _steps(exp: Experiment, embedders: Embedders):
 def test_reranking_every_chunk_by_a_model_is_dense_retrieval_by_it(embedder_factory):
     """A first stage that returns every chunk (the last first), reranked by MiniLM: exactly dense
     retrieval by MiniLM, indices and tie rule included; with candidates = k, the first stage's set."""
-    from chunkeval.engine import ranking
+    from chunkeval.engine.pipeline import ranking
 
     exp = Experiment(
         name="rerank",

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from chunkeval.cli import main
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.report.diff import diff_path
 from chunkeval.report.html import report_path, write_report
 from chunkeval.warehouse import Warehouse
@@ -53,7 +53,7 @@ def test_deleting_a_run_leaves_no_file_that_holds_its_text(tmp_path, monkeypatch
     assert main(["runs", "delete", gone]) == 0
     assert report_path(wh.root, exp.name, stays).is_file() and not diff.exists()
     assert not report_path(wh.root, exp.name).exists()  # the next trend-report writes it again
-    assert not (wh.results / gone).exists()
+    assert not (wh.results_dir / gone).exists()
     holding = [p for p in (tmp_path / "warehouse").rglob("*") if p.is_file() and b"Gone question" in p.read_bytes()]
     assert holding == []
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chunkeval.engine.retrievers.dense import top_k
+from chunkeval.engine.retrieval.retrievers.dense import top_k
 from chunkeval.errors import InputError
 
 
@@ -64,7 +64,7 @@ def full_sort(queries, chunks, k, query_groups=None, chunk_groups=None):
 @pytest.mark.parametrize("tile", [1, 3, 8, 64])
 def test_tiles_give_the_full_sort_with_ties_groups_and_padding(monkeypatch, tile):
     """Small integer vectors: exact scores with many ties, within and across tiles and at the k-th place."""
-    import chunkeval.engine.retrievers.dense as R
+    import chunkeval.engine.retrieval.retrievers.dense as R
 
     monkeypatch.setattr(R, "_TILE", tile)
     rng = np.random.default_rng(tile)
@@ -80,7 +80,7 @@ def test_tiles_give_the_full_sort_with_ties_groups_and_padding(monkeypatch, tile
 
 
 def test_a_tie_at_the_kth_place_keeps_the_earlier_chunk_across_tiles(monkeypatch):
-    import chunkeval.engine.retrievers.dense as R
+    import chunkeval.engine.retrieval.retrievers.dense as R
 
     monkeypatch.setattr(R, "_TILE", 4)
     chunks = np.zeros((20, 2), dtype=np.float32)
@@ -94,7 +94,7 @@ def test_a_tie_at_the_kth_place_keeps_the_earlier_chunk_across_tiles(monkeypatch
 def test_threads_and_tiles_change_nothing(monkeypatch):
     """Random vectors: the rows shared among threads, and any tile width, give the same bits as one thread
     choosing from the whole row (the matrix product is the same)."""
-    import chunkeval.engine.retrievers.dense as R
+    import chunkeval.engine.retrieval.retrievers.dense as R
 
     rng = np.random.default_rng(7)
     queries = rng.standard_normal((1100, 24)).astype(np.float32)  # three blocks of queries, the last short
@@ -111,7 +111,7 @@ def test_threads_and_tiles_change_nothing(monkeypatch):
 
 
 def test_nan_scores_rank_last_as_in_a_full_sort(monkeypatch):
-    import chunkeval.engine.retrievers.dense as R
+    import chunkeval.engine.retrieval.retrievers.dense as R
 
     monkeypatch.setattr(R, "_TILE", 4)
     chunks = np.arange(1, 41, dtype=np.float32)[:, None]
@@ -130,7 +130,7 @@ AT_K = {"precision_at_k", "precision_at_k_tie_aware", "doc_precision_at_k", "doc
 
 def _clamped_run(exp, embedder_factory):
     """Per-query rows of one sweep at k = its fewest chunks and at k far beyond, and the sweep's notes."""
-    from chunkeval.engine.sweep import run_sweep
+    from chunkeval.engine.pipeline.sweep import run_sweep
 
     result = run_sweep(exp, embedder_factory())
     rows = result.per_query.to_pylist()
@@ -142,7 +142,7 @@ def test_a_k_beyond_the_chunks_ranks_them_all_and_keeps_each_metric_at_that_k(go
     """The demo at 6 chunks (spans) and a 5-document BEIR set at 14 chunks (documents), every built-in retriever:
     each metric at k 50 and 10,000 is its value at k = the chunk count, precision@k rescaled (it divides by k,
     as trec_eval's P_k does), to 1e-12; the retrieved lists hold no rank past the chunks; one note says so."""
-    from chunkeval.engine.experiment import Experiment
+    from chunkeval.engine.pipeline.experiment import Experiment
     from chunkeval.paths import DEMO_DIR
 
     grid = dict(chunker=("fixed_token",), overlaps=("0",), retriever=("dense", "bm25", "hybrid"))
@@ -180,7 +180,7 @@ def test_a_k_beyond_the_chunks_ranks_them_all_and_keeps_each_metric_at_that_k(go
 
 def test_retrieval_allocates_no_rank_past_the_chunks():
     """k 10,000 over 5 chunks: every retriever answers 5 ranks a query (not 10,000), per group too."""
-    from chunkeval.engine.retrievers import RetrievalRequest, retrieve_scored
+    from chunkeval.engine.retrieval.retrievers import RetrievalRequest, retrieve_scored
 
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((8, 4)).astype(np.float32)

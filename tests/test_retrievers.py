@@ -8,10 +8,10 @@ import pytest
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
-from chunkeval.engine.retrievers import RetrievalRequest, needs_embeddings, retrieve, retrieve_scored
-from chunkeval.engine.retrievers.bm25 import bm25_scores, tokenize
-from chunkeval.engine.retrievers.dense import top_k
-from chunkeval.engine.retrievers.hybrid import rrf
+from chunkeval.engine.retrieval.retrievers import RetrievalRequest, needs_embeddings, retrieve, retrieve_scored
+from chunkeval.engine.retrieval.retrievers.bm25 import bm25_scores, tokenize
+from chunkeval.engine.retrieval.retrievers.dense import top_k
+from chunkeval.engine.retrieval.retrievers.hybrid import rrf
 from chunkeval.errors import InputError
 
 HERE = __name__  # plug-ins below are named f"{HERE}:function"
@@ -73,7 +73,7 @@ def test_bm25_weights_are_those_of_bm25s_index_to_the_bit():
     import bm25s
     import scipy.sparse as sp
 
-    from chunkeval.engine.retrievers.bm25 import bm25_matrices, token_ids
+    from chunkeval.engine.retrieval.retrievers.bm25 import bm25_matrices, token_ids
 
     chunks = CHUNKS + [" ".join(CHUNKS[i % 3] for i in range(n)) for n in (2, 5, 9)]  # longer, repeated terms
     ids, lengths, n_terms = token_ids([*chunks, *QUERIES])
@@ -197,7 +197,7 @@ def test_rrf_fuses_sparsely_to_the_scores_of_a_full_matrix():
     """The fusion keeps only the chunks the lists hold (memory follows them, not queries x chunks): its top k and
     scores equal, bit for bit, those of the whole query x chunk matrix filled list after list and sorted by
     score, then chunk; over three lists of random depths, with padding and queries past one block."""
-    from chunkeval.engine.retrievers.hybrid import _BLOCK, rrf_ranked
+    from chunkeval.engine.retrieval.retrievers.hybrid import _BLOCK, rrf_ranked
 
     rng = np.random.default_rng(3)
     n_q, n_chunks, k, c = _BLOCK + 7, 300, 12, 60

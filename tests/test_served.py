@@ -19,13 +19,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunkeval.engine.embedders import Embedders
 from chunkeval.engine.embedding import Embedder, EmbeddingCache, probes, text_hash
 from chunkeval.engine.embedding.client import ServedError
+from chunkeval.engine.embedding.embedders import Embedders
 from chunkeval.engine.embedding.served import lookup, parse_entry, parse_spec
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.fingerprints import models_fingerprint
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.fingerprints import models_fingerprint
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.vocabulary import CONFIG_KEYS, METRICS
 from served_server import Proxy

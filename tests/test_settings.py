@@ -1,4 +1,4 @@
-"""The settings table (`chunkeval.engine.settings`): every way a setting arrives (flag, experiment file,
+"""The settings table (`chunkeval.engine.settings.table`): every way a setting arrives (flag, experiment file,
 mapping, Python API) is made from it and checked by it, and docs/settings.md shows what it says.
 
 The property tests feed malformed experiment files and flags: each is an experiment or one line of
@@ -17,15 +17,15 @@ from hypothesis import strategies as st
 import chunkeval
 from chunkeval.cli.main import build_parser
 from chunkeval.cli.options import experiment_from_args
-from chunkeval.engine.experiment import SETTINGS, Experiment, settings_reference
-from chunkeval.engine.settings import MAX_K, SECTIONS, Setting, renamed, setting, table_of
+from chunkeval.engine.pipeline.experiment import SETTINGS, Experiment, settings_reference
+from chunkeval.engine.settings.table import MAX_K, SECTIONS, Setting, renamed, setting, table_of
 from chunkeval.errors import InputError
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
 
 
 def test_the_docs_table_is_the_generated_one():
-    """docs/settings.md holds the reference the table makes (regenerate: python -m chunkeval.engine.experiment
+    """docs/settings.md holds the reference the table makes (regenerate: python -m chunkeval.engine.pipeline.experiment
     docs/settings.md)."""
     assert settings_reference() in DOCS.read_text(encoding="utf-8")
 
@@ -38,10 +38,10 @@ def test_every_setting_has_a_section_help_and_a_readable_kind():
 
 
 def test_the_choices_are_the_implementations():
-    from chunkeval.engine.duplicates import MODES
     from chunkeval.engine.embedding.backends import BACKENDS, QUANTIZE
     from chunkeval.engine.embedding.precision import PRECISIONS
-    from chunkeval.engine.extract import HTML_MODES
+    from chunkeval.engine.inputs.duplicates import MODES
+    from chunkeval.engine.inputs.extract import HTML_MODES
 
     table = {s.name: s.choices for s in SETTINGS}
     assert set(table["duplicates"]) == set(MODES) and set(table["backend"]) == set(BACKENDS)
@@ -157,7 +157,7 @@ def test_a_large_grid_through_the_python_api_needs_yes_or_max_configurations(tmp
     model on a first run) until `yes=True` or `max_configurations` says it is intended; allowed, the estimate is
     still said first. bm25's grid embeds nothing: no probe, no time."""
     from chunkeval.cli.large_grid import check_grid
-    from chunkeval.engine.embedders import Embedders
+    from chunkeval.engine.embedding.embedders import Embedders
     from chunkeval.paths import DEMO_DIR
 
     monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))  # no warehouse: no past run to measure by

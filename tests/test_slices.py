@@ -18,10 +18,10 @@ from scipy import stats as sp
 
 from chunkeval.analysis import comparisons as C
 from chunkeval.cli import main
-from chunkeval.engine.embedders import Embedders
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.slices import load_slices
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.inputs.slices import load_slices
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.html import build_report
 from chunkeval.stats import holm

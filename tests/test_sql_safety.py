@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chunkeval.cli import main
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.warehouse import Warehouse
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "warehouse.md"

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chunkeval.engine import metrics as M
-from chunkeval.engine.doc_metrics import trec_runs
-from chunkeval.engine.embedders import Embedders
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
-from chunkeval.engine.ties import tie_aware, trec_order
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
+from chunkeval.engine.retrieval.ties import tie_aware, trec_order
+from chunkeval.engine.scoring import metrics as M
+from chunkeval.engine.scoring.doc_metrics import trec_runs
 from chunkeval.errors import InputError
 from chunkeval.vocabulary import CONFIG_KEYS
 from test_beir import read_run  # a TREC run file as pytrec_eval reads it

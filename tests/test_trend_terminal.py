@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 
 from chunkeval.cli import main
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.warehouse import Warehouse
 
 NIGHTS = 35

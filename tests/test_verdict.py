@@ -15,8 +15,8 @@ import yaml
 
 import chunkeval
 from chunkeval.cli import main
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.errors import NothingComparable
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.terminal import regression_message
@@ -149,7 +149,7 @@ def test_a_damaged_results_file_is_a_fault_and_repair_quarantines_its_run(worse,
     _, a, b, exp, bad, _ = worse
     wh = Warehouse(home / "warehouse")
     c = record(wh, exp, bad)  # a third night, as the second
-    damaged = wh.results / b / "per_query.parquet"
+    damaged = wh.results_dir / b / "per_query.parquet"
     truncate(damaged)
     for argv in (
         ["trend", "--experiment", "verdict", "--fail-on-regression"],
@@ -176,7 +176,7 @@ def test_a_damaged_results_file_is_a_fault_and_repair_quarantines_its_run(worse,
 
     # a damaged pinned baseline: the fault, and how to pin another
     assert main(["baseline", "--experiment", "verdict", "--run", a]) == 0
-    truncate(wh.results / a / "per_query.parquet")
+    truncate(wh.results_dir / a / "per_query.parquet")
     for _ in range(2):  # damaged, then quarantined by a repair
         assert main(["trend", "--experiment", "verdict", "--fail-on-regression"]) == 4
         err = capsys.readouterr().err.strip().splitlines()

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from chunkeval.engine.embedding import Embedder
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.warehouse import SCHEMA_VERSION, Warehouse
 
@@ -159,7 +159,7 @@ def test_the_summary_tables_hold_the_sweeps_numbers_and_are_rebuilt_from_the_fil
     _close(corpus, demo_result.by_corpus, keys + ["corpus_id"])
     # a run of an older chunkeval has no by_corpus.parquet: its per-corpus means come from its per-query
     # rows through the same SQL (without intervals), here after the tables are rebuilt by repair
-    (wh.results / run_id / "by_corpus.parquet").unlink()
+    (wh.results_dir / run_id / "by_corpus.parquet").unlink()
     with wh.connect() as con:
         con.execute("DELETE FROM summaries")
         con.execute("DELETE FROM corpus_summaries")
@@ -228,11 +228,11 @@ def test_runs_are_deleted_and_pruned_with_their_files_but_never_the_baseline(
         ids.append(run_id)
     wh.pin_baseline("demo", ids[1])
     assert main(["runs", "delete", ids[1]]) == 2
-    assert "pinned baseline" in capsys.readouterr().err and (wh.results / ids[1]).is_dir()
+    assert "pinned baseline" in capsys.readouterr().err and (wh.results_dir / ids[1]).is_dir()
     assert main(["runs", "delete", ids[0], "nosuch"]) == 2  # all are checked first: nothing goes
-    assert (wh.results / ids[0]).is_dir()
+    assert (wh.results_dir / ids[0]).is_dir()
     assert main(["runs", "delete", ids[0]]) == 0
-    assert not (wh.results / ids[0]).exists() and ids[0] not in {r["run_id"] for r in wh.runs()}
+    assert not (wh.results_dir / ids[0]).exists() and ids[0] not in {r["run_id"] for r in wh.runs()}
     assert wh.table("SELECT count(*) AS n FROM config_summary WHERE run_id = ?", [ids[0]])["n"][0].as_py() == 0
     assert main(["runs", "prune", "--experiment", "demo", "--older-than", "90d"]) == 0
     out = capsys.readouterr().out

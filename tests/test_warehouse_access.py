@@ -15,8 +15,8 @@ import duckdb
 import pytest
 
 from chunkeval.cli import main
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.sweep import run_sweep
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.report.html import build_report
 from chunkeval.warehouse import LockTimeout, Warehouse
 
@@ -83,7 +83,7 @@ def test_a_run_that_cannot_record_itself_keeps_its_results_and_the_next_command_
             wh.complete_run(run_id, result.per_query, result.summary, 7, result.references)
         wh.fail_run(run_id, "LockTimeout")  # what the flow does next: the manifest says completed, nothing changes
     assert wh.read_manifest(run_id)["status"] == "completed"
-    assert (wh.results / run_id / "per_query.parquet").is_file()
+    assert (wh.results_dir / run_id / "per_query.parquet").is_file()
     assert main(["runs", "--experiment", "held", "--json"]) == 0
     runs = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
     assert runs[run_id]["status"] == "completed" and runs[run_id]["texts_embedded"] == 7

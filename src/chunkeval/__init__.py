@@ -29,7 +29,7 @@ __all__ = [*_API, "__version__"]
 
 def __getattr__(name):  # the API is imported on first use: `chunkeval --version` stays instant
     if name in _API:
-        from chunkeval import api
+        from chunkeval import api  # on first use: `import chunkeval` and `--version` load no engine
 
         return getattr(api, name)
     raise AttributeError(f"module 'chunkeval' has no attribute {name!r}")

@@ -31,8 +31,25 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from chunkeval.engine.experiment import SETTINGS
-from chunkeval.errors import InputError
+from chunkeval.analysis import comparisons as C
+from chunkeval.analysis.comparisons import check_alpha, check_threshold
+from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION_METRICS, verdict_line
+from chunkeval.cli.large_grid import check_grid
+from chunkeval.cli.options import config_filter
+from chunkeval.engine.embedding import check_batch_size, check_device
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.gold.check import check_gold as check
+from chunkeval.engine.inputs.run_files import Qrels, RankedLists
+from chunkeval.engine.pipeline.experiment import SETTINGS, Experiment
+from chunkeval.engine.pipeline.sweep import load_inputs, run_sweep
+from chunkeval.engine.scoring.metrics import score_run
+from chunkeval.engine.settings.table import check_k
+from chunkeval.errors import InputError, NothingComparable
+from chunkeval.paths import cache_dir as default_cache
+from chunkeval.report.inspect import MARK, format_inspect, inspect_doc
+from chunkeval.report.notebook import comparisons_html, comparisons_text, results_html, results_text
+from chunkeval.vocabulary import check_metric, check_metrics, split_list
+from chunkeval.warehouse import Warehouse
 
 
 @dataclass(frozen=True)
@@ -59,13 +76,9 @@ class Results:
         return [n for n in names if isinstance(getattr(self, n), pa.Table)]
 
     def __repr__(self) -> str:
-        from chunkeval.report.notebook import results_text
-
         return results_text(self.summary, self.per_query, self._tables())
 
     def _repr_html_(self) -> str:
-        from chunkeval.report.notebook import results_html
-
         return results_html(self.summary, self.per_query, self._tables())
 
     def to_pandas(self, name: str = "summary"):
@@ -81,16 +94,12 @@ class Results:
 def _listed(value) -> list[str] | None:
     """A list argument as the API takes it: a list, or one string (a name, or names separated by commas), never
     read letter by letter; None stays None."""
-    from chunkeval.vocabulary import split_list
-
     return None if value is None else split_list(value)
 
 
 def _config(config) -> dict:
     """A `config` argument: a mapping of configuration keys, or a string as --config takes it ("k=5,chunker=...")."""
     if isinstance(config, str):
-        from chunkeval.cli.options import config_filter
-
         return config_filter([config])
     if config is not None and not isinstance(config, Mapping):
         raise InputError(f"config must be a mapping or a string of key=value pairs, got {type(config).__name__}")
@@ -116,13 +125,9 @@ class Comparisons(list):
     table in a terminal and in Jupyter."""
 
     def __repr__(self) -> str:
-        from chunkeval.report.notebook import comparisons_text
-
         return comparisons_text(self)
 
     def _repr_html_(self) -> str:
-        from chunkeval.report.notebook import comparisons_html
-
         return comparisons_html(self)
 
 
@@ -189,13 +194,6 @@ def evaluate(
     `yes=True` or the setting `max_configurations` (its estimate logged first), else it is refused with the
     estimate, before anything is embedded (docs/settings.md, "Large grids").
     """
-    from chunkeval.cli.large_grid import check_grid
-    from chunkeval.engine.embedders import Embedders
-    from chunkeval.engine.embedding import check_batch_size, check_device
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.sweep import run_sweep
-    from chunkeval.paths import cache_dir as default_cache
-
     check_batch_size(batch_size, "batch_size")
     check_device(device)
     with tempfile.TemporaryDirectory(prefix="chunkeval-") as scratch:
@@ -258,10 +256,6 @@ def score(
     first. Items are chunk ids or texts (a retrieved text is relevant when it equals a gold text).
     A gold query missing from `run` scores as an empty list; a repeated item keeps its first rank.
     """
-    from chunkeval.engine.metrics import score_run
-    from chunkeval.engine.run_files import Qrels, Run
-    from chunkeval.engine.settings import check_k
-
     check_k(k)
     judgments = {}
     for qid, items in gold.items():
@@ -281,7 +275,9 @@ def score(
         if isinstance(items, str) or not isinstance(items, Sequence):
             raise InputError(f"run of query {qid!r} must be a list of items, best first")
         ranked[str(qid)] = list(dict.fromkeys(str(i) for i in items))
-    per_query, summary = score_run(Qrels(judgments, source="gold"), Run(ranked, source="run"), k, skip_empty_gold)
+    per_query, summary = score_run(
+        Qrels(judgments, source="gold"), RankedLists(ranked, source="run"), k, skip_empty_gold
+    )
     return Results(summary, per_query)
 
 
@@ -296,10 +292,6 @@ def check_gold(
     """`chunkeval gold check` from Python: the lists ambiguous_references, overlapping_references,
     empty_references, long_references (with `chunk_size`), repeated_questions, skipped_documents (the
     documents of the folder left out as unreadable) and left_out_qrels (of document gold; empty here)."""
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.gold_check import check_gold as check
-    from chunkeval.engine.sweep import load_inputs
-
     with tempfile.TemporaryDirectory(prefix="chunkeval-") as scratch:
         scratch = Path(scratch)
         exp = Experiment(
@@ -340,17 +332,12 @@ def compare(
     comparison has `a`, `b`, `metric`, `n_queries`, `n_unmatched`, `mean_a`, `mean_b`, `mean_diff`,
     `ci_low`, `ci_high`, `p_ttest`, `p_permutation`, `p_adjusted` (Holm over the call) and `significant`.
     """
-    from chunkeval.analysis import comparisons as C
-    from chunkeval.vocabulary import check_metric
-
     C.check_alpha(alpha)
     check_metric(metric)
     config = _config(config)
     if isinstance(a, str):
         if b is not None and not isinstance(b, str):
             raise InputError("compare two recorded runs by their ids, or two results held in memory")
-        from chunkeval.warehouse import Warehouse
-
         return Comparisons(
             Warehouse.at_home(must_exist=True).compare(
                 metric, [a] + ([b] if b else []), config=config, all_pairs=all_pairs, alpha=alpha
@@ -387,12 +374,6 @@ def regressions(
     `p_ttest`, `p_adjusted`, `worst` (the queries that lost most), `run_id` and `reference_run_id`; an empty list
     when nothing fell. `.verdict` holds the whole verdict (every check). `chunkeval.errors.NothingComparable`
     where the runs share no configuration or no paired question."""
-    from chunkeval.analysis.comparisons import check_alpha, check_threshold
-    from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION_METRICS, verdict_line
-    from chunkeval.errors import NothingComparable
-    from chunkeval.vocabulary import check_metrics
-    from chunkeval.warehouse import Warehouse
-
     check_alpha(alpha)
     check_threshold(threshold, "threshold")
     metrics = check_metrics(list(REGRESSION_METRICS) if metrics is None else _listed(metrics))
@@ -413,14 +394,10 @@ class Inspection(dict):
     terminal, and in Jupyter with the shared characters highlighted."""
 
     def __repr__(self) -> str:
-        from chunkeval.report.inspect import format_inspect
-
         return format_inspect(self)
 
     def _repr_html_(self) -> str:
         from html import escape
-
-        from chunkeval.report.inspect import MARK, format_inspect
 
         text = escape(format_inspect(self)).replace(MARK[0], "<mark>").replace(MARK[1], "</mark>")
         return f'<pre style="white-space: pre-wrap">{text}</pre>'
@@ -432,9 +409,6 @@ def inspect(run_id: str, query_id: str, config: Mapping | str | None = None) -> 
     [{configuration keys…, retrieved: [{rank, chunk_id, corpus_id, start, end, score, relevant, grade, text,
     overlaps}]}]}`, for the configurations with the settings of `config`. Under document gold the references
     are the relevant documents `[{doc_id, grade}]` and each retrieved chunk names its `doc_id`."""
-    from chunkeval.report.inspect import inspect_doc
-    from chunkeval.warehouse import Warehouse
-
     wh = Warehouse.at_home(must_exist=True)
     with wh.session():
         return Inspection(inspect_doc(wh, run_id, query_id, _config(config)))

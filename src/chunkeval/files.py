@@ -13,8 +13,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from chunkeval.errors import as_fault
+from chunkeval.errors import InputError, as_fault
 from chunkeval.faults import checkpoint
+from chunkeval.paths import home as chunkeval_home
 
 
 def hash_file(path: Path, digest=None):
@@ -57,8 +58,6 @@ def pid_alive(pid: int) -> bool:
 
 def check_writable_dir(path: Path, what: str) -> Path:
     """Fail early, writing nothing, when `path` (a folder, made later where missing) cannot be created or written."""
-    from chunkeval.errors import InputError
-
     path = Path(path)
     probe = path
     while not probe.exists():
@@ -117,9 +116,6 @@ def check_output(
 
     Write the output with `write_text` / `write_tables` (a temporary file beside it, then a rename), which
     also refuse, at the rename, a target that has meanwhile become something other than a regular file."""
-    from chunkeval.errors import InputError
-    from chunkeval.paths import home as chunkeval_home
-
     named = Path(path).expanduser()
     real = Path(os.path.realpath(named))
     shown = named if real == Path(os.path.abspath(named)) else f"{named} (a link to {real})"
@@ -172,8 +168,6 @@ def _replaceable(path: Path) -> None:
         return
     kind = _kind(mode)
     if kind is not None:
-        from chunkeval.errors import InputError
-
         raise InputError(f"output is {kind}, not a regular file: chunkeval replaces only regular files", path)
 
 

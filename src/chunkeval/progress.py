@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 
+from chunkeval.errors import InputError
+
 _sink: Callable[[str, int | None, int | None], None] | None = None
 _clocks: list[Stopwatch] = []  # the stopwatches timing a stage now, innermost last
 
@@ -143,8 +145,6 @@ class _SaidInOneLine(logging.Filter):
     console of its own (the CLI's): that one says them, once. The records still reach the Prefect API and UI."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from chunkeval.errors import InputError
-
         if record.name.split(".")[0] == "chunkeval" and any(
             isinstance(h, logging.StreamHandler) for h in logging.getLogger("chunkeval").handlers
         ):

@@ -122,7 +122,7 @@ def split_flags(values) -> list[str]:
     return [part for item in items for part in split_list(str(item))]
 
 
-# How a question of span gold met its changed corpus (chunkeval.engine.anchoring), the worst of its references':
+# How a question of span gold met its changed corpus (chunkeval.engine.inputs.anchoring), the worst of its references':
 # at its offsets, found elsewhere word for word, placed approximately, or not placed (retired from the run)
 ANCHOR_STATUSES = ("exact", "reanchored", "approximate", "retired")
 
@@ -130,7 +130,7 @@ ANCHOR_STATUSES = ("exact", "reanchored", "approximate", "retired")
 # --------------------------------------------------------------------------- one label per configuration
 
 # the value of each configuration key that a label leaves out: the experiment's defaults (a test holds them to
-# chunkeval.engine.experiment.Experiment); the model and index also where the retriever reads no vectors (`none`)
+# chunkeval.engine.pipeline.experiment.Experiment); the model and index also where the retriever reads no vectors (`none`)
 LABEL_DEFAULTS = {
     "model": DEFAULT_MODEL, "retriever": "dense", "index": "exact", "reranker": NO_RERANKER, "chunker": "fixed_token",
     "chunk_size": 200, "chunk_overlap": 0, "k": 5,

@@ -10,11 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-from chunkeval.engine.embedders import Embedders
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.settings import LARGE_GRID
-from chunkeval.engine.sweep import grid_size, texts_to_embed
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.embedding.served import lookup
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import grid_size, texts_to_embed
+from chunkeval.engine.settings.table import LARGE_GRID
 from chunkeval.errors import InputError
+from chunkeval.warehouse import Warehouse
 
 PROBE_TEXTS = 64  # texts a first run embeds to measure a model it has no record of
 
@@ -32,8 +34,6 @@ def corpus_bytes(exp: Experiment) -> int:
 
 def past_throughput() -> dict[str, float]:
     """Texts per second of each model, the median over the runs the warehouse recorded (empty without one)."""
-    from chunkeval.warehouse import Warehouse
-
     try:
         wh = Warehouse.at_home()
         if not wh.exists():
@@ -49,8 +49,6 @@ def past_throughput() -> dict[str, float]:
 
 def probe(model: str, embedders: Embedders) -> float | None:
     """Texts per second of `model` on a short batch (None for a served model: a probe would be billed)."""
-    from chunkeval.engine.embedding.served import lookup
-
     if lookup(model, embedders.served) is not None or model.startswith("openai:"):
         return None
     texts = [f"a short probe of the model's speed, text {i}" for i in range(PROBE_TEXTS)]

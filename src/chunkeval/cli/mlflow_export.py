@@ -200,7 +200,7 @@ def log_run(uri: str, wh, run_id: str, report: Path | None = None) -> str:
             _log(uri, child, {**params, "label": config_label(row), "config_id": config_id(row)}, _metrics(row))
             _end_run(uri, child)
             child = None
-        for path in (report, wh.results / run_id / "summary.parquet"):
+        for path in (report, wh.results_dir / run_id / "summary.parquet"):
             if path is not None and Path(path).is_file():
                 _upload(uri, info["artifact_uri"], Path(path))
     except Exception:

@@ -1,11 +1,11 @@
 """Options that more than one command takes, each declared once here, and what turns their values into
 the library's: the experiment settings of `run` and `sweep` (made from the settings table of
-`chunkeval.engine.settings`, one flag per setting), `--experiment`, `--run`, `--metric`,
+`chunkeval.engine.settings.table`, one flag per setting), `--experiment`, `--run`, `--metric`,
 `--alpha`, `--config`, `--threshold`, `--json`, the run-file options of `compare` and `evaluate-run`.
 
 The checks of values that the Python API and the warehouse take too live beside what they check, in
 the layer below: metric names in `chunkeval.stats.aggregate`, alpha and the regression threshold in
-`chunkeval.analysis.comparisons`, k and every setting's range in `chunkeval.engine.settings`, the batch size in the embedding.
+`chunkeval.analysis.comparisons`, k and every setting's range in `chunkeval.engine.settings.table`, the batch size in the embedding.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from chunkeval.engine.experiment import SETTINGS, Experiment
-from chunkeval.engine.plugins import check_plugin_modules
-from chunkeval.engine.settings import LARGE_GRID, Setting, parse_ints, read_flag
+from chunkeval.engine.embedding import check_batch_size, check_device
+from chunkeval.engine.pipeline.experiment import SETTINGS, Experiment
+from chunkeval.engine.settings.plugins import check_plugin_modules
+from chunkeval.engine.settings.table import LARGE_GRID, Setting, parse_ints, read_flag
 from chunkeval.errors import InputError
 from chunkeval.vocabulary import CONFIG_KEYS, GOLD_FORMATS, NUMBER_KEYS, split_flags
 
@@ -26,7 +27,7 @@ SETTING = {s.name: s for s in SETTINGS}
 
 def add_experiment_flags(p: argparse.ArgumentParser) -> None:
     """An experiment file and the flags that override its settings (`run`, `sweep`): one flag per setting of
-    the settings table that has one (`chunkeval.engine.settings`), then how to embed."""
+    the settings table that has one (`chunkeval.engine.settings.table`), then how to embed."""
     p.add_argument(
         "experiment_file",
         nargs="?",
@@ -105,8 +106,6 @@ def experiment_from_args(
     args: argparse.Namespace, default: Experiment | None = None, name: str | None = None
 ) -> Experiment:
     """The experiment of the file given (else `default`, else the built-in one) changed by the flags given."""
-    from chunkeval.engine.embedding import check_batch_size, check_device
-
     check_batch_size(args.batch_size)
     check_device(args.device)
     allow = tuple(check_plugin_modules(args.plugin or (), "--plugin"))
@@ -202,7 +201,7 @@ def add_json(p: argparse.ArgumentParser, help: str) -> None:
 
 
 def add_run_file_options(p: argparse.ArgumentParser, format_help: str, k_help: str) -> None:
-    """`--format` and `--k` of ranked-list files (`--k` is checked with `chunkeval.engine.settings.check_k`)."""
+    """`--format` and `--k` of ranked-list files (`--k` is checked with `chunkeval.engine.settings.table.check_k`)."""
     p.add_argument("--format", default="auto", choices=list(GOLD_FORMATS), help=format_help)
     p.add_argument("--k", type=int, default=10, help=k_help)
 

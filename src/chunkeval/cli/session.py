@@ -24,7 +24,7 @@ class WarehouseAccess:
 
     def __call__(self, must_exist: bool = True) -> Warehouse:
         """The warehouse under $CHUNKEVAL_HOME. Commands that only read it never create it."""
-        from chunkeval.warehouse import Warehouse
+        from chunkeval.warehouse import Warehouse  # on first opening: parsing the arguments loads no DuckDB
 
         wh = Warehouse.at_home(must_exist)
         if self._session is not None and wh.exists():

@@ -18,19 +18,21 @@ from prefect.logging import get_run_logger
 from prefect.runtime import flow_run
 
 from chunkeval import progress
-from chunkeval.engine import gold_check, sweep
+from chunkeval.cli.large_grid import check_grid
+from chunkeval.cli.mlflow_export import MlflowError, check_server, check_uri, log_run
 from chunkeval.engine.chunking import ChunkerSpec
-from chunkeval.engine.doc_metrics import write_doc_runs
-from chunkeval.engine.embedders import Embedders
-from chunkeval.engine.embedders import embed_shard as embed_texts
-from chunkeval.engine.experiment import Experiment
-from chunkeval.engine.fingerprints import input_fingerprints
-from chunkeval.engine.grid import Embedded, Inputs
-from chunkeval.engine.metrics import METRICS
-from chunkeval.engine.notes import clamped_k_note
-from chunkeval.engine.retrieved import kept_qrels
-from chunkeval.engine.runners import TaskRunner
-from chunkeval.engine.scoring import reference_tables, summarize_slices, summarize_sweep
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.embedding.embedders import embed_shard as embed_texts
+from chunkeval.engine.gold import check as gold_check
+from chunkeval.engine.pipeline import sweep
+from chunkeval.engine.pipeline.experiment import Experiment, clamped_k_note
+from chunkeval.engine.pipeline.fingerprints import input_fingerprints
+from chunkeval.engine.pipeline.records import Embedded, Inputs
+from chunkeval.engine.pipeline.runners import TaskRunner
+from chunkeval.engine.scoring.configuration import reference_tables, summarize_slices, summarize_sweep
+from chunkeval.engine.scoring.doc_metrics import write_doc_runs
+from chunkeval.engine.scoring.metrics import METRICS
+from chunkeval.engine.scoring.retrieved import kept_qrels
 from chunkeval.errors import Fault, InputError
 from chunkeval.faults import checkpoint
 from chunkeval.paths import cache_dir
@@ -122,8 +124,6 @@ def report(experiment: str, run_id: str) -> str:
 def publish(uri: str, run_id: str, page: str) -> str:
     """A recorded run published to the MLflow tracking server at `uri` (`chunkeval.cli.mlflow_export`); the
     MLflow run's id. Where that fails, one line: the run itself stays recorded."""
-    from chunkeval.cli.mlflow_export import MlflowError, check_server, log_run
-
     uri = check_server(uri, f"run {run_id} is recorded, but not published to MLflow")
     try:
         return log_run(uri, warehouse(), run_id, Path(page))
@@ -171,7 +171,7 @@ def store(
     results are kept and the next command records them), returned rather than raised: no retry waits again."""
     try:
         wh = warehouse()
-        write_doc_runs(per_query, wh.results / run_id / "doc_runs")  # document gold: the TREC run files, first
+        write_doc_runs(per_query, wh.results_dir / run_id / "doc_runs")  # document gold: the TREC run files, first
         wh.complete_run(
             run_id,
             per_query,
@@ -256,11 +256,7 @@ def evaluate(
     progress.one_line_input_errors()
     exp = Experiment.resolve(experiment)
     if mlflow:
-        from chunkeval.cli.mlflow_export import check_uri
-
         check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
-    from chunkeval.cli.large_grid import check_grid
-
     embedders = Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
     check_grid(exp, yes, embedders, ask=False, remedy="the flow parameter yes: true", say=logger.info)
     wh = warehouse()

@@ -19,6 +19,7 @@ from prefect.events import DeploymentEventTrigger
 from prefect.exceptions import PrefectHTTPStatusError
 from prefect.schedules import Cron, Interval
 
+from chunkeval.engine.settings.plugins import check_module_name
 from chunkeval.errors import InputError
 from chunkeval.limits import yaml_load
 from chunkeval.paths import DEPLOYMENTS_FILE
@@ -28,8 +29,6 @@ DEFAULT_FILE = DEPLOYMENTS_FILE
 
 def _flow(entrypoint, where: str):
     """The flow an entrypoint (`module:name`) names; a plug-in name is checked before anything is imported."""
-    from chunkeval.engine.plugins import check_module_name
-
     if not isinstance(entrypoint, str) or ":" not in entrypoint:
         raise InputError(f"{where}: entrypoint must be module:flow, got {entrypoint!r}")
     path, _, name = entrypoint.partition(":")

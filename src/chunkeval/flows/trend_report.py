@@ -24,7 +24,7 @@ from chunkeval.analysis.regression import (
     REGRESSION_METRICS,
     verdict_line,
 )
-from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.errors import Fault, InputError, NothingComparable
 from chunkeval.flows.evaluate import artifact_key, warehouse
 from chunkeval.report.diff import diff_path, write_diff

@@ -13,10 +13,11 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from chunkeval.analysis.regression import REGRESSION_METRICS
+from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION_METRICS, verdict_line
 from chunkeval.errors import Fault, InputError
 from chunkeval.report import charts
 from chunkeval.report.terminal import power_sentence, rerank_label
+from chunkeval.stats import bootstrap_ci_groups
 from chunkeval.stats.aggregate import MICRO, MICRO_F1
 from chunkeval.stats.columns import numbers
 from chunkeval.vocabulary import CONFIG_KEYS, INDEX_METRICS, METRICS, approximate_index, shown_keys, split_list
@@ -98,8 +99,6 @@ def budget_table(
     tokens fit the budget, and the 95 % bootstrap interval of each mean. A query that no evaluated k fits
     counts 0 only where k = 1 was evaluated (then nothing fits: its first chunk alone is over the budget);
     else the point was not measured (a smaller k might fit) and is NaN, left out of the chart."""
-    from chunkeval.stats import bootstrap_ci_groups
-
     con = duckdb.connect()
     con.register("q", per_query)
     con.register("b", pa.table({"budget": budgets}))
@@ -351,8 +350,6 @@ def regression_check(
 ) -> tuple[list[dict], str]:
     """The regressions of the experiment's newest run (`the_verdict`, or its answer `found`), and why there is
     none, if so (nothing comparable among them)."""
-    from chunkeval.analysis.regression import NOTHING_COMPARABLE, verdict_line
-
     found, problem = found if found is not None else the_verdict(wh, experiment, threshold, alpha)
     if found is None:
         return [], problem

@@ -9,7 +9,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from chunkeval.analysis.comparisons import TIE_NOTE, ties
+from chunkeval.analysis.power import against_best
 from chunkeval.errors import InputError
+from chunkeval.files import check_output
+from chunkeval.stats.power import CEILING, at_ceiling
 from chunkeval.vocabulary import (
     CONFIG_KEYS,
     DOC_METRICS,
@@ -45,8 +49,6 @@ def check_table_path(path: Path, inputs=()) -> Path:
 def check_output_path(path: Path, inputs=()) -> Path:
     """An output file that `chunkeval.files.check_output` allows (checked before any work starts): the path
     to write, resolved."""
-    from chunkeval.files import check_output
-
     return check_output(path, inputs)
 
 
@@ -184,8 +186,6 @@ def power_sentence(n: int, metric: str, mde: float, needed: dict, ceiling: float
 
 def ceiling_note(share: float | None) -> str:
     """'…at or near 1 (≥ 0.95) for 90 % of its values: a ceiling…', or '' below the ceiling."""
-    from chunkeval.stats.power import CEILING, at_ceiling
-
     if not at_ceiling(share):
         return ""
     return (
@@ -225,9 +225,6 @@ def tie_lines(power: dict, tied: dict[str, set], n_configs: dict[str, int]) -> t
 
 def summary_ties(per_query: pa.Table, metrics, alpha: float = 0.05) -> tuple[dict[str, set], list[str]]:
     """`tie_lines` of a run's per-query rows: the configurations to star per metric, and the lines to print."""
-    from chunkeval.analysis.comparisons import ties
-    from chunkeval.analysis.power import against_best
-
     tied = ties(per_query, metrics, alpha)
     counts = {}
     for m in tied:
@@ -327,8 +324,6 @@ def format_summary(
 def summary_block(summary: pa.Table, per_query: pa.Table, metrics=None, wide: bool = False) -> str:
     """What `run`, `sweep` and `report` print of a run's macro means: the table of `chosen_metrics`, the ties
     starred where they are a minority, and a line per metric whose ties or ceiling say more (`tie_lines`)."""
-    from chunkeval.analysis.comparisons import TIE_NOTE
-
     shown = chosen_metrics(summary, metrics, wide)
     tied, lines = summary_ties(per_query, shown)
     out = [format_summary(summary, CONFIG_KEYS, metrics=shown, tied=tied)]

@@ -44,12 +44,6 @@ def at_ceiling(share: float | None) -> bool:
     return share is not None and share > 0.5
 
 
-def t_cdf(t: float, df: float) -> float:
-    """P(T_df ≤ t) for Student's t with `df` degrees of freedom: ½ I_{df/(df+t²)}(df/2, ½) in either tail."""
-    tail = 0.5 * incomplete_beta(df / 2, 0.5, df / (df + t * t))
-    return 1.0 - tail if t > 0 else tail
-
-
 def t_pdf(t: float, df: float) -> float:
     """The density of Student's t with `df` degrees of freedom at t."""
     log = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)

@@ -20,7 +20,7 @@ Layout under `$CHUNKEVAL_HOME/warehouse/` (schema: docs/warehouse.md):
 | `damage` | (functions) | a damaged results file named as a fault (`DamagedResults`); files read whole for `repair` |
 | `migrations` | `Schema` | schema steps, views, the summary tables loaded from the files |
 | `history` | `History` | runs listed and found; trend, history, rollup |
-| `results` | `Results` | one run's results, read from its own files |
+| `results` | `RunFiles` | one run's results, read from its own files |
 | `runs` | `Lifecycle` | begin, complete, fail, skip, reap |
 | `baselines` | `Baselines` | pins, reference runs, compare and regressions (rules: `chunkeval.analysis.regression`) |
 | `maintenance` | `Maintenance` | repair, delete, prune |
@@ -38,13 +38,14 @@ from pathlib import Path
 
 from chunkeval.analysis.regression import DEFAULT_THRESHOLD, REGRESSION_METRICS
 from chunkeval.errors import InputError
+from chunkeval.paths import home
 from chunkeval.warehouse.access import Access
 from chunkeval.warehouse.baselines import Baselines
 from chunkeval.warehouse.db import LockTimeout, lock_timeout_setting
 from chunkeval.warehouse.history import History
 from chunkeval.warehouse.maintenance import Maintenance
 from chunkeval.warehouse.migrations import MIGRATIONS, SCHEMA_VERSION, Schema
-from chunkeval.warehouse.results import Results
+from chunkeval.warehouse.results import RunFiles
 from chunkeval.warehouse.runs import Lifecycle
 from chunkeval.warehouse.tables import (
     DUPLICATES_SQL,
@@ -71,7 +72,7 @@ __all__ = [
 ]
 
 
-class Warehouse(Maintenance, Lifecycle, Baselines, Results, Access, History, Schema):
+class Warehouse(Maintenance, Lifecycle, Baselines, RunFiles, Access, History, Schema):
     """The warehouse under `root`: `chunkeval.duckdb`, `results/<run_id>/`, `baselines/<experiment>.json`.
     Every operation opens a short-lived connection, waiting up to `lock_timeout` seconds (by default
     `$CHUNKEVAL_LOCK_TIMEOUT`, else 120) while another process holds the file (a command that only reads asks
@@ -80,7 +81,7 @@ class Warehouse(Maintenance, Lifecycle, Baselines, Results, Access, History, Sch
     def __init__(self, root: Path, lock_timeout: float | None = None):
         self.root = Path(root)
         self.db_path = self.root / "chunkeval.duckdb"
-        self.results = self.root / "results"
+        self.results_dir = self.root / "results"
         self.lock_timeout = lock_timeout_setting() if lock_timeout is None else lock_timeout
         self._ready = False  # the schema is brought up to date on the first connection
         self._session = None  # the connection of an open `session()`
@@ -89,8 +90,6 @@ class Warehouse(Maintenance, Lifecycle, Baselines, Results, Access, History, Sch
     def at_home(cls, must_exist: bool = False) -> Warehouse:
         """The warehouse under `$CHUNKEVAL_HOME/warehouse` (with `must_exist`, an error where no run was
         ever recorded: what only reads never creates it)."""
-        from chunkeval.paths import home
-
         wh = cls(home() / "warehouse")
         if must_exist and not wh.exists():
             raise InputError(

@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 from chunkeval.errors import InputError
 from chunkeval.files import check_output, replace_file
 from chunkeval.warehouse.damage import damaged_files
-from chunkeval.warehouse.migrations import Schema
+from chunkeval.warehouse.migrations import RESULTS_VIEWS, Schema, results_view_sql
+from chunkeval.warehouse.tables import empty_results
 
 READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
@@ -126,7 +127,7 @@ class Access(Schema):
         """Where a query over the views failed: the first results file of a completed run that cannot be read
         (`DamagedResults`, a fault naming it), or None."""
         done = [r for (r,) in con.execute("SELECT run_id FROM runs WHERE status = 'completed'").fetchall()]
-        found = damaged_files(self.results, done)
+        found = damaged_files(self.results_dir, done)
         return found[0] if found else None
 
     @contextmanager
@@ -188,9 +189,6 @@ class Access(Schema):
         """The views over the runs' Parquet files, for this connection alone: DuckDB reads no file here, so
         the files of completed runs are read by Arrow (read-only, in batches) and scanned from Python. Bound
         only for the views the statement names (finding one costs a read of every run's file footer)."""
-        from chunkeval.warehouse.migrations import RESULTS_VIEWS, results_view_sql
-        from chunkeval.warehouse.tables import empty_results
-
         wanted = {view: kind for view, kind in RESULTS_VIEWS.items() if view in sql.lower()}
         if not wanted:
             return
@@ -202,18 +200,18 @@ class Access(Schema):
                 schemas += [pq.read_schema(f) for f in files]
                 schema = pa.unify_schemas(schemas, promote_options="permissive")
             except (OSError, pa.ArrowException) as exc:
-                damaged = damaged_files(self.results, done)  # the fault naming the file (exit 4), where one is
+                damaged = damaged_files(self.results_dir, done)  # the fault naming the file (exit 4), where one is
                 raise (
                     damaged[0]
                     if damaged
-                    else InputError(f"a run's {kind}.parquet does not read ({_first_line(exc)})", self.results)
+                    else InputError(f"a run's {kind}.parquet does not read ({_first_line(exc)})", self.results_dir)
                 ) from None
             source = f"_{kind}_files"
             try:
                 con.register(source, ds.dataset(files, schema=schema, format="parquet"))
                 con.execute(results_view_sql("TEMP VIEW", view, kind, source, set(schema.names)))
             except (duckdb.Error, pa.ArrowException) as exc:
-                raise InputError(f"the view {view} does not bind ({_first_line(exc)})", self.results) from None
+                raise InputError(f"the view {view} does not bind ({_first_line(exc)})", self.results_dir) from None
 
     def snapshot(self, out: Path) -> dict:
         """Copy the catalogue's tables, and every view materialised as a table (the per-run results the

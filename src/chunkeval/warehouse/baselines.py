@@ -8,11 +8,11 @@ from chunkeval.analysis import regression as P
 from chunkeval.errors import Fault, InputError, NothingComparable
 from chunkeval.vocabulary import CONFIG_KEYS, RUN_SETTINGS
 from chunkeval.warehouse.damage import DamagedResults
-from chunkeval.warehouse.results import Results
+from chunkeval.warehouse.results import RunFiles
 from chunkeval.warehouse.tables import DUPLICATES_SQL, run_setting_sql, run_settings_sql, utc_now
 
 
-class Baselines(Results):
+class Baselines(RunFiles):
     """Pins, reference runs, comparisons and regressions of recorded runs."""
 
     def pin_baseline(self, experiment: str, run_id: str) -> None:

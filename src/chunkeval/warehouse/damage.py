@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from chunkeval.errors import Fault, InputError
+from chunkeval.errors import Fault, InputError, as_fault
 from chunkeval.warehouse.tables import quote
 
 
@@ -30,8 +30,6 @@ def reading(run_id: str, path: Path):
     of the machine) becomes `DamagedResults` naming it; chunkeval's own errors pass."""
     import duckdb
     import pyarrow as pa
-
-    from chunkeval.errors import as_fault
 
     try:
         yield

@@ -225,7 +225,7 @@ class History(Schema):
             try:
                 return con.sql(sql).to_arrow_table(), [r["run_id"] for r in runs]
             except duckdb.Error:
-                found = damaged_files(self.results, [r["run_id"] for r in runs])
+                found = damaged_files(self.results_dir, [r["run_id"] for r in runs])
                 if not found:
                     raise
                 raise found[0] from None

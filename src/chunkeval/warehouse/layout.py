@@ -35,13 +35,13 @@ class Layout:
     results: Path
 
     def _file(self, run_id: str, kind: str) -> Path:
-        return self.results / run_id / f"{kind}.parquet"
+        return self.results_dir / run_id / f"{kind}.parquet"
 
     def _has_results(self, run_id: str) -> bool:
         return all(self._file(run_id, name).is_file() for name in ("per_query", "summary"))
 
     def manifest_path(self, run_id: str) -> Path:
-        return self.results / run_id / "manifest.json"
+        return self.results_dir / run_id / "manifest.json"
 
     def _write_manifest(self, row: dict) -> None:
         """The run's catalogue row as a small JSON file beside its results: what `repair` rebuilds from. Once
@@ -50,7 +50,7 @@ class Layout:
         questions it retired with the reason (`questions_retired`), and counts its questions by how their references
         met the corpus (`anchoring`: exact, reanchored, approximate, retired; docs/gold.md)."""
         doc = {c: (row[c].isoformat() if isinstance(row.get(c), datetime) else row.get(c)) for c in MANIFEST_COLUMNS}
-        folder = self.results / row["run_id"]
+        folder = self.results_dir / row["run_id"]
         folder.mkdir(parents=True, exist_ok=True)
         try:
             check = json.loads((folder / "gold_check.json").read_text(encoding="utf-8"))
@@ -79,7 +79,7 @@ class Layout:
         return {c: doc.get(c) for c in MANIFEST_COLUMNS}
 
     def _remove_folder(self, run_id: str) -> None:
-        folder = self.results / run_id
+        folder = self.results_dir / run_id
         if folder.is_dir():
             aside = folder.with_name(f".deleting-{run_id}")
             os.replace(folder, aside)
@@ -138,7 +138,7 @@ class Layout:
         """Name the run's corpus versions in its folder first, then make sure each copy exists (a reused
         copy is touched, so that a collection running meanwhile leaves it)."""
         names = {cid: hashlib.sha256(text.encode("utf-8")).hexdigest() for cid, text in corpora.items()}
-        folder = self.results / run_id
+        folder = self.results_dir / run_id
         folder.mkdir(parents=True, exist_ok=True)
         write_text(folder / "corpora.json", json.dumps(names, indent=1, sort_keys=True))
         self.corpora_dir.mkdir(parents=True, exist_ok=True)
@@ -157,7 +157,7 @@ class Layout:
     def corpus_versions(self, run_id: str) -> dict[str, str]:
         """corpus id → SHA-256 of the text the run read (empty for runs recorded before texts were kept)."""
         try:
-            found = json.loads((self.results / run_id / "corpora.json").read_text(encoding="utf-8"))
+            found = json.loads((self.results_dir / run_id / "corpora.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
         return found if isinstance(found, dict) else {}
@@ -185,8 +185,8 @@ class Layout:
             return []
         copies = {p.name.split(".")[0]: p for p in self.corpora_dir.glob("*.txt.gz")}
         named = set()
-        if self.results.is_dir():
-            for folder in self.results.iterdir():
+        if self.results_dir.is_dir():
+            for folder in self.results_dir.iterdir():
                 if folder.is_dir() and not folder.name.startswith(".deleting-"):
                     named.update(self.corpus_versions(folder.name).values())
         now, removed = time.time(), []

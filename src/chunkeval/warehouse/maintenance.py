@@ -54,7 +54,7 @@ class Maintenance(Lifecycle, Baselines):
         ok, why = self.healthy()
         if self.read_only:
             raise Fault("the warehouse is read-only here: repair writes, and nothing was moved", self.db_path)
-        manifests = sorted(self.results.glob("*/manifest.json")) if self.results.is_dir() else []
+        manifests = sorted(self.results_dir.glob("*/manifest.json")) if self.results_dir.is_dir() else []
         if ok:
             quarantined = self._quarantine(self.damaged_files())
             for q in quarantined:
@@ -203,10 +203,10 @@ class Maintenance(Lifecycle, Baselines):
 
     def _sweep_deleted(self) -> None:
         """Remove the folders a crash left behind after their runs had left the catalogue."""
-        if not self.results.is_dir():
+        if not self.results_dir.is_dir():
             return
         known = {r["run_id"] for r in self._dicts("SELECT run_id FROM runs")}
-        for folder in self.results.iterdir():
+        for folder in self.results_dir.iterdir():
             if not folder.is_dir() or folder.name in known:
                 continue
             if folder.name.startswith(".deleting-"):

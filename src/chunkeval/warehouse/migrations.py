@@ -217,20 +217,20 @@ class Schema(Connections, Layout):
         if not con.execute("SELECT current_setting('enable_external_access')").fetchall()[0][0]:
             return  # `chunkeval sql`: no file can be read here, its caller binds these views itself (`access`)
         where = (con.execute("SELECT value FROM meta WHERE key = 'results_path'").fetchall() or [None])[0]
-        if not rebind and where and where[0] == str(self.results):
+        if not rebind and where and where[0] == str(self.results_dir):
             return
-        seed = self.results / f"_schema{SCHEMA_VERSION}"
+        seed = self.results_dir / f"_schema{SCHEMA_VERSION}"
         if temporary and not (seed / "models.parquet").exists():
             return  # nothing can be written here: the file's own views serve
         if not (seed / "models.parquet").exists():
             seed.mkdir(parents=True, exist_ok=True)
             write_tables({seed / f"{name}.parquet": table for name, table in empty_results().items()})
         for view, kind in RESULTS_VIEWS.items():
-            source = f"read_parquet({quote(self.results, f'/*/{kind}.parquet')}, union_by_name = true)"
+            source = f"read_parquet({quote(self.results_dir, f'/*/{kind}.parquet')}, union_by_name = true)"
             con.execute(results_view_sql(view_kind, view, kind, source, set(empty_results()[kind].column_names)))
         if not temporary:
             con.execute("DELETE FROM meta WHERE key = 'results_path'")
-            con.execute("INSERT INTO meta VALUES ('results_path', ?)", [str(self.results)])
+            con.execute("INSERT INTO meta VALUES ('results_path', ?)", [str(self.results_dir)])
 
     def _materialize(self, con, run_ids: list[str]) -> None:
         """Load the summaries of completed runs from their Parquet files into the summary tables (in the

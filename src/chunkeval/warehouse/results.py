@@ -19,14 +19,14 @@ from chunkeval.warehouse.migrations import SCHEMA_VERSION
 from chunkeval.warehouse.tables import empty_results, projection, quote
 
 
-class Results(History):
+class RunFiles(History):
     """Reading a completed run's results files."""
 
     def damaged_files(self, run_ids: list[str] | None = None) -> list[DamagedResults]:
         """The results files of the runs (by default every completed run) that cannot be read, one error each."""
         if run_ids is None:
             run_ids = [r["run_id"] for r in self.runs(status="completed")]
-        return damaged_files(self.results, run_ids)
+        return damaged_files(self.results_dir, run_ids)
 
     def summary(self, run_id: str) -> pa.Table:
         with self.connect() as con:
@@ -64,7 +64,7 @@ class Results(History):
                     f"the results of run {run_id} are missing; `chunkeval warehouse repair` marks such runs failed",
                     path,
                 )
-            path = self.results / f"_schema{SCHEMA_VERSION}" / f"{kind}.parquet"
+            path = self.results_dir / f"_schema{SCHEMA_VERSION}" / f"{kind}.parquet"
             if not path.is_file():
                 return empty_results()[kind]
         import pyarrow.parquet as pq
@@ -127,7 +127,7 @@ class Results(History):
     def gold_check(self, run_id: str) -> dict | None:
         """The gold-set check recorded with a run (None for runs recorded without one). A damaged file is
         moved aside to `gold_check.json.corrupt` with one warning line, and reads as not recorded."""
-        path = self.results / run_id / "gold_check.json"
+        path = self.results_dir / run_id / "gold_check.json"
         try:
             found = json.loads(path.read_text(encoding="utf-8"))
             if isinstance(found, dict) and all(isinstance(v, list) for v in found.values()):

@@ -135,9 +135,9 @@ class Lifecycle(History):
         every configuration retrieved) and `corpora` (the texts the run read: a copy of each version is
         kept, `layout`) are what `chunkeval inspect` and `diff` show; under document gold, `qrels` (the judged
         documents of each question, with its text) are a question's references there. `slices` (which queries
-        each slice of the gold set holds: `chunkeval.engine.slices`) is kept with its summary `by_slice`
+        each slice of the gold set holds: `chunkeval.engine.inputs.slices`) is kept with its summary `by_slice`
         (computed from `per_query` when not given)."""
-        folder = self.results / run_id
+        folder = self.results_dir / run_id
         folder.mkdir(parents=True, exist_ok=True)
         if corpora is not None:
             self._keep_corpora(run_id, corpora)

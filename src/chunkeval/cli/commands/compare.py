@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from chunkeval.analysis import comparisons as C
+from chunkeval.analysis.comparisons import check_alpha
 from chunkeval.cli.options import (
     add_alpha,
     add_config,
@@ -17,7 +19,12 @@ from chunkeval.cli.options import (
 )
 from chunkeval.cli.output import clean, print_json
 from chunkeval.cli.session import WarehouseAccess
+from chunkeval.engine.inputs.run_files import load_gold_and_run
+from chunkeval.engine.scoring.metrics import RANK_METRICS, score_run
+from chunkeval.engine.settings.table import check_k
 from chunkeval.errors import InputError
+from chunkeval.report.terminal import format_rows, power_sentence, side_label
+from chunkeval.vocabulary import check_metric
 
 WAREHOUSE_SESSION = True  # only reads
 
@@ -54,9 +61,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.analysis.comparisons import check_alpha
-    from chunkeval.vocabulary import check_metric
-
     check_alpha(args.alpha)
     check_metric(args.metric)
     if args.gold or args.run_file:
@@ -79,11 +83,6 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 def _compare_files(args: argparse.Namespace) -> list[dict]:
     """The two ranked-list files of --run-file, scored against --gold and compared query by query."""
-    from chunkeval.analysis import comparisons as C
-    from chunkeval.engine.metrics import RANK_METRICS, score_run
-    from chunkeval.engine.run_files import load_gold_and_run
-    from chunkeval.engine.settings import check_k
-
     if not args.gold or len(args.run_file or []) != 2 or args.run:
         raise InputError("compare ranked-list files with --gold G --run-file A --run-file B (and no --run)")
     if args.metric not in RANK_METRICS:
@@ -99,8 +98,6 @@ def _compare_files(args: argparse.Namespace) -> list[dict]:
 
 
 def _print_table(results: list[dict], metric: str, alpha: float) -> None:
-    from chunkeval.report.terminal import format_rows, power_sentence, side_label
-
     rows = [
         [
             side_label(r["a"]),

@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+from chunkeval.analysis.comparisons import check_alpha, check_threshold
 from chunkeval.cli.options import add_alpha, add_config, add_json, add_run, add_threshold, config_filter
 from chunkeval.cli.output import print_json
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
+from chunkeval.files import write_text
+from chunkeval.report.diff import diff_doc, diff_page, format_diff
+from chunkeval.report.terminal import check_output_path
+from chunkeval.vocabulary import check_metric
 
 WAREHOUSE_SESSION = True  # only reads
 
@@ -38,10 +43,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.analysis.comparisons import check_alpha, check_threshold
-    from chunkeval.report.diff import diff_doc, format_diff
-    from chunkeval.vocabulary import check_metric
-
     if not args.run or len(args.run) != 2:
         raise InputError("diff takes two runs: --run A --run B")
     if args.metric is not None:
@@ -50,15 +51,10 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     check_alpha(args.alpha)
     out = None
     if args.html:
-        from chunkeval.report.terminal import check_output_path
-
         out = check_output_path(args.html)
     wh = warehouse()
     docs = diff_doc(wh, args.run[0], args.run[1], config_filter(args.config), args.metric, args.threshold, args.alpha)
     if args.html:
-        from chunkeval.files import write_text
-        from chunkeval.report.diff import diff_page
-
         write_text(out, diff_page(docs, args.run[0], args.run[1], wh.run(args.run[1])["experiment"]))
     if args.json:
         print_json(docs)

@@ -8,6 +8,11 @@ from pathlib import Path
 from chunkeval.cli.options import add_json, add_run_file_options
 from chunkeval.cli.output import clean, print_json
 from chunkeval.cli.session import WarehouseAccess
+from chunkeval.engine.inputs.document_gold import load_doc_qrels_and_chunk_run
+from chunkeval.engine.inputs.run_files import load_gold_and_run
+from chunkeval.engine.scoring.metrics import RANK_METRICS, score_run
+from chunkeval.engine.settings.table import check_k
+from chunkeval.report.terminal import format_macro_micro, format_rows
 
 WAREHOUSE_SESSION = False  # scores files; never opens the warehouse
 
@@ -37,40 +42,34 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.engine.metrics import RANK_METRICS, score_run
-    from chunkeval.engine.run_files import load_gold_and_run
-    from chunkeval.engine.settings import check_k
-    from chunkeval.report.terminal import format_macro_micro, format_rows
-
     check_k(args.k, "--k")
     if args.format == "doc-qrels":
-        from chunkeval.engine.documents import load_doc_qrels_and_chunk_run
-
         gold, ranked = load_doc_qrels_and_chunk_run(Path(args.gold), Path(args.run), args.k)
     else:
         gold, ranked = load_gold_and_run(Path(args.gold), Path(args.run), args.format)
     per_query, summary = score_run(gold, ranked, args.k, args.skip_empty_gold)
+    rank_metrics = RANK_METRICS
     if args.format == "doc-qrels":  # the rank metrics of the MaxP document lists are the doc_* metrics
         per_query, summary = (_as_doc_metrics(t) for t in (per_query, summary))
-        RANK_METRICS = tuple(DOC_NAMES.get(m, m) for m in RANK_METRICS)  # noqa: N806
+        rank_metrics = tuple(DOC_NAMES.get(m, m) for m in RANK_METRICS)
     rec = summary.to_pylist()[0]
     if args.json:
         doc = {
             "k": args.k,
             "n_queries": rec["n_queries"],
-            "macro": {m: clean(rec[f"{m}_mean"]) for m in RANK_METRICS},
-            "macro_std": {m: clean(rec[f"{m}_std"]) for m in RANK_METRICS},
-            "micro": {m: clean(rec[f"{m}_micro"]) for m in RANK_METRICS if f"{m}_micro" in rec},
-            "ci": {m: [clean(rec[f"{m}_ci_low"]), clean(rec[f"{m}_ci_high"])] for m in RANK_METRICS},
+            "macro": {m: clean(rec[f"{m}_mean"]) for m in rank_metrics},
+            "macro_std": {m: clean(rec[f"{m}_std"]) for m in rank_metrics},
+            "micro": {m: clean(rec[f"{m}_micro"]) for m in rank_metrics if f"{m}_micro" in rec},
+            "ci": {m: [clean(rec[f"{m}_ci_low"]), clean(rec[f"{m}_ci_high"])] for m in rank_metrics},
         }
         if args.per_query:
             doc["per_query"] = [{k: clean(v) for k, v in row.items()} for row in per_query.to_pylist()]
         print_json(doc)
         return 0
     print(f"{rec['n_queries']} queries, k = {args.k}\n")
-    print(format_macro_micro(summary, list(RANK_METRICS)))
+    print(format_macro_micro(summary, list(rank_metrics)))
     if args.per_query:
-        cols = ["query_id", "tp", "fp", "fn"] + list(RANK_METRICS)
+        cols = ["query_id", "tp", "fp", "fn"] + list(rank_metrics)
         rows = [
             [str(r[c]) if not isinstance(r[c], float) else f"{r[c]:.3f}" for c in cols] for r in per_query.to_pylist()
         ]

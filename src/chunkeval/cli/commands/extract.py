@@ -7,6 +7,11 @@ from pathlib import Path
 
 from chunkeval.cli.options import add_corpus_filter, add_html, add_strict
 from chunkeval.cli.session import WarehouseAccess
+from chunkeval.engine.inputs.corpus import load_documents, read_documents
+from chunkeval.engine.inputs.extract import DOCUMENT_SUFFIXES, DocumentReader, check_html_mode
+from chunkeval.engine.inputs.extract.export import check_out, export
+from chunkeval.errors import InputError
+from chunkeval.vocabulary import split_flags
 
 WAREHOUSE_SESSION = False  # reads a corpus folder; never opens the warehouse
 
@@ -32,12 +37,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.engine.corpus import load_documents, read_documents
-    from chunkeval.engine.extract import DOCUMENT_SUFFIXES, DocumentReader, check_html_mode
-    from chunkeval.engine.extract.export import check_out, export
-    from chunkeval.errors import InputError
-    from chunkeval.vocabulary import split_flags
-
     html = check_html_mode(args.html or "full")
     source = Path(args.source)
     out = check_out(Path(args.out), source)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from chunkeval import paths
 from chunkeval.cli.options import (
     add_anchor_similarity,
     add_corpus_filter,
@@ -16,6 +17,27 @@ from chunkeval.cli.options import (
 )
 from chunkeval.cli.output import print_json
 from chunkeval.cli.session import WarehouseAccess
+from chunkeval.engine.embedding import Embedder
+from chunkeval.engine.gold import generate as gg
+from chunkeval.engine.gold.chat import Chat
+from chunkeval.engine.gold.check import check_gold
+from chunkeval.engine.gold.generate import accepted
+from chunkeval.engine.gold.update import REVIEW_COLUMNS, corrected, csv_text
+from chunkeval.engine.inputs.anchoring import (
+    ANCHOR_SIMILARITY,
+    anchoring_counts,
+    check_anchor_similarity,
+    gold_summary,
+)
+from chunkeval.engine.inputs.corpus import load_documents
+from chunkeval.engine.inputs.readers import read_csv_rows
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.sweep import load_inputs
+from chunkeval.errors import InputError
+from chunkeval.files import check_output, check_writable_dir, write_text, write_texts
+from chunkeval.report.gold_review import generated_html, review_html
+from chunkeval.report.terminal import format_rows
+from chunkeval.vocabulary import DEFAULT_MODEL, split_flags
 
 WAREHOUSE_SESSION = False  # reads a gold set and its corpora; never opens the warehouse
 
@@ -82,8 +104,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def _add_generate(gsub) -> None:
-    from chunkeval.engine import gold_generate as gg
-
     g = gsub.add_parser(
         "generate",
         help="a gold set from your documents: questions and exact excerpts asked of a chat model, checked",
@@ -127,8 +147,6 @@ def _add_generate(gsub) -> None:
 
 
 def _number_in(value, least: float, most: float, flag: str) -> None:
-    from chunkeval.errors import InputError
-
     if not least <= value <= most:
         raise InputError(f"{flag} takes a number from {least:g} to {most:g}, got {value:g}")
 
@@ -136,18 +154,6 @@ def _number_in(value, least: float, most: float, flag: str) -> None:
 def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     import datetime
     import json
-
-    from chunkeval import paths
-    from chunkeval.engine import gold_generate as gg
-    from chunkeval.engine.anchoring import ANCHOR_SIMILARITY, check_anchor_similarity
-    from chunkeval.engine.chat import Chat
-    from chunkeval.engine.corpus import load_documents
-    from chunkeval.engine.embedding import Embedder
-    from chunkeval.engine.gold_update import csv_text
-    from chunkeval.errors import InputError
-    from chunkeval.files import check_output, write_texts
-    from chunkeval.report.gold_review import generated_html
-    from chunkeval.vocabulary import DEFAULT_MODEL
 
     check_at_least_one(args.questions, "--questions")
     check_at_least_one(args.per_passage, "--per-passage")
@@ -249,11 +255,6 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 
 def accept(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.engine.gold_generate import accepted
-    from chunkeval.engine.gold_update import csv_text
-    from chunkeval.engine.readers import read_csv_rows
-    from chunkeval.files import check_output, write_text
-
     source, review = Path(args.questions), Path(args.review)
     out = check_output(args.out, (source, review), what="--out")
     rows = list(read_csv_rows(source, ("query_id", "question", "references", "corpus_id")))
@@ -271,15 +272,6 @@ def _review_paths(out: Path, review: str | None) -> tuple[Path, Path]:
 
 
 def update(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.engine.anchoring import ANCHOR_SIMILARITY, anchoring_counts, check_anchor_similarity, gold_summary
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.gold_update import REVIEW_COLUMNS, corrected, csv_text
-    from chunkeval.engine.sweep import load_inputs
-    from chunkeval.errors import InputError
-    from chunkeval.files import check_output, check_writable_dir, write_texts
-    from chunkeval.report.gold_review import review_html
-    from chunkeval.vocabulary import split_flags
-
     source, out = Path(args.questions), Path(args.out)
     review_csv, review_page = _review_paths(out, args.review)
     names = {"--out": out, "the review CSV": review_csv, "the review page": review_page}
@@ -326,15 +318,7 @@ def update(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 
 def check(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.engine.experiment import Experiment
-    from chunkeval.engine.gold_check import check_gold
-    from chunkeval.engine.sweep import load_inputs
-    from chunkeval.report.terminal import format_rows
-    from chunkeval.vocabulary import split_flags
-
     check_at_least_one(args.chunk_size, "--chunk-size")
-    from chunkeval.engine.anchoring import ANCHOR_SIMILARITY, check_anchor_similarity
-
     exp = Experiment(
         corpus_dir=args.corpus_dir,
         questions=args.questions,

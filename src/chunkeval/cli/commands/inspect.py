@@ -8,6 +8,7 @@ import sys
 from chunkeval.cli.options import add_config, add_json, add_run, config_filter
 from chunkeval.cli.output import print_json
 from chunkeval.cli.session import WarehouseAccess
+from chunkeval.report.inspect import format_inspect, inspect_doc
 
 WAREHOUSE_SESSION = True  # only reads
 
@@ -30,8 +31,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.report.inspect import format_inspect, inspect_doc
-
     doc = inspect_doc(warehouse(), args.run, args.query, config_filter(args.config))
     if args.json:
         print_json(doc)

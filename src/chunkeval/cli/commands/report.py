@@ -5,10 +5,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from chunkeval.analysis.comparisons import check_threshold
+from chunkeval.cli.ages import parse_age
 from chunkeval.cli.options import add_config, add_experiment, add_metric_flags, add_run, add_threshold, config_filter
 from chunkeval.cli.output import iso
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
+from chunkeval.report.html import write_report
+from chunkeval.report.terminal import (
+    approximate,
+    check_output_path,
+    chosen_metrics,
+    format_index_costs,
+    format_summary,
+    summary_block,
+)
+from chunkeval.vocabulary import CONFIG_KEYS, METRICS
 
 WAREHOUSE_SESSION = True  # only reads
 
@@ -40,19 +52,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.analysis.comparisons import check_threshold
-
     check_threshold(args.threshold)
     out = None
     if args.html:
-        from chunkeval.report.terminal import check_output_path
-
         out = check_output_path(Path(args.html))  # resolved: never a warehouse file, a device or a folder
     if not args.run and not args.experiment:
         raise InputError("give --run ID or --experiment NAME")
     if args.since is not None:
-        from chunkeval.cli.ages import parse_age
-
         age = parse_age(args.since, "--since")
         if args.run or args.html or not args.experiment:
             raise InputError(
@@ -74,8 +80,6 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if run["status"] != "completed":
         raise InputError(f"run {run['run_id']} is {run['status']}: only completed runs have results")
     if args.html:
-        from chunkeval.report.html import write_report
-
         write_report(
             wh, args.experiment or run["experiment"], out, run["run_id"], args.threshold, config_filter(args.config)
         )
@@ -86,15 +90,10 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 
 def _micro(table) -> list[str]:
-    from chunkeval.vocabulary import METRICS
-
     return [m for m in METRICS if f"{m}_micro" in table.column_names]
 
 
 def _rollup(wh, experiment: str, since: str, age, args) -> int:
-    from chunkeval.report.terminal import chosen_metrics, format_summary
-    from chunkeval.vocabulary import CONFIG_KEYS
-
     rollup, run_ids = wh.rollup(experiment, age)
     print(
         f"experiment {experiment}: {len(run_ids)} completed run(s) started within {since} "
@@ -110,9 +109,6 @@ def _rollup(wh, experiment: str, since: str, age, args) -> int:
 
 
 def _print_run(wh, run: dict, args) -> None:
-    from chunkeval.report.terminal import approximate, chosen_metrics, format_index_costs, format_summary, summary_block
-    from chunkeval.vocabulary import CONFIG_KEYS
-
     summary = wh.summary(run["run_id"])
     metrics = chosen_metrics(summary, args.metrics, args.wide)  # the index metric only where an index approximates
     print(

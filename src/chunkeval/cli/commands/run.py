@@ -7,6 +7,7 @@ import json
 import logging
 import os
 
+from chunkeval.cli.mlflow_export import check_server, check_uri
 from chunkeval.cli.options import (
     add_experiment,
     add_experiment_flags,
@@ -15,8 +16,19 @@ from chunkeval.cli.options import (
     gives_settings,
 )
 from chunkeval.cli.session import WarehouseAccess
-from chunkeval.engine.experiment import Experiment
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.fingerprints import input_fingerprints
+from chunkeval.engine.pipeline.runners import check_task_runner, cluster_workers, parse_task_runner
+from chunkeval.engine.pipeline.sweep import load_inputs
 from chunkeval.errors import InputError
+from chunkeval.files import check_writable_dir
+from chunkeval.flows.temporary_server import check_folders, temporary_server
+from chunkeval.limits import check_name
+from chunkeval.paths import cache_dir, home
+from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
+from chunkeval.report.terminal import approximate, format_index_costs, format_slices, summary_block
+from chunkeval.vocabulary import CONFIG_KEYS
 
 WAREHOUSE_SESSION = False  # the flow writes to the warehouse while the command runs
 
@@ -64,10 +76,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def named_experiment(name: str, defining: bool, warehouse: WarehouseAccess, allow=()) -> Experiment:
     """The experiment NAME: `demo`, `$CHUNKEVAL_HOME/experiments/NAME.yaml`, or the settings of its last
     recorded run. An unknown name with settings on the command line (`defining`) is a new experiment.
-    A file or recorded settings run plug-ins only as `chunkeval.engine.plugins` allows (`allow`: --plugin)."""
-    from chunkeval.limits import check_name
-    from chunkeval.paths import home
-
+    A file or recorded settings run plug-ins only as `chunkeval.engine.settings.plugins` allows (`allow`: --plugin)."""
     check_name(name)  # before it becomes a path: never outside $CHUNKEVAL_HOME/experiments
 
     if name == "demo":
@@ -93,27 +102,16 @@ def named_experiment(name: str, defining: bool, warehouse: WarehouseAccess, allo
 def preflight(exp: Experiment, if_changed: bool = False) -> None:
     """Everything a run reads, checked before Prefect starts or a catalogue row is written (served models
     answer their probes; with --if-changed, a run that may be skipped sends them no request)."""
-    from chunkeval.engine.fingerprints import input_fingerprints
-    from chunkeval.engine.sweep import load_inputs
-    from chunkeval.files import check_writable_dir
-    from chunkeval.paths import home
-
     check_writable_dir(home(), "the cache and warehouse ($CHUNKEVAL_HOME)")
     input_fingerprints(exp, "none" if if_changed else "run")
     load_inputs(exp, quiet=True)  # the run reads them again, and warns of unreadable documents then
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.vocabulary import CONFIG_KEYS
-
     if not os.environ.get("PREFECT_API_URL"):  # before Prefect is imported: it makes its home when it is
-        from chunkeval.flows.temporary_server import check_folders
-
         check_folders()
 
     if args.mlflow:
-        from chunkeval.cli.mlflow_export import check_uri
-
         check_uri(args.mlflow, "--mlflow")  # before the experiment is read
     if args.experiment_file:
         exp = experiment_from_args(args, name=args.experiment)
@@ -122,14 +120,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         exp = experiment_from_args(args, named, name=args.experiment)
     mlflow = args.mlflow or exp.mlflow
     if mlflow:  # before anything is read or built: a URI where no server answers is bad input
-        from chunkeval.cli.mlflow_export import check_server
-
         mlflow = check_server(mlflow, "--mlflow" if args.mlflow else "the experiment's mlflow")
     from chunkeval.cli.large_grid import check_grid  # with the engine: not when the parser is built
-    from chunkeval.engine.embedders import Embedders
-    from chunkeval.engine.runners import check_task_runner, cluster_workers, parse_task_runner
-    from chunkeval.paths import cache_dir
-    from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
 
     runner = check_task_runner(parse_task_runner(args.task_runner))
     clock = Stopwatch()
@@ -139,11 +131,11 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     shards = cluster_workers(runner) if runner.distributed else 0
 
     quiet_prefect(args.verbose)
-    from chunkeval.flows.evaluate import with_task_runner
-    from chunkeval.flows.temporary_server import temporary_server
-
     log.propagate = False  # Prefect's console handler sits on the root logger: say each thing once
     try:
+        # Prefect (seconds to import, and it makes its home when it is) loads only when a flow runs
+        from chunkeval.flows.evaluate import with_task_runner
+
         with temporary_server(), show_progress():
             result = with_task_runner(runner)(
                 experiment=exp.to_dict(),
@@ -162,8 +154,6 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
             f"experiment {exp.name}: corpus, gold set and model unchanged; run {result['run_id']} recorded as skipped"
         )
         return 0
-    from chunkeval.report.terminal import summary_block
-
     clock.merge(result.get("stage_seconds", {}), result.get("stage_cpu_seconds"))
     with clock.stage("summary"):  # the table below, with its ties
         wh = warehouse()
@@ -174,8 +164,6 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         f"{result['texts_embedded']} text(s) embedded\n"
     )
     print(table)
-    from chunkeval.report.terminal import approximate, format_index_costs, format_slices
-
     by_slice = wh.slice_summary(result["run_id"])
     if by_slice.num_rows:  # --slice-by: their per-slice rows are in the view slice_summary and the report
         print(format_slices(by_slice))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from chunkeval.cli.ages import parse_age
 from chunkeval.cli.options import add_experiment, add_json, check_at_least_one
 from chunkeval.cli.output import iso, print_json
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
+from chunkeval.report.terminal import format_rows
 
 WAREHOUSE_SESSION = True  # reads the catalogue, or removes runs in one short step
 
@@ -48,8 +50,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     """The list of runs."""
-    from chunkeval.report.terminal import format_rows
-
     wh = warehouse(must_exist=False)
     if not wh.exists():
         print("no runs recorded")
@@ -88,8 +88,6 @@ def delete(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 
 def prune(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.cli.ages import parse_age
-
     age = parse_age(args.older_than, "--older-than") if args.older_than else None
     wh = warehouse()
     if (args.keep_last is None) == (age is None):

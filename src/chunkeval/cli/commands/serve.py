@@ -28,7 +28,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.flows.serve import serve_all
+    from chunkeval.flows.serve import (
+        serve_all,  # Prefect (seconds to import) loads only for the commands that run flows
+    )
 
     serve_all(Path(args.prefect_file))
     return 0

@@ -14,6 +14,7 @@ import sys
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT
+from chunkeval.report.terminal import format_table
 from chunkeval.warehouse.access import DEFAULT_SQL_TIMEOUT, MAX_SQL_TIMEOUT, check_sql_timeout
 
 WAREHOUSE_SESSION = False  # the query opens its own read-only connection, for as long as it runs
@@ -124,8 +125,6 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
                 writer.writerow(["" if v is None else v for v in values])
         else:
             import pyarrow as pa
-
-            from chunkeval.report.terminal import format_table
 
             table = pa.Table.from_batches(list(shown), schema=schema)
             print(format_table(table))

@@ -7,6 +7,22 @@ from pathlib import Path
 
 from chunkeval.cli.options import add_experiment_flags, add_metric_flags, experiment_from_args, experiment_inputs
 from chunkeval.cli.session import WarehouseAccess
+from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.pipeline.sweep import run_sweep
+from chunkeval.engine.scoring.doc_metrics import write_doc_runs
+from chunkeval.errors import InputError
+from chunkeval.files import check_output, check_writable_dir, write_tables
+from chunkeval.paths import cache_dir
+from chunkeval.report.terminal import (
+    approximate,
+    beside,
+    check_table_path,
+    format_index_costs,
+    format_models,
+    format_slices,
+    summary_block,
+)
+from chunkeval.vocabulary import CONFIG_KEYS
 
 WAREHOUSE_SESSION = False  # a sweep never opens the warehouse
 
@@ -29,22 +45,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.cli.large_grid import check_grid  # with the engine: not when the parser is built
-    from chunkeval.engine.doc_metrics import write_doc_runs
-    from chunkeval.engine.embedders import Embedders
-    from chunkeval.engine.sweep import run_sweep
-    from chunkeval.errors import InputError
-    from chunkeval.files import check_output, check_writable_dir, write_tables
-    from chunkeval.paths import cache_dir
-    from chunkeval.report.terminal import (
-        approximate,
-        beside,
-        check_table_path,
-        format_index_costs,
-        format_models,
-        format_slices,
-        summary_block,
-    )
-    from chunkeval.vocabulary import CONFIG_KEYS
 
     check_table_path(args.out)  # its suffix and folder, before the experiment is read
     exp = experiment_from_args(args)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from chunkeval.analysis.comparisons import check_alpha, check_threshold
+from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION, REGRESSION_METRICS, verdict_line
 from chunkeval.cli.options import (
     add_alpha,
     add_config,
@@ -16,8 +18,10 @@ from chunkeval.cli.options import (
 )
 from chunkeval.cli.output import iso
 from chunkeval.cli.session import WarehouseAccess
-from chunkeval.errors import Fault, InputError
-from chunkeval.vocabulary import MIN_SLICE_QUERIES, slice_name
+from chunkeval.errors import Fault, InputError, NothingComparable
+from chunkeval.report.diff import diff_path, write_diff
+from chunkeval.report.terminal import format_rows, regression_message
+from chunkeval.vocabulary import MIN_SLICE_QUERIES, check_metric, slice_name
 
 WAREHOUSE_SESSION = True  # only reads
 SHOWN_RUNS = 30  # runs a terminal shows by default
@@ -76,10 +80,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.analysis.comparisons import check_alpha, check_threshold
-    from chunkeval.analysis.regression import REGRESSION_METRICS
-    from chunkeval.vocabulary import check_metric
-
     if args.metric is None and not args.fail_on_regression:
         raise InputError("trend takes --metric NAME (or --fail-on-regression, which watches every metric without it)")
     metrics = [args.metric] if args.metric else list(REGRESSION_METRICS)
@@ -150,10 +150,6 @@ def _slice(wh, args: argparse.Namespace) -> tuple[str, str] | None:
 def _verdict(wh, args: argparse.Namespace, config: dict, in_slice: tuple[str, str] | None = None) -> int:
     """The verdict (`chunkeval.analysis.regression.verdict`) on stdout, each regression (with the questions that
     lost most) on stderr: 1 when there is one; nothing comparable is an error of its own (exit status 3)."""
-    from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION, verdict_line
-    from chunkeval.errors import NothingComparable
-    from chunkeval.report.terminal import regression_message
-
     metrics = [args.metric] if args.metric else None
     found = wh.verdict(
         args.experiment, metrics, args.threshold, args.baseline, args.alpha, config, in_slice and slice_name(*in_slice)
@@ -178,8 +174,6 @@ def _verdict(wh, args: argparse.Namespace, config: dict, in_slice: tuple[str, st
 def _diff_link(wh, args: argparse.Namespace, config: dict, reference: str, newest: str) -> str:
     """Write the diff of the reference run and the newest (`reports/<experiment>/diff-<A>-<B>.html`) and
     say where it is, or why there is none."""
-    from chunkeval.report.diff import diff_path, write_diff
-
     try:
         path = write_diff(
             wh,
@@ -208,8 +202,6 @@ def write_json_rows(rows: list[dict]) -> None:
 
 
 def _table(rows: list[dict], metric: str) -> str:
-    from chunkeval.report.terminal import format_rows
-
     keys = ["label", "config_id"]  # chunkeval.vocabulary.config_label, as every table names a configuration
     if len({r["duplicates"] for r in rows}) > 1:  # changes are only against runs scored the same way
         keys.insert(0, "duplicates")

@@ -54,7 +54,7 @@ def snapshot(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 def repair(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     wh = warehouse(must_exist=False)
-    if not wh.exists() and not wh.results.is_dir():
+    if not wh.exists() and not wh.results_dir.is_dir():
         raise InputError("no warehouse here: nothing to repair", wh.db_path)
     done = wh.repair()
     for q in done["quarantined"]:

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chunkeval.engine import plugins
 from chunkeval.engine.chunking.splitters import ChunkerOutputError, as_chunker
 from chunkeval.engine.chunking.tokens import count_tokens
+from chunkeval.engine.settings import plugins
 from chunkeval.errors import InputError
 
 Chunker = Callable[[str, int, int], tuple[np.ndarray, np.ndarray]]
@@ -51,7 +51,7 @@ def resolve_chunker(name: str) -> Chunker:
     """A registered chunker, one an installed package declares (entry point group `chunkeval.chunkers`),
     or `package.module:function` imported on demand. An imported function may also be a text splitter
     returning a list of strings: they are located in the text (`chunkeval.engine.chunking.splitters`).
-    Whether a file may name a module is decided before this (`chunkeval.engine.plugins`)."""
+    Whether a file may name a module is decided before this (`chunkeval.engine.settings.plugins`)."""
     if name in CHUNKERS:
         return CHUNKERS[name]
     if ":" not in name:

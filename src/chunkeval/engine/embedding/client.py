@@ -11,7 +11,7 @@ subnormal and at most `MAX_COMPONENT` in magnitude, no zero vector; usage figure
 not believed (the tokens are counted instead).
 Vectors are handed to `on_batch` as each response arrives, so that the caller caches them at once: a
 run that fails later loses none of them. The API key goes into the Authorization header only, and only
-to a host the user bound it to (`chunkeval.engine.endpoints`); error messages never hold it (masked before
+to a host the user bound it to (`chunkeval.engine.settings.endpoints`); error messages never hold it (masked before
 any cut).
 """
 
@@ -27,10 +27,11 @@ from email.utils import parsedate_to_datetime
 
 import numpy as np
 
+from chunkeval.engine.chunking.tokens import get_encoding
 from chunkeval.engine.embedding.served import ServedModel
-from chunkeval.engine.endpoints import mask
+from chunkeval.engine.settings.endpoints import mask
 from chunkeval.errors import InputError
-from chunkeval.limits import MAX_INT
+from chunkeval.limits import MAX_INT, json_loads
 
 log = logging.getLogger("chunkeval")
 
@@ -95,8 +96,6 @@ class ServedError(InputError):
 
 
 def count_tokens(texts: list[str]) -> list[int]:
-    from chunkeval.engine.chunking.tokens import get_encoding
-
     return [len(t) for t in get_encoding().encode_ordinary_batch(texts)]
 
 
@@ -104,8 +103,6 @@ def cut_texts(texts: list[str], limit: int | None) -> tuple[list[str], np.ndarra
     """Texts cut to their first `limit` cl100k tokens, and which were cut."""
     if limit is None:
         return list(texts), np.zeros(len(texts), dtype=bool)
-    from chunkeval.engine.chunking.tokens import get_encoding
-
     enc = get_encoding()
     ids = enc.encode_ordinary_batch(texts)
     cut = np.fromiter((len(i) > limit for i in ids), dtype=bool, count=len(texts))
@@ -220,8 +217,6 @@ class Client:
 
     def _check(self, headers, raw: bytes, n: int) -> tuple[np.ndarray, int | None]:
         """The response's vectors in input order, every promise checked."""
-        from chunkeval.limits import json_loads
-
         kind = headers.get("content-type", "")
         try:
             data = json_loads(raw.decode("utf-8"))
@@ -310,8 +305,6 @@ class Client:
 def server_message(headers, raw: bytes) -> str:
     """What the server said about a failure: its JSON error message, else its text (whole: the caller masks
     keys in it before cutting it short)."""
-    from chunkeval.limits import json_loads
-
     text = raw.decode("utf-8", "replace")
     try:
         data = json_loads(text)

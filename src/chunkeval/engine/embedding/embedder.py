@@ -21,8 +21,9 @@ import numpy as np
 from chunkeval import progress
 from chunkeval.engine.embedding import probes
 from chunkeval.engine.embedding import served as served_models
-from chunkeval.engine.embedding.backends import is_transformer
+from chunkeval.engine.embedding.backends import check_backend, is_transformer, load_runner
 from chunkeval.engine.embedding.cache import EmbeddingCache, text_hash
+from chunkeval.engine.embedding.client import Client, cut_texts
 from chunkeval.engine.embedding.precision import check_device as check_precision_device
 from chunkeval.engine.embedding.precision import tell
 from chunkeval.engine.embedding.registry import (
@@ -136,8 +137,6 @@ class Embedder:
     tokens: int = 0  # tokens sent to a served model (its server's count, else cl100k's)
 
     def __post_init__(self):
-        from chunkeval.engine.embedding.backends import check_backend
-
         check_backend(self.backend, self.quantize, precision=self.precision)
         if self.served is None and served_models.is_spec(self.model):
             self.served = served_models.parse_spec(self.model)
@@ -196,8 +195,6 @@ class Embedder:
         if self._st is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            from chunkeval.engine.embedding.backends import load_runner
-
             if not log.isEnabledFor(logging.INFO):  # the model's own loading bars only with -v
                 from transformers.utils import logging as hf_logging
 
@@ -300,8 +297,6 @@ class Embedder:
     def _embed_served(self, hashes: list[str], unique: list[str], first_text: dict, prompt: str):
         """What the cache lacks, sent to the served model; each response's vectors cached as it arrives
         (in part files of up to `flush_every` texts, and whatever has arrived when a request fails)."""
-        from chunkeval.engine.embedding.client import Client, cut_texts
-
         if self.cache is not None:
             self.cache.refresh()
             missing = [h for h, r in zip(unique, self.cache.rows(unique)) if r < 0]

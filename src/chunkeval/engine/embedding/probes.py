@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chunkeval.engine.embedding.client import Client
 from chunkeval.engine.embedding.served import ServedModel
 from chunkeval.files import write_text
 from chunkeval.paths import home
@@ -79,8 +80,6 @@ def check(served: ServedModel, mode: str = "run") -> str:
         mode == "interval" and record and now - float(record.get("probed_at", 0)) < served.probe_interval
     ):
         return fingerprint(served, int(record.get("generation", 0)) if record else 0)
-    from chunkeval.engine.embedding.client import Client
-
     client = Client(served)
     try:
         answered, _ = client.request(list(PROBES))

@@ -3,7 +3,7 @@
 A served model is named on the model axis as `openai:MODEL` (OpenAI's endpoint, key from
 `OPENAI_API_KEY`) or `openai:MODEL@BASE_URL` (any compatible server), or by a name of the experiment's
 `models:` mapping, which gives every setting (`KEYS`), its server as a base URL or as an `endpoint:` of the
-user's `endpoints.yaml`. Which key goes to which host is the user's binding (`chunkeval.engine.endpoints`),
+user's `endpoints.yaml`. Which key goes to which host is the user's binding (`chunkeval.engine.settings.endpoints`),
 never the experiment file's; the key itself is read from the environment when a request is made and is
 never part of a setting.
 
@@ -20,7 +20,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, fields
 
-from chunkeval.engine.endpoints import ENV_NAME, OPENAI_BASE_URL, check_base_url, endpoint_key, named
+from chunkeval.engine.settings.endpoints import ENV_NAME, OPENAI_BASE_URL, check_base_url, endpoint_key, named
 from chunkeval.errors import InputError
 from chunkeval.limits import short
 

@@ -1,0 +1,90 @@
+"""`chunkeval gold update`: the gold set corrected for the corpus it now meets, and what changed, for review.
+
+The corrected set holds every row of the input, each with an explicit `query_id` (the id it had: its own, or
+`<corpus_id>:<row>`, so that runs before and after pair question by question), its references at their new
+offsets, and the new content of those placed approximately; a retired question is left out of it. The review
+rows list each change (a reference re-anchored or placed approximately, a question retired) with an `accept`
+column for a person: `yes` where the words are the same and only the offsets moved, empty where they are to
+judge. Pure functions: the command writes the files (docs/gold.md).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from chunkeval.engine.inputs.readers import read_csv_rows
+from chunkeval.engine.inputs.span_gold import SpanGold, span_query_id
+
+REVIEW_COLUMNS = (
+    "query_id",
+    "row",
+    "corpus_id",
+    "reference",
+    "status",
+    "similarity",
+    "old_start",
+    "old_end",
+    "new_start",
+    "new_end",
+    "old_content",
+    "new_content",
+    "reason",
+    "accept",
+)
+
+
+def corrected(path: Path, gold: SpanGold, corpora: dict[str, str]) -> tuple[list[str], list[dict], list[dict]]:
+    """(columns, rows of the corrected gold set, review rows) of the gold file at `path`, as `gold` (read from
+    it, with `corpora`) placed its references."""
+    path = Path(path)
+    placed = {a["row"]: a for a in gold.anchoring}
+    rows, review, columns = [], [], None
+    for row, rec in read_csv_rows(path, ("question", "references", "corpus_id")):
+        if columns is None:
+            columns = ["query_id", *[c for c in rec if c != "query_id"]]
+        out = {"query_id": span_query_id(rec, row), **{c: v for c, v in rec.items() if c != "query_id"}}
+        a = placed.get(row)
+        if a is None:  # a question of a corpus the run left out (--corpus): kept as it is
+            rows.append(out)
+            continue
+        refs = json.loads(rec["references"])
+        for j, (ref, p) in enumerate(zip(refs, a["references"]), start=1):
+            if p["status"] == "exact":
+                continue
+            new = corpora[a["corpus_id"]][p["start"] : p["end"]] if p["status"] != "retired" else ""
+            review.append(
+                {
+                    "query_id": out["query_id"],
+                    "row": row,
+                    "corpus_id": a["corpus_id"],
+                    "reference": j,
+                    "status": p["status"],
+                    "similarity": p["similarity"],
+                    "old_start": p["was"][0],
+                    "old_end": p["was"][1],
+                    "new_start": p["start"] if p["status"] != "retired" else "",
+                    "new_end": p["end"] if p["status"] != "retired" else "",
+                    "old_content": ref["content"],
+                    "new_content": new,
+                    "reason": p.get("reason", ""),
+                    "accept": "yes" if p["status"] == "reanchored" else "",
+                }
+            )
+            ref.update(start_index=p["start"], end_index=p["end"], content=new or ref["content"])
+        if a["status"] == "retired":
+            continue
+        out["references"] = json.dumps(refs, ensure_ascii=False)
+        rows.append(out)
+    return columns or [], rows, review
+
+
+def csv_text(columns, rows: list[dict]) -> str:
+    """Rows as CSV text (a header, then one line per row; fields quoted where they need it)."""
+    buf = io.StringIO(newline="")
+    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()

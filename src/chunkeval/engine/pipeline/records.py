@@ -1,0 +1,82 @@
+"""The plain data a sweep's steps hand on (`chunkeval.engine.pipeline.sweep`): its inputs, each chunking, each
+configuration, the vectors, and the result. Below both the sweep and `chunkeval.engine.pipeline.ranking`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from chunkeval.engine.chunking import ChunkerSpec, Chunks
+from chunkeval.engine.inputs.document_gold import DocGold
+from chunkeval.engine.inputs.duplicates import Copies
+from chunkeval.engine.inputs.span_gold import SpanGold
+from chunkeval.engine.retrieval.indexes import NO_INDEX, IndexSpec
+from chunkeval.vocabulary import NO_RERANKER
+
+
+@dataclass(frozen=True)
+class Inputs:
+    corpora: dict[str, str]  # document id → text (a corpus file is a corpus of one document, named like it)
+    gold: SpanGold | DocGold
+    copies: Copies | None = None  # every copy of every reference, with `duplicates: credit`
+    corpus_of: dict[str, str] | None = None  # document id → its corpus, where documents share corpora
+    skipped: tuple = ()  # the documents left out as unreadable (`chunkeval.engine.inputs.corpus.Skipped`)
+    pages: dict | None = None  # document id → where each of its pages starts (PDF documents)
+    slices: pa.Table | None = None  # query_id, slice_column, slice_value (`slice_by`: chunkeval.engine.inputs.slices)
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """The chunks of one setting; `model` is the model a semantic chunker embedded with (None for the others)."""
+
+    spec: ChunkerSpec
+    model: str | None
+    chunks: Chunks
+
+
+@dataclass(frozen=True)
+class Config:
+    """What one retrieval run covers: a chunking, the model of its rows, a retriever (every k at once), and
+    the index its dense half searches (None for a retriever that reads no vectors: index `none`)."""
+
+    chunking: int
+    model: str
+    retriever: str
+    index: IndexSpec | None = None
+
+    @property
+    def index_key(self) -> str:
+        return self.index.key if self.index is not None else NO_INDEX
+
+    reranker: str = (
+        NO_RERANKER  # the first stage's top `candidates` re-scored by it (chunkeval.engine.retrieval.rerank)
+    )
+    candidates: int | None = None
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """Question vectors per model, and chunk vectors and truncated-chunk counts per (chunking, model)."""
+
+    queries: dict[str, np.ndarray]
+    chunks: dict[tuple[int, str], np.ndarray]
+    truncated: dict[tuple[int, str], int]
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    per_query: pa.Table
+    summary: pa.Table
+    by_corpus: pa.Table
+    references: pa.Table
+    models: pa.Table
+    texts_embedded: int
+    model_loaded: bool
+    notes: tuple[str, ...] = ()
+    retrieved: pa.Table | None = None  # what every configuration retrieved (`chunkeval.engine.scoring.retrieved`)
+    corpora: dict | None = None  # the texts the run read, by corpus id
+    by_slice: pa.Table | None = None  # the summary per configuration and slice of the gold set (`slice_by`)
+    slices: pa.Table | None = None  # which queries each slice holds
+    qrels: pa.Table | None = None  # under document gold, the qrels with the questions (`retrieved.qrels_table`)

@@ -1,0 +1,397 @@
+"""A sweep: every configuration of an experiment, scored at every k, from plain functions.
+
+A configuration is (model, retriever, index, chunker, chunk_size, chunk_overlap, k). The steps are separate
+so that a flow can run each as a task:
+`load_inputs` → `chunk_one` (per chunking job: a setting, and for a semantic chunker a model) →
+`embed_all` (one call per model) → `ranking.retrieve_top` (per configuration, once at the largest k) →
+`chunkeval.engine.scoring.configuration`: `score_chunking` and `reference_table` → `summarize_sweep`.
+Each distinct text (chunk, question or semantic piece) is embedded once per model across the grid;
+a grid whose chunkers and retrievers need no vectors loads no model, and its rows carry model `none`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from chunkeval.engine.chunking import ChunkerSpec, chunk_corpora, needs_embeddings
+from chunkeval.engine.embedding import Embedder
+from chunkeval.engine.embedding.embedders import Embedders, probe_models
+from chunkeval.engine.inputs.corpus import corpus_names, load_documents, skipped_notes
+from chunkeval.engine.inputs.document_gold import DocGold, load_document_gold, warn_left_out
+from chunkeval.engine.inputs.duplicates import find_copies
+from chunkeval.engine.inputs.extract import DocumentReader
+from chunkeval.engine.inputs.slices import load_slices
+from chunkeval.engine.inputs.span_gold import load_span_gold
+from chunkeval.engine.pipeline.experiment import Experiment, clamped_k_note
+from chunkeval.engine.pipeline.ranking import groups_of, reranks_with_vectors, retrieve_top
+from chunkeval.engine.pipeline.records import Chunking, Config, Embedded, Inputs, SweepResult
+from chunkeval.engine.retrieval import retrievers
+from chunkeval.engine.retrieval.indexes import reach
+from chunkeval.engine.retrieval.indexes.faiss_kinds import check_fits
+from chunkeval.engine.retrieval.indexes.measure import STATS as INDEX_STATS
+from chunkeval.engine.retrieval.indexes.measure import measure as measure_index
+from chunkeval.engine.scoring.configuration import (
+    reference_tables,
+    score_chunking,
+    summarize_slices,
+    summarize_sweep,
+)
+from chunkeval.engine.scoring.doc_metrics import score_documents
+from chunkeval.engine.scoring.retrieved import kept_qrels, retrieved_table
+from chunkeval.progress import Stopwatch
+from chunkeval.vocabulary import (
+    NO_MODEL,
+    NO_RERANKER,
+)
+
+
+def load_inputs(exp: Experiment, quiet: bool = False) -> Inputs:
+    """The documents and the gold set, checked; what was extracted is cached once they are. Each document left
+    out as unreadable gets one warning line, and how the gold set met the corpus one summary line (none when
+    `quiet`: a check before the run that reads them again; the readers themselves log nothing)."""
+    reader = DocumentReader(exp.html)
+    if exp.doc_gold:
+        docs, gold = load_document_gold(exp.beir, exp.split, exp.corpus_dir, exp.queries, exp.qrels, exp.strict, reader)
+    else:
+        docs = load_documents(Path(exp.corpus_dir), exp.html, exp.strict, exp.corpus, reader)
+        shared = None if docs.one_per_corpus() else docs.corpus_of
+        gold = load_span_gold(
+            Path(exp.questions),
+            docs.texts,
+            docs.known(),
+            shared,
+            docs.skipped_reasons(),
+            exp.anchor_similarity,
+            exp.strict,
+        )
+    reader.save()
+    if not quiet:
+        warn_left_out(docs, gold)
+    copies = find_copies(gold, docs.texts) if exp.duplicates == "credit" and not exp.doc_gold else None
+    return Inputs(
+        docs.texts,
+        gold,
+        copies,
+        None if docs.one_per_corpus() else docs.corpus_of,
+        tuple(docs.skipped.values()),
+        docs.pages or None,
+        load_slices(exp, gold.query_ids),
+    )
+
+
+def chunking_jobs(exp: Experiment) -> list[tuple[ChunkerSpec, str | None]]:
+    """Every chunking to make: each setting once, a semantic chunker's once per model."""
+    return [
+        (spec, model) for spec in exp.grid() for model in (exp.model if needs_embeddings(spec.chunker) else (None,))
+    ]
+
+
+def chunk_one(corpora: dict[str, str], spec: ChunkerSpec, model: str | None, embedders: Embedders) -> Chunking:
+    embed = embedders.embed_function(model) if model is not None else None
+    return Chunking(spec, model, chunk_corpora(corpora, spec, embed))
+
+
+def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
+    """Every (chunking, model, retriever, index): a retriever that reads vectors runs once per model and
+    index; one that does not runs once, under the model of its chunking (`none` for chunkings that embed
+    nothing) and index `none`. The indexes of one chunking and model come one after the other (they share
+    vectors, and settings that differ only at search time share one build)."""
+    configs = []
+    specs = exp.index_specs()
+    for i, chunking in enumerate(chunkings):
+        for retriever in exp.retriever:
+            reads = retrievers.needs_embeddings(retriever)
+            if chunking.model is not None:
+                models = [chunking.model]
+            else:
+                models = list(exp.model) if reads else [NO_MODEL]
+            for model in models:
+                configs += (
+                    [Config(i, model, retriever, spec) for spec in specs] if reads else [Config(i, model, retriever)]
+                )
+    return [replace(c, reranker=r, candidates=n) for c in configs for r, n in exp.rerank_grid()]
+
+
+def grid_size(exp: Experiment) -> int:
+    """The configurations a sweep of `exp` scores, each at each k (what `LARGE_GRID` and the experiment
+    key `max_configurations` count), from the settings alone."""
+    chunkings = [Chunking(spec, model, None) for spec, model in chunking_jobs(exp)]
+    return len(plan(exp, chunkings)) * len(exp.k)
+
+
+CHARS_PER_TOKEN = 4  # about, for English text: what turns a corpus's bytes into a number of chunks
+
+
+def texts_to_embed(exp: Experiment, corpus_bytes: int) -> int:
+    """About how many texts a sweep of `exp` embeds over a corpus of `corpus_bytes` (each model embeds
+    each chunking's chunks once; nothing when no chunker, retriever or reranker reads vectors)."""
+    if not exp.needs_model():
+        return 0
+    models = len(exp.model) if exp.first_stage_embeds() else 0
+    models += len(exp.embedding_rerankers())
+    total = 0
+    for spec in exp.grid():
+        step = max(spec.chunk_size - spec.chunk_overlap, 1) * (1 if spec.chunker == "fixed_char" else CHARS_PER_TOKEN)
+        total += -(-corpus_bytes // step) if spec.chunker != "none" else 1
+    return total * models
+
+
+def check_indexes_fit(
+    inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedders: Embedders, own_corpus: bool
+) -> None:
+    """Before anything is embedded: every Chroma server answers, and every index's parameters fit the
+    vectors it will hold (nlist at most their number, per corpus with `own_corpus`; pq_m dividing the
+    model's width)."""
+    for url in sorted({c.index.url for c in configs if c.index is not None and c.index.url}):
+        reach(url)  # a Chroma URL that is not a server fails here, before anything is embedded
+    for c in configs:
+        if c.index is None or c.index.kind != "ivf":
+            continue
+        chunks = chunkings[c.chunking].chunks
+        width = embedders[c.model].width() if c.index.get("pq_m") is not None else 0
+        if not own_corpus:
+            check_fits(c.index, len(chunks), width or c.index.get("pq_m") or 1)
+            continue
+        asked = set(inputs.gold.query_corpora)
+        counts = np.bincount(chunks.corpus.astype(np.int64), minlength=len(chunks.corpus_names))
+        per_corpus: dict[str, int] = {}
+        for name, n in zip(corpus_names(inputs.corpus_of, chunks.corpus_names), counts.tolist()):
+            per_corpus[name] = per_corpus.get(name, 0) + n
+        for name, n in per_corpus.items():
+            if name in asked:
+                check_fits(c.index, n, width or c.index.get("pq_m") or 1, f"corpus {name}")
+
+
+def _wanted(configs: list[Config]) -> dict[str, list[int]]:
+    """model → the chunkings it embeds (those a vector-reading retriever runs on)."""
+    wanted: dict[str, list[int]] = {}
+    for c in configs:
+        if retrievers.needs_embeddings(c.retriever) and c.chunking not in wanted.setdefault(c.model, []):
+            wanted[c.model].append(c.chunking)
+        if reranks_with_vectors(c) and c.chunking not in wanted.setdefault(c.reranker, []):
+            wanted[c.reranker].append(c.chunking)  # a bi-encoder reranker reads its own vectors
+    return {model: indices for model, indices in wanted.items() if indices}
+
+
+def embedding_shards(
+    inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedders: Embedders, parts: int
+) -> list[tuple[str, str, list[str]]]:
+    """What `embed_all` would embed that the cache lacks, as (model, kind, texts) shards: each model's
+    missing questions and chunks split into `parts` shards of about equal size, for separate processes
+    (Dask workers) to embed into the shared cache (`embed_shard`), each writing its own part files."""
+    shards = []
+    for model, indices in _wanted(configs).items():
+        chunk_texts = [t for i in indices for t in chunkings[i].chunks.texts(inputs.corpora)]
+        for kind, texts in (("query", list(inputs.gold.questions)), ("document", chunk_texts)):
+            missing = embedders[model].missing(texts, kind)
+            n = max(1, min(parts, len(missing)))
+            shards += [(model, kind, missing[i::n]) for i in range(n) if missing[i::n]]
+    return shards
+
+
+def embed_all(inputs: Inputs, chunkings: list[Chunking], configs: list[Config], embedders: Embedders) -> Embedded:
+    """Per model, one embedding call for the questions and one for the chunks of every chunking it
+    retrieves from: repeated texts are embedded once."""
+    queries, chunks, truncated = {}, {}, {}
+    for model, indices in _wanted(configs).items():
+        embedder = embedders[model]
+        queries[model] = embedder.embed(list(inputs.gold.questions), kind="query")[0]
+        texts, bounds = [], [0]
+        for i in indices:
+            texts += chunkings[i].chunks.texts(inputs.corpora)
+            bounds.append(len(texts))
+        vectors, cut = embedder.embed(texts)
+        for i, a, b in zip(indices, bounds, bounds[1:]):
+            chunks[(i, model)] = vectors[a:b]
+            truncated[(i, model)] = int(cut[a:b].sum())
+    return Embedded(queries, chunks, truncated)
+
+
+def first_stage(config: Config) -> Config:
+    """The configuration without its reranking: what chunk and index statistics are kept by."""
+    return replace(config, reranker=NO_RERANKER, candidates=None)
+
+
+def chunk_stats(
+    chunkings: list[Chunking], configs: list[Config], embedded: Embedded, index_stats: dict | None = None
+) -> pa.Table:
+    """Per first-stage configuration (without k or reranking): chunks made, chunks longer than the model's
+    input, and what its index cost (`index_stats`, from `score_all`; null for rows that search no index)."""
+    configs = list(dict.fromkeys(first_stage(c) for c in configs))
+    specs = [chunkings[c.chunking].spec for c in configs]
+    columns = {
+        "model": pa.array([c.model for c in configs], pa.string()),
+        "retriever": pa.array([c.retriever for c in configs], pa.string()),
+        "index": pa.array([c.index_key for c in configs], pa.string()),
+        "chunker": [s.chunker for s in specs],
+        "chunk_size": [s.chunk_size for s in specs],
+        "chunk_overlap": [s.chunk_overlap for s in specs],
+        "n_chunks": [len(chunkings[c.chunking].chunks) for c in configs],
+        "truncated_chunks": [embedded.truncated.get((c.chunking, c.model), 0) for c in configs],
+    }
+    for name in INDEX_STATS:
+        kind = pa.int64() if name == "index_bytes" else pa.float64()
+        columns[name] = pa.array([(index_stats or {}).get(c, {}).get(name) for c in configs], kind)
+    return pa.table(columns)
+
+
+def score_config(
+    inputs: Inputs,
+    chunkings: list[Chunking],
+    config: Config,
+    embedded: Embedded,
+    exp: Experiment,
+    scorers: dict | None = None,
+    measured: dict | None = None,
+    kept: list | None = None,
+    clock: Stopwatch | None = None,
+) -> tuple[pa.Table, dict]:
+    """Retrieve once at the largest k, score at every k: one configuration's per-query table (with its
+    `index` and `ann_recall_at_k`), and what its index cost (`chunkeval.engine.retrieval.indexes.measure`, measured
+    once per chunking, model and index in `measured`: dense, hybrid and reranked rows share it). With
+    `kept`, its retrieved lists (`chunkeval.engine.scoring.retrieved`) are appended to it. With `clock`, the seconds
+    of its retrieval (reranking and the index's measures included) and of its scoring are added to it."""
+    clock = clock or Stopwatch()
+    with clock.stage("retrieval"):
+        topk, scores, ks = retrieve_top(inputs, chunkings, config, embedded, exp, scorers)
+    with clock.stage("scoring"):
+        table = _score_top(inputs, chunkings, config, embedded, exp, topk, scores, ks, kept)
+    if config.index is None:
+        nothing = pa.nulls(table.num_rows, pa.float64())
+        for name in ("ann_recall_at_k", "ann_found", "ann_depth"):
+            table = table.append_column(name, nothing)
+        return table, {}
+    with clock.stage("retrieval"):  # the index's measures
+        chunking = chunkings[config.chunking]
+        every = tuple(sorted(set(exp.k)))
+        key = (config.chunking, config.model, config.index)
+        measured = {} if measured is None else measured
+        if key not in measured:
+            measured[key] = measure_index(
+                config.index,
+                embedded.queries[config.model],
+                embedded.chunks[(config.chunking, config.model)],
+                every,
+                group_names=chunking.chunks.corpus_names,
+                timed=config.index.approximate or any(spec.approximate for spec in exp.index_specs()),
+                **groups_of(inputs, chunking, exp.own_corpus),
+            )
+        found = measured[key]
+        rows = [every.index(k) for k in sorted(set(ks))]  # the k of this configuration, in its table's order
+        table = table.append_column("ann_recall_at_k", pa.array(np.concatenate([found.recall(i) for i in rows])))
+        table = table.append_column("ann_found", pa.array(found.found[rows].reshape(-1)))
+        table = table.append_column("ann_depth", pa.array(found.depth[rows].reshape(-1)))
+        return table, found.stats()
+
+
+def _score_top(
+    inputs: Inputs,
+    chunkings: list[Chunking],
+    config: Config,
+    embedded: Embedded,
+    exp: Experiment,
+    topk: np.ndarray,
+    scores: np.ndarray | None,
+    ks: tuple[int, ...],
+    kept: list | None,
+) -> pa.Table:
+    """A configuration's per-query table at every k (with its retrieved lists and their scores appended to
+    `kept`)."""
+    chunking = chunkings[config.chunking]
+    doc = isinstance(inputs.gold, DocGold)
+    if doc:
+        keys = {"index": config.index_key, "reranker": config.reranker, "candidates": config.candidates}
+        table, _ = score_documents(
+            inputs.gold,
+            chunking.spec,
+            chunking.chunks,
+            topk,
+            ks,
+            config.model,
+            config.retriever,
+            **keys,
+            scores=scores,
+            ties=exp.ties,
+        )
+    else:
+        table = score_chunking(
+            inputs.gold,
+            chunking.spec,
+            chunking.chunks,
+            topk,
+            ks,
+            config.model,
+            config.retriever,
+            inputs.copies,
+            config.reranker,
+            config.candidates,
+            config.index_key,
+            exp.relevance,
+            scores,
+        )
+    if kept is not None:  # at the largest k (under document gold, not the depth MaxP looked at)
+        top = max(ks)
+        scores = None if scores is None else scores[:, :top]
+        kept.append(
+            retrieved_table(inputs.gold, chunking.chunks, topk[:, :top], table, inputs.copies, scores, inputs.pages)
+        )
+    return table
+
+
+def score_all(
+    inputs: Inputs,
+    chunkings: list[Chunking],
+    configs: list[Config],
+    embedded: Embedded,
+    exp: Experiment,
+    kept: list | None = None,
+    clock: Stopwatch | None = None,
+) -> tuple[pa.Table, dict]:
+    """Every configuration's per-query table, one after the other (each is a few vectorised steps), and per
+    first-stage configuration what its index cost; with `kept`, what each retrieved; with `clock`, the
+    seconds of retrieval and of scoring."""
+    scorers: dict = {}  # CrossEncoder rerankers, loaded once for the grid
+    measured: dict = {}  # index measures, once per chunking, model and index
+    stats: dict = {}
+    tables = []
+    for c in configs:
+        table, cost = score_config(inputs, chunkings, c, embedded, exp, scorers, measured, kept, clock)
+        tables.append(table)
+        stats.setdefault(first_stage(c), cost)
+    return pa.concat_tables(tables), stats
+
+
+def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
+    """The whole sweep of an experiment in one process (the flow runs the same steps as tasks)."""
+    embedders = Embedders.of(embedders).for_experiment(exp)
+    changed = probe_models(exp)
+    inputs = load_inputs(exp)
+    chunkings = [chunk_one(inputs.corpora, spec, model, embedders) for spec, model in chunking_jobs(exp)]
+    configs = plan(exp, chunkings)
+    check_indexes_fit(inputs, chunkings, configs, embedders, exp.own_corpus)
+    embedded = embed_all(inputs, chunkings, configs, embedders)
+    kept = []
+    per_query, index_stats = score_all(inputs, chunkings, configs, embedded, exp, kept)
+    summary, by_corpus = summarize_sweep(
+        per_query, chunk_stats(chunkings, configs, embedded, index_stats), exp.skip_empty_gold
+    )
+    references = reference_tables(inputs.gold, inputs.corpora, chunkings)
+    return SweepResult(
+        per_query,
+        summary,
+        by_corpus,
+        references,
+        embedders.table(),
+        embedders.texts_embedded,
+        embedders.model_loaded,
+        tuple(exp.notes() + clamped_k_note(exp.k, chunkings) + changed + skipped_notes(inputs.skipped)),
+        pa.concat_tables(kept) if kept else None,
+        dict(inputs.corpora),
+        summarize_slices(per_query, inputs.slices, exp.skip_empty_gold),
+        inputs.slices,
+        kept_qrels(inputs.gold),
+    )

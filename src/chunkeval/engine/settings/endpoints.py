@@ -1,0 +1,205 @@
+"""Which key may go to which host: endpoints the user binds in their own settings, never an experiment file.
+
+`endpoints.yaml` maps endpoint names to a base URL and the environment variable that holds its key:
+
+    team:
+      base_url: https://embed.example.com/v1
+      api_key_env: TEAM_EMBED_KEY
+
+It is read from `$CHUNKEVAL_HOME/endpoints.yaml` and, beneath it in precedence (a name in both is the
+home's), from `$XDG_CONFIG_HOME/chunkeval/endpoints.yaml` (default `~/.config/chunkeval`). Built in, beneath
+both: `openai` (`https://api.openai.com/v1`, `OPENAI_API_KEY`). A key variable is bound to the origin
+(scheme, host, port) of each base URL it is listed with: a key is sent to no other origin, except loopback
+hosts (127.0.0.0/8, ::1, localhost), which need no binding.
+
+`resolve_endpoint(name_or_url)` gives `(base_url, headers)` for any client of an OpenAI-compatible API
+(embeddings, chat completions); `mask` hides keys in any text that may quote a server.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from chunkeval.errors import InputError
+from chunkeval.limits import regular_file, short, yaml_load
+from chunkeval.paths import home
+
+FILE = "endpoints.yaml"
+OPENAI = "openai"
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENDPOINT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+MAX_FILE_BYTES = 1 << 20  # an endpoints file is a few lines
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    base_url: str
+    api_key_env: str | None  # None: a server that takes no key
+    source: str  # the file that defines it, or "built in"
+
+
+def files() -> list[Path]:
+    """The endpoints files, highest precedence first (whether they exist or not)."""
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config").expanduser()
+    return [home() / FILE, config / "chunkeval" / FILE]
+
+
+def check_base_url(url: str, what: str, source: str | None = None) -> str:
+    """An http(s) URL with a host and no credentials, query or fragment, without its trailing `/`."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise InputError(f"{what}: base URL {short(url)} is not a URL", source) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(f"{what}: base URL {short(url)} must be http:// or https:// with a host", source)
+    if parts.username or parts.password or parts.query or parts.fragment or (port is not None and port < 1):
+        raise InputError(
+            f"{what}: base URL {short(url)} must hold no user, password, query or fragment "
+            "(a key goes in the variable api_key_env names)",
+            source,
+        )
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        raise InputError(f"{what}: base URL {short(url)} holds white space", source)
+    return url.rstrip("/")
+
+
+def _read(path: Path) -> dict[str, Endpoint]:
+    if not path.exists():
+        return {}
+    regular_file(path)
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise InputError(f"an endpoints file holds at most {MAX_FILE_BYTES:,} bytes", path)
+    try:
+        data = yaml_load(path.read_text(encoding="utf-8"), path)
+    except UnicodeDecodeError:
+        raise InputError("not UTF-8 text", path) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError("endpoints.yaml maps endpoint names to {base_url, api_key_env}", path)
+    out = {}
+    for name, entry in data.items():
+        if not isinstance(name, str) or not ENDPOINT_NAME.fullmatch(name):
+            raise InputError(f"endpoint name {short(name)} must be one word of letters, digits, '.', '_', '-'", path)
+        if not isinstance(entry, dict) or "base_url" not in entry or set(entry) - {"base_url", "api_key_env"}:
+            raise InputError(f"endpoint {name}: give base_url and api_key_env, nothing else", path)
+        env = entry.get("api_key_env")
+        if env is not None and (not isinstance(env, str) or not ENV_NAME.fullmatch(env)):
+            raise InputError(f"endpoint {name}: api_key_env names an environment variable, not a key", path)
+        url = check_base_url(str(entry["base_url"]), f"endpoint {name}", str(path))
+        out[name] = Endpoint(name, url, env, str(path))
+    return out
+
+
+def endpoints() -> dict[str, Endpoint]:
+    """Every endpoint the user defines, the home's over the config folder's over the built-in one."""
+    found = {OPENAI: Endpoint(OPENAI, OPENAI_BASE_URL, OPENAI_KEY_ENV, "built in")}
+    for path in reversed(files()):
+        found.update(_read(path))
+    return found
+
+
+def origin(url: str) -> tuple[str, str, int]:
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def is_loopback(url: str) -> bool:
+    host = origin(url)[1].strip("[]")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def named(name: str, what: str, source=None) -> Endpoint:
+    """The endpoint of that name; one line listing the defined ones when there is none."""
+    found = endpoints()
+    if name not in found:
+        where = " or ".join(str(p) for p in files())
+        raise InputError(f"{what}: no endpoint {short(name)} in {where} (defined: {', '.join(sorted(found))})", source)
+    return found[name]
+
+
+def bound_env(url: str) -> str | None:
+    """The key variable the user bound to `url`'s origin (the highest-precedence endpoint there)."""
+    for endpoint in reversed(list(endpoints().values())):
+        if origin(endpoint.base_url) == origin(url) and endpoint.api_key_env:
+            return endpoint.api_key_env
+    return None
+
+
+def key_env_for(url: str, asked: str | None, what: str, source=None) -> str | None:
+    """The variable whose key may go to `url`: `asked` (an experiment's `api_key_env`) when the user bound it
+    to that origin or the host is loopback, else one line saying how to bind it; with nothing asked, the
+    variable bound to the origin (on loopback, else none: the request goes without a key)."""
+    allowed = {e.api_key_env for e in endpoints().values() if e.api_key_env and origin(e.base_url) == origin(url)}
+    if asked is None:
+        return bound_env(url)
+    if asked in allowed or is_loopback(url):
+        return asked
+    scheme, host, port = origin(url)
+    raise InputError(
+        f"{what}: the key in {asked} is not bound to {scheme}://{host}:{port}; a key goes only to hosts you bind "
+        f"it to: add `NAME: {{base_url: {url}, api_key_env: {asked}}}` to {files()[0]} and write `endpoint: NAME`",
+        source,
+    )
+
+
+def read_key(env: str, what: str, source=None, required: bool = True) -> str | None:
+    """The key in variable `env`, stripped of surrounding white space (a CR from a CRLF .env file); a key
+    with white space or control characters inside is refused (naming the variable, never the key)."""
+    key = (os.environ.get(env) or "").strip()
+    if not key:
+        if required:
+            raise InputError(f"{what}: the API key variable {env} is not set", source)
+        return None
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 or ord(c) > 126 for c in key):
+        raise InputError(f"{what}: the API key in {env} holds white space, control or non-ASCII characters", source)
+    return key
+
+
+def endpoint_key(name_or_url: str, api_key_env: str | None = None, what: str = "endpoint") -> tuple[str, str | None]:
+    """`(base_url, key or None)` for an endpoint name of `endpoints.yaml` or a base URL. The key is read only
+    from a variable bound to that origin, or on a loopback host (where, with no variable asked, the
+    OpenAI SDK's `OPENAI_API_KEY` goes when set). `api_key_env` is what an experiment file asked for (kept
+    working for bound and loopback hosts); an asked variable, or a bound one, must be set."""
+    if "://" in name_or_url:
+        url = check_base_url(name_or_url, what)
+        env = key_env_for(url, api_key_env, what)
+        required = api_key_env is not None or url == OPENAI_BASE_URL
+        if env is None and is_loopback(url):
+            env, required = OPENAI_KEY_ENV, False
+    else:
+        endpoint = named(name_or_url, what)
+        url, env, required = endpoint.base_url, endpoint.api_key_env, True
+    return url, (read_key(env, what, required=required) if env else None)
+
+
+def resolve_endpoint(name_or_url: str, api_key_env: str | None = None, what: str = "endpoint") -> tuple[str, dict]:
+    """`(base_url, headers)` for a request to an endpoint name of `endpoints.yaml` or a base URL, for any
+    client of an OpenAI-compatible API: the headers hold `Authorization: Bearer KEY` only where
+    `endpoint_key` allows a key."""
+    url, key = endpoint_key(name_or_url, api_key_env, what)
+    return url, ({"Authorization": f"Bearer {key}"} if key else {})
+
+
+def mask(text: str, *keys: str | None) -> str:
+    """`text` with every key (and its stripped form) replaced by `***`: done before any cut, so that no part
+    of a key survives a truncation."""
+    for key in keys:
+        for form in {key, (key or "").strip()}:
+            if form and len(form) >= 4:
+                text = text.replace(form, "***")
+    return text
