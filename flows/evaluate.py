@@ -1,3 +1,3 @@
-"""Shim: the flow lives in the package, `chunkeval.flows.evaluate` (deployments name it by module)."""
+"""Entry point of the `nightly` and `on-change` deployments (deployments/prefect.yaml): evaluate an experiment."""
 
-from chunkeval.flows.evaluate import evaluate  # noqa: F401
+from chunkeval.flows.evaluate import evaluate  # noqa: F401 (what the deployment runs)

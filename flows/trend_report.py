@@ -1,3 +1,3 @@
-"""Shim: the flow lives in the package, `chunkeval.flows.trend_report` (deployments name it by module)."""
+"""Entry point of the `weekly` deployment (deployments/prefect.yaml): the trend tables, failing on regressions."""
 
-from chunkeval.flows.trend_report import trend_report  # noqa: F401
+from chunkeval.flows.trend_report import trend_report  # noqa: F401 (what the deployment runs)

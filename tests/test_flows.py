@@ -274,3 +274,25 @@ def test_a_scheduled_large_grid_fails_in_one_line_with_its_estimate_from_a_probe
     with pytest.raises(InputError, match=r"of embedding \(from past runs\); more than 500 configurations need"):
         evaluate(experiment=large)
     assert [r["experiment"] for r in Warehouse.at_home().runs()] == ["measured"]
+
+
+def test_a_checkouts_deployments_name_its_flows_folder_and_equal_the_packages(monkeypatch):
+    """deployments/prefect.yaml (what `prefect deploy` reads in a checkout) names the entry points of the
+    checkout's flows/ folder; the package's file (what `chunkeval serve` and an install read) names the modules.
+    Apart from that the two files say the same, and both entry points load the one flow defined in the package."""
+    from pathlib import Path
+
+    from chunkeval.flows.serve import _flow
+    from chunkeval.paths import DEPLOYMENTS_FILE
+
+    root = Path(__file__).resolve().parents[1]
+    checkout = yaml.safe_load((root / "deployments" / "prefect.yaml").read_text())
+    package = yaml.safe_load(DEPLOYMENTS_FILE.read_text())
+    monkeypatch.syspath_prepend(str(root))
+    assert [d["name"] for d in checkout["deployments"]] == [d["name"] for d in package["deployments"]]
+    for ours, theirs in zip(checkout["deployments"], package["deployments"], strict=True):
+        path, _, name = ours.pop("entrypoint").partition(":")
+        module = theirs.pop("entrypoint")
+        assert path.startswith("flows/") and module == f"chunkeval.{path.removesuffix('.py').replace('/', '.')}:{name}"
+        assert _flow(f"{path}:{name}", "checkout") is _flow(module, "package")
+        assert ours == theirs
