@@ -565,10 +565,11 @@ class Experiment:
 
     def recorded_settings(self) -> dict:
         """The settings a run records: `to_dict`, and the versions of the index libraries it searches with."""
+        from chunkeval.engine.gold_provenance import recorded
         from chunkeval.engine.indexes import library_versions
 
         versions = library_versions(self.index_specs())
-        return {**self.to_dict(), **({"index_libraries": versions} if versions else {})}
+        return {**self.to_dict(), **({"index_libraries": versions} if versions else {}), **recorded(self)}
 
     def to_dict(self) -> dict:
         data = asdict(self)

@@ -36,7 +36,10 @@ def experiment_notes(exp) -> list[str]:
             "document gold: a chunk counts with its document's grade, so chunk-level rank and set metrics "
             "penalise small chunks; doc_* metrics rank documents by their best chunk (MaxP; docs/metrics.md)"
         )
+    from chunkeval.engine.gold_provenance import note
     from chunkeval.engine.indexes.axis import axis_notes
+
+    notes += note(exp)
 
     return notes + axis_notes(exp.index_specs(), exp.retriever, exp.k)
 

@@ -23,6 +23,7 @@ from chunkeval.engine.chunking import ChunkerSpec
 from chunkeval.engine.doc_metrics import write_doc_runs
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.fingerprints import input_fingerprints
+from chunkeval.engine.gold_judge import judged_lines, run_judged_share
 from chunkeval.engine.metrics import METRICS
 from chunkeval.engine.notes import clamped_k_note
 from chunkeval.engine.retrieved import kept_qrels
@@ -319,6 +320,11 @@ def evaluate(
                 per_query, index_stats, chunkings, configs, embedded, exp.skip_empty_gold, inputs.slices
             )
             gold = check_gold(inputs, exp)
+            shares = run_judged_share(exp, inputs.gold, retrieved)  # judged gold: how much of the top k was judged
+            if shares:
+                gold["judged_share"] = shares
+                for line in judged_lines(shares):
+                    logger.info(line)
         with clock.stage("storing", show=True):
             held = store(
                 run_id,

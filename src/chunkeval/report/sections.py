@@ -41,6 +41,14 @@ def _num(value, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def _gold_kind(settings: dict) -> str:
+    """A model-made gold set said beside the gold set's name (docs/gold.md); nothing for human gold."""
+    from chunkeval.engine.gold_provenance import describe
+
+    said = describe(settings)
+    return f" <strong>({escape(said)})</strong>" if said else ""
+
+
 def _identity(generation) -> str:
     """What the probes say of a served model: how often the model behind its name changed."""
     if generation is None:
@@ -180,7 +188,7 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
             escape(str(settings.get("corpus_dir", "")))
             + (" (" + escape(", ".join(settings.get("corpus") or [])) + ")" if settings.get("corpus") else ""),
         ),
-        ("gold set", escape(str(settings.get("questions", "")))),
+        ("gold set", escape(str(settings.get("questions", ""))) + _gold_kind(settings)),
         ("retrieval", "each question from its own corpus" if settings.get("own_corpus") else "pooled over all corpora"),
         (
             "duplicates",

@@ -17,14 +17,15 @@ from chunkeval.cli.options import (
 from chunkeval.cli.output import print_json
 from chunkeval.cli.session import WarehouseAccess
 
-WAREHOUSE_SESSION = False  # reads a gold set and its corpora; never opens the warehouse
+WAREHOUSE_SESSION = False  # reads a gold set and its corpora; `gold judge` opens the warehouse to read a run
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "gold",
         help="`gold check`: what in a gold set makes its numbers unfair; `gold update`: correct it for a changed corpus; "
-        "`gold generate`: a gold set from your documents, asked of a chat model",
+        "`gold generate`: a gold set from your documents, asked of a chat model; `gold judge`: graded relevance of a "
+        "run's passages, asked of a chat model",
     )
     gsub = p.add_subparsers(dest="gold_command", metavar="command", required=True)
     g = gsub.add_parser(
@@ -68,6 +69,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_corpus_filter(u, "only these corpora (the others' questions are kept as they are)")
     u.set_defaults(func=update)
     _add_generate(gsub)
+    from chunkeval.cli.commands import gold_judge
+
+    gold_judge.add_parser(gsub)
     a = gsub.add_parser(
         "accept",
         help="the questions a review file accepts, as a new gold set",
@@ -260,6 +264,12 @@ def accept(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     marks = list(read_csv_rows(review, ("query_id", "accept")))
     kept = accepted(marks, rows, review, source)
     columns = list(rows[0][1]) if rows else ["query_id", "question", "references", "corpus_id"]
+    from chunkeval.engine.gold_provenance import accepted_provenance
+
+    prov = accepted_provenance(source, review, len(kept), len(rows))  # still a model's questions, now reviewed
+    if prov is not None:
+        prov_path = check_output(out.with_name(f"{out.stem}.provenance.json"), (source, review), what="its provenance")
+        write_text(prov_path, prov)
     write_text(out, csv_text(columns, kept))
     print(f"wrote {len(kept)} of {len(rows)} question(s) to {out}: those the review accepts")
     return 0
