@@ -88,3 +88,12 @@ def accepted_provenance(source, review, kept: int, of: int) -> str | None:
     data.update(reviewed=True, accepted_from=str(Path(source).resolve()), review=str(Path(review).resolve()))
     data["accepted"] = {"kept": kept, "of": of}
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def run_lines(settings: dict, check: dict | None) -> list[str]:
+    """What `chunkeval run` prints of a recorded run's gold set when it is model-made: its kind, and for judged
+    gold the share of the top k that was judged (kept in the run's gold check, `judged_share`)."""
+    from chunkeval.engine.gold_judge import judged_lines
+
+    said = describe(settings)
+    return ([f"gold set {said}"] if said else []) + judged_lines((check or {}).get("judged_share") or [])

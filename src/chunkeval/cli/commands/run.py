@@ -174,6 +174,10 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         f"{result['texts_embedded']} text(s) embedded\n"
     )
     print(table)
+    from chunkeval.engine.gold_provenance import run_lines
+
+    for line in run_lines(json.loads(wh.run(result["run_id"])["settings"] or "{}"), wh.gold_check(result["run_id"])):
+        print(line)  # a generated or judged gold set, said (docs/gold.md)
     from chunkeval.report.terminal import approximate, format_index_costs, format_slices
 
     by_slice = wh.slice_summary(result["run_id"])
