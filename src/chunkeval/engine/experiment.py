@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 
 # keys a run records beside its settings (not settings: a recorded run's settings are read back without them)
-RECORDED = ("index_libraries",)
+RECORDED = ("index_libraries", "gold_kind", "gold_provenance")
 
 
 def parse_overlap(value: str, chunk_size: int) -> int:
