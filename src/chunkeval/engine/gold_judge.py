@@ -290,3 +290,12 @@ def judged_lines(shares: list[dict]) -> list[str]:
                 f"{config_label(low | {'k': k})}); unjudged chunks count as not relevant"
             )
     return lines
+
+
+def run_lines(settings: dict, check: dict | None) -> list[str]:
+    """What `chunkeval run` prints of a recorded run's gold set when it is model-made: its kind, and for judged
+    gold the share of the top k that was judged (kept in the run's gold check, `judged_share`)."""
+    from chunkeval.engine.gold_provenance import describe
+
+    said = describe(settings)
+    return ([f"gold set {said}"] if said else []) + judged_lines((check or {}).get("judged_share") or [])

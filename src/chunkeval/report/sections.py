@@ -43,9 +43,9 @@ def _num(value, digits: int = 3) -> str:
 
 def _gold_kind(settings: dict) -> str:
     """A model-made gold set said beside the gold set's name (docs/gold.md); nothing for human gold."""
-    from chunkeval.engine.gold_provenance import describe
+    from chunkeval.vocabulary import gold_kind_said
 
-    said = describe(settings)
+    said = gold_kind_said(settings)
     return f" <strong>({escape(said)})</strong>" if said else ""
 
 

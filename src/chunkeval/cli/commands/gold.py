@@ -130,11 +130,7 @@ def _add_generate(gsub) -> None:
     g.set_defaults(func=generate)
 
 
-def _number_in(value, least: float, most: float, flag: str) -> None:
-    from chunkeval.errors import InputError
-
-    if not least <= value <= most:
-        raise InputError(f"{flag} takes a number from {least:g} to {most:g}, got {value:g}")
+from chunkeval.cli.options import number_in as _number_in  # noqa: E402 (shared with `gold judge`)
 
 
 def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:

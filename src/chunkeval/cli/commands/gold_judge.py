@@ -86,8 +86,7 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     import json
 
     from chunkeval import paths
-    from chunkeval.cli.commands.gold import _number_in
-    from chunkeval.cli.options import check_at_least_one
+    from chunkeval.cli.options import check_at_least_one, number_in
     from chunkeval.engine import gold_judge as gj
     from chunkeval.engine.chat import Chat
     from chunkeval.engine.gold_update import csv_text
@@ -95,9 +94,9 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.files import check_output, write_texts
 
     check_at_least_one(args.depth, "--depth")
-    _number_in(args.min_grade, 1, 3, "--min-grade")
-    _number_in(args.timeout, 0.001, 86400, "--timeout")
-    _number_in(args.max_retries, 0, 100, "--max-retries")
+    number_in(args.min_grade, 1, 3, "--min-grade")
+    number_in(args.timeout, 0.001, 86400, "--timeout")
+    number_in(args.max_retries, 0, 100, "--max-retries")
     out = Path(args.out)
     inputs = [args.questions] + [p for p in (args.human, args.corpus_dir) if p]
     names = {

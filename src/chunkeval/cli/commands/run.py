@@ -174,7 +174,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         f"{result['texts_embedded']} text(s) embedded\n"
     )
     print(table)
-    from chunkeval.engine.gold_provenance import run_lines
+    from chunkeval.engine.gold_judge import run_lines
 
     for line in run_lines(json.loads(wh.run(result["run_id"])["settings"] or "{}"), wh.gold_check(result["run_id"])):
         print(line)  # a generated or judged gold set, said (docs/gold.md)
