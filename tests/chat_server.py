@@ -2,18 +2,21 @@
 OpenAI chat-completions API on 127.0.0.1 and REPLAYS answers written by hand for the demo corpus, picked by the
 `Document:` line of the request. What it replays covers every check of generation: good questions with exact
 excerpts, an excerpt with altered whitespace, an excerpt that does not occur, a near-duplicate question, an
-off-topic excerpt, text repeated in its document, and malformed JSON (for the document `notes`); the first
-request of a server is answered 429 with Retry-After.
+off-topic excerpt, text repeated in its document, and malformed JSON (for the document `notes`); for `gold judge`
+it grades pooled passages 0-3 by a written rule over the demo's gold set, in both answer forms, and answers one
+question with prose that holds no grade. The first request of a server is answered 429 with Retry-After.
 
     with ChatServer() as server:  # server.url is a base URL (…/v1); server.requests counts what it answered
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 
 def q(question: str, kind: str, *excerpts: str) -> dict:
@@ -57,12 +60,52 @@ MALFORMED = '{"questions": [{"question": "What do the notes say?", "excerpts": [
 NOTES = "# Notes\n\nThe notes of the beekeeping club list the meetings of the year and who brings the honey.\n"
 
 
+# Judging (`gold judge`): the stand-in grades a pooled passage by a rule over the demo's own gold set, written
+# here, not by reading anything: 3 where the passage holds a whole reference of the question, 2 where it holds
+# part of one (its first or last 40 characters), 1 where it is of the question's document, else 0. Grade 1 is
+# written as JSON ({"grade": 1}), the others in UMBRELA's form (##final score: N); every passage of the question
+# below is answered with prose that holds no grade (an unusable answer).
+DEMO_GOLD = Path(__file__).resolve().parents[1] / "src" / "chunkeval" / "data" / "demo" / "questions.csv"
+NO_GRADE_QUESTION = "How do beekeepers try to prevent swarming?"
+NO_GRADE = "The passage is about bees, and swarming is a topic of it, so I would call it fairly relevant."
+
+
+def demo_gold() -> dict[str, tuple[str, list[str]]]:
+    """question → (its document, the contents of its references), of the demo's gold set."""
+    with open(DEMO_GOLD, newline="", encoding="utf-8") as f:
+        return {
+            r["question"]: (r["corpus_id"], [x["content"] for x in json.loads(r["references"])])
+            for r in csv.DictReader(f)
+        }
+
+
+def stand_in_grade(gold: dict, question: str, document: str, passage: str) -> int:
+    """The stand-in's grade of a pooled passage (the rule above)."""
+    doc, refs = gold.get(question, ("", []))
+    if any(r in passage for r in refs):
+        return 3
+    if any(len(r) > 40 and (r[:40] in passage or r[-40:] in passage) for r in refs):
+        return 2
+    return 1 if document == doc else 0
+
+
+def judge_answer(gold: dict, user: str) -> str:
+    question = re.search(r"^Query: (.*)$", user, flags=re.M)[1]
+    document = re.search(r"^Document: (.*)$", user, flags=re.M)[1]
+    passage = re.search(r"^Passage:\n<<<\n(.*)\n>>>$", user, flags=re.M | re.S)[1]
+    if question == NO_GRADE_QUESTION:
+        return NO_GRADE
+    grade = stand_in_grade(gold, question, document, passage)
+    return json.dumps({"grade": 1}) if grade == 1 else f"##final score: {grade}"
+
+
 class ChatServer:
     """The stand-in on a free port. `mode`: `replay` (the answers above), `garbage` (every answer is text that is
     not JSON), `no-429` (replay without the first 429)."""
 
     def __init__(self, mode: str = "replay"):
         self.mode = mode
+        self.gold = demo_gold()
         self.requests = 0  # requests answered 200
         self.calls = 0  # every request received
         self._lock = threading.Lock()
@@ -77,6 +120,8 @@ class ChatServer:
         doc = re.search(r"^Document: (.*)$", user, flags=re.M)[1]
         if self.mode == "garbage":
             content = "I am sorry, I cannot help with that."
+        elif "##final score" in user:  # a judging request (`gold judge`)
+            content = judge_answer(self.gold, user)
         elif doc in ANSWERS:
             content = json.dumps({"questions": ANSWERS[doc]}, ensure_ascii=False)
         else:

@@ -1668,8 +1668,33 @@ CASES.update(
             lambda w: gold_accept(w["t"], "query_id,accept\ng1,maybe\ng2,yes\n"),
             "accept takes yes, no or nothing, got 'maybe'",
         ),
+        "gold judge: the endpoint answers nothing usable": (
+            lambda w: gold_judge(w, "--depth", "1", endpoint=chat_server("garbage")),
+            "/chat/completions answered nothing usable: ",
+        ),
+        "gold judge: an empty questions file": (
+            lambda w: gold_judge(w, questions=write(w["t"] / "empty.csv", "")),
+            "empty.csv: file is empty",
+        ),
+        "gold judge: an unknown run id": (lambda w: gold_judge(w, run="20200101T000000-nope"), "no run '20200101T"),
+        "gold judge: a run over none of the questions": (
+            lambda w: gold_judge(w, questions=write(w["t"] / "prod.csv", "query_id,question\np1,Who?\n")),
+            "retrieved nothing for any question of",
+        ),
+        "gold judge: a relevant grade beyond 3": (
+            lambda w: gold_judge(w, "--min-grade", "4"),
+            "--min-grade takes a number from 1 to 3, got 4",
+        ),
     }
 )
+
+
+def gold_judge(w, *extra, endpoint="http://127.0.0.1:9/v1", questions=None, run=None, out=None):
+    questions = (
+        questions or Path(__file__).resolve().parents[1] / "src" / "chunkeval" / "data" / "demo" / "questions.csv"
+    )
+    return ["gold", "judge", "--questions", questions, "--run", run or w["run_id"], "--out", out or w["t"] / "j.csv",
+            "--endpoint", endpoint, "--chat-model", "m", "--max-retries", "0", *extra]  # fmt: skip
 
 
 # issue 30: an output a user names never replaces a warehouse file, a device, a folder or the command's input
@@ -1753,6 +1778,11 @@ OUTPUT_COMMANDS = {  # command → (argv for an output path, the output's suffix
         ".csv",
         {"a folder": "is a folder, not a file"},
     ),
+    "gold judge": (
+        lambda w, out: gold_judge(w, questions=w["t"] / "q.csv", out=out),
+        ".csv",
+        {"a folder": "is a folder, not a file"},
+    ),
     "extract": (
         lambda w, out: extract(w["t"], out=out),
         "",
@@ -1771,7 +1801,7 @@ OUTPUT_CASES = {
     )
     for command, (argv, suffix, says) in OUTPUT_COMMANDS.items()
     for kind, message in TARGET_KINDS.items()
-    if kind != "an input" or command in ("sweep", "sweep (its .per_query file)", "extract", "gold update")
+    if kind != "an input" or command in ("sweep", "sweep (its .per_query file)", "extract", "gold update", "gold judge")
 }
 CASES.update(OUTPUT_CASES)
 CASES["sweep: a companion file linked to --out itself"] = (
@@ -1940,6 +1970,7 @@ def test_the_catalogue_is_large_enough():
         "gold update",
         "gold generate",
         "gold accept",
+        "gold judge",
         "extract",
     } <= commands
 

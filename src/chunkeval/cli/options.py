@@ -206,6 +206,12 @@ def add_run_file_options(p: argparse.ArgumentParser, format_help: str, k_help: s
     p.add_argument("--k", type=int, default=10, help=k_help)
 
 
+def number_in(value, least: float, most: float, flag: str) -> None:
+    """A number given on the command line within [least, most] (`gold generate`, `gold judge`)."""
+    if not least <= value <= most:
+        raise InputError(f"{flag} takes a number from {least:g} to {most:g}, got {value:g}")
+
+
 def check_at_least_one(value: int | None, flag: str) -> int | None:
     """A count given on the command line (--last, --chunk-size): at least 1 where given."""
     if value is not None and value < 1:

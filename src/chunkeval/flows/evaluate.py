@@ -24,6 +24,7 @@ from chunkeval.engine.chunking import ChunkerSpec
 from chunkeval.engine.embedding.embedders import Embedders
 from chunkeval.engine.embedding.embedders import embed_shard as embed_texts
 from chunkeval.engine.gold import check as gold_check
+from chunkeval.engine.gold.judge import judged_lines, run_judged_share
 from chunkeval.engine.pipeline import sweep
 from chunkeval.engine.pipeline.experiment import Experiment, clamped_k_note
 from chunkeval.engine.pipeline.fingerprints import input_fingerprints
@@ -319,6 +320,11 @@ def evaluate(
                 per_query, index_stats, chunkings, configs, embedded, exp.skip_empty_gold, inputs.slices
             )
             gold = check_gold(inputs, exp)
+            shares = run_judged_share(exp, inputs.gold, retrieved)  # judged gold: how much of the top k was judged
+            if shares:
+                gold["judged_share"] = shares
+                for line in judged_lines(shares):
+                    logger.info(line)
         with clock.stage("storing", show=True):
             held = store(
                 run_id,

@@ -20,7 +20,15 @@ from chunkeval.report.terminal import power_sentence, rerank_label
 from chunkeval.stats import bootstrap_ci_groups
 from chunkeval.stats.aggregate import MICRO, MICRO_F1
 from chunkeval.stats.columns import numbers
-from chunkeval.vocabulary import CONFIG_KEYS, INDEX_METRICS, METRICS, approximate_index, shown_keys, split_list
+from chunkeval.vocabulary import (
+    CONFIG_KEYS,
+    INDEX_METRICS,
+    METRICS,
+    approximate_index,
+    gold_kind_said,
+    shown_keys,
+    split_list,
+)
 from chunkeval.warehouse import Warehouse
 
 BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
@@ -40,6 +48,12 @@ def _num(value, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return "–"
     return f"{value:.{digits}f}"
+
+
+def _gold_kind(settings: dict) -> str:
+    """A model-made gold set said beside the gold set's name (docs/gold.md); nothing for human gold."""
+    said = gold_kind_said(settings)
+    return f" <strong>({escape(said)})</strong>" if said else ""
 
 
 def _identity(generation) -> str:
@@ -179,7 +193,7 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
             escape(str(settings.get("corpus_dir", "")))
             + (" (" + escape(", ".join(settings.get("corpus") or [])) + ")" if settings.get("corpus") else ""),
         ),
-        ("gold set", escape(str(settings.get("questions", "")))),
+        ("gold set", escape(str(settings.get("questions", ""))) + _gold_kind(settings)),
         ("retrieval", "each question from its own corpus" if settings.get("own_corpus") else "pooled over all corpora"),
         (
             "duplicates",

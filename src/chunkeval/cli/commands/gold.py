@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from chunkeval import paths
+from chunkeval.cli.commands import gold_judge
 from chunkeval.cli.options import (
     add_anchor_similarity,
     add_corpus_filter,
@@ -14,6 +15,7 @@ from chunkeval.cli.options import (
     add_json,
     add_strict,
     check_at_least_one,
+    number_in,
 )
 from chunkeval.cli.output import print_json
 from chunkeval.cli.session import WarehouseAccess
@@ -30,6 +32,7 @@ from chunkeval.engine.inputs.anchoring import (
     gold_summary,
 )
 from chunkeval.engine.inputs.corpus import load_documents
+from chunkeval.engine.inputs.provenance import accepted_provenance
 from chunkeval.engine.inputs.readers import read_csv_rows
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import load_inputs
@@ -39,14 +42,15 @@ from chunkeval.report.gold_review import generated_html, review_html
 from chunkeval.report.terminal import format_rows
 from chunkeval.vocabulary import DEFAULT_MODEL, split_flags
 
-WAREHOUSE_SESSION = False  # reads a gold set and its corpora; never opens the warehouse
+WAREHOUSE_SESSION = False  # reads a gold set and its corpora; `gold judge` opens the warehouse to read a run
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "gold",
         help="`gold check`: what in a gold set makes its numbers unfair; `gold update`: correct it for a changed corpus; "
-        "`gold generate`: a gold set from your documents, asked of a chat model",
+        "`gold generate`: a gold set from your documents, asked of a chat model; `gold judge`: graded relevance of a "
+        "run's passages, asked of a chat model",
     )
     gsub = p.add_subparsers(dest="gold_command", metavar="command", required=True)
     g = gsub.add_parser(
@@ -90,6 +94,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_corpus_filter(u, "only these corpora (the others' questions are kept as they are)")
     u.set_defaults(func=update)
     _add_generate(gsub)
+    gold_judge.add_parser(gsub)
     a = gsub.add_parser(
         "accept",
         help="the questions a review file accepts, as a new gold set",
@@ -146,11 +151,6 @@ def _add_generate(gsub) -> None:
     g.set_defaults(func=generate)
 
 
-def _number_in(value, least: float, most: float, flag: str) -> None:
-    if not least <= value <= most:
-        raise InputError(f"{flag} takes a number from {least:g} to {most:g}, got {value:g}")
-
-
 def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     import datetime
     import json
@@ -158,10 +158,10 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     check_at_least_one(args.questions, "--questions")
     check_at_least_one(args.per_passage, "--per-passage")
     check_at_least_one(args.passage_chars, "--passage-chars")
-    _number_in(args.dedup_similarity, -1, 1, "--dedup-similarity")
-    _number_in(args.excerpt_similarity, -1, 1, "--excerpt-similarity")
-    _number_in(args.timeout, 0.001, 86400, "--timeout")
-    _number_in(args.max_retries, 0, 100, "--max-retries")
+    number_in(args.dedup_similarity, -1, 1, "--dedup-similarity")
+    number_in(args.excerpt_similarity, -1, 1, "--excerpt-similarity")
+    number_in(args.timeout, 0.001, 86400, "--timeout")
+    number_in(args.max_retries, 0, 100, "--max-retries")
     types = gg.check_types(args.types.split(","))
     similarity = (
         ANCHOR_SIMILARITY if args.anchor_similarity is None else check_anchor_similarity(args.anchor_similarity)
@@ -261,6 +261,10 @@ def accept(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     marks = list(read_csv_rows(review, ("query_id", "accept")))
     kept = accepted(marks, rows, review, source)
     columns = list(rows[0][1]) if rows else ["query_id", "question", "references", "corpus_id"]
+    prov = accepted_provenance(source, review, len(kept), len(rows))  # still a model's questions, now reviewed
+    if prov is not None:
+        prov_path = check_output(out.with_name(f"{out.stem}.provenance.json"), (source, review), what="its provenance")
+        write_text(prov_path, prov)
     write_text(out, csv_text(columns, kept))
     print(f"wrote {len(kept)} of {len(rows)} question(s) to {out}: those the review accepts")
     return 0

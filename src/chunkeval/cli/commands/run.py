@@ -17,12 +17,14 @@ from chunkeval.cli.options import (
 )
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.gold.judge import run_lines
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.fingerprints import input_fingerprints
 from chunkeval.engine.pipeline.runners import check_task_runner, cluster_workers, parse_task_runner
 from chunkeval.engine.pipeline.sweep import load_inputs
 from chunkeval.errors import InputError
 from chunkeval.files import check_writable_dir
+from chunkeval.flows.evaluate import with_task_runner
 from chunkeval.flows.temporary_server import check_folders, temporary_server
 from chunkeval.limits import check_name
 from chunkeval.paths import cache_dir, home
@@ -134,8 +136,6 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     log.propagate = False  # Prefect's console handler sits on the root logger: say each thing once
     try:
         # Prefect (seconds to import, and it makes its home when it is) loads only when a flow runs
-        from chunkeval.flows.evaluate import with_task_runner
-
         with temporary_server(), show_progress():
             result = with_task_runner(runner)(
                 experiment=exp.to_dict(),
@@ -164,6 +164,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         f"{result['texts_embedded']} text(s) embedded\n"
     )
     print(table)
+    for line in run_lines(json.loads(wh.run(result["run_id"])["settings"] or "{}"), wh.gold_check(result["run_id"])):
+        print(line)  # a generated or judged gold set, said (docs/gold.md)
     by_slice = wh.slice_summary(result["run_id"])
     if by_slice.num_rows:  # --slice-by: their per-slice rows are in the view slice_summary and the report
         print(format_slices(by_slice))

@@ -110,7 +110,10 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     elif args.verbose or not args.fail_on_regression:
         print("\n\n".join(_table(found, m) for m, found in by_metric.items() if found))
         if any(r.get("gold_changed") for r in rows):
-            print("(G: the gold set changed since the previous completed run: `gold update`, or an edited file)")
+            print(
+                "(G: the gold set changed since the previous completed run: `gold update`, a generated, accepted "
+                "or judged gold set, or an edited file)"
+            )
         if any(r.get("model_changed") for r in rows):
             print("(M: the model changed since the previous completed run: another model, backend or precision)")
         if in_slice and any(r["too_small"] for r in rows):

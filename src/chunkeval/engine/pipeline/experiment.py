@@ -23,6 +23,8 @@ from chunkeval.engine.embedding.registry import check_model_runs_on
 from chunkeval.engine.embedding.served import is_spec, lookup, parse_models
 from chunkeval.engine.inputs.anchoring import ANCHOR_SIMILARITY
 from chunkeval.engine.inputs.extract import check_html_mode
+from chunkeval.engine.inputs.provenance import note as gold_note
+from chunkeval.engine.inputs.provenance import recorded as gold_recorded
 from chunkeval.engine.inputs.readers import read_text
 from chunkeval.engine.inputs.slices import check_slice_columns
 from chunkeval.engine.retrieval.indexes import library_versions, parse_index
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
 
 
 # keys a run records beside its settings (not settings: a recorded run's settings are read back without them)
-RECORDED = ("index_libraries",)
+RECORDED = ("index_libraries", "gold_kind", "gold_provenance")
 
 
 def parse_overlap(value: str, chunk_size: int) -> int:
@@ -545,7 +547,7 @@ class Experiment:
     def recorded_settings(self) -> dict:
         """The settings a run records: `to_dict`, and the versions of the index libraries it searches with."""
         versions = library_versions(self.index_specs())
-        return {**self.to_dict(), **({"index_libraries": versions} if versions else {})}
+        return {**self.to_dict(), **({"index_libraries": versions} if versions else {}), **gold_recorded(self)}
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -680,6 +682,7 @@ def experiment_notes(exp) -> list[str]:
             "document gold: a chunk counts with its document's grade, so chunk-level rank and set metrics "
             "penalise small chunks; doc_* metrics rank documents by their best chunk (MaxP; docs/metrics.md)"
         )
+    notes += gold_note(exp)
     return notes + axis_notes(exp.index_specs(), exp.retriever, exp.k)
 
 
