@@ -36,6 +36,7 @@ from chunkeval.vocabulary import (  # noqa: F401 (re-exported)
     NO_RERANKER,
     RUN_SETTINGS,
     TIE_POLICIES,
+    VECTOR_KEYS,
     split_flags,
     split_list,
 )
@@ -188,6 +189,21 @@ class Experiment:
         "comma-separated indexes the dense half of dense and hybrid searches: exact (default), "
         "hnsw[:m=16][:ef_construction=200][:ef_search=64], ivf:nlist=1024[:nprobe=16][:pq_m=48], "
         "chroma[:url=http://HOST:PORT][:m=…][:ef_search=…] (docs/indexes.md)",
+        "retrieval",
+    )
+    vectors: tuple[str, ...] = setting(  # chunkeval.engine.vectors
+        ("float32",),
+        "names",
+        "comma-separated ways the dense half of dense and hybrid stores and searches vectors under exact search: "
+        "float32 (default), int8 (scalar, calibrated on the corpus's vectors), binary (sign bits, Hamming), "
+        "binary-rescore:depth=N (Hamming's top N re-scored by the float vectors); docs/vectors.md",
+        "retrieval",
+    )
+    dims: tuple[str, ...] = setting(
+        ("full",),
+        "names",
+        "comma-separated numbers of leading dimensions the dense half keeps, renormalised (Matryoshka truncation, "
+        "before vectors quantizes): full (default) or e.g. 256,128; docs/vectors.md",
         "retrieval",
     )
     rrf_k: int = setting(
@@ -460,6 +476,9 @@ class Experiment:
         from chunkeval.engine.indexes.axis import resolve_axis
 
         resolved = resolve_axis(self.index, self.retriever, source)
+        from chunkeval.engine.vectors import check_axis
+
+        vectors, dims = check_axis(self.vectors, self.dims, source)
         if self.needs_model():
             from chunkeval.engine.embedding.registry import check_model_runs_on
             from chunkeval.engine.embedding.served import lookup
@@ -478,6 +497,8 @@ class Experiment:
         check_slice_columns(self.slice_by, source)
 
         checked = checked_doc_gold(self, source)
+        if (vectors, dims) != (checked.vectors, checked.dims):
+            checked = replace(checked, vectors=vectors, dims=dims)
         return checked if resolved == checked.index else replace(checked, index=resolved)
 
     def index_specs(self):
@@ -574,6 +595,9 @@ class Experiment:
         data = asdict(self)
         if tuple(data["index"]) == ("exact",):
             del data["index"]  # settings of exact search stay as they were recorded before the key existed
+        for key, value in VECTOR_KEYS.items():
+            if tuple(data[key]) == (value,):
+                del data[key]  # runs of float32/full stay as they were recorded before the keys existed
         if not data["plugins"]:
             del data["plugins"]  # settings without plug-ins stay as they were recorded before the key existed
         if data["reranker"] == [NO_RERANKER] and not data["candidates"]:

@@ -37,8 +37,9 @@ def experiment_notes(exp) -> list[str]:
             "penalise small chunks; doc_* metrics rank documents by their best chunk (MaxP; docs/metrics.md)"
         )
     from chunkeval.engine.indexes.axis import axis_notes
+    from chunkeval.engine.vectors import axis_notes as vector_notes
 
-    return notes + axis_notes(exp.index_specs(), exp.retriever, exp.k)
+    return notes + axis_notes(exp.index_specs(), exp.retriever, exp.k) + vector_notes(exp)
 
 
 def clamped_k_note(ks, chunkings) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from chunkeval.engine import retrievers
+from chunkeval.engine import vectors as compressed
 from chunkeval.engine.corpus import corpus_names
 from chunkeval.engine.doc_metrics import retrieval_depth, shallow_first
 from chunkeval.engine.documents import DocGold
@@ -52,7 +53,7 @@ def retrieve_scored(
         k=k,
         query_vectors=None if vectors is None else vectors[rows],
         chunk_vectors=embedded.chunks.get((config.chunking, config.model)),
-        search=_searcher(config.index),
+        search=_searcher(config.index) or compressed.searcher(compressed.spec_of(config.vectors, config.dims)),
     )
     if groups:
         groups["query_groups"] = groups["query_groups"][rows]
@@ -84,7 +85,7 @@ def retrieve_top(
     """A configuration's ranked chunks (deep enough for MaxP under document gold), their scores, and the k it is
     scored at; exact ties ordered by the experiment's tie policy."""
     chunking = chunkings[config.chunking]
-    ks = exp.k
+    ks = compressed.scored_ks(config.vectors, exp.k)  # within a rescoring depth
     doc = isinstance(inputs.gold, DocGold)  # document gold: retrieval deep enough for MaxP to find k documents
     if config.reranker == NO_RERANKER:
         depth = retrieval_depth(max(exp.k), len(chunking.chunks)) if doc else max(exp.k)
@@ -93,13 +94,14 @@ def retrieve_top(
             return retrieve_scored(inputs, chunking, config, embedded, d, exp.own_corpus, exp.rrf_k, rows)
 
         exact_dense = config.retriever == "dense" and not approximate_index(config.index_key)
+        exact_dense = exact_dense and not compressed.spec_of(config.vectors, config.dims).compressed
         topk, scores = (
             shallow_first(search, max(exp.k), depth, chunking.chunks.corpus)
             if doc and exact_dense
             else search(None, depth)
         )
     else:  # the first stage's top candidates, re-scored; scored at the k the candidates cover
-        ks = tuple(k for k in exp.k if k <= config.candidates)
+        ks = tuple(k for k in ks if k <= config.candidates)
         first = retrieve(inputs, chunking, config, embedded, config.candidates, exp.own_corpus, exp.rrf_k)
         keep = config.candidates if doc else max(ks)
         topk, scores = rerank_top(inputs, chunking, config, embedded, first, keep, scorers)

@@ -18,7 +18,7 @@ from chunkeval.engine.duplicates import Copies, credited_copies
 from chunkeval.engine.inputs import SpanGold
 from chunkeval.engine.ties import tie_aware, ties_in_top
 from chunkeval.stats.summaries import summarize_slices as summarize_by_slice
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, DOC_METRICS, NO_MODEL, NO_RERANKER, NUMBER_KEYS, TIE_AWARE
+from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, DOC_METRICS, NO_MODEL, NO_RERANKER, NUMBER_KEYS, TIE_AWARE, VECTOR_KEYS
 
 
 def span_scoring(
@@ -58,6 +58,7 @@ def config_values(
         "model": model,
         "retriever": retriever,
         "index": index,
+        **VECTOR_KEYS,  # a compressed configuration's are set by the sweep (`chunkeval.engine.vectors`)
         "reranker": reranker,
         "candidates": candidates,
         "chunker": spec.chunker,

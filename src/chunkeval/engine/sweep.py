@@ -29,6 +29,7 @@ from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.extract import DocumentReader
 from chunkeval.engine.grid import Chunking, Config, Embedded, Inputs, SweepResult  # noqa: F401 (re-exported)
 from chunkeval.engine.indexes.measure import STATS as INDEX_STATS
+from chunkeval.engine.indexes.measure import VECTOR_STATS
 from chunkeval.engine.indexes.measure import measure as measure_index
 from chunkeval.engine.inputs import load_span_gold
 from chunkeval.engine.notes import clamped_k_note
@@ -42,6 +43,7 @@ from chunkeval.engine.scoring import (  # noqa: F401 (re-exported)
     summarize_sweep,
 )
 from chunkeval.engine.slices import load_slices
+from chunkeval.engine.vectors import compares_vectors, measured_vectors, vector_grid, with_found, with_vector_keys
 from chunkeval.progress import Stopwatch
 from chunkeval.vocabulary import (  # noqa: F401 (re-exported)
     CHUNKING_KEYS,
@@ -116,6 +118,7 @@ def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
                 configs += (
                     [Config(i, model, retriever, spec) for spec in specs] if reads else [Config(i, model, retriever)]
                 )
+    configs = [replace(c, vectors=v, dims=d) for c in configs for v, d in vector_grid(exp, c)]
     return [replace(c, reranker=r, candidates=n) for c in configs for r, n in exp.rerank_grid()]
 
 
@@ -233,14 +236,16 @@ def chunk_stats(
         "model": pa.array([c.model for c in configs], pa.string()),
         "retriever": pa.array([c.retriever for c in configs], pa.string()),
         "index": pa.array([c.index_key for c in configs], pa.string()),
+        "vectors": pa.array([c.vectors for c in configs], pa.string()),
+        "dims": pa.array([c.dims for c in configs], pa.string()),
         "chunker": [s.chunker for s in specs],
         "chunk_size": [s.chunk_size for s in specs],
         "chunk_overlap": [s.chunk_overlap for s in specs],
         "n_chunks": [len(chunkings[c.chunking].chunks) for c in configs],
         "truncated_chunks": [embedded.truncated.get((c.chunking, c.model), 0) for c in configs],
     }
-    for name in INDEX_STATS:
-        kind = pa.int64() if name == "index_bytes" else pa.float64()
+    for name in INDEX_STATS + VECTOR_STATS:
+        kind = pa.int64() if name in ("index_bytes", *VECTOR_STATS) else pa.float64()
         columns[name] = pa.array([(index_stats or {}).get(c, {}).get(name) for c in configs], kind)
     return pa.table(columns)
 
@@ -266,6 +271,12 @@ def score_config(
         topk, scores, ks = retrieve_top(inputs, chunkings, config, embedded, exp, scorers)
     with clock.stage("scoring"):
         table = _score_top(inputs, chunkings, config, embedded, exp, topk, scores, ks, kept)
+    table = with_vector_keys(table, config)
+    if kept:
+        kept[-1] = with_vector_keys(kept[-1], config)
+    if compares_vectors(config, exp):
+        with clock.stage("retrieval"):  # what the vectors setting costs against exact float search
+            return measured_vectors(inputs, chunkings, config, embedded, exp, table, ks, measured)
     if config.index is None:
         nothing = pa.nulls(table.num_rows, pa.float64())
         for name in ("ann_recall_at_k", "ann_found", "ann_depth"):
@@ -287,11 +298,7 @@ def score_config(
                 **groups_of(inputs, chunking, exp.own_corpus),
             )
         found = measured[key]
-        rows = [every.index(k) for k in sorted(set(ks))]  # the k of this configuration, in its table's order
-        table = table.append_column("ann_recall_at_k", pa.array(np.concatenate([found.recall(i) for i in rows])))
-        table = table.append_column("ann_found", pa.array(found.found[rows].reshape(-1)))
-        table = table.append_column("ann_depth", pa.array(found.depth[rows].reshape(-1)))
-        return table, found.stats()
+        return with_found(table, found, every, ks), found.stats()
 
 
 def _score_top(
