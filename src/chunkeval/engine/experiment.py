@@ -478,7 +478,7 @@ class Experiment:
         resolved = resolve_axis(self.index, self.retriever, source)
         from chunkeval.engine.vectors import check_axis
 
-        vectors, dims = check_axis(self.vectors, self.dims, source)
+        vectors, dims = check_axis(self.vectors, self.dims, self.k, source)
         if self.needs_model():
             from chunkeval.engine.embedding.registry import check_model_runs_on
             from chunkeval.engine.embedding.served import lookup

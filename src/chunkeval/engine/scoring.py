@@ -18,7 +18,16 @@ from chunkeval.engine.duplicates import Copies, credited_copies
 from chunkeval.engine.inputs import SpanGold
 from chunkeval.engine.ties import tie_aware, ties_in_top
 from chunkeval.stats.summaries import summarize_slices as summarize_by_slice
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, DOC_METRICS, NO_MODEL, NO_RERANKER, NUMBER_KEYS, TIE_AWARE, VECTOR_KEYS
+from chunkeval.vocabulary import (
+    CHUNKING_KEYS,
+    CONFIG_KEYS,
+    DOC_METRICS,
+    NO_MODEL,
+    NO_RERANKER,
+    NUMBER_KEYS,
+    TIE_AWARE,
+    VECTOR_KEYS,
+)
 
 
 def span_scoring(

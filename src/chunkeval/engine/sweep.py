@@ -50,6 +50,7 @@ from chunkeval.vocabulary import (  # noqa: F401 (re-exported)
     CONFIG_KEYS,
     NO_MODEL,
     NO_RERANKER,
+    VECTOR_KEYS,
     approximate_index,
 )
 
@@ -154,6 +155,10 @@ def check_indexes_fit(
     model's width)."""
     from chunkeval.engine.indexes import reach
     from chunkeval.engine.indexes.faiss_kinds import check_fits
+    from chunkeval.engine.vectors import check_fits as check_dims_fit
+
+    for model in dict.fromkeys(c.model for c in configs if c.dims != VECTOR_KEYS["dims"]):
+        check_dims_fit(tuple({c.dims for c in configs if c.model == model}), model, embedders[model].width())
 
     for url in sorted({c.index.url for c in configs if c.index is not None and c.index.url}):
         reach(url)  # a Chroma URL that is not a server fails here, before anything is embedded

@@ -6,10 +6,11 @@ searches its vectors under exact search.
 - `vectors: float32`: today's exact cosine search.
 - `vectors: int8`: scalar quantization calibrated on the corpus's chunk vectors (those a search is given: every
   corpus pooled, or each question's own with `own_corpus`): per dimension, the range [min, max] of the chunk
-  vectors is cut into 256 steps, a value v becomes trunc((v - min) / ((max - min) / 255)) - 128, as
-  sentence-transformers' `quantize_embeddings(..., "int8", ranges=...)` does with its calibration embeddings.
-  Questions are clipped into the same ranges first and quantized alike; a dimension whose chunks all hold one
-  value gets the range [v, v + 1]. A chunk's score is the integer dot product of the two int8 vectors.
+  vectors is cut into 255 steps of (max - min) / 255 (a step of 1 where max = min), and a value v becomes
+  clip(floor((v - min) / step), 0, 255) - 128: sentence-transformers' `quantize_embeddings(..., "int8",
+  ranges=...)` with those ranges, as its `calibration_embeddings` computes them. Questions are quantized with
+  the same ranges (a value outside them takes the nearest end). A chunk's score is the integer dot product of
+  the two int8 vectors.
 - `vectors: binary`: the sign bits (v > 0) packed 8 to a byte (`np.packbits`), searched by Hamming distance; a
   chunk's score is the number of bits it shares with the question (D - Hamming distance), an integer.
 - `vectors: binary-rescore:depth=N`: the N nearest chunks by Hamming distance, re-scored by the float cosine of
@@ -102,8 +103,11 @@ def spec_of(vectors: str, dims: str) -> VectorSpec:
     return VectorSpec(spec.kind, spec.depth, parse_dims(dims))
 
 
-def check_axis(vectors: tuple[str, ...], dims: tuple[str, ...], source=None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The axes' values, checked and written canonically (`binary-rescore:depth=50`, `full`)."""
+def check_axis(
+    vectors: tuple[str, ...], dims: tuple[str, ...], ks: tuple[int, ...], source=None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The axes' values, checked and written canonically (`binary-rescore:depth=50`, `full`); a rescoring depth
+    below every k is refused (as the reranker's candidates are)."""
     if not vectors or not dims:
         raise InputError("an experiment needs at least one vectors and one dims value (float32, full)", source)
     keys = tuple(parse_vectors(v, source).key for v in vectors)
@@ -112,6 +116,11 @@ def check_axis(vectors: tuple[str, ...], dims: tuple[str, ...], source=None) -> 
         twice = sorted({v for v in values if values.count(v) > 1})
         if twice:
             raise InputError(f"{name} {', '.join(map(repr, twice))} listed twice", source)
+    shallow = [d for v in keys if (d := parse_vectors(v).depth) is not None and ks and d < min(ks)]
+    if shallow:
+        raise InputError(
+            f"binary-rescore depth {', '.join(map(str, shallow))} below every k ({', '.join(map(str, ks))})", source
+        )
     return keys, sizes
 
 
@@ -136,17 +145,15 @@ def truncate(vectors: np.ndarray, dims: int | None) -> np.ndarray:
 
 
 def int8_ranges(corpus: np.ndarray) -> np.ndarray:
-    """(2, D): per dimension the min and max of the corpus's vectors (max widened to min + 1 where they meet)."""
-    low, high = corpus.min(axis=0), corpus.max(axis=0)
-    return np.vstack((low, np.where(high > low, high, low + 1))).astype(np.float32)
+    """(2, D): per dimension the min and max of the corpus's vectors."""
+    return np.vstack((corpus.min(axis=0), corpus.max(axis=0))).astype(np.float32)
 
 
 def quantize_int8(vectors: np.ndarray, ranges: np.ndarray) -> np.ndarray:
-    """int8 codes of `vectors` clipped into `ranges`, by sentence-transformers' `quantize_embeddings`."""
-    from sentence_transformers.quantization import quantize_embeddings
+    """int8 codes of `vectors` in `ranges`, by sentence-transformers' `quantize_embeddings`."""
+    from sentence_transformers.util.quantization import quantize_embeddings
 
-    clipped = np.clip(vectors, ranges[0], ranges[1]).astype(np.float32)
-    return quantize_embeddings(clipped, precision="int8", ranges=ranges)
+    return quantize_embeddings(np.asarray(vectors, dtype=np.float32), precision="int8", ranges=ranges)
 
 
 def pack_bits(vectors: np.ndarray) -> np.ndarray:
