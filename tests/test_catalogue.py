@@ -1181,6 +1181,19 @@ SWEEP_FLAG_CASES = {
     ),
     "candidates below 1": (["--reranker", "all-MiniLM-L6-v2", "--candidates", "0,10"], "candidates must be at least 1"),
     "a reranker without candidates": (["--reranker", "all-MiniLM-L6-v2"], "a reranker needs candidates"),
+    # compressed vectors (docs/vectors.md)
+    "unknown vectors": (["--vectors", "float32,int4"], "vectors must be float32, int8, binary or binary-rescore:depth"),
+    "vectors int8 with a parameter": (["--vectors", "int8:bits=4"], "vectors int8 takes no parameters"),
+    "binary-rescore without a depth": (["--vectors", "binary-rescore"], "binary-rescore takes depth=N"),
+    "binary-rescore depth not a number": (["--vectors", "binary-rescore:depth=ten"], "binary-rescore takes depth=N"),
+    "binary-rescore depth below every k": (
+        ["--vectors", "binary-rescore:depth=2", "--k", "3,5"],
+        "binary-rescore depth 2 below every k (3, 5)",
+    ),
+    "vectors listed twice": (["--vectors", "int8,binary,int8"], "vectors 'int8' listed twice"),
+    "dims not a number": (["--dims", "full,half"], "dims must be full or a whole number of dimensions"),
+    "dims of 0": (["--dims", "0"], "dims must be full or a whole number of dimensions of at least 1"),
+    "dims above the model's width": (["--dims", "full,512"], "dims 512 exceeds the 384 of model all-MiniLM-L6-v2"),
 }
 
 

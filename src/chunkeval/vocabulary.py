@@ -3,7 +3,7 @@ metric names. A module of its own, below everything, so that reading the warehou
 
 - The configuration key identifies one row of results everywhere (sweep columns, warehouse views, trend,
   regressions, reports), in this order. The open issues extend it, in this order:
-  model, retriever, index, reranker, candidates, chunker, chunk_size, chunk_overlap, k.
+  model, retriever, index, vectors, dims, reranker, candidates, chunker, chunk_size, chunk_overlap, k.
 - Run settings change how every row of a run is scored without being an axis of the grid: runs of
   different run settings are never compared. Each has the value that runs recorded before it existed read as.
 - The metric names, in the order of their columns (definitions: docs/metrics.md).
@@ -13,8 +13,13 @@ from chunkeval.errors import InputError
 from chunkeval.limits import short
 
 CONFIG_KEYS = [
-    "model", "retriever", "index", "reranker", "candidates", "chunker", "chunk_size", "chunk_overlap", "k",
+    "model", "retriever", "index", "vectors", "dims", "reranker", "candidates", "chunker", "chunk_size",
+    "chunk_overlap", "k",
 ]  # fmt: skip
+# compressed vectors (chunkeval.engine.retrieval.vectors): how the dense half stores and searches its vectors. Rows of runs
+# recorded before the keys existed, and rows that read no vectors, read as these; a configuration id leaves a key
+# out where it holds this value, so the ids of older configurations stay as they were
+VECTOR_KEYS = {"vectors": "float32", "dims": "full"}
 # keys of a stage after retrieval: rows of runs recorded before a key existed read as its value here
 # (`candidates` is null wherever the reranker is `none`)
 RERANK_KEYS = {"reranker": "none", "candidates": None}
@@ -25,10 +30,14 @@ NO_RERANKER = "none"
 
 
 def shown_keys(rows, keys=None) -> list[str]:
-    """The configuration keys a table of `rows` (dicts) shows: the reranking keys only where a row reranks."""
+    """The configuration keys a table of `rows` (dicts) shows: the reranking keys only where a row reranks, the
+    vector keys only where a row holds other than their default."""
     keys = CONFIG_KEYS if keys is None else keys
     reranks = any(row.get("reranker") not in (None, NO_RERANKER) for row in rows)
-    return [key for key in keys if reranks or key not in RERANK_KEYS]
+    compressed = {k for k, v in VECTOR_KEYS.items() if any(row.get(k) not in (None, v) for row in rows)}
+    return [
+        key for key in keys if (reranks or key not in RERANK_KEYS) and (key in compressed or key not in VECTOR_KEYS)
+    ]
 
 
 NO_MODEL = "none"  # the model of rows that no model produced (bm25 over fixed or recursive chunks)
@@ -133,15 +142,16 @@ ANCHOR_STATUSES = ("exact", "reanchored", "approximate", "retired")
 # chunkeval.engine.pipeline.experiment.Experiment); the model and index also where the retriever reads no vectors (`none`)
 LABEL_DEFAULTS = {
     "model": DEFAULT_MODEL, "retriever": "dense", "index": "exact", "reranker": NO_RERANKER, "chunker": "fixed_token",
-    "chunk_size": 200, "chunk_overlap": 0, "k": 5,
+    "chunk_size": 200, "chunk_overlap": 0, "k": 5, **VECTOR_KEYS,
 }  # fmt: skip
-LABEL_NUMBERS = {"chunk_size": "size", "chunk_overlap": "overlap", "k": "k"}  # written `size=400`
+LABEL_NUMBERS = {"chunk_size": "size", "chunk_overlap": "overlap", "k": "k", "dims": "dims"}  # written `size=400`
 DEFAULT_LABEL = "default"  # the label of the configuration whose every key holds its default
 CONFIG_ID_LENGTH = 8
 
 
 def _key_value(row: dict, key: str):
-    return row.get(key, RERANK_KEYS.get(key))
+    value = row.get(key, RERANK_KEYS.get(key))
+    return VECTOR_KEYS[key] if value is None and key in VECTOR_KEYS else value
 
 
 def config_label(row: dict) -> str:
@@ -174,11 +184,17 @@ def _last_part(name) -> str:
 
 def config_id(row: dict) -> str:
     """A stable short id of one configuration: the first CONFIG_ID_LENGTH hex digits of the MD5 of its key
-    values (null as empty) joined by `|`, in the order of CONFIG_KEYS; the same in every run, on every
-    machine, and in the warehouse's views (`config_id_sql`)."""
+    values (null as empty) joined by `|`, in the order of CONFIG_KEYS (a key of VECTOR_KEYS as `key=value`, and
+    left out at its default, so that older ids stay); the same in every run, on every machine, and in the
+    warehouse's views (`config_id_sql`)."""
     import hashlib
 
-    text = "|".join("" if (v := _key_value(row, key)) is None else str(v) for key in CONFIG_KEYS)
+    values = [_key_value(row, key) for key in CONFIG_KEYS]
+    text = "|".join(
+        ("" if v is None else str(v)) if key not in VECTOR_KEYS else f"{key}={v}"
+        for key, v in zip(CONFIG_KEYS, values)
+        if key not in VECTOR_KEYS or v != VECTOR_KEYS[key]
+    )
     return hashlib.md5(text.encode()).hexdigest()[:CONFIG_ID_LENGTH]
 
 
@@ -188,7 +204,13 @@ def _sql_text(value) -> str:
 
 def config_id_sql(t: str = "") -> str:
     """`config_id` as a DuckDB expression over the configuration columns (of table alias `t`)."""
-    values = ", ".join(f"coalesce(CAST({t}{key} AS VARCHAR), '')" for key in CONFIG_KEYS)
+    values = ", ".join(
+        f"coalesce(CAST({t}{key} AS VARCHAR), '')"
+        if key not in VECTOR_KEYS
+        else f"CASE WHEN coalesce({t}{key}, {_sql_text(VECTOR_KEYS[key])}) = {_sql_text(VECTOR_KEYS[key])} "
+        f"THEN NULL ELSE '{key}=' || {t}{key} END"
+        for key in CONFIG_KEYS
+    )
     return f"substr(md5(concat_ws('|', {values})), 1, {CONFIG_ID_LENGTH})"
 
 
@@ -200,7 +222,7 @@ def config_label_sql(t: str = "") -> str:
         if key == "candidates":
             continue
         if key in LABEL_NUMBERS:
-            default = LABEL_DEFAULTS[key]
+            default = _sql_text(LABEL_DEFAULTS[key]) if key in VECTOR_KEYS else LABEL_DEFAULTS[key]
             token = f"'{LABEL_NUMBERS[key]}=' || CAST({column} AS VARCHAR)"
             parts.append(f"CASE WHEN {column} IS NULL OR {column} = {default} THEN NULL ELSE {token} END")
             continue

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from chunkeval.vocabulary import METRICS, RERANK_KEYS, RUN_SETTINGS, SLICE_KEYS, TIE_AWARE, TIES_BEFORE
+from chunkeval.vocabulary import METRICS, RERANK_KEYS, RUN_SETTINGS, SLICE_KEYS, TIE_AWARE, TIES_BEFORE, VECTOR_KEYS
 
 STATUSES = ("running", "completed", "failed", "skipped", "quarantined")  # quarantined: results unreadable (repair)
 TRIGGERS = ("manual", "schedule", "event")
@@ -62,6 +62,8 @@ _KEYS = {
     "model": pa.string(),
     "retriever": pa.string(),
     "index": pa.string(),
+    "vectors": pa.string(),
+    "dims": pa.string(),
     "reranker": pa.string(),
     "candidates": pa.int64(),
     "chunker": pa.string(),
@@ -81,6 +83,7 @@ INDEX_STATS = {
     "latency_p50_ms": pa.float64(),
     "latency_p95_ms": pa.float64(),
     "batch_ms_per_query": pa.float64(),
+    "vector_bytes": pa.int64(),  # v11: bytes per vector of a `vectors` setting (chunkeval.engine.retrieval.vectors)
 }
 SUMMARY = pa.schema({**_AVERAGES, "n_chunks": pa.int64(), "truncated_chunks": pa.int64(), **INDEX_STATS})
 CORPUS_SUMMARY = pa.schema({**_AVERAGES, "corpus_id": pa.string()})
@@ -170,6 +173,19 @@ def added_keys_sql() -> str:
     )
 
 
+def vector_keys_sql() -> str:
+    """v11: the summary tables gain the keys `vectors` and `dims` (older rows read float32 and full) and the
+    statistic `vector_bytes` (older rows read NULL)."""
+    return (
+        "".join(
+            f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} VARCHAR DEFAULT {sql_literal(value)};"
+            for table in ("summaries", "corpus_summaries", "slice_summaries")
+            for name, value in VECTOR_KEYS.items()
+        )
+        + "ALTER TABLE summaries ADD COLUMN IF NOT EXISTS vector_bytes BIGINT;"
+    )
+
+
 def sql_literal(value) -> str:
     return "NULL" if value is None else "'" + str(value).replace("'", "''") + "'"
 
@@ -222,9 +238,9 @@ def projection(kind: str, names: set[str], alias: str) -> str:
     later = ", ".join(
         f"CAST({f'coalesce({alias}.{key}, {sql_literal(value)})' if key in names else sql_literal(value)} "
         f"AS {_TYPES[_KEYS[key]]}) AS {key}"
-        for key, value in RERANK_KEYS.items()
+        for key, value in {**VECTOR_KEYS, **RERANK_KEYS}.items()
     )
-    drop = ", ".join(c for c in ("run_id", "model", "retriever", "index", *RERANK_KEYS) if c in names)
+    drop = ", ".join(c for c in ("run_id", "model", "retriever", "index", *VECTOR_KEYS, *RERANK_KEYS) if c in names)
     rest = f"{alias}.* EXCLUDE ({drop})" if drop else f"{alias}.*"
     if kind in ("per_query", "summary", "by_corpus", "by_slice"):
         return (

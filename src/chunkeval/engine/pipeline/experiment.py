@@ -32,6 +32,7 @@ from chunkeval.engine.retrieval.indexes.axis import axis_notes, resolve_axis
 from chunkeval.engine.retrieval.rerank import check_reranking, is_cross_encoder
 from chunkeval.engine.retrieval.retrievers import check_retriever
 from chunkeval.engine.retrieval.retrievers import needs_embeddings as retriever_needs
+from chunkeval.engine.retrieval.vectors import axis_notes as vector_notes
 from chunkeval.engine.scoring.metrics import share_held
 from chunkeval.engine.settings import plugins
 from chunkeval.engine.settings.table import (
@@ -55,6 +56,7 @@ from chunkeval.vocabulary import (
     NO_RERANKER,
     RUN_SETTINGS,
     TIE_POLICIES,
+    VECTOR_KEYS,
     split_list,
 )
 
@@ -201,6 +203,21 @@ class Experiment:
         "comma-separated indexes the dense half of dense and hybrid searches: exact (default), "
         "hnsw[:m=16][:ef_construction=200][:ef_search=64], ivf:nlist=1024[:nprobe=16][:pq_m=48], "
         "chroma[:url=http://HOST:PORT][:m=…][:ef_search=…] (docs/indexes.md)",
+        "retrieval",
+    )
+    vectors: tuple[str, ...] = setting(  # chunkeval.engine.retrieval.vectors
+        ("float32",),
+        "names",
+        "comma-separated ways the dense half of dense and hybrid stores and searches vectors under exact search: "
+        "float32 (default), int8 (scalar, calibrated on the corpus's vectors), binary (sign bits, Hamming), "
+        "binary-rescore:depth=N (Hamming's top N re-scored by the float vectors); docs/vectors.md",
+        "retrieval",
+    )
+    dims: tuple[str, ...] = setting(
+        ("full",),
+        "names",
+        "comma-separated numbers of leading dimensions the dense half keeps, renormalised (Matryoshka truncation, "
+        "before vectors quantizes): full (default) or e.g. 256,128; docs/vectors.md",
         "retrieval",
     )
     rrf_k: int = setting(
@@ -462,6 +479,9 @@ class Experiment:
         for retriever in self.retriever:
             check_retriever(retriever)
         resolved = resolve_axis(self.index, self.retriever, source)
+        from chunkeval.engine.retrieval.vectors import check_axis
+
+        vectors, dims = check_axis(self.vectors, self.dims, self.k, source)
         if self.needs_model():
             for model in self.model:
                 served = lookup(model, self.models)
@@ -474,6 +494,8 @@ class Experiment:
         check_slice_columns(self.slice_by, source)
 
         checked = checked_doc_gold(self, source)
+        if (vectors, dims) != (checked.vectors, checked.dims):
+            checked = replace(checked, vectors=vectors, dims=dims)
         return checked if resolved == checked.index else replace(checked, index=resolved)
 
     def index_specs(self):
@@ -540,7 +562,7 @@ class Experiment:
         ]
 
     def notes(self) -> list[str]:
-        """What a reader of the results must know about how they were computed (`chunkeval.engine.notes`)."""
+        """What a reader of the results must know about how they were computed (`experiment_notes`)."""
 
         return experiment_notes(self)
 
@@ -553,6 +575,9 @@ class Experiment:
         data = asdict(self)
         if tuple(data["index"]) == ("exact",):
             del data["index"]  # settings of exact search stay as they were recorded before the key existed
+        for key, value in VECTOR_KEYS.items():
+            if tuple(data[key]) == (value,):
+                del data[key]  # runs of float32/full stay as they were recorded before the keys existed
         if not data["plugins"]:
             del data["plugins"]  # settings without plug-ins stay as they were recorded before the key existed
         if data["reranker"] == [NO_RERANKER] and not data["candidates"]:
@@ -683,7 +708,7 @@ def experiment_notes(exp) -> list[str]:
             "penalise small chunks; doc_* metrics rank documents by their best chunk (MaxP; docs/metrics.md)"
         )
     notes += gold_note(exp)
-    return notes + axis_notes(exp.index_specs(), exp.retriever, exp.k)
+    return notes + axis_notes(exp.index_specs(), exp.retriever, exp.k) + vector_notes(exp)
 
 
 def clamped_k_note(ks, chunkings) -> list[str]:

@@ -11,6 +11,7 @@ from chunkeval.engine.inputs.document_gold import DocGold
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.records import Chunking, Config, Embedded, Inputs
 from chunkeval.engine.retrieval import rerank, retrievers
+from chunkeval.engine.retrieval import vectors as compressed
 from chunkeval.engine.retrieval.indexes import IndexSpec
 from chunkeval.engine.retrieval.indexes import search as index_search
 from chunkeval.engine.retrieval.rerank import is_cross_encoder
@@ -52,7 +53,7 @@ def retrieve_scored(
         k=k,
         query_vectors=None if vectors is None else vectors[rows],
         chunk_vectors=embedded.chunks.get((config.chunking, config.model)),
-        search=_searcher(config.index),
+        search=_searcher(config.index) or compressed.searcher(compressed.spec_of(config.vectors, config.dims)),
     )
     if groups:
         groups["query_groups"] = groups["query_groups"][rows]
@@ -84,7 +85,7 @@ def retrieve_top(
     """A configuration's ranked chunks (deep enough for MaxP under document gold), their scores, and the k it is
     scored at; exact ties ordered by the experiment's tie policy."""
     chunking = chunkings[config.chunking]
-    ks = exp.k
+    ks = compressed.scored_ks(config.vectors, exp.k)  # within a rescoring depth
     doc = isinstance(inputs.gold, DocGold)  # document gold: retrieval deep enough for MaxP to find k documents
     if config.reranker == NO_RERANKER:
         depth = retrieval_depth(max(exp.k), len(chunking.chunks)) if doc else max(exp.k)
@@ -93,13 +94,14 @@ def retrieve_top(
             return retrieve_scored(inputs, chunking, config, embedded, d, exp.own_corpus, exp.rrf_k, rows)
 
         exact_dense = config.retriever == "dense" and not approximate_index(config.index_key)
+        exact_dense = exact_dense and not compressed.spec_of(config.vectors, config.dims).compressed
         topk, scores = (
             shallow_first(search, max(exp.k), depth, chunking.chunks.corpus)
             if doc and exact_dense
             else search(None, depth)
         )
     else:  # the first stage's top candidates, re-scored; scored at the k the candidates cover
-        ks = tuple(k for k in exp.k if k <= config.candidates)
+        ks = tuple(k for k in ks if k <= config.candidates)
         first = retrieve(inputs, chunking, config, embedded, config.candidates, exp.own_corpus, exp.rrf_k)
         keep = config.candidates if doc else max(ks)
         topk, scores = rerank_top(inputs, chunking, config, embedded, first, keep, scorers)
@@ -135,3 +137,21 @@ def rerank_top(
         texts = chunking.chunks.texts(inputs.corpora)
         scores = scorers[config.reranker].scores(list(inputs.gold.questions), texts, first)
     return rerank.order(first, scores, keep)
+
+
+def measured_vectors(inputs, chunkings, config, embedded, exp, table, ks, measured: dict):
+    """A configuration's table with what its vectors setting loses against exact float search, and its costs
+    (measured once per chunking, model and setting in `measured`)."""
+    spec, chunking = compressed.vector_spec(config), chunkings[config.chunking]
+    every = tuple(sorted(set(exp.k)))
+    chunks = embedded.chunks[(config.chunking, config.model)]
+    key = (config.chunking, config.model, config.vectors, config.dims)
+    if key not in measured:
+        groups = groups_of(inputs, chunking, exp.own_corpus)
+        found = compressed.measure(
+            spec, embedded.queries[config.model], chunks, every, group_names=chunking.chunks.corpus_names, **groups
+        )
+        measured[key] = found
+    return compressed.with_found(table, measured[key], every, ks), compressed.stats(
+        spec, measured[key], chunks.shape[1]
+    )

@@ -13,7 +13,7 @@ from chunkeval.engine.inputs.document_gold import DocGold
 from chunkeval.engine.inputs.duplicates import Copies
 from chunkeval.engine.inputs.span_gold import SpanGold
 from chunkeval.engine.retrieval.indexes import NO_INDEX, IndexSpec
-from chunkeval.vocabulary import NO_RERANKER
+from chunkeval.vocabulary import NO_RERANKER, VECTOR_KEYS
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,10 @@ class Config:
         NO_RERANKER  # the first stage's top `candidates` re-scored by it (chunkeval.engine.retrieval.rerank)
     )
     candidates: int | None = None
+    vectors: str = VECTOR_KEYS[
+        "vectors"
+    ]  # how the dense half stores and searches vectors (chunkeval.engine.retrieval.vectors)
+    dims: str = VECTOR_KEYS["dims"]
 
 
 @dataclass(frozen=True)

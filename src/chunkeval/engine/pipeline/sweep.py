@@ -27,13 +27,15 @@ from chunkeval.engine.inputs.extract import DocumentReader
 from chunkeval.engine.inputs.slices import load_slices
 from chunkeval.engine.inputs.span_gold import load_span_gold
 from chunkeval.engine.pipeline.experiment import Experiment, clamped_k_note
-from chunkeval.engine.pipeline.ranking import groups_of, reranks_with_vectors, retrieve_top
+from chunkeval.engine.pipeline.ranking import groups_of, measured_vectors, reranks_with_vectors, retrieve_top
 from chunkeval.engine.pipeline.records import Chunking, Config, Embedded, Inputs, SweepResult
 from chunkeval.engine.retrieval import retrievers
 from chunkeval.engine.retrieval.indexes import reach
 from chunkeval.engine.retrieval.indexes.faiss_kinds import check_fits
 from chunkeval.engine.retrieval.indexes.measure import STATS as INDEX_STATS
+from chunkeval.engine.retrieval.indexes.measure import VECTOR_STATS
 from chunkeval.engine.retrieval.indexes.measure import measure as measure_index
+from chunkeval.engine.retrieval.vectors import compares_vectors, vector_grid, with_found, with_vector_keys
 from chunkeval.engine.scoring.configuration import (
     reference_tables,
     score_chunking,
@@ -46,6 +48,7 @@ from chunkeval.progress import Stopwatch
 from chunkeval.vocabulary import (
     NO_MODEL,
     NO_RERANKER,
+    VECTOR_KEYS,
 )
 
 
@@ -113,6 +116,7 @@ def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
                 configs += (
                     [Config(i, model, retriever, spec) for spec in specs] if reads else [Config(i, model, retriever)]
                 )
+    configs = [replace(c, vectors=v, dims=d) for c in configs for v, d in vector_grid(exp, c)]
     return [replace(c, reranker=r, candidates=n) for c in configs for r, n in exp.rerank_grid()]
 
 
@@ -146,6 +150,11 @@ def check_indexes_fit(
     """Before anything is embedded: every Chroma server answers, and every index's parameters fit the
     vectors it will hold (nlist at most their number, per corpus with `own_corpus`; pq_m dividing the
     model's width)."""
+    from chunkeval.engine.retrieval.vectors import check_fits as check_dims_fit
+
+    for model in dict.fromkeys(c.model for c in configs if c.dims != VECTOR_KEYS["dims"]):
+        check_dims_fit(tuple({c.dims for c in configs if c.model == model}), model, embedders[model].width())
+
     for url in sorted({c.index.url for c in configs if c.index is not None and c.index.url}):
         reach(url)  # a Chroma URL that is not a server fails here, before anything is embedded
     for c in configs:
@@ -227,14 +236,16 @@ def chunk_stats(
         "model": pa.array([c.model for c in configs], pa.string()),
         "retriever": pa.array([c.retriever for c in configs], pa.string()),
         "index": pa.array([c.index_key for c in configs], pa.string()),
+        "vectors": pa.array([c.vectors for c in configs], pa.string()),
+        "dims": pa.array([c.dims for c in configs], pa.string()),
         "chunker": [s.chunker for s in specs],
         "chunk_size": [s.chunk_size for s in specs],
         "chunk_overlap": [s.chunk_overlap for s in specs],
         "n_chunks": [len(chunkings[c.chunking].chunks) for c in configs],
         "truncated_chunks": [embedded.truncated.get((c.chunking, c.model), 0) for c in configs],
     }
-    for name in INDEX_STATS:
-        kind = pa.int64() if name == "index_bytes" else pa.float64()
+    for name in INDEX_STATS + VECTOR_STATS:
+        kind = pa.int64() if name in ("index_bytes", *VECTOR_STATS) else pa.float64()
         columns[name] = pa.array([(index_stats or {}).get(c, {}).get(name) for c in configs], kind)
     return pa.table(columns)
 
@@ -260,6 +271,12 @@ def score_config(
         topk, scores, ks = retrieve_top(inputs, chunkings, config, embedded, exp, scorers)
     with clock.stage("scoring"):
         table = _score_top(inputs, chunkings, config, embedded, exp, topk, scores, ks, kept)
+    table = with_vector_keys(table, config)
+    if kept:
+        kept[-1] = with_vector_keys(kept[-1], config)
+    if compares_vectors(config, exp):
+        with clock.stage("retrieval"):  # what the vectors setting costs against exact float search
+            return measured_vectors(inputs, chunkings, config, embedded, exp, table, ks, measured)
     if config.index is None:
         nothing = pa.nulls(table.num_rows, pa.float64())
         for name in ("ann_recall_at_k", "ann_found", "ann_depth"):
@@ -281,11 +298,7 @@ def score_config(
                 **groups_of(inputs, chunking, exp.own_corpus),
             )
         found = measured[key]
-        rows = [every.index(k) for k in sorted(set(ks))]  # the k of this configuration, in its table's order
-        table = table.append_column("ann_recall_at_k", pa.array(np.concatenate([found.recall(i) for i in rows])))
-        table = table.append_column("ann_found", pa.array(found.found[rows].reshape(-1)))
-        table = table.append_column("ann_depth", pa.array(found.depth[rows].reshape(-1)))
-        return table, found.stats()
+        return with_found(table, found, every, ks), found.stats()
 
 
 def _score_top(

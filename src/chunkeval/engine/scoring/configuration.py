@@ -19,7 +19,16 @@ from chunkeval.engine.inputs.span_gold import SpanGold
 from chunkeval.engine.retrieval.ties import tie_aware, ties_in_top
 from chunkeval.engine.scoring import metrics as M
 from chunkeval.stats.summaries import summarize_slices as summarize_by_slice
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, DOC_METRICS, NO_MODEL, NO_RERANKER, NUMBER_KEYS, TIE_AWARE
+from chunkeval.vocabulary import (
+    CHUNKING_KEYS,
+    CONFIG_KEYS,
+    DOC_METRICS,
+    NO_MODEL,
+    NO_RERANKER,
+    NUMBER_KEYS,
+    TIE_AWARE,
+    VECTOR_KEYS,
+)
 
 
 def span_scoring(
@@ -59,6 +68,7 @@ def config_values(
         "model": model,
         "retriever": retriever,
         "index": index,
+        **VECTOR_KEYS,  # a compressed configuration's are set by the sweep (`chunkeval.engine.retrieval.vectors`)
         "reranker": reranker,
         "candidates": candidates,
         "chunker": spec.chunker,

@@ -29,6 +29,7 @@ from chunkeval.engine.retrieval.retrievers.dense import top_k
 LATENCY_QUERIES = 1000
 WARMUP = 10
 STATS = ("index_build_seconds", "index_bytes", "latency_p50_ms", "latency_p95_ms", "batch_ms_per_query")
+VECTOR_STATS = ("vector_bytes",)  # bytes per vector of a `vectors` setting (chunkeval.engine.retrieval.vectors)
 
 
 @dataclass
@@ -74,11 +75,21 @@ def measure(
     ks = tuple(ks)
     n_q = len(queries)
     out = Measures(ks, np.zeros((len(ks), n_q)), np.zeros((len(ks), n_q)), timed=timed or spec.kind != EXACT)
+    sample, searched = parts(n_q, len(chunks), query_groups, chunk_groups, group_names)
+    out.nbytes = 0
+    for qi, ci, where in searched:
+        _measure_part(spec, queries[qi], chunks[ci], qi, out, sample, where)
+    return out
+
+
+def parts(n_q: int, n_c: int, query_groups=None, chunk_groups=None, group_names=None) -> tuple[set, list]:
+    """The questions timed one at a time (up to `LATENCY_QUERIES`, evenly spaced), and the searches to measure:
+    (questions, chunks, corpus name) pooled, or per group with both questions and chunks."""
     if query_groups is None:
-        parts = [(np.arange(n_q), np.arange(len(chunks)), "")]
+        searched = [(np.arange(n_q), np.arange(n_c), "")]
     else:
         names = group_names or []
-        parts = [
+        searched = [
             (
                 np.flatnonzero(query_groups == g),
                 np.flatnonzero(chunk_groups == g),
@@ -89,12 +100,7 @@ def measure(
     sample = (
         set(np.unique(np.linspace(0, n_q - 1, min(n_q, LATENCY_QUERIES)).astype(np.int64)).tolist()) if n_q else set()
     )
-    out.nbytes = 0
-    for qi, ci, where in parts:
-        if len(ci) == 0 or len(qi) == 0:
-            continue
-        _measure_part(spec, queries[qi], chunks[ci], qi, out, sample, where)
-    return out
+    return sample, [(qi, ci, where) for qi, ci, where in searched if len(qi) and len(ci)]
 
 
 def _measure_part(spec, q, c, rows, out: Measures, sample: set, where: str) -> None:
