@@ -33,6 +33,7 @@ from chunkeval.engine.retrieval.rerank import check_reranking, is_cross_encoder
 from chunkeval.engine.retrieval.retrievers import check_retriever
 from chunkeval.engine.retrieval.retrievers import needs_embeddings as retriever_needs
 from chunkeval.engine.retrieval.vectors import axis_notes as vector_notes
+from chunkeval.engine.retrieval.vectors import check_axis
 from chunkeval.engine.scoring.metrics import share_held
 from chunkeval.engine.settings import plugins
 from chunkeval.engine.settings.table import (
@@ -479,8 +480,6 @@ class Experiment:
         for retriever in self.retriever:
             check_retriever(retriever)
         resolved = resolve_axis(self.index, self.retriever, source)
-        from chunkeval.engine.retrieval.vectors import check_axis
-
         vectors, dims = check_axis(self.vectors, self.dims, self.k, source)
         if self.needs_model():
             for model in self.model:

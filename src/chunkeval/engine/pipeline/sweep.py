@@ -35,6 +35,7 @@ from chunkeval.engine.retrieval.indexes.faiss_kinds import check_fits
 from chunkeval.engine.retrieval.indexes.measure import STATS as INDEX_STATS
 from chunkeval.engine.retrieval.indexes.measure import VECTOR_STATS
 from chunkeval.engine.retrieval.indexes.measure import measure as measure_index
+from chunkeval.engine.retrieval.vectors import check_fits as check_dims_fit
 from chunkeval.engine.retrieval.vectors import compares_vectors, vector_grid, with_found, with_vector_keys
 from chunkeval.engine.scoring.configuration import (
     reference_tables,
@@ -150,8 +151,6 @@ def check_indexes_fit(
     """Before anything is embedded: every Chroma server answers, and every index's parameters fit the
     vectors it will hold (nlist at most their number, per corpus with `own_corpus`; pq_m dividing the
     model's width)."""
-    from chunkeval.engine.retrieval.vectors import check_fits as check_dims_fit
-
     for model in dict.fromkeys(c.model for c in configs if c.dims != VECTOR_KEYS["dims"]):
         check_dims_fit(tuple({c.dims for c in configs if c.model == model}), model, embedders[model].width())
 
