@@ -3,7 +3,7 @@ metric names. A module of its own, below everything, so that reading the warehou
 
 - The configuration key identifies one row of results everywhere (sweep columns, warehouse views, trend,
   regressions, reports), in this order. The open issues extend it, in this order:
-  model, retriever, index, reranker, candidates, chunker, chunk_size, chunk_overlap, k.
+  model, retriever, index, reranker, candidates, expand, chunker, chunk_size, chunk_overlap, k.
 - Run settings change how every row of a run is scored without being an axis of the grid: runs of
   different run settings are never compared. Each has the value that runs recorded before it existed read as.
 - The metric names, in the order of their columns (definitions: docs/metrics.md).
@@ -13,7 +13,7 @@ from chunkeval.errors import InputError
 from chunkeval.limits import short
 
 CONFIG_KEYS = [
-    "model", "retriever", "index", "reranker", "candidates", "chunker", "chunk_size", "chunk_overlap", "k",
+    "model", "retriever", "index", "reranker", "candidates", "expand", "chunker", "chunk_size", "chunk_overlap", "k",
 ]  # fmt: skip
 # keys of a stage after retrieval: rows of runs recorded before a key existed read as its value here
 # (`candidates` is null wherever the reranker is `none`)
@@ -22,6 +22,10 @@ NUMBER_KEYS = frozenset({"candidates", "chunk_size", "chunk_overlap", "k"})  # t
 # a configuration without its depth and reranking: what chunk and index statistics are kept by
 CHUNKING_KEYS = [key for key in CONFIG_KEYS[:-1] if key not in RERANK_KEYS]
 NO_RERANKER = "none"
+NO_EXPAND = "none"  # small-to-big retrieval (`expand`, chunkeval.engine.expansion): the chunks themselves
+# configuration keys added after runs were first recorded, with the value older rows read as (the warehouse's
+# views and migrations); one holding that value is left out of `config_id`, so that older ids stay
+ADDED_KEYS = {**RERANK_KEYS, "expand": NO_EXPAND}
 
 
 def shown_keys(rows, keys=None) -> list[str]:
@@ -133,7 +137,7 @@ ANCHOR_STATUSES = ("exact", "reanchored", "approximate", "retired")
 # chunkeval.engine.experiment.Experiment); the model and index also where the retriever reads no vectors (`none`)
 LABEL_DEFAULTS = {
     "model": DEFAULT_MODEL, "retriever": "dense", "index": "exact", "reranker": NO_RERANKER, "chunker": "fixed_token",
-    "chunk_size": 200, "chunk_overlap": 0, "k": 5,
+    "chunk_size": 200, "chunk_overlap": 0, "k": 5, "expand": NO_EXPAND,
 }  # fmt: skip
 LABEL_NUMBERS = {"chunk_size": "size", "chunk_overlap": "overlap", "k": "k"}  # written `size=400`
 DEFAULT_LABEL = "default"  # the label of the configuration whose every key holds its default
@@ -141,7 +145,7 @@ CONFIG_ID_LENGTH = 8
 
 
 def _key_value(row: dict, key: str):
-    return row.get(key, RERANK_KEYS.get(key))
+    return row.get(key, ADDED_KEYS.get(key))
 
 
 def config_label(row: dict) -> str:
@@ -178,7 +182,8 @@ def config_id(row: dict) -> str:
     machine, and in the warehouse's views (`config_id_sql`)."""
     import hashlib
 
-    text = "|".join("" if (v := _key_value(row, key)) is None else str(v) for key in CONFIG_KEYS)
+    keys = [key for key in CONFIG_KEYS if key in RERANK_KEYS or _key_value(row, key) != ADDED_KEYS.get(key, key)]
+    text = "|".join("" if (v := _key_value(row, key)) is None else str(v) for key in keys)
     return hashlib.md5(text.encode()).hexdigest()[:CONFIG_ID_LENGTH]
 
 
@@ -188,8 +193,15 @@ def _sql_text(value) -> str:
 
 def config_id_sql(t: str = "") -> str:
     """`config_id` as a DuckDB expression over the configuration columns (of table alias `t`)."""
-    values = ", ".join(f"coalesce(CAST({t}{key} AS VARCHAR), '')" for key in CONFIG_KEYS)
-    return f"substr(md5(concat_ws('|', {values})), 1, {CONFIG_ID_LENGTH})"
+    values = [f"coalesce(CAST({t}{key} AS VARCHAR), '')" for key in CONFIG_KEYS]
+    # a key added later, holding the value older rows read as, is left out (concat_ws skips a NULL)
+    values = [
+        f"nullif(coalesce({t}{key}, {_sql_text(ADDED_KEYS[key])}), {_sql_text(ADDED_KEYS[key])})"
+        if key in ADDED_KEYS and key not in RERANK_KEYS
+        else value
+        for key, value in zip(CONFIG_KEYS, values)
+    ]
+    return f"substr(md5(concat_ws('|', {', '.join(values)})), 1, {CONFIG_ID_LENGTH})"
 
 
 def config_label_sql(t: str = "") -> str:

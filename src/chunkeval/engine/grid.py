@@ -13,7 +13,7 @@ from chunkeval.engine.documents import DocGold
 from chunkeval.engine.duplicates import Copies
 from chunkeval.engine.indexes import NO_INDEX, IndexSpec
 from chunkeval.engine.inputs import SpanGold
-from chunkeval.vocabulary import NO_RERANKER
+from chunkeval.vocabulary import NO_EXPAND, NO_RERANKER
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class Config:
 
     reranker: str = NO_RERANKER  # the first stage's top `candidates` re-scored by it (chunkeval.engine.rerank)
     candidates: int | None = None
+    expand: str = NO_EXPAND  # what is returned around each chunk (chunkeval.engine.expansion)
 
 
 @dataclass(frozen=True)
