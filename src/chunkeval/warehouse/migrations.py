@@ -17,7 +17,7 @@ from chunkeval._version import __version__
 from chunkeval.errors import InputError
 from chunkeval.files import write_tables
 from chunkeval.stats.aggregate import summary_sql
-from chunkeval.vocabulary import CONFIG_KEYS, RERANK_KEYS, config_id_sql, config_label_sql
+from chunkeval.vocabulary import ADDED_KEYS, CONFIG_KEYS, config_id_sql, config_label_sql
 from chunkeval.warehouse.db import Connections
 from chunkeval.warehouse.layout import Layout
 from chunkeval.warehouse.tables import (
@@ -30,6 +30,7 @@ from chunkeval.warehouse.tables import (
     TIES_SQL,
     added_keys_sql,
     empty_results,
+    expand_key_sql,
     parquet,
     parquet_columns,
     projection,
@@ -40,7 +41,7 @@ from chunkeval.warehouse.tables import (
     summary_tables_sql,
 )
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 SUMMARY_TABLES = ("summaries", "corpus_summaries", "slice_summaries")  # loaded from each completed run's files
 
 # Each step moves the schema up by one version; an older warehouse is brought up to date on open.
@@ -97,6 +98,9 @@ MIGRATIONS = [
     # `retriever`), the views show it, and per_query.parquet gains the raw scores of the MaxP document rankings
     # (`doc_scores`), whether each top k ties and the tie-aware metrics; older runs read NULL (the seed schema)
     "SELECT 1",
+    # v11: a configuration gains `expand` (small-to-big retrieval, chunkeval.engine.expansion): older rows, summaries
+    # and retrieved lists read `none`, and their config ids stay (`vocabulary.config_id` leaves `none` out)
+    "EXPAND",  # `expand_key_sql()`
 ]
 
 
@@ -140,9 +144,12 @@ class Schema(Connections, Layout):
             return
         for step in range(version, upto):
             con.execute("BEGIN TRANSACTION")
-            step_sql = {None: summary_tables_sql, "ADDED_KEYS": added_keys_sql, "SLICES": slice_table_sql}.get(
-                MIGRATIONS[step]
-            )
+            step_sql = {
+                None: summary_tables_sql,
+                "ADDED_KEYS": added_keys_sql,
+                "SLICES": slice_table_sql,
+                "EXPAND": expand_key_sql,
+            }.get(MIGRATIONS[step])
             con.execute(step_sql() if step_sql else MIGRATIONS[step])
             if step == 5:  # the summaries of every completed run so far
                 self._materialize(
@@ -259,7 +266,7 @@ class Schema(Connections, Layout):
             source = (
                 f"(SELECT {projection('per_query', names, 'q')} FROM {parquet(files)} q JOIN runs r USING (run_id))"
             )
-            columns = [c for c in names | {"model", "retriever", "index", *RERANK_KEYS} if c != "run_id"]
+            columns = [c for c in names | {"model", "retriever", "index", *ADDED_KEYS} if c != "run_id"]
             select = summary_sql(source, ["run_id", *CONFIG_KEYS, "corpus_id"], columns, skip_empty_gold=skip)
             con.execute(f"INSERT INTO corpus_summaries BY NAME {select}")
 
