@@ -129,3 +129,39 @@ def test_bad_values_are_one_line(value):
 
     with pytest.raises(InputError, match="expand takes none"):
         Experiment.from_dict({"expand": value})
+
+
+@pytest.mark.slow  # a warehouse with two runs: its views and summaries take seconds on two shared cores
+def test_the_axis_reaches_the_warehouse_and_older_runs_read_none(demo, tmp_path):
+    """An old run (no expand column) and a new one: trend pairs `none` across them with the same config id,
+    compare and regressions see each expansion as a configuration, labels show it and leave `none` out."""
+    from chunkeval.vocabulary import config_id, config_label
+    from chunkeval.warehouse import Warehouse
+
+    exp, result = demo
+    wh = Warehouse(tmp_path / "warehouse")
+    pq, summary = result.per_query, result.summary
+    none_rows = np.asarray(pq["expand"].to_pylist()) == "none"
+    old_pq = pq.filter(none_rows).drop_columns(["expand"])
+    old_summary = summary.filter(np.asarray(summary["expand"].to_pylist()) == "none").drop_columns(["expand"])
+    old = wh.begin_run("expand", {}, "manual", exp.with_overrides(expand=("none",)).to_dict())
+    wh.complete_run(old, old_pq, old_summary, 0, result.references)
+    new = wh.begin_run("expand", {}, "manual", exp.to_dict())
+    wh.complete_run(new, pq, summary, 0, result.references, retrieved=result.retrieved, corpora=result.corpora)
+    rows = wh.trend("expand", "span_recall")
+    by_key = {}
+    for row in rows:
+        by_key.setdefault((row["expand"], row["k"]), []).append(row)
+    assert [r["run_id"] for r in by_key[("none", 5)]] == [old, new]  # the old run's rows read `none`
+    assert len(by_key[("window:n=2", 5)]) == 1 and by_key[("none", 5)][1]["change"] == pytest.approx(0)
+    row = by_key[("window:n=2", 5)][0]
+    assert "window:n=2" in row["label"] and "none" not in config_label({**row, "expand": "none"})
+    assert row["config_id"] == config_id(row) and by_key[("none", 5)][0]["config_id"] == config_id(
+        {k: v for k, v in by_key[("none", 5)][0].items() if k != "expand"}
+    )
+    compared = wh.compare("span_recall", [new])
+    sides = [c[side] for c in compared for side in ("a", "b") if isinstance(c.get(side), dict)]
+    assert {s.get("expand") for s in sides} >= {"window:n=2", "parent:size=150"}
+    assert wh.regressions("expand", ["span_recall"], 0.0, baseline=old) == []  # none against none: unchanged
+    kept = wh.retrieved(new).to_pylist()
+    assert {r["expand"] for r in kept} == set(exp.expand)
