@@ -69,6 +69,24 @@ def parse_expand(text, source: str | None = None) -> Expansion:
     return Expansion(kind, amount)
 
 
+def expand_keys(values) -> list[str]:
+    """The `expand` axis as configuration keys (`window:n=N`, `parent:size=SIZE`, `none`), in the order given."""
+    return list(dict.fromkeys(parse_expand(text).text for text in values))
+
+
+def check_expand(exp, source: str | None = None) -> None:
+    """An experiment's `expand` values: each parses, listed once; span gold only (document gold scores
+    documents, not returned spans)."""
+    if not exp.expand:
+        raise InputError("an experiment needs at least one expand (none: the chunks themselves)", source)
+    keys = [parse_expand(text, source).text for text in exp.expand]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise InputError(f"expand {', '.join(map(repr, twice))} listed twice", source)
+    if exp.doc_gold and keys != [NO_EXPAND]:
+        raise InputError("expand applies to span gold; document gold scores documents, not returned spans", source)
+
+
 @dataclass(frozen=True)
 class Units:
     """The unit around each chunk of a chunking, as an interval `[lo, hi]` of members that merging compares:

@@ -288,14 +288,10 @@ class Experiment:
         minimum=1,
         maximum=MAX_CANDIDATES,
     )
-    expand: tuple[str, ...] = setting(  # chunkeval.engine.expansion
-        (NO_EXPAND,),
-        "names",
-        "comma-separated small-to-big retrieval: what is returned around each matched chunk: none (default), "
-        "window:n=N (N chunks on each side) or parent:size=SIZE (the SIZE-token parent holding the chunk's start); "
-        "overlapping units merge (docs/metrics.md)",
-        "retrieval",
-    )
+    expand: tuple[str, ...] = setting(  # chunkeval.engine.expansion; docs/metrics.md
+        (NO_EXPAND,), "names", "comma-separated small-to-big retrieval: what each matched chunk returns: none "
+        "(default), window:n=N (N chunks each side) or parent:size=SIZE (its SIZE-token parent)", "retrieval",
+    )  # fmt: skip
     beir: str = setting(  # chunkeval.engine.documents
         "",
         "path",
@@ -451,10 +447,11 @@ class Experiment:
     def validate(self, source: str | None = None) -> Experiment:
         check_name(self.name, "experiment name", source)
         check_run_settings(self, source)
+        from chunkeval.engine.expansion import check_expand
         from chunkeval.engine.rerank import check_reranking
 
         check_reranking(self, source)
-        self._check_expand(source)
+        check_expand(self, source)
         for key in ("model", "retriever", "chunker", "reranker"):
             values = getattr(self, key)
             if not values:
@@ -490,30 +487,11 @@ class Experiment:
         checked = checked_doc_gold(self, source)
         return checked if resolved == checked.index else replace(checked, index=resolved)
 
-    def _check_expand(self, source: str | None) -> None:
-        """Each `expand` value parses; listed once; span gold only (document gold ranks documents, not spans)."""
-        from chunkeval.engine.expansion import parse_expand
-
-        if not self.expand:
-            raise InputError("an experiment needs at least one expand (none: the chunks themselves)", source)
-        keys = [parse_expand(text, source).text for text in self.expand]
-        twice = sorted({key for key in keys if keys.count(key) > 1})
-        if twice:
-            raise InputError(f"expand {', '.join(map(repr, twice))} listed twice", source)
-        if self.doc_gold and keys != [NO_EXPAND]:
-            raise InputError("expand applies to span gold; document gold scores documents, not returned spans", source)
-
     def index_specs(self):
         """The index axis as `IndexSpec`s, in the order given."""
         from chunkeval.engine.indexes import parse_index
 
         return [parse_index(text) for text in self.index]
-
-    def expand_keys(self) -> list[str]:
-        """The `expand` axis as configuration keys (`window:n=N`, `parent:size=SIZE`, `none`), in the order given."""
-        from chunkeval.engine.expansion import parse_expand
-
-        return list(dict.fromkeys(parse_expand(text).text for text in self.expand))
 
     def reranks(self) -> bool:
         return any(r != NO_RERANKER for r in self.reranker)
@@ -610,8 +588,8 @@ class Experiment:
         data["models"] = {m.name: m.settings() for m in self.models}
         if not data["models"]:
             del data["models"]
-        if tuple(data["expand"]) == (NO_EXPAND,):
-            del data["expand"]  # runs without small-to-big retrieval stay as they were recorded before the key existed
+        if tuple(data["expand"]) == (NO_EXPAND,):  # as runs were recorded before the key existed
+            del data["expand"]
         if data["relevance"] == RUN_SETTINGS["relevance"]:
             del data["relevance"]  # runs of the default rule stay as they were recorded before the setting existed
         for key in ("beir", "queries", "qrels", "strict", "slice_by"):

@@ -25,7 +25,7 @@ from chunkeval.engine.documents import DocGold, load_document_gold, load_documen
 from chunkeval.engine.duplicates import find_copies
 from chunkeval.engine.embedders import Embedders, embed_shard, probe_models  # noqa: F401 (re-exported)
 from chunkeval.engine.embedding import Embedder
-from chunkeval.engine.expansion import Scored, expanded, parse_expand
+from chunkeval.engine.expansion import Scored, expand_keys, expanded, parse_expand
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.extract import DocumentReader
 from chunkeval.engine.grid import Chunking, Config, Embedded, Inputs, SweepResult  # noqa: F401 (re-exported)
@@ -118,7 +118,7 @@ def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
                     [Config(i, model, retriever, spec) for spec in specs] if reads else [Config(i, model, retriever)]
                 )
     reranked = [replace(c, reranker=r, candidates=n) for c in configs for r, n in exp.rerank_grid()]
-    return [replace(c, expand=e) for c in reranked for e in exp.expand_keys()]
+    return [replace(c, expand=e) for c in reranked for e in expand_keys(exp.expand)]
 
 
 def grid_size(exp: Experiment) -> int:
