@@ -1202,6 +1202,15 @@ def sweep_flags_case(flags: list[str]):
 
 
 CASES.update({f"sweep: {name}": (sweep_flags_case(flags), m) for name, (flags, m) in SWEEP_FLAG_CASES.items()})
+# small-to-big retrieval (issue 33, docs/metrics.md): the expand axis's values
+EXPAND_CASES = {
+    "window below 0": (["--expand", "window:n=-1"], "expand takes none, window:n=N"),
+    "parent of size 0": (["--expand", "none,parent:size=0"], "expand takes none, window:n=N"),
+    "unknown expansion kind": (["--expand", "sentence:n=2"], "got 'sentence:n=2'"),
+    "expansion without its parameter": (["--expand", "window"], "got 'window'"),
+    "the same expansion twice": (["--expand", "window:n=1,window:n=01"], "expand 'window:n=1' listed twice"),
+}
+CASES.update({f"sweep: {name}": (sweep_flags_case(flags), m) for name, (flags, m) in EXPAND_CASES.items()})
 
 
 BEIR_DOC = '{"_id": "d1", "title": "T", "text": "Some words here."}\n'

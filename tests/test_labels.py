@@ -59,7 +59,7 @@ def test_the_views_label_and_id_are_pythons():
         dict(zip(CONFIG_KEYS, v))
         for v in itertools.product(
             ["all-MiniLM-L6-v2", "org/m"], ["dense", "bm25"], ["exact", "hnsw"], ["none", "a/ce"], [None, 9],
-            ["fixed_token", "semantic"], [200, 300], [0, 10], [5, 1],
+            ["none", "window:n=1"], ["fixed_token", "semantic"], [200, 300], [0, 10], [5, 1],
         )
     ]  # fmt: skip
     configs = pa.Table.from_pylist(rows)  # noqa: F841 (read by DuckDB by name)

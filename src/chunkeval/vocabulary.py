@@ -3,7 +3,7 @@ metric names. A module of its own, below everything, so that reading the warehou
 
 - The configuration key identifies one row of results everywhere (sweep columns, warehouse views, trend,
   regressions, reports), in this order. The open issues extend it, in this order:
-  model, retriever, index, vectors, dims, reranker, candidates, chunker, chunk_size, chunk_overlap, k.
+  model, retriever, index, vectors, dims, reranker, candidates, expand, chunker, chunk_size, chunk_overlap, k.
 - Run settings change how every row of a run is scored without being an axis of the grid: runs of
   different run settings are never compared. Each has the value that runs recorded before it existed read as.
 - The metric names, in the order of their columns (definitions: docs/metrics.md).
@@ -13,7 +13,7 @@ from chunkeval.errors import InputError
 from chunkeval.limits import short
 
 CONFIG_KEYS = [
-    "model", "retriever", "index", "vectors", "dims", "reranker", "candidates", "chunker", "chunk_size",
+    "model", "retriever", "index", "vectors", "dims", "reranker", "candidates", "expand", "chunker", "chunk_size",
     "chunk_overlap", "k",
 ]  # fmt: skip
 # compressed vectors (chunkeval.engine.retrieval.vectors): how the dense half stores and searches its vectors. Rows of runs
@@ -27,6 +27,12 @@ NUMBER_KEYS = frozenset({"candidates", "chunk_size", "chunk_overlap", "k"})  # t
 # a configuration without its depth and reranking: what chunk and index statistics are kept by
 CHUNKING_KEYS = [key for key in CONFIG_KEYS[:-1] if key not in RERANK_KEYS]
 NO_RERANKER = "none"
+NO_EXPAND = "none"  # small-to-big retrieval (`expand`, chunkeval.engine.retrieval.expansion): the chunks themselves
+# configuration keys added after runs were first recorded, with the value older rows read as (the warehouse's
+# views and migrations); one holding that value is left out of `config_id`, so that older ids stay
+# the keys of a configuration that a configuration id and label leave out where they hold their value here
+OPTIONAL_KEYS = {**VECTOR_KEYS, "expand": NO_EXPAND}
+ADDED_KEYS = {**VECTOR_KEYS, **RERANK_KEYS, "expand": NO_EXPAND}
 
 
 def shown_keys(rows, keys=None) -> list[str]:
@@ -142,7 +148,7 @@ ANCHOR_STATUSES = ("exact", "reanchored", "approximate", "retired")
 # chunkeval.engine.pipeline.experiment.Experiment); the model and index also where the retriever reads no vectors (`none`)
 LABEL_DEFAULTS = {
     "model": DEFAULT_MODEL, "retriever": "dense", "index": "exact", "reranker": NO_RERANKER, "chunker": "fixed_token",
-    "chunk_size": 200, "chunk_overlap": 0, "k": 5, **VECTOR_KEYS,
+    "chunk_size": 200, "chunk_overlap": 0, "k": 5, **VECTOR_KEYS, "expand": NO_EXPAND,
 }  # fmt: skip
 LABEL_NUMBERS = {"chunk_size": "size", "chunk_overlap": "overlap", "k": "k", "dims": "dims"}  # written `size=400`
 DEFAULT_LABEL = "default"  # the label of the configuration whose every key holds its default
@@ -150,8 +156,8 @@ CONFIG_ID_LENGTH = 8
 
 
 def _key_value(row: dict, key: str):
-    value = row.get(key, RERANK_KEYS.get(key))
-    return VECTOR_KEYS[key] if value is None and key in VECTOR_KEYS else value
+    value = row.get(key, ADDED_KEYS.get(key))
+    return OPTIONAL_KEYS[key] if value is None and key in OPTIONAL_KEYS else value
 
 
 def config_label(row: dict) -> str:
@@ -184,16 +190,16 @@ def _last_part(name) -> str:
 
 def config_id(row: dict) -> str:
     """A stable short id of one configuration: the first CONFIG_ID_LENGTH hex digits of the MD5 of its key
-    values (null as empty) joined by `|`, in the order of CONFIG_KEYS (a key of VECTOR_KEYS as `key=value`, and
+    values (null as empty) joined by `|`, in the order of CONFIG_KEYS (a key of OPTIONAL_KEYS as `key=value`, and
     left out at its default, so that older ids stay); the same in every run, on every machine, and in the
     warehouse's views (`config_id_sql`)."""
     import hashlib
 
     values = [_key_value(row, key) for key in CONFIG_KEYS]
     text = "|".join(
-        ("" if v is None else str(v)) if key not in VECTOR_KEYS else f"{key}={v}"
+        ("" if v is None else str(v)) if key not in OPTIONAL_KEYS else f"{key}={v}"
         for key, v in zip(CONFIG_KEYS, values)
-        if key not in VECTOR_KEYS or v != VECTOR_KEYS[key]
+        if key not in OPTIONAL_KEYS or v != OPTIONAL_KEYS[key]
     )
     return hashlib.md5(text.encode()).hexdigest()[:CONFIG_ID_LENGTH]
 
@@ -206,8 +212,8 @@ def config_id_sql(t: str = "") -> str:
     """`config_id` as a DuckDB expression over the configuration columns (of table alias `t`)."""
     values = ", ".join(
         f"coalesce(CAST({t}{key} AS VARCHAR), '')"
-        if key not in VECTOR_KEYS
-        else f"CASE WHEN coalesce({t}{key}, {_sql_text(VECTOR_KEYS[key])}) = {_sql_text(VECTOR_KEYS[key])} "
+        if key not in OPTIONAL_KEYS
+        else f"CASE WHEN coalesce({t}{key}, {_sql_text(OPTIONAL_KEYS[key])}) = {_sql_text(OPTIONAL_KEYS[key])} "
         f"THEN NULL ELSE '{key}=' || {t}{key} END"
         for key in CONFIG_KEYS
     )

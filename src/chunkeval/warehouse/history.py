@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from chunkeval.errors import InputError
 from chunkeval.stats.aggregate import summary_sql
-from chunkeval.vocabulary import CONFIG_KEYS, METRICS, RERANK_KEYS, slice_name
+from chunkeval.vocabulary import ADDED_KEYS, CONFIG_KEYS, METRICS, slice_name
 from chunkeval.warehouse.damage import damaged_files
 from chunkeval.warehouse.migrations import Schema
 from chunkeval.warehouse.tables import (
@@ -218,7 +218,7 @@ class History(Schema):
                 f"(SELECT {projection('per_query', names, 'q')}, {DUPLICATES_SQL.format(t='r.')} AS duplicates "
                 f"FROM {parquet(files)} q JOIN runs r USING (run_id))"
             )
-            columns = [c for c in names | {"model", "retriever", "duplicates", *RERANK_KEYS} if c != "run_id"]
+            columns = [c for c in names | {"model", "retriever", "duplicates", *ADDED_KEYS} if c != "run_id"]
             sql = summary_sql(
                 source, ["duplicates", *CONFIG_KEYS], columns, skip, extra=("count(DISTINCT run_id) AS n_runs",)
             )

@@ -17,7 +17,7 @@ from chunkeval._version import __version__
 from chunkeval.errors import InputError
 from chunkeval.files import write_tables
 from chunkeval.stats.aggregate import summary_sql
-from chunkeval.vocabulary import CONFIG_KEYS, RERANK_KEYS, VECTOR_KEYS, config_id_sql, config_label_sql
+from chunkeval.vocabulary import ADDED_KEYS, CONFIG_KEYS, config_id_sql, config_label_sql
 from chunkeval.warehouse.db import Connections
 from chunkeval.warehouse.layout import Layout
 from chunkeval.warehouse.tables import (
@@ -30,6 +30,7 @@ from chunkeval.warehouse.tables import (
     TIES_SQL,
     added_keys_sql,
     empty_results,
+    expand_key_sql,
     parquet,
     parquet_columns,
     projection,
@@ -41,7 +42,7 @@ from chunkeval.warehouse.tables import (
     vector_keys_sql,
 )
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 SUMMARY_TABLES = ("summaries", "corpus_summaries", "slice_summaries")  # loaded from each completed run's files
 
 # Each step moves the schema up by one version; an older warehouse is brought up to date on open.
@@ -101,6 +102,9 @@ MIGRATIONS = [
     # v11: compressed vectors (docs/vectors.md): a configuration gains `vectors` and `dims` (older rows read float32
     # and full) and summaries the bytes per vector `vector_bytes` (older rows NULL)
     "VECTOR_KEYS",  # `vector_keys_sql()`
+    # v12: a configuration gains `expand` (small-to-big retrieval, chunkeval.engine.retrieval.expansion): older rows, summaries
+    # and retrieved lists read `none`, and their config ids stay (`vocabulary.config_id` leaves `none` out)
+    "EXPAND",  # `expand_key_sql()`
 ]
 
 
@@ -149,6 +153,7 @@ class Schema(Connections, Layout):
                 "ADDED_KEYS": added_keys_sql,
                 "SLICES": slice_table_sql,
                 "VECTOR_KEYS": vector_keys_sql,
+                "EXPAND": expand_key_sql,
             }.get(MIGRATIONS[step])
             con.execute(step_sql() if step_sql else MIGRATIONS[step])
             if step == 5:  # the summaries of every completed run so far
@@ -266,7 +271,7 @@ class Schema(Connections, Layout):
             source = (
                 f"(SELECT {projection('per_query', names, 'q')} FROM {parquet(files)} q JOIN runs r USING (run_id))"
             )
-            columns = [c for c in names | {"model", "retriever", "index", *VECTOR_KEYS, *RERANK_KEYS} if c != "run_id"]
+            columns = [c for c in names | {"model", "retriever", "index", *ADDED_KEYS} if c != "run_id"]
             select = summary_sql(source, ["run_id", *CONFIG_KEYS, "corpus_id"], columns, skip_empty_gold=skip)
             con.execute(f"INSERT INTO corpus_summaries BY NAME {select}")
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from chunkeval.errors import InputError
 from chunkeval.stats.columns import numbers
-from chunkeval.vocabulary import CONFIG_KEYS, slice_name
+from chunkeval.vocabulary import CONFIG_KEYS, NO_EXPAND, slice_name
 from chunkeval.warehouse.damage import DamagedResults, damaged_files, reading
 from chunkeval.warehouse.history import History
 from chunkeval.warehouse.migrations import SCHEMA_VERSION
@@ -159,10 +159,13 @@ class RunFiles(History):
         path = self.retrieved_file(run_id)
         where = "" if query_ids is None else "WHERE list_contains(?::VARCHAR[], query_id)"
         with self.connect() as con, reading(run_id, path):
-            return con.sql(
+            table = con.sql(
                 f'SELECT * EXCLUDE (length), start + length AS "end" FROM read_parquet({quote(path)}) {where}',
                 params=[] if query_ids is None else [query_ids],
             ).to_arrow_table()
+        if "expand" not in table.column_names:  # lists kept before small-to-big retrieval: the chunks themselves
+            table = table.append_column("expand", pa.array([NO_EXPAND] * table.num_rows, pa.string()))
+        return table
 
     def models(self, run_id: str) -> pa.Table:
         """The models of a run: fingerprint, texts embedded, throughput (empty for runs before v4)."""

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from chunkeval.vocabulary import METRICS, RERANK_KEYS, RUN_SETTINGS, SLICE_KEYS, TIE_AWARE, TIES_BEFORE, VECTOR_KEYS
+from chunkeval.vocabulary import (
+    ADDED_KEYS,
+    METRICS,
+    RERANK_KEYS,
+    RUN_SETTINGS,
+    SLICE_KEYS,
+    TIE_AWARE,
+    TIES_BEFORE,
+    VECTOR_KEYS,
+)
 
 STATUSES = ("running", "completed", "failed", "skipped", "quarantined")  # quarantined: results unreadable (repair)
 TRIGGERS = ("manual", "schedule", "event")
@@ -66,6 +75,7 @@ _KEYS = {
     "dims": pa.string(),
     "reranker": pa.string(),
     "candidates": pa.int64(),
+    "expand": pa.string(),
     "chunker": pa.string(),
     "chunk_size": pa.int64(),
     "chunk_overlap": pa.int64(),
@@ -155,8 +165,8 @@ _TYPES = {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", 
 
 
 def _column_sql(field: pa.Field) -> str:
-    """A column's type, and the default of a key that older summaries lack (RERANK_KEYS)."""
-    default = RERANK_KEYS.get(field.name)
+    """A column's type, and the default of a key that older summaries lack (ADDED_KEYS)."""
+    default = ADDED_KEYS.get(field.name)
     return f"{_TYPES[field.type]}{f' DEFAULT {sql_literal(default)}' if default is not None else ''}"
 
 
@@ -183,6 +193,14 @@ def vector_keys_sql() -> str:
             for name, value in VECTOR_KEYS.items()
         )
         + "ALTER TABLE summaries ADD COLUMN IF NOT EXISTS vector_bytes BIGINT;"
+    )
+
+
+def expand_key_sql() -> str:
+    """v12: the configuration key `expand` (small-to-big retrieval); older rows read `none`."""
+    return "".join(
+        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS expand {_column_sql(SUMMARY.field('expand'))};"
+        for table in ("summaries", "corpus_summaries", "slice_summaries")
     )
 
 
@@ -234,13 +252,13 @@ def projection(kind: str, names: set[str], alias: str) -> str:
     retriever = f"coalesce({alias}.retriever, 'dense')" if "retriever" in names else "'dense'"
     older = INDEX_OF_OLDER_ROWS.format(r=retriever, m=model)
     index = f"coalesce({alias}.index, {older})" if "index" in names else older
-    # keys added later read as their value for older runs (reranker `none`, candidates null)
+    # keys added later read as their value for older runs (reranker `none`, candidates null, expand `none`)
     later = ", ".join(
         f"CAST({f'coalesce({alias}.{key}, {sql_literal(value)})' if key in names else sql_literal(value)} "
         f"AS {_TYPES[_KEYS[key]]}) AS {key}"
-        for key, value in {**VECTOR_KEYS, **RERANK_KEYS}.items()
+        for key, value in ADDED_KEYS.items()
     )
-    drop = ", ".join(c for c in ("run_id", "model", "retriever", "index", *VECTOR_KEYS, *RERANK_KEYS) if c in names)
+    drop = ", ".join(c for c in ("run_id", "model", "retriever", "index", *ADDED_KEYS) if c in names)
     rest = f"{alias}.* EXCLUDE ({drop})" if drop else f"{alias}.*"
     if kind in ("per_query", "summary", "by_corpus", "by_slice"):
         return (

@@ -27,6 +27,7 @@ from chunkeval.engine.inputs.provenance import note as gold_note
 from chunkeval.engine.inputs.provenance import recorded as gold_recorded
 from chunkeval.engine.inputs.readers import read_text
 from chunkeval.engine.inputs.slices import check_slice_columns
+from chunkeval.engine.retrieval.expansion import check_expand
 from chunkeval.engine.retrieval.indexes import library_versions, parse_index
 from chunkeval.engine.retrieval.indexes.axis import axis_notes, resolve_axis
 from chunkeval.engine.retrieval.rerank import check_reranking, is_cross_encoder
@@ -54,6 +55,7 @@ from chunkeval.limits import MAX_INT, check_name, short, yaml_load
 from chunkeval.paths import DEMO_DIR
 from chunkeval.vocabulary import (
     DEFAULT_MODEL,
+    NO_EXPAND,
     NO_RERANKER,
     RUN_SETTINGS,
     TIE_POLICIES,
@@ -318,6 +320,10 @@ class Experiment:
         minimum=1,
         maximum=MAX_CANDIDATES,
     )
+    expand: tuple[str, ...] = setting(  # chunkeval.engine.retrieval.expansion; docs/metrics.md
+        (NO_EXPAND,), "names", "comma-separated small-to-big retrieval: what each matched chunk returns: none "
+        "(default), window:n=N (N chunks each side) or parent:size=SIZE (its SIZE-token parent)", "retrieval",
+    )  # fmt: skip
     beir: str = setting(  # chunkeval.engine.inputs.document_gold
         "",
         "path",
@@ -470,6 +476,7 @@ class Experiment:
         check_name(self.name, "experiment name", source)
         check_run_settings(self, source)
         check_reranking(self, source)
+        check_expand(self, source)
         for key in ("model", "retriever", "chunker", "reranker"):
             values = getattr(self, key)
             if not values:
@@ -584,6 +591,8 @@ class Experiment:
         data["models"] = {m.name: m.settings() for m in self.models}
         if not data["models"]:
             del data["models"]
+        if tuple(data["expand"]) == (NO_EXPAND,):  # as runs were recorded before the key existed
+            del data["expand"]
         if data["relevance"] == RUN_SETTINGS["relevance"]:
             del data["relevance"]  # runs of the default rule stay as they were recorded before the setting existed
         for key in ("beir", "queries", "qrels", "strict", "slice_by"):

@@ -13,7 +13,7 @@ from chunkeval.engine.inputs.document_gold import DocGold
 from chunkeval.engine.inputs.duplicates import Copies
 from chunkeval.engine.inputs.span_gold import SpanGold
 from chunkeval.engine.retrieval.indexes import NO_INDEX, IndexSpec
-from chunkeval.vocabulary import NO_RERANKER, VECTOR_KEYS
+from chunkeval.vocabulary import NO_EXPAND, NO_RERANKER, VECTOR_KEYS
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class Config:
         "vectors"
     ]  # how the dense half stores and searches vectors (chunkeval.engine.retrieval.vectors)
     dims: str = VECTOR_KEYS["dims"]
+    expand: str = NO_EXPAND  # what is returned around each chunk (chunkeval.engine.retrieval.expansion)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from chunkeval.engine.pipeline.experiment import Experiment, clamped_k_note
 from chunkeval.engine.pipeline.ranking import groups_of, measured_vectors, reranks_with_vectors, retrieve_top
 from chunkeval.engine.pipeline.records import Chunking, Config, Embedded, Inputs, SweepResult
 from chunkeval.engine.retrieval import retrievers
+from chunkeval.engine.retrieval.expansion import Scored, expand_keys, expanded, parse_expand
 from chunkeval.engine.retrieval.indexes import reach
 from chunkeval.engine.retrieval.indexes.faiss_kinds import check_fits
 from chunkeval.engine.retrieval.indexes.measure import STATS as INDEX_STATS
@@ -118,7 +119,8 @@ def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
                     [Config(i, model, retriever, spec) for spec in specs] if reads else [Config(i, model, retriever)]
                 )
     configs = [replace(c, vectors=v, dims=d) for c in configs for v, d in vector_grid(exp, c)]
-    return [replace(c, reranker=r, candidates=n) for c in configs for r, n in exp.rerank_grid()]
+    reranked = [replace(c, reranker=r, candidates=n) for c in configs for r, n in exp.rerank_grid()]
+    return [replace(c, expand=e) for c in reranked for e in expand_keys(exp.expand)]
 
 
 def grid_size(exp: Experiment) -> int:
@@ -237,6 +239,7 @@ def chunk_stats(
         "index": pa.array([c.index_key for c in configs], pa.string()),
         "vectors": pa.array([c.vectors for c in configs], pa.string()),
         "dims": pa.array([c.dims for c in configs], pa.string()),
+        "expand": pa.array([c.expand for c in configs], pa.string()),
         "chunker": [s.chunker for s in specs],
         "chunk_size": [s.chunk_size for s in specs],
         "chunk_overlap": [s.chunk_overlap for s in specs],
@@ -330,21 +333,26 @@ def _score_top(
             ties=exp.ties,
         )
     else:
-        table = score_chunking(
-            inputs.gold,
-            chunking.spec,
-            chunking.chunks,
-            topk,
-            ks,
-            config.model,
-            config.retriever,
-            inputs.copies,
-            config.reranker,
-            config.candidates,
-            config.index_key,
-            exp.relevance,
-            scores,
+        keys = (config.model, config.retriever, inputs.copies, config.reranker, config.candidates, config.index_key)
+        by_k = expand_top(inputs, chunking.chunks, topk, scores, ks, config.expand, exp.relevance)
+        table = pa.concat_tables(
+            score_chunking(
+                inputs.gold,
+                chunking.spec,
+                s.chunks,
+                s.topk,
+                k,
+                *keys,
+                exp.relevance,
+                s.scores,
+                config.expand,
+                s.counted,
+            )
+            for k, s in by_k
         )
+        top_k = by_k[-1][1]  # what the largest k returns
+        chunking = replace(chunking, chunks=top_k.chunks)
+        topk, scores = top_k.topk, top_k.scores
     if kept is not None:  # at the largest k (under document gold, not the depth MaxP looked at)
         top = max(ks)
         scores = None if scores is None else scores[:, :top]
@@ -352,6 +360,25 @@ def _score_top(
             retrieved_table(inputs.gold, chunking.chunks, topk[:, :top], table, inputs.copies, scores, inputs.pages)
         )
     return table
+
+
+def expand_top(
+    inputs: Inputs,
+    chunks,
+    topk: np.ndarray,
+    scores: np.ndarray | None,
+    ks: tuple[int, ...],
+    expand: str,
+    relevance: str,
+) -> list[tuple[tuple[int, ...], Scored]]:
+    """What span scoring sees of a configuration's top k, per depth: the chunks themselves at every k at once
+    (`expand: none`, `window:n=0`), else each k's merged units (`chunkeval.engine.retrieval.expansion`)."""
+    expansion = parse_expand(expand)
+    if expansion.identity:
+        return [(ks, Scored(chunks, topk, scores, None))]
+    judged = inputs.gold if inputs.copies is None else inputs.copies.gold_set(inputs.gold)
+    by_k = expanded(inputs.gold, chunks, inputs.corpora, topk, scores, ks, expansion, judged, relevance)
+    return [((k,), s) for k, s in by_k.items()]
 
 
 def score_all(

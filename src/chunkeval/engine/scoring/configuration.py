@@ -23,6 +23,7 @@ from chunkeval.vocabulary import (
     CHUNKING_KEYS,
     CONFIG_KEYS,
     DOC_METRICS,
+    NO_EXPAND,
     NO_MODEL,
     NO_RERANKER,
     NUMBER_KEYS,
@@ -62,6 +63,7 @@ def config_values(
     index: str = "exact",
     reranker: str = NO_RERANKER,
     candidates: int | None = None,
+    expand: str = NO_EXPAND,
 ) -> dict:
     """A configuration's keys but k, as values (`vocabulary.CONFIG_KEYS`)."""
     return {
@@ -71,6 +73,7 @@ def config_values(
         **VECTOR_KEYS,  # a compressed configuration's are set by the sweep (`chunkeval.engine.retrieval.vectors`)
         "reranker": reranker,
         "candidates": candidates,
+        "expand": expand,
         "chunker": spec.chunker,
         "chunk_size": spec.chunk_size,
         "chunk_overlap": spec.chunk_overlap,
@@ -117,19 +120,24 @@ def score_chunking(
     index: str = "exact",
     rule: str = "overlap",
     scores: np.ndarray | None = None,
+    expand: str = NO_EXPAND,
+    counted: M.ChunkRelevance | None = None,
 ) -> pa.Table:
     """Per-query span, set and rank metrics of one configuration at every k (topk holds the largest k);
     with `copies`, a reference's copies get credit (`chunkeval.engine.inputs.duplicates`); set and rank metrics
     count the chunks relevant under the relevance `rule` (`metrics.share_held`). `scores`: of each ranked chunk,
-    for the ties in each top k and the tie-aware metrics (`tie_columns`; null without them)."""
-    values = config_values(spec, model, retriever, index, reranker, candidates)
+    for the ties in each top k and the tie-aware metrics (`tie_columns`; null without them). `counted`: where
+    the relevant items are counted and precision Ω measured other than over `chunks` (small-to-big retrieval:
+    `chunks` are a depth's merged units, `chunkeval.engine.retrieval.expansion`)."""
+    values = config_values(spec, model, retriever, index, reranker, candidates, expand)
     relevance, span_metrics = span_scoring(gold, topk, chunks, copies, rule)
-    omega = M.safe_div(relevance.covered_all, relevance.omega_union)
+    counted = relevance if counted is None else counted
+    omega = M.safe_div(counted.covered_all, counted.omega_union)
     parts = []
     n = gold.n_queries
     for k in sorted(set(ks)):
         spans = span_metrics(k)
-        judged = M.judge_topk(topk[:, :k], relevance.keys, relevance.n_relevant, len(chunks))
+        judged = M.judge_topk(topk[:, :k], relevance.keys, counted.n_relevant, len(chunks))
         ranks = M.rank_metrics(judged, k)
         columns = {**key_columns(gold, values, k), "has_gold": pa.array(spans["ref_chars"] > 0)}
         columns.update({name: pa.array(spans[name]) for name in M.SPAN_METRICS if name in spans})
@@ -141,13 +149,13 @@ def score_chunking(
                 for name in ("covered", "ref_chars", "retrieved_chars", "uncovered", "retrieved_tokens")
             }
         )
-        columns["covered_all"] = pa.array(relevance.covered_all)
-        columns["omega_union"] = pa.array(relevance.omega_union)
+        columns["covered_all"] = pa.array(counted.covered_all)
+        columns["omega_union"] = pa.array(counted.omega_union)
         columns.update(
             {name: pa.array(ranks[name]) for name in ("tp", "fp", "fn", "n_retrieved", "n_relevant", "hits_at_k")}
         )
         columns.update({name: pa.nulls(n, pa.float64()) for name in DOC_METRICS})  # measured under document gold
-        deep = M.judge_topk(topk, relevance.keys, relevance.n_relevant, len(chunks))  # tied groups past k whole
+        deep = M.judge_topk(topk, relevance.keys, counted.n_relevant, len(chunks))  # tied groups past k whole
         columns.update(tie_columns("", deep, topk, scores, k))
         parts.append(pa.table(columns))
     return pa.concat_tables(parts)
