@@ -12,9 +12,9 @@ from chunkeval.engine.embedding.embedders import Embedders
 from chunkeval.engine.inputs.span_gold import SpanGold
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
-from chunkeval.engine.retrieval.expansion import Expansion, expanded, merge_top, parse_expand, units_of
 from chunkeval.engine.scoring import metrics as M
 from chunkeval.engine.scoring.configuration import score_chunking
+from chunkeval.engine.scoring.expansion import Expansion, expanded, merge_top, parse_expand, units_of
 
 TEXT = "One. Two. Three. Four. Five. Six."
 SENTENCES = [(0, 4), (5, 9), (10, 16), (17, 22), (23, 28), (29, 33)]  # S0 … S5, a chunk each

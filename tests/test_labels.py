@@ -55,13 +55,14 @@ def test_config_id_is_stable_and_tells_configurations_apart():
 
 
 def test_the_views_label_and_id_are_pythons():
-    rows = [
-        dict(zip(CONFIG_KEYS, v))
-        for v in itertools.product(
-            ["all-MiniLM-L6-v2", "org/m"], ["dense", "bm25"], ["exact", "hnsw"], ["none", "a/ce"], [None, 9],
-            ["none", "window:n=1"], ["fixed_token", "semantic"], [200, 300], [0, 10], [5, 1],
-        )
-    ]  # fmt: skip
+    values = {
+        "model": ["all-MiniLM-L6-v2", "org/m"], "retriever": ["dense", "bm25"], "index": ["exact", "hnsw"],
+        "vectors": ["float32", "binary"], "dims": ["full", "128"], "reranker": ["none", "a/ce"], "candidates": [None, 9],
+        "expand": ["none", "window:n=1"], "chunker": ["fixed_token", "semantic"], "chunk_size": [200, 300],
+        "chunk_overlap": [0, 10], "k": [5, 1],
+    }  # fmt: skip
+    assert list(values) == CONFIG_KEYS
+    rows = [dict(zip(CONFIG_KEYS, v)) for v in itertools.product(*values.values())]
     configs = pa.Table.from_pylist(rows)  # noqa: F841 (read by DuckDB by name)
     got = duckdb.connect().execute(f"SELECT {config_label_sql()}, {config_id_sql()} FROM configs").fetchall()
     assert got == [(config_label(r), config_id(r)) for r in rows]

@@ -27,7 +27,7 @@ NUMBER_KEYS = frozenset({"candidates", "chunk_size", "chunk_overlap", "k"})  # t
 # a configuration without its depth and reranking: what chunk and index statistics are kept by
 CHUNKING_KEYS = [key for key in CONFIG_KEYS[:-1] if key not in RERANK_KEYS]
 NO_RERANKER = "none"
-NO_EXPAND = "none"  # small-to-big retrieval (`expand`, chunkeval.engine.retrieval.expansion): the chunks themselves
+NO_EXPAND = "none"  # small-to-big retrieval (`expand`, chunkeval.engine.scoring.expansion): the chunks themselves
 # configuration keys added after runs were first recorded, with the value older rows read as (the warehouse's
 # views and migrations); one holding that value is left out of `config_id`, so that older ids stay
 # the keys of a configuration that a configuration id and label leave out where they hold their value here

@@ -102,7 +102,7 @@ MIGRATIONS = [
     # v11: compressed vectors (docs/vectors.md): a configuration gains `vectors` and `dims` (older rows read float32
     # and full) and summaries the bytes per vector `vector_bytes` (older rows NULL)
     "VECTOR_KEYS",  # `vector_keys_sql()`
-    # v12: a configuration gains `expand` (small-to-big retrieval, chunkeval.engine.retrieval.expansion): older rows, summaries
+    # v12: a configuration gains `expand` (small-to-big retrieval, chunkeval.engine.scoring.expansion): older rows, summaries
     # and retrieved lists read `none`, and their config ids stay (`vocabulary.config_id` leaves `none` out)
     "EXPAND",  # `expand_key_sql()`
 ]

@@ -27,7 +27,6 @@ from chunkeval.engine.inputs.provenance import note as gold_note
 from chunkeval.engine.inputs.provenance import recorded as gold_recorded
 from chunkeval.engine.inputs.readers import read_text
 from chunkeval.engine.inputs.slices import check_slice_columns
-from chunkeval.engine.retrieval.expansion import check_expand
 from chunkeval.engine.retrieval.indexes import library_versions, parse_index
 from chunkeval.engine.retrieval.indexes.axis import axis_notes, resolve_axis
 from chunkeval.engine.retrieval.rerank import check_reranking, is_cross_encoder
@@ -35,6 +34,7 @@ from chunkeval.engine.retrieval.retrievers import check_retriever
 from chunkeval.engine.retrieval.retrievers import needs_embeddings as retriever_needs
 from chunkeval.engine.retrieval.vectors import axis_notes as vector_notes
 from chunkeval.engine.retrieval.vectors import check_axis
+from chunkeval.engine.scoring.expansion import check_expand
 from chunkeval.engine.scoring.metrics import share_held
 from chunkeval.engine.settings import plugins
 from chunkeval.engine.settings.table import (
@@ -320,7 +320,7 @@ class Experiment:
         minimum=1,
         maximum=MAX_CANDIDATES,
     )
-    expand: tuple[str, ...] = setting(  # chunkeval.engine.retrieval.expansion; docs/metrics.md
+    expand: tuple[str, ...] = setting(  # chunkeval.engine.scoring.expansion; docs/metrics.md
         (NO_EXPAND,), "names", "comma-separated small-to-big retrieval: what each matched chunk returns: none "
         "(default), window:n=N (N chunks each side) or parent:size=SIZE (its SIZE-token parent)", "retrieval",
     )  # fmt: skip

@@ -58,7 +58,7 @@ class Config:
         "vectors"
     ]  # how the dense half stores and searches vectors (chunkeval.engine.retrieval.vectors)
     dims: str = VECTOR_KEYS["dims"]
-    expand: str = NO_EXPAND  # what is returned around each chunk (chunkeval.engine.retrieval.expansion)
+    expand: str = NO_EXPAND  # what is returned around each chunk (chunkeval.engine.scoring.expansion)
 
 
 @dataclass(frozen=True)

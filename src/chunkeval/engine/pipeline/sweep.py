@@ -30,7 +30,6 @@ from chunkeval.engine.pipeline.experiment import Experiment, clamped_k_note
 from chunkeval.engine.pipeline.ranking import groups_of, measured_vectors, reranks_with_vectors, retrieve_top
 from chunkeval.engine.pipeline.records import Chunking, Config, Embedded, Inputs, SweepResult
 from chunkeval.engine.retrieval import retrievers
-from chunkeval.engine.retrieval.expansion import Scored, expand_keys, expanded, parse_expand
 from chunkeval.engine.retrieval.indexes import reach
 from chunkeval.engine.retrieval.indexes.faiss_kinds import check_fits
 from chunkeval.engine.retrieval.indexes.measure import STATS as INDEX_STATS
@@ -45,6 +44,7 @@ from chunkeval.engine.scoring.configuration import (
     summarize_sweep,
 )
 from chunkeval.engine.scoring.doc_metrics import score_documents
+from chunkeval.engine.scoring.expansion import Scored, expand_keys, expanded, parse_expand
 from chunkeval.engine.scoring.retrieved import kept_qrels, retrieved_table
 from chunkeval.progress import Stopwatch
 from chunkeval.vocabulary import (
@@ -372,7 +372,7 @@ def expand_top(
     relevance: str,
 ) -> list[tuple[tuple[int, ...], Scored]]:
     """What span scoring sees of a configuration's top k, per depth: the chunks themselves at every k at once
-    (`expand: none`, `window:n=0`), else each k's merged units (`chunkeval.engine.retrieval.expansion`)."""
+    (`expand: none`, `window:n=0`), else each k's merged units (`chunkeval.engine.scoring.expansion`)."""
     expansion = parse_expand(expand)
     if expansion.identity:
         return [(ks, Scored(chunks, topk, scores, None))]

@@ -128,7 +128,7 @@ def score_chunking(
     count the chunks relevant under the relevance `rule` (`metrics.share_held`). `scores`: of each ranked chunk,
     for the ties in each top k and the tie-aware metrics (`tie_columns`; null without them). `counted`: where
     the relevant items are counted and precision Ω measured other than over `chunks` (small-to-big retrieval:
-    `chunks` are a depth's merged units, `chunkeval.engine.retrieval.expansion`)."""
+    `chunks` are a depth's merged units, `chunkeval.engine.scoring.expansion`)."""
     values = config_values(spec, model, retriever, index, reranker, candidates, expand)
     relevance, span_metrics = span_scoring(gold, topk, chunks, copies, rule)
     counted = relevance if counted is None else counted
