@@ -524,10 +524,15 @@ CASES = {
         lambda w: ["trend", "--experiment", "nosuch", "--metric", "span_recall"],
         "no experiment named 'nosuch'",
     ),
-    "trend: no metric and no --fail-on-regression": (
-        lambda w: ["trend", "--experiment", "cat"],
-        "trend takes --metric NAME",
+    "trend: unknown metric among --metrics": (
+        lambda w: ["trend", "--experiment", "cat", "--metrics", "mrr,accuracy"],
+        "unknown metric(s) accuracy;",
     ),
+    "trend: --metric and --metrics": (
+        lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--metrics", "span_recall"],
+        "give --metric NAME or --metrics M1,M2 (or --wide), not both",
+    ),
+    "trend: --metrics naming none": (lambda w: ["trend", "--experiment", "cat", "--metrics", ","], "--metrics takes"),
     "trend: unknown metric": (
         lambda w: ["trend", "--experiment", "cat", "--metric", "accuracy"],
         "unknown metric 'accuracy'",
@@ -644,6 +649,25 @@ CASES = {
     "compare: unknown metric": (
         lambda w: ["compare", "--run", w["run_id"], "--metric", "accuracy"],
         "unknown metric 'accuracy'",
+    ),
+    "compare: unknown metric among --metrics": (
+        lambda w: ["compare", "--run", w["run_id"], "--metrics", "nonsense"],
+        "unknown metric(s) nonsense;",
+    ),
+    "compare: --metric and --wide": (
+        lambda w: ["compare", "--run", w["run_id"], "--metric", "mrr", "--wide"],
+        "give --metric NAME or --metrics M1,M2 (or --wide), not both",
+    ),
+    "compare: span metric among --metrics of run files": (
+        lambda w: [
+            "compare",
+            "--gold",
+            w["t"] / "gold.csv",
+            *["--run-file", w["t"] / "run.jsonl"] * 2,
+            "--metrics",
+            "mrr,span_iou",
+        ],
+        "set and rank metrics only",
     ),
     "compare: unknown experiment": (
         lambda w: ["compare", "--experiment", "nosuch", "--metric", "mrr"],

@@ -42,3 +42,77 @@ def test_the_demo_summary_fits_and_says_what_its_ties_mean(demo_first_run):
     for line in said:
         column = SPAN_HEADLINE.index(line.split(":")[0]) + 2
         assert not any(row.split()[column].endswith("*") for row in table[2:]), line
+
+
+def test_compare_and_trend_of_the_demo_fit_and_take_metrics(demo_first_run, monkeypatch, capsys):
+    """`compare` and `trend` on the demo's run (issue 32): by default the headline metrics of span gold, one table
+    each within 120 columns, Holm over each metric's comparisons alone; `--metric X` is `--metrics X`; `--wide`
+    every metric measured; the power sentence names a ceiling where the summary names one."""
+    import json
+    import re
+
+    from chunkeval import stats
+    from chunkeval.cli import main
+    from chunkeval.report.terminal import SPAN_HEADLINE, TERMINAL_WIDTH
+
+    proc, home = demo_first_run
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
+    run = ["--run", re.search(r"experiment demo: run (\S+) completed", proc.stdout).group(1)]
+    assert main(["compare", *run]) == 0
+    out = capsys.readouterr().out
+    assert all(len(line) <= TERMINAL_WIDTH for line in out.splitlines()), out
+    blocks = out.strip().split("\n\n")  # per metric: its title and table, then its power sentence
+    assert [b.split()[0] for b in blocks[0::2]] == list(SPAN_HEADLINE) and len(blocks) == 8, out
+    for metric, sentence in zip(SPAN_HEADLINE, blocks[1::2]):
+        at_ceiling = f"{metric}: at or near 1" in proc.stdout  # what the run's summary said of it
+        assert ("ceiling effect" in sentence) == at_ceiling and ("cannot be told" in sentence) != at_ceiling, sentence
+    assert "ceiling effect" in blocks[1] and "cannot be told" in blocks[3]  # span_recall at its ceiling, span_iou not
+    assert main(["compare", *run, "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    for metric in SPAN_HEADLINE:  # one Holm family per metric
+        mine = [r for r in found if r["metric"] == metric]
+        assert len(mine) == 47
+        assert [r["p_adjusted"] for r in mine] == list(stats.holm([r["p_permutation"] for r in mine]))
+    assert main(["compare", *run, "--metric", "mrr"]) == 0
+    one = capsys.readouterr().out
+    assert main(["compare", *run, "--metrics", "mrr"]) == 0
+    assert capsys.readouterr().out == one and one.startswith("mrr within run ")
+    assert main(["compare", *run, "--wide", "--json", "--config", "chunk_size=100,k=1"]) == 0  # a few, quickly
+    wide = {r["metric"] for r in json.loads(capsys.readouterr().out)}
+    assert wide > set(SPAN_HEADLINE) and not any(m.startswith("doc_") for m in wide)  # measured only
+    assert main(["trend", "--experiment", "demo"]) == 0
+    out = capsys.readouterr().out
+    assert all(len(line) <= TERMINAL_WIDTH for line in out.splitlines()), out
+    headers = [line.split() for line in out.splitlines() if line.startswith("run_id")]
+    assert [h[-2] for h in headers] == list(SPAN_HEADLINE)
+    assert main(["trend", "--experiment", "demo", "--metrics", "mrr,span_f1"]) == 0
+    assert [line.split()[-2] for line in capsys.readouterr().out.splitlines() if line.startswith("run_id")] == [
+        "mrr",
+        "span_f1",
+    ]
+
+
+def test_the_html_report_names_the_ceilings_the_terminal_names(demo_first_run, tmp_path, monkeypatch, capsys):
+    """The power sentences of the demo's HTML report (issue 32): a metric at its ceiling (span_recall on the demo)
+    is named so, as the terminal's summary names it, and gets no power figures; the others keep theirs."""
+    import re
+
+    from chunkeval.analysis.power import against_best
+    from chunkeval.cli import main
+    from chunkeval.stats.power import at_ceiling
+    from chunkeval.warehouse import Warehouse
+
+    proc, home = demo_first_run
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
+    run_id = re.search(r"experiment demo: run (\S+) completed", proc.stdout).group(1)
+    assert main(["report", "--experiment", "demo", "--run", run_id, "--html", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text()
+    sentences = re.search(r"What the gold set can tell.*?<ul>(.*?)</ul>", html).group(1).split("</li>")[:-1]
+    power = against_best(Warehouse.at_home().query_results(run_id), ["span_precision", "span_recall", "span_f1"])
+    assert len(sentences) == 3 and at_ceiling(power["span_recall"].ceiling)  # the demo is easy on span recall
+    for sentence, (metric, d) in zip(sentences, power.items()):
+        named = metric.replace("_", " ") in sentence
+        assert named and ("ceiling effect" in sentence) == at_ceiling(d.ceiling), sentence
+        assert ("cannot be told from noise" in sentence) != at_ceiling(d.ceiling), sentence
+    assert ("ceiling effect" in sentences[1]) == ("span_recall: at or near 1" in proc.stdout)  # as the terminal says
+    capsys.readouterr()

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from chunkeval import stats
 from chunkeval.errors import InputError, NothingComparable
 from chunkeval.stats.columns import numbers
-from chunkeval.stats.power import detectable
+from chunkeval.stats.power import ceiling_share, detectable
 from chunkeval.vocabulary import CONFIG_KEYS as KEYS
 from chunkeval.vocabulary import MIN_SLICE_QUERIES, config_id, config_label
 
@@ -84,7 +84,8 @@ def compare(
 ) -> dict:
     """One paired comparison (p_adjusted is filled by `adjust`), with what the queries can tell (unless not
     `power`: None): `mde`, the smallest difference a paired t-test at `alpha` detects with power 0.8 given the
-    spread of these differences, and `n_needed`, the queries 0.02, 0.05 and 0.10 would need (`chunkeval.stats.power`)."""
+    spread of these differences, and `n_needed`, the queries 0.02, 0.05 and 0.10 would need (`chunkeval.stats.power`);
+    `ceiling`, the share of both sides' values at the metric's ceiling (`chunkeval.stats.power.ceiling_share`)."""
     x, y, unmatched = pair(a, b)
     if len(x) < 2:
         raise InputError(f"only {len(x)} query in common: a paired comparison needs at least 2")
@@ -100,6 +101,7 @@ def compare(
         "p_adjusted": float("nan"),
         "mde": smallest,
         "n_needed": needed,
+        "ceiling": ceiling_share(np.concatenate([x, y])),  # over a half at or near 1: power figures mislead
     }
 
 

@@ -18,7 +18,7 @@ from chunkeval.engine.pipeline.experiment import SETTINGS, Experiment
 from chunkeval.engine.settings.plugins import check_plugin_modules
 from chunkeval.engine.settings.table import LARGE_GRID, Setting, parse_ints, read_flag
 from chunkeval.errors import InputError
-from chunkeval.vocabulary import CONFIG_KEYS, GOLD_FORMATS, NUMBER_KEYS, split_flags
+from chunkeval.vocabulary import CONFIG_KEYS, GOLD_FORMATS, NUMBER_KEYS, check_metric, check_metrics, split_flags
 
 # --------------------------------------------------------------------------- experiment settings
 
@@ -148,9 +148,9 @@ def add_run(p: argparse.ArgumentParser, help: str | None = None, *, required: bo
     p.add_argument("--run", action="append" if many else "store", metavar="ID", required=required, help=help)
 
 
-def add_metric(p: argparse.ArgumentParser, help: str) -> None:
+def add_metric(p: argparse.ArgumentParser, help: str, required: bool = True) -> None:
     """`--metric NAME`, which the command checks with `chunkeval.stats.aggregate.check_metric`."""
-    p.add_argument("--metric", required=True, help=help)
+    p.add_argument("--metric", required=required, help=help)
 
 
 def add_metric_flags(p) -> None:
@@ -162,6 +162,21 @@ def add_metric_flags(p) -> None:
         help="the metrics the table shows (comma-separated; default: the headline metrics of the run's kind of gold)",
     )
     p.add_argument("--wide", action="store_true", help="show every metric measured (the table may pass 120 columns)")
+
+
+def metric_flags(args: argparse.Namespace) -> tuple[list[str] | None, bool]:
+    """`--metric NAME` (compare, trend) or `--metrics M1,M2` and `--wide`, not both: the metrics named, checked
+    (None where none is), and whether `--wide` was given."""
+    if getattr(args, "metric", None) is not None:
+        if args.metrics or args.wide:
+            raise InputError("give --metric NAME or --metrics M1,M2 (or --wide), not both")
+        return [check_metric(args.metric)], False
+    if args.metrics is None:
+        return None, args.wide
+    named = split_flags(args.metrics)
+    if not named:
+        raise InputError("--metrics takes metric names, comma-separated, e.g. --metrics span_recall,mrr")
+    return check_metrics(named), args.wide
 
 
 def add_alpha(p: argparse.ArgumentParser) -> None:

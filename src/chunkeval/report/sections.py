@@ -16,10 +16,11 @@ import pyarrow as pa
 from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION_METRICS, verdict_line
 from chunkeval.errors import Fault, InputError
 from chunkeval.report import charts
-from chunkeval.report.terminal import power_sentence, rerank_label
+from chunkeval.report.terminal import detectable_sentence, rerank_label
 from chunkeval.stats import bootstrap_ci_groups
 from chunkeval.stats.aggregate import MICRO, MICRO_F1
 from chunkeval.stats.columns import numbers
+from chunkeval.stats.power import at_ceiling
 from chunkeval.vocabulary import (
     CONFIG_KEYS,
     INDEX_METRICS,
@@ -241,7 +242,8 @@ def section_grid(
     summary: list[dict], tied: dict[str, set[tuple]] | None = None, power: dict | None = None, watched=()
 ) -> str:
     """The whole grid; with `power` (`chunkeval.analysis.power.against_best`), each cell's smallest detectable
-    difference from the best, and a sentence per `watched` metric on what the gold set can tell."""
+    difference from the best (none for a metric at its ceiling), and a sentence per `watched` metric on what the
+    gold set can tell."""
     best = best_rows(summary)
     tied = tied or {}
     power = power or {}
@@ -258,7 +260,8 @@ def section_grid(
             text = f"{_num(r[f'{m}_mean'])}<small> ± {_num(r[f'{m}_std'])}</small>"
             if r.get(f"{m}_ci_low") is not None:
                 text += f"<br><small>[{_num(r[f'{m}_ci_low'])}, {_num(r[f'{m}_ci_high'])}]</small>"
-            smallest = power[m].by_config.get(tuple(r[k] for k in CONFIG_KEYS)) if m in power else None
+            measurable = m in power and not at_ceiling(power[m].ceiling)  # at a ceiling an mde misleads: named below
+            smallest = power[m].by_config.get(tuple(r[k] for k in CONFIG_KEYS)) if measurable else None
             if smallest is not None:
                 text += f'<br><small title="smallest difference from the best these questions detect">mde {_num(smallest, 2)}</small>'
             if mark:
@@ -278,8 +281,9 @@ def section_grid(
 
 
 def _power_note(power: dict, watched) -> str:
-    """What the gold set can tell, one sentence per watched metric (`chunkeval.report.terminal.power_sentence`)."""
-    lines = [power_sentence(power[m].n, m, power[m].mde, power[m].n_needed) for m in watched if m in power]
+    """What the gold set can tell, one sentence per watched metric, its ceiling named where it is at one
+    (`chunkeval.report.terminal.detectable_sentence`, as the terminal says it)."""
+    lines = [detectable_sentence(m, power[m]) for m in watched if m in power]
     if not lines:
         return ""
     items = "".join(f"<li>{escape(line[0].upper() + line[1:])}.</li>" for line in lines)

@@ -35,6 +35,7 @@ TABLE_SUFFIXES = (".csv", ".parquet")
 # the headline metrics of a run's kind of gold: what its summary shows unless --metrics or --wide says otherwise
 SPAN_HEADLINE = ("span_recall", "span_iou", "recall_at_k", "mrr")
 DOC_HEADLINE = ("doc_ndcg_at_k", "doc_recall_at_k", "mrr")
+RANK_HEADLINE = ("ndcg_at_k", "recall_at_k", "mrr")  # of ranked-list files (`compare --run-file`): rank metrics only
 TERMINAL_METRICS = SPAN_HEADLINE
 TERMINAL_WIDTH = 120  # what the default summary fits
 
@@ -173,7 +174,7 @@ def power_sentence(n: int, metric: str, mde: float, needed: dict, ceiling: float
     At a ceiling (`ceiling`, the share of values at or near 1, over half) the ceiling is named instead: there
     the differences are mostly 0 and the power figures would promise what the metric cannot show."""
     if ceiling_note(ceiling):
-        return f"with {n} questions, {ceiling_note(ceiling)}"
+        return f"with {n} questions, {metric.replace('_', ' ')} is {ceiling_note(ceiling)}"
     if mde is None or math.isnan(mde):
         return f"with {n} question(s), {metric.replace('_', ' ')} has no spread of differences to measure"
     sizes = list(needed)
@@ -182,6 +183,13 @@ def power_sentence(n: int, metric: str, mde: float, needed: dict, ceiling: float
         f"with {n} questions, a difference in {metric.replace('_', ' ')} under {_difference(mde)} cannot be told "
         f"from noise; differences of {_and(sizes)} would need {_and(counts)} questions"
     )
+
+
+def detectable_sentence(metric: str, d) -> str:
+    """`power_sentence` of one metric of `chunkeval.analysis.power.against_best` (`d`, its median configuration),
+    its ceiling named where it is at one, as `tie_lines` names it: the HTML report's sentence and the terminal's
+    line come from the one share and the one test (`chunkeval.stats.power.at_ceiling`)."""
+    return power_sentence(d.n, metric, d.mde, d.n_needed, d.ceiling)
 
 
 def ceiling_note(share: float | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from pathlib import Path
 
 from chunkeval.analysis import comparisons as C
@@ -13,9 +14,11 @@ from chunkeval.cli.options import (
     add_experiment,
     add_json,
     add_metric,
+    add_metric_flags,
     add_run,
     add_run_file_options,
     config_filter,
+    metric_flags,
 )
 from chunkeval.cli.output import clean, print_json
 from chunkeval.cli.session import WarehouseAccess
@@ -23,13 +26,18 @@ from chunkeval.engine.inputs.run_files import load_gold_and_run
 from chunkeval.engine.scoring.metrics import RANK_METRICS, score_run
 from chunkeval.engine.settings.table import check_k
 from chunkeval.errors import InputError
-from chunkeval.report.terminal import format_rows, power_sentence, side_label
-from chunkeval.vocabulary import check_metric
+from chunkeval.report.terminal import (
+    RANK_HEADLINE,
+    SPAN_HEADLINE,
+    TERMINAL_WIDTH,
+    ceiling_note,
+    chosen_metrics,
+    format_rows,
+    power_sentence,
+    side_label,
+)
 
 WAREHOUSE_SESSION = True  # only reads
-
-HEADER = ["a", "b", "queries", "mean a", "mean b", "difference", "p t-test", "p randomisation", "p Holm"]
-POWER_HEADER = ["MDE", "queries for 0.02 / 0.05 / 0.10"]
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -38,15 +46,19 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="paired significance tests between configurations, runs or run files",
         description="Compare configurations query by query: within a run (each against the best, or --all-pairs), "
         "two runs of one experiment (the configurations they share), or two ranked-list files "
-        "(--gold G --run-file A --run-file B). Paired t-test, paired randomisation test (10,000 sign "
-        "flips, seeded), the bootstrap interval of the mean difference, Holm over the call's comparisons; and what the "
+        "(--gold G --run-file A --run-file B), on --metric, on each of --metrics (one table each), on every metric "
+        "measured (--wide), or by default on the headline metrics of the run's kind of gold (of run files: "
+        f"{', '.join(RANK_HEADLINE)}). Paired t-test, paired randomisation test (10,000 sign "
+        "flips, seeded), the bootstrap interval of the mean difference, Holm over the call's comparisons of one "
+        "metric (one family per metric: docs/statistics.md); and what the "
         "questions can tell: the smallest difference (MDE) a paired t-test at --alpha detects with power 0.8 given the "
         "spread of each pair's differences, and the questions 0.02, 0.05 and 0.10 would need (per comparison, before "
         "Holm; docs/statistics.md).",
     )
     add_run(p, "a completed run (give two to compare runs)", many=True)
     add_experiment(p, "the experiment (its last completed run when no --run is given)")
-    add_metric(p, "the per-query metric, e.g. span_recall, recall_at_k, mrr")
+    add_metric(p, "one per-query metric, e.g. span_recall, recall_at_k, mrr (or --metrics, --wide)", required=False)
+    add_metric_flags(p)
     add_config(p, "only configurations with these settings")
     p.add_argument("--all-pairs", action="store_true", help="every pair of configurations, not each against the best")
     add_alpha(p)
@@ -62,9 +74,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     check_alpha(args.alpha)
-    check_metric(args.metric)
+    named, wide = metric_flags(args)
     if args.gold or args.run_file:
-        results = _compare_files(args)
+        results = _compare_files(args, named, wide)
     else:
         wh, config = warehouse(), config_filter(args.config)
         if not args.run and not args.experiment:
@@ -73,59 +85,114 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
             )
         if len(args.run or []) > 2:
             raise InputError("compare takes at most two --run")
-        results = wh.compare(args.metric, args.run or [], args.experiment, config, args.all_pairs, args.alpha)
+        metrics = named or _run_metrics(wh, args, wide)
+        results = [
+            r
+            for m in metrics
+            for r in wh.compare(m, args.run or [], args.experiment, config, args.all_pairs, args.alpha)
+        ]  # Holm within each metric's comparisons: one family per metric
     if args.json:
         print_json([{k: clean(v) for k, v in r.items()} for r in results], default=str)
         return 0
-    _print_table(results, args.metric, args.alpha)
+    by_metric: dict[str, list[dict]] = {}
+    for r in results:
+        by_metric.setdefault(r["metric"], []).append(r)
+    for i, (metric, found) in enumerate(by_metric.items()):
+        print("\n" if i else "", end="")
+        _print_table(found, metric, args.alpha)
     return 0
 
 
-def _compare_files(args: argparse.Namespace) -> list[dict]:
-    """The two ranked-list files of --run-file, scored against --gold and compared query by query."""
+def _run_metrics(wh, args: argparse.Namespace, wide: bool) -> tuple[str, ...]:
+    """The metrics compared where none is named: those the (first, else the experiment's last completed) run
+    measured (`--wide`), else the headline metrics of its kind of gold (`chunkeval.report.terminal.chosen_metrics`).
+    Where there is no such run, the span headline: `Warehouse.compare` then says what is missing."""
+    if args.run:
+        run_id = wh.run(args.run[0])["run_id"]
+    else:
+        wh.check_experiment(args.experiment)
+        last = wh.last_completed(args.experiment)
+        if last is None:
+            return SPAN_HEADLINE
+        run_id = last["run_id"]
+    return chosen_metrics(wh.summary(run_id), None, wide)
+
+
+def _compare_files(args: argparse.Namespace, named: list[str] | None, wide: bool) -> list[dict]:
+    """The two ranked-list files of --run-file, scored against --gold and compared query by query on each metric
+    (`named`, every rank metric where `wide`, else RANK_HEADLINE), Holm within each metric."""
     if not args.gold or len(args.run_file or []) != 2 or args.run:
         raise InputError("compare ranked-list files with --gold G --run-file A --run-file B (and no --run)")
-    if args.metric not in RANK_METRICS:
+    if any(m not in RANK_METRICS for m in named or ()):
         raise InputError(f"run files have set and rank metrics only: choose one of {', '.join(RANK_METRICS)}")
     check_k(args.k, "--k")
     tables = []
     for path in args.run_file:
         gold, ranked = load_gold_and_run(Path(args.gold), Path(path), args.format)
         tables.append(score_run(gold, ranked, args.k)[0])
-    values = [dict(zip(t["query_id"].to_pylist(), t[args.metric].to_pylist())) for t in tables]
     sides = [{"run_file": path, "k": args.k} for path in args.run_file]
-    return C.adjust([C.compare(values[0], values[1], sides[0], sides[1], args.metric, alpha=args.alpha)], args.alpha)
+    found = []
+    for metric in named or (RANK_METRICS if wide else RANK_HEADLINE):
+        values = [dict(zip(t["query_id"].to_pylist(), t[metric].to_pylist())) for t in tables]
+        found += C.adjust([C.compare(values[0], values[1], sides[0], sides[1], metric, alpha=args.alpha)], args.alpha)
+    return found
 
 
 def _print_table(results: list[dict], metric: str, alpha: float) -> None:
+    """One metric's comparisons within 120 columns where labels allow: a side every row shares (the best, a run)
+    is named once above the table, not in each row; the t-test and randomisation p-values, and each comparison's
+    queries needed, are in --json (the sentence below gives the median comparison's)."""
+    a, b = [[dict(r[side]) for r in results] for side in ("a", "b")]
+    runs = {side: {s.get("run_id") for s in sides} for side, sides in (("a", a), ("b", b))}
+    where = ""
+    if not any(s.get("run_file") for s in a) and len(runs["a"]) == len(runs["b"]) == 1 and None not in runs["a"]:
+        ra, rb = runs["a"].pop(), runs["b"].pop()
+        where = f" within run {ra}" if ra == rb else f" (a: run {ra}, b: run {rb})"
+        for s in a + b:
+            s.pop("run_id")
+    one_best = len(results) > 1 and len({side_label(s) for s in a}) == 1
+    same = all(side_label(x) == side_label(y) for x, y in zip(a, b))  # two runs: each configuration against itself
+    if one_best:
+        where += f", each against the best: {side_label(a[0])} (mean {results[0]['mean_a']:.3f})"
+    sides = [[side_label(y)] for y in b] if one_best or same else [[side_label(x), side_label(y)] for x, y in zip(a, b)]
+    queries = len({r["n_queries"] for r in results}) > 1
+    header = (
+        (["configuration"] if one_best or same else ["a", "b"])
+        + (["queries"] if queries else [])
+        + (["mean"] if one_best else ["mean a", "mean b"])
+        + ["difference [95 % CI]", "p Holm", "MDE"]
+    )
     rows = [
         [
-            side_label(r["a"]),
-            side_label(r["b"]),
-            str(r["n_queries"]),
-            f"{r['mean_a']:.3f}",
+            *side,
+            *([str(r["n_queries"])] if queries else []),
+            *([] if one_best else [f"{r['mean_a']:.3f}"]),
             f"{r['mean_b']:.3f}",
             f"{r['mean_diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]",
-            f"{r['p_ttest']:.4f}",
-            f"{r['p_permutation']:.4f}",
-            f"{r['p_adjusted']:.4f}",
-            "yes" if r["significant"] else "no",
+            f"{r['p_adjusted']:.4f} {'yes' if r['significant'] else 'no'}",
             "–" if r["mde"] != r["mde"] else f"{r['mde']:.3f}",
-            " / ".join("–" if n is None else str(n) for n in r["n_needed"].values()),
         ]
-        for r in results
+        for side, r in zip(sides, results)
     ]
+    n = "" if queries else f", {results[0]['n_queries']} queries"
     print(
-        f"{metric}: paired by query; differences a − b with 95 % bootstrap intervals; Holm over {len(results)} comparison(s)"
+        textwrap.fill(
+            f"{metric}{where}: paired by query{n}; differences a − b with 95 % bootstrap intervals; Holm over "
+            f"{len(results)} comparison(s) of {metric} (p Holm: the randomisation test's, adjusted; yes: below "
+            f"α={alpha})",
+            TERMINAL_WIDTH,
+        )
     )
-    print(format_rows([*HEADER, f"significant (α={alpha})", *POWER_HEADER], rows))
+    print(format_rows(header, rows))
     typical = sorted(results, key=lambda r: (r["mde"] != r["mde"], r["mde"]))[(len(results) - 1) // 2]
-    median = " (the median MDE of these comparisons)" if len(results) > 1 else ""
-    print(
-        f"\n{power_sentence(typical['n_queries'], metric, typical['mde'], typical['n_needed'])}{median}. MDE: the "
-        f"smallest paired difference a t-test at α={alpha} detects with power 0.8, from the spread of the pair's "
-        "per-query differences; needed queries at that spread, per comparison, before Holm"
-    )
+    sentence = power_sentence(typical["n_queries"], metric, typical["mde"], typical["n_needed"], typical.get("ceiling"))
+    if not ceiling_note(typical.get("ceiling")):
+        median = " (the median MDE of these comparisons)" if len(results) > 1 else ""
+        sentence += (
+            f"{median}. MDE: the smallest paired difference a t-test at α={alpha} detects with power 0.8, from the "
+            "spread of the pair's per-query differences; needed queries at that spread, per comparison, before Holm"
+        )
+    print("\n" + textwrap.fill(sentence, TERMINAL_WIDTH))
     unmatched = sum(r["n_unmatched"] for r in results)
     if unmatched:
         print(f"\n{unmatched} query row(s) present on one side only were left out of the pairing")

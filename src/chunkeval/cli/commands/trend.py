@@ -12,16 +12,18 @@ from chunkeval.cli.options import (
     add_config,
     add_experiment,
     add_json,
+    add_metric_flags,
     add_threshold,
     check_at_least_one,
     config_filter,
+    metric_flags,
 )
 from chunkeval.cli.output import iso
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import Fault, InputError, NothingComparable
 from chunkeval.report.diff import diff_path, write_diff
-from chunkeval.report.terminal import format_rows, regression_message
-from chunkeval.vocabulary import MIN_SLICE_QUERIES, check_metric, slice_name
+from chunkeval.report.terminal import SPAN_HEADLINE, chosen_metrics, format_rows, regression_message
+from chunkeval.vocabulary import MIN_SLICE_QUERIES, slice_name
 
 WAREHOUSE_SESSION = True  # only reads
 SHOWN_RUNS = 30  # runs a terminal shows by default
@@ -32,14 +34,17 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "trend",
         help="a metric per completed run and configuration, oldest first, with the change",
         description="A metric (macro mean) per completed run and configuration, oldest first, with the change "
-        "against the previous completed run.",
+        "against the previous completed run: one table per metric (--metric, --metrics, every metric recorded with "
+        "--wide; by default the headline metrics of the newest run's kind of gold, or with --fail-on-regression "
+        "the metrics it watches), each within 120 columns.",
     )
     add_experiment(p, "the experiment", required=True)
     p.add_argument(
         "--metric",
-        help="a metric name, e.g. span_recall, recall_at_k, mrr (needed unless --fail-on-regression, which without "
-        "it watches every metric of the regression rule)",
+        help="one metric, e.g. span_recall, recall_at_k, mrr (the verdict of --fail-on-regression then watches it "
+        "alone; without --metric or --metrics it watches every metric of the regression rule)",
     )
+    add_metric_flags(p)
     add_config(
         p,
         "only configurations with these settings, e.g. chunk_size=200,k=5 (keys: chunker, chunk_size, chunk_overlap, k)",
@@ -80,11 +85,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    if args.metric is None and not args.fail_on_regression:
-        raise InputError("trend takes --metric NAME (or --fail-on-regression, which watches every metric without it)")
-    metrics = [args.metric] if args.metric else list(REGRESSION_METRICS)
-    for metric in metrics:
-        check_metric(metric)
+    named, wide = metric_flags(args)
     check_at_least_one(args.last, "--last")
     check_threshold(args.threshold)
     check_alpha(args.alpha)
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         if config and not wh.has_configuration(args.experiment, config):
             _no_match(wh, args.experiment, config)
         return _verdict(wh, args, config, in_slice)
+    metrics = named or _default_metrics(wh, args.experiment, wide, args.fail_on_regression)
     shown = args.last or (None if args.all or args.json else SHOWN_RUNS)
     by_metric = {m: wh.trend(args.experiment, m, config, shown, in_slice=in_slice) for m in metrics}
     rows = [r for found in by_metric.values() for r in found]
@@ -124,6 +126,15 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if args.fail_on_regression:
         return _verdict(wh, args, config, in_slice)
     return 0
+
+
+def _default_metrics(wh, experiment: str, wide: bool, watched: bool) -> list[str]:
+    """The tables' metrics where none is named: every metric the newest completed run measured (`--wide`), the
+    regression rule's (`watched`, --fail-on-regression), else the headline metrics of its kind of gold."""
+    if watched and not wide:
+        return list(REGRESSION_METRICS)
+    last = wh.last_completed(experiment)
+    return list(chosen_metrics(wh.summary(last["run_id"]), None, wide) if last else SPAN_HEADLINE)
 
 
 def _no_match(wh, experiment: str, config: dict) -> None:
@@ -153,7 +164,7 @@ def _slice(wh, args: argparse.Namespace) -> tuple[str, str] | None:
 def _verdict(wh, args: argparse.Namespace, config: dict, in_slice: tuple[str, str] | None = None) -> int:
     """The verdict (`chunkeval.analysis.regression.verdict`) on stdout, each regression (with the questions that
     lost most) on stderr: 1 when there is one; nothing comparable is an error of its own (exit status 3)."""
-    metrics = [args.metric] if args.metric else None
+    metrics = metric_flags(args)[0]  # else every metric of the regression rule
     found = wh.verdict(
         args.experiment, metrics, args.threshold, args.baseline, args.alpha, config, in_slice and slice_name(*in_slice)
     )
@@ -176,7 +187,8 @@ def _verdict(wh, args: argparse.Namespace, config: dict, in_slice: tuple[str, st
 
 def _diff_link(wh, args: argparse.Namespace, config: dict, reference: str, newest: str) -> str:
     """Write the diff of the reference run and the newest (`reports/<experiment>/diff-<A>-<B>.html`) and
-    say where it is, or why there is none."""
+    say where it is, or why there is none (of the one metric named, else of the watched ones)."""
+    metrics = metric_flags(args)[0]
     try:
         path = write_diff(
             wh,
@@ -184,7 +196,7 @@ def _diff_link(wh, args: argparse.Namespace, config: dict, reference: str, newes
             newest,
             diff_path(wh.root, args.experiment, reference, newest),
             config,
-            args.metric,
+            metrics[0] if metrics and len(metrics) == 1 else None,
             args.threshold,
             args.alpha,
         )
@@ -211,13 +223,15 @@ def _table(rows: list[dict], metric: str) -> str:
     if len({r.get("ties") for r in rows}) > 1:  # the tie policy changed: numbers move where ties were broken
         keys.insert(0, "ties")
     sliced = "n_queries" in rows[0]  # rows of one slice: its queries, those too small to test marked
-    cols = ["run_id", "started_at", *keys, *(["queries"] if sliced else []), metric, "change"]
+    # a run id made when the run began starts with its start (20260101T020000-…): the column would repeat it
+    when = not all(r["run_id"].startswith(r["started_at"].strftime("%Y%m%dT%H%M%S")) for r in rows)
+    cols = ["run_id", *(["started_at"] if when else []), *keys, *(["queries"] if sliced else []), metric, "change"]
     return format_rows(
         cols,
         [
             [
                 r["run_id"] + (" G" if r.get("gold_changed") else "") + (" M" if r.get("model_changed") else ""),
-                iso(r["started_at"]),
+                *([iso(r["started_at"])] if when else []),
                 *(str(r[k]) for k in keys),
                 *([f"{r['n_queries']}{'*' if r['too_small'] else ''}"] if sliced else []),
                 "–" if r["value"] is None else f"{r['value']:.3f}",
