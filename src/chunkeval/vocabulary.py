@@ -3,7 +3,7 @@ metric names. A module of its own, below everything, so that reading the warehou
 
 - The configuration key identifies one row of results everywhere (sweep columns, warehouse views, trend,
   regressions, reports), in this order. The open issues extend it, in this order:
-  model, retriever, index, reranker, candidates, chunker, chunk_size, chunk_overlap, k.
+  model, retriever, index, reranker, candidates, chunker, chunk_size, chunk_overlap, context, k.
 - Run settings change how every row of a run is scored without being an axis of the grid: runs of
   different run settings are never compared. Each has the value that runs recorded before it existed read as.
 - The metric names, in the order of their columns (definitions: docs/metrics.md).
@@ -13,7 +13,7 @@ from chunkeval.errors import InputError
 from chunkeval.limits import short
 
 CONFIG_KEYS = [
-    "model", "retriever", "index", "reranker", "candidates", "chunker", "chunk_size", "chunk_overlap", "k",
+    "model", "retriever", "index", "reranker", "candidates", "chunker", "chunk_size", "chunk_overlap", "context", "k",
 ]  # fmt: skip
 # keys of a stage after retrieval: rows of runs recorded before a key existed read as its value here
 # (`candidates` is null wherever the reranker is `none`)
@@ -22,6 +22,13 @@ NUMBER_KEYS = frozenset({"candidates", "chunk_size", "chunk_overlap", "k"})  # t
 # a configuration without its depth and reranking: what chunk and index statistics are kept by
 CHUNKING_KEYS = [key for key in CONFIG_KEYS[:-1] if key not in RERANK_KEYS]
 NO_RERANKER = "none"
+# contextual chunk headers: the text a retriever reads of a chunk is preceded by its document's title or headings
+CONTEXTS = ("none", "title", "headings")
+NO_CONTEXT = "none"
+# axes added after configuration ids were first recorded: a row at this value has the id it had before the axis
+# existed, and rows of older runs read as it (the warehouse's migrations)
+LATER_AXES = {"context": NO_CONTEXT}
+LATER_KEYS = {**RERANK_KEYS, **LATER_AXES}  # every key that rows of older runs may lack, and its value there
 
 
 def shown_keys(rows, keys=None) -> list[str]:
@@ -133,15 +140,16 @@ ANCHOR_STATUSES = ("exact", "reanchored", "approximate", "retired")
 # chunkeval.engine.experiment.Experiment); the model and index also where the retriever reads no vectors (`none`)
 LABEL_DEFAULTS = {
     "model": DEFAULT_MODEL, "retriever": "dense", "index": "exact", "reranker": NO_RERANKER, "chunker": "fixed_token",
-    "chunk_size": 200, "chunk_overlap": 0, "k": 5,
+    "chunk_size": 200, "chunk_overlap": 0, "k": 5, **LATER_AXES,
 }  # fmt: skip
 LABEL_NUMBERS = {"chunk_size": "size", "chunk_overlap": "overlap", "k": "k"}  # written `size=400`
+LABEL_NAMED = {"context": "context"}  # names written with their key: `context=title`
 DEFAULT_LABEL = "default"  # the label of the configuration whose every key holds its default
 CONFIG_ID_LENGTH = 8
 
 
 def _key_value(row: dict, key: str):
-    return row.get(key, RERANK_KEYS.get(key))
+    return row.get(key, LATER_KEYS.get(key))
 
 
 def config_label(row: dict) -> str:
@@ -162,6 +170,8 @@ def config_label(row: dict) -> str:
                 parts.append(f"{LABEL_NUMBERS[key]}={value}")
         elif key == "reranker":
             parts.append(f">{_last_part(value)}@{_key_value(row, 'candidates')}")
+        elif key in LABEL_NAMED:
+            parts.append(f"{LABEL_NAMED[key]}={value}")
         else:
             parts.append(_last_part(value) if key == "model" else str(value))
     return "/".join(parts).replace("/>", ">").replace(" ", "_") or DEFAULT_LABEL
@@ -175,10 +185,13 @@ def _last_part(name) -> str:
 def config_id(row: dict) -> str:
     """A stable short id of one configuration: the first CONFIG_ID_LENGTH hex digits of the MD5 of its key
     values (null as empty) joined by `|`, in the order of CONFIG_KEYS; the same in every run, on every
-    machine, and in the warehouse's views (`config_id_sql`)."""
+    machine, and in the warehouse's views (`config_id_sql`). A later axis at its `LATER_AXES` value is left
+    out: such a row keeps the id it had before the axis existed."""
     import hashlib
 
-    text = "|".join("" if (v := _key_value(row, key)) is None else str(v) for key in CONFIG_KEYS)
+    values = [_key_value(row, key) for key in CONFIG_KEYS]
+    kept = [v for key, v in zip(CONFIG_KEYS, values) if key not in LATER_AXES or v != LATER_AXES[key]]
+    text = "|".join("" if v is None else str(v) for v in kept)
     return hashlib.md5(text.encode()).hexdigest()[:CONFIG_ID_LENGTH]
 
 
@@ -188,7 +201,12 @@ def _sql_text(value) -> str:
 
 def config_id_sql(t: str = "") -> str:
     """`config_id` as a DuckDB expression over the configuration columns (of table alias `t`)."""
-    values = ", ".join(f"coalesce(CAST({t}{key} AS VARCHAR), '')" for key in CONFIG_KEYS)
+    values = ", ".join(
+        f"nullif({t}{key}, {_sql_text(LATER_AXES[key])})"  # concat_ws skips nulls: as `config_id` leaves it out
+        if key in LATER_AXES
+        else f"coalesce(CAST({t}{key} AS VARCHAR), '')"
+        for key in CONFIG_KEYS
+    )
     return f"substr(md5(concat_ws('|', {values})), 1, {CONFIG_ID_LENGTH})"
 
 
@@ -202,6 +220,11 @@ def config_label_sql(t: str = "") -> str:
         if key in LABEL_NUMBERS:
             default = LABEL_DEFAULTS[key]
             token = f"'{LABEL_NUMBERS[key]}=' || CAST({column} AS VARCHAR)"
+            parts.append(f"CASE WHEN {column} IS NULL OR {column} = {default} THEN NULL ELSE {token} END")
+            continue
+        if key in LABEL_NAMED:
+            token = f"'{LABEL_NAMED[key]}=' || {column}"
+            default = _sql_text(LABEL_DEFAULTS[key])
             parts.append(f"CASE WHEN {column} IS NULL OR {column} = {default} THEN NULL ELSE {token} END")
             continue
         skip = [LABEL_DEFAULTS[key]] + (["none"] if key in ("model", "index") else [])

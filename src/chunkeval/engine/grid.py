@@ -9,11 +9,12 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval.engine.chunking import ChunkerSpec, Chunks
+from chunkeval.engine.context_headers import with_headers
 from chunkeval.engine.documents import DocGold
 from chunkeval.engine.duplicates import Copies
 from chunkeval.engine.indexes import NO_INDEX, IndexSpec
 from chunkeval.engine.inputs import SpanGold
-from chunkeval.vocabulary import NO_RERANKER
+from chunkeval.vocabulary import NO_CONTEXT, NO_RERANKER
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Inputs:
     skipped: tuple = ()  # the documents left out as unreadable (`chunkeval.engine.corpus.Skipped`)
     pages: dict | None = None  # document id → where each of its pages starts (PDF documents)
     slices: pa.Table | None = None  # query_id, slice_column, slice_value (`slice_by`: chunkeval.engine.slices)
+    outlines: dict | None = None  # document id → its title and headings (`chunkeval.engine.context_headers`)
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,13 @@ class Chunking:
     spec: ChunkerSpec
     model: str | None
     chunks: Chunks
+    context: str = NO_CONTEXT  # the header before each chunk's text (`chunkeval.engine.context_headers`)
+    headers: np.ndarray | None = None  # each chunk's header ("" for none); None under context `none`
+
+    def texts(self, corpora: dict[str, str]) -> list[str]:
+        """The text a retriever reads of each chunk: its header, an empty line, and the chunk's own text."""
+        texts = self.chunks.texts(corpora)
+        return texts if self.headers is None else with_headers(texts, self.headers)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,16 @@ from chunkeval.engine.duplicates import Copies, credited_copies
 from chunkeval.engine.inputs import SpanGold
 from chunkeval.engine.ties import tie_aware, ties_in_top
 from chunkeval.stats.summaries import summarize_slices as summarize_by_slice
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, DOC_METRICS, NO_MODEL, NO_RERANKER, NUMBER_KEYS, TIE_AWARE
+from chunkeval.vocabulary import (
+    CHUNKING_KEYS,
+    CONFIG_KEYS,
+    DOC_METRICS,
+    LATER_AXES,
+    NO_MODEL,
+    NO_RERANKER,
+    NUMBER_KEYS,
+    TIE_AWARE,
+)
 
 
 def span_scoring(
@@ -71,6 +80,7 @@ def key_columns(gold, values: dict, k: int) -> dict[str, pa.Array]:
     per-query row is of."""
     n = gold.n_queries
     keys = {**values, "k": k}
+    keys = {**LATER_AXES, **keys}  # the axes a configuration's values may leave out, at their default
     columns = {key: pa.array([keys[key]] * n, pa.int64() if key in NUMBER_KEYS else pa.string()) for key in CONFIG_KEYS}
     return {**columns, "query_id": pa.array(gold.query_ids), "corpus_id": pa.array(gold.query_corpora)}
 

@@ -19,7 +19,15 @@ from chunkeval.report import charts
 from chunkeval.report.terminal import power_sentence, rerank_label
 from chunkeval.stats.aggregate import MICRO, MICRO_F1
 from chunkeval.stats.columns import numbers
-from chunkeval.vocabulary import CONFIG_KEYS, INDEX_METRICS, METRICS, approximate_index, shown_keys, split_list
+from chunkeval.vocabulary import (
+    CONFIG_KEYS,
+    INDEX_METRICS,
+    METRICS,
+    NO_CONTEXT,
+    approximate_index,
+    shown_keys,
+    split_list,
+)
 from chunkeval.warehouse import Warehouse
 
 BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
@@ -32,6 +40,8 @@ def label(row: dict, with_k: bool = True) -> str:
     searched = f" {index}" if approximate_index(index) else ""
     retriever = f"{row.get('retriever', '')}{searched}{rerank_label(row)}"
     text = f"{model} {retriever} {row['chunker']} {row['chunk_size']}/{row['chunk_overlap']}".strip()
+    context = row.get("context") or NO_CONTEXT  # contextual chunk headers, where a row has them
+    text += f" context={context}" if context != NO_CONTEXT else ""
     return f"{text} k={row['k']}" if with_k else text
 
 

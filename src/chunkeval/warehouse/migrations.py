@@ -30,6 +30,7 @@ from chunkeval.warehouse.tables import (
     TIES_SQL,
     added_keys_sql,
     empty_results,
+    later_axes_sql,
     parquet,
     parquet_columns,
     projection,
@@ -40,7 +41,7 @@ from chunkeval.warehouse.tables import (
     summary_tables_sql,
 )
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 SUMMARY_TABLES = ("summaries", "corpus_summaries", "slice_summaries")  # loaded from each completed run's files
 
 # Each step moves the schema up by one version; an older warehouse is brought up to date on open.
@@ -97,6 +98,9 @@ MIGRATIONS = [
     # `retriever`), the views show it, and per_query.parquet gains the raw scores of the MaxP document rankings
     # (`doc_scores`), whether each top k ties and the tie-aware metrics; older runs read NULL (the seed schema)
     "SELECT 1",
+    # v11: contextual chunk headers (`context`, a configuration key): the summary tables gain the column, older
+    # rows read `none` (its default); results files without it read `none` in the views (`projection`)
+    "LATER_AXES",  # `later_axes_sql()`
 ]
 
 
@@ -140,9 +144,12 @@ class Schema(Connections, Layout):
             return
         for step in range(version, upto):
             con.execute("BEGIN TRANSACTION")
-            step_sql = {None: summary_tables_sql, "ADDED_KEYS": added_keys_sql, "SLICES": slice_table_sql}.get(
-                MIGRATIONS[step]
-            )
+            step_sql = {
+                None: summary_tables_sql,
+                "ADDED_KEYS": added_keys_sql,
+                "SLICES": slice_table_sql,
+                "LATER_AXES": later_axes_sql,
+            }.get(MIGRATIONS[step])
             con.execute(step_sql() if step_sql else MIGRATIONS[step])
             if step == 5:  # the summaries of every completed run so far
                 self._materialize(

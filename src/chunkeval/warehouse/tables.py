@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from chunkeval.vocabulary import METRICS, RERANK_KEYS, RUN_SETTINGS, SLICE_KEYS, TIE_AWARE, TIES_BEFORE
+from chunkeval.vocabulary import (
+    LATER_AXES,
+    LATER_KEYS,
+    METRICS,
+    RERANK_KEYS,
+    RUN_SETTINGS,
+    SLICE_KEYS,
+    TIE_AWARE,
+    TIES_BEFORE,
+)
 
 STATUSES = ("running", "completed", "failed", "skipped", "quarantined")  # quarantined: results unreadable (repair)
 TRIGGERS = ("manual", "schedule", "event")
@@ -67,6 +76,7 @@ _KEYS = {
     "chunker": pa.string(),
     "chunk_size": pa.int64(),
     "chunk_overlap": pa.int64(),
+    "context": pa.string(),
     "k": pa.int64(),
 }
 _AVERAGES = {
@@ -152,8 +162,8 @@ _TYPES = {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", 
 
 
 def _column_sql(field: pa.Field) -> str:
-    """A column's type, and the default of a key that older summaries lack (RERANK_KEYS)."""
-    default = RERANK_KEYS.get(field.name)
+    """A column's type, and the default of a key that older summaries lack (LATER_KEYS)."""
+    default = LATER_KEYS.get(field.name)
     return f"{_TYPES[field.type]}{f' DEFAULT {sql_literal(default)}' if default is not None else ''}"
 
 
@@ -167,6 +177,17 @@ def added_keys_sql() -> str:
         f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {_column_sql(SUMMARY.field(name))};"
         for table in ("summaries", "corpus_summaries")
         for name in RERANK_KEYS
+    )
+
+
+def later_axes_sql() -> str:
+    """The axes added to the configuration after v10 (`chunkeval.vocabulary.LATER_AXES`: context): a column of
+    each summary table, older rows at the axis's default."""
+    return "".join(
+        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {_column_sql(SUMMARY.field(name))};"
+        f"UPDATE {table} SET {name} = {sql_literal(value)} WHERE {name} IS NULL;"
+        for table in ("summaries", "corpus_summaries", "slice_summaries")
+        for name, value in LATER_AXES.items()
     )
 
 
@@ -218,13 +239,13 @@ def projection(kind: str, names: set[str], alias: str) -> str:
     retriever = f"coalesce({alias}.retriever, 'dense')" if "retriever" in names else "'dense'"
     older = INDEX_OF_OLDER_ROWS.format(r=retriever, m=model)
     index = f"coalesce({alias}.index, {older})" if "index" in names else older
-    # keys added later read as their value for older runs (reranker `none`, candidates null)
+    # keys added later read as their value for older runs (reranker `none`, candidates null, context `none`)
     later = ", ".join(
         f"CAST({f'coalesce({alias}.{key}, {sql_literal(value)})' if key in names else sql_literal(value)} "
         f"AS {_TYPES[_KEYS[key]]}) AS {key}"
-        for key, value in RERANK_KEYS.items()
+        for key, value in LATER_KEYS.items()
     )
-    drop = ", ".join(c for c in ("run_id", "model", "retriever", "index", *RERANK_KEYS) if c in names)
+    drop = ", ".join(c for c in ("run_id", "model", "retriever", "index", *LATER_KEYS) if c in names)
     rest = f"{alias}.* EXCLUDE ({drop})" if drop else f"{alias}.*"
     if kind in ("per_query", "summary", "by_corpus", "by_slice"):
         return (
