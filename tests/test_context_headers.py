@@ -259,3 +259,41 @@ def test_a_run_through_the_flow_records_each_context(tmp_path, monkeypatch, shar
     assert json.loads(done["settings"])["context"] == ["title", "headings"]
     rows = wh.summary(done["run_id"]).to_pylist()
     assert sorted({r["context"] for r in rows}) == ["headings", "title"] and len(rows) == 2 * 2 * 2
+
+
+@pytest.mark.slow  # the sweeps above
+def test_runs_recorded_before_the_axis_read_context_none(sweeps, tmp_path):
+    """A warehouse of schema 10 and a run it recorded (results without the column) read `context: none` after the
+    upgrade, with the configuration ids they had; a new run of the same settings trends on from it unchanged."""
+    import duckdb
+    import pyarrow.parquet as pq
+
+    from chunkeval.warehouse import SCHEMA_VERSION
+
+    plain, _, _ = sweeps
+    old = Warehouse(tmp_path / "wh")
+    old.db_path.parent.mkdir(parents=True, exist_ok=True)
+    with duckdb.connect(str(old.db_path)) as con:
+        old._migrate(con, upto=SCHEMA_VERSION - 1)
+        con.execute(
+            "INSERT INTO runs (run_id, experiment, status, trigger, started_at, texts_embedded, settings) "
+            "VALUES ('old-run', 'ctx', 'completed', 'manual', now()::TIMESTAMP - INTERVAL 1 DAY, 0, '{}')"
+        )
+        folder = old._file("old-run", "summary").parent
+        folder.mkdir(parents=True)
+        for kind, table in (("summary", plain.summary), ("per_query", plain.per_query)):
+            table = table.drop_columns(["context"])
+            pq.write_table(
+                table.append_column("run_id", pa.array(["old-run"] * table.num_rows)), old._file("old-run", kind)
+            )
+        old._materialize(con, ["old-run"])
+    wh = Warehouse(tmp_path / "wh")
+    run_id = wh.begin_run("ctx", {}, "manual", small().to_dict())
+    wh.complete_run(run_id, plain.per_query, plain.summary, 0)
+    with wh.connect() as con:
+        assert con.execute("SELECT DISTINCT context FROM config_summary").fetchall() == [("none",)]
+        assert con.execute("SELECT DISTINCT context FROM query_results").fetchall() == [("none",)]
+        ids = con.execute("SELECT run_id, list(config_id ORDER BY config_id) FROM config_summary GROUP BY 1").fetchall()
+    assert ids[0][1] == ids[1][1]  # the same configuration ids before and after the upgrade
+    rows = wh.trend("ctx", "span_recall", {"retriever": "dense", "k": 3})
+    assert [r["run_id"] for r in rows] == ["old-run", run_id] and rows[1]["change"] == 0.0
