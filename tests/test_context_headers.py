@@ -6,6 +6,7 @@ warehouse, trend, compare, regressions and the report."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -91,6 +92,39 @@ def test_html_headers_worked_example(mode):
         assert headers_at(page.text, "r", outline, "headings", ["Home"]) == ["Refund policy"]
     untitled = extract(b"<html><body><p>Only text.</p></body></html>", mode)
     assert file_outline("site/untitled.html", untitled) == Outline("untitled")
+
+
+def test_pdf_headers_from_its_metadata_title_and_outline():
+    import io
+
+    import pypdf
+
+    from chunkeval.engine.extract.pdf import extract as extract_pdf
+
+    source = Path(__file__).parent / "data" / "formats" / "handbook.pdf"
+    writer = pypdf.PdfWriter(clone_from=source)
+    writer.add_metadata({"/Title": "Keeper's handbook"})
+    writer.add_outline_item("Keeper's handbook", 0)
+    paraffin = writer.add_outline_item("Paraffin", 1)
+    writer.add_outline_item("Brass", 1, parent=paraffin)
+    writer.add_outline_item("Fog signals", 3)
+    writer.add_outline_item("Not on its page", 0)  # its words are not on page 1: placed where the page starts
+    out = io.BytesIO()
+    writer.write(out)
+    pdf = extract_pdf(out.getvalue())
+    assert pdf.title == "Keeper's handbook"
+    placed = {name: (start, level) for start, level, name in pdf.headings}
+    assert placed["Brass"] == (pdf.text.index("Brass"), 2) and placed["Not on its page"] == (0, 1)
+    outline = file_outline("handbook.pdf", pdf)
+    starts = ["The keeper", "Paraffin", "Brass is", "Fog signals"]
+    assert headers_at(pdf.text, "h", outline, "headings", starts) == [
+        "Keeper's handbook > Not on its page",  # placed at the page's start, after the entry before it
+        "Keeper's handbook > Paraffin",
+        "Keeper's handbook > Paraffin > Brass",
+        "Keeper's handbook > Fog signals",
+    ]
+    bare = extract_pdf(source.read_bytes())
+    assert file_outline("handbook.pdf", bare) == Outline(bare.title or "handbook")
 
 
 def test_jsonl_documents_get_their_title_only_on_chunks_that_do_not_begin_them(tmp_path):
