@@ -200,6 +200,7 @@ def test_context_none_gives_exactly_the_numbers_of_a_run_without_the_setting(swe
     rows = headed.summary.to_pylist()
     assert sorted({r["context"] for r in rows}) == ["headings", "none", "title"]
     assert len(rows) == 3 * plain.summary.num_rows
+    assert headed.references.to_pylist() == plain.references.to_pylist()  # the contexts share their chunking's
 
 
 @pytest.mark.slow  # two sweeps of the demo with the model: 10 s on a quiet machine

@@ -210,4 +210,5 @@ def reference_tables(gold, corpora: dict[str, str], chunkings) -> pa.Table:
     from chunkeval.engine.documents import DocGold
 
     gold = gold.without_spans() if isinstance(gold, DocGold) else gold
-    return pa.concat_tables([reference_table(gold, corpora, c.spec, c.chunks, c.model) for c in chunkings])
+    distinct = {(c.spec, c.model): c for c in chunkings}.values()  # the contexts of a chunking share its chunks
+    return pa.concat_tables([reference_table(gold, corpora, c.spec, c.chunks, c.model) for c in distinct])
