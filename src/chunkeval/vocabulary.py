@@ -32,10 +32,12 @@ LATER_KEYS = {**RERANK_KEYS, **LATER_AXES}  # every key that rows of older runs 
 
 
 def shown_keys(rows, keys=None) -> list[str]:
-    """The configuration keys a table of `rows` (dicts) shows: the reranking keys only where a row reranks."""
+    """The configuration keys a table of `rows` (dicts) shows: the reranking keys only where a row reranks, a later
+    axis (`context`) only where a row leaves its default."""
     keys = CONFIG_KEYS if keys is None else keys
     reranks = any(row.get("reranker") not in (None, NO_RERANKER) for row in rows)
-    return [key for key in keys if reranks or key not in RERANK_KEYS]
+    varied = {k for k, v in LATER_AXES.items() if any(row.get(k, v) not in (None, v) for row in rows)}
+    return [k for k in keys if (reranks or k not in RERANK_KEYS) and (k not in LATER_AXES or k in varied)]
 
 
 NO_MODEL = "none"  # the model of rows that no model produced (bm25 over fixed or recursive chunks)
