@@ -260,6 +260,12 @@ CASES = {
         lambda w: sweep(w["t"], "--index", f"chroma:url=http://127.0.0.1:{free_port()}"),
         "Chroma server http://127.0.0.1:",
     ),
+    # ---------------------------------------------------------------- sweep: contextual chunk headers (issue 33)
+    "sweep: unknown context": (
+        lambda w: sweep(w["t"], "--context", "summary"),
+        "context must be none or title or headings, got 'summary'",
+    ),
+    "sweep: the same context twice": (lambda w: sweep(w["t"], "--context", "title,title"), "context 'title' listed"),
     "sweep: chunker module not importable": (
         lambda w: sweep(w["t"], "--chunker", "nosuchpkg.mod:fn"),
         "cannot import chunker",
@@ -403,6 +409,10 @@ CASES = {
     "run: experiment file with an unknown tie policy": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "ties: random\n")],
         "ties must be trec_eval or retriever, got 'random'",
+    ),
+    "run: experiment file context not a name": (
+        lambda w: ["run", experiment(w["t"], GOOD_YAML + "context: {title: 1}\n")],
+        "context must be a name or a list of names",
     ),
     "run: experiment file bad name": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "name: two words\n")],

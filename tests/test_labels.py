@@ -48,10 +48,23 @@ def test_config_id_is_stable_and_tells_configurations_apart():
     assert config_id(DEFAULT) == config_id({k: v for k, v in DEFAULT.items() if k not in ("reranker", "candidates")})
     rows = [dict(zip(CONFIG_KEYS, v)) for v in itertools.product(
         ["all-MiniLM-L6-v2", "none"], ["dense", "bm25"], ["exact", "none"], ["none", "ce"], [None, 20],
-        ["fixed_token", "recursive_token"], [100, 200], [0, 25], [1, 5],
+        ["fixed_token", "recursive_token"], [100, 200], [0, 25], ["none", "title"], [1, 5],
     )]  # fmt: skip
     ids = {config_id(r) for r in rows}
     assert len(ids) == len(rows) and all(len(i) == 8 and int(i, 16) >= 0 for i in ids)
+
+
+def test_a_later_axis_at_its_default_keeps_the_id_and_label_of_before():
+    """`context: none` (issue 33) leaves a configuration's id and label as they were before the axis existed:
+    the id is the MD5 of the other keys' values alone; another context is in both."""
+    import hashlib
+
+    before = [k for k in CONFIG_KEYS if k != "context"]
+    text = "|".join("" if DEFAULT[k] is None else str(DEFAULT[k]) for k in before)
+    assert config_id(DEFAULT) == hashlib.md5(text.encode()).hexdigest()[:8]
+    assert config_id({k: v for k, v in DEFAULT.items() if k != "context"}) == config_id(DEFAULT)
+    titled = {**DEFAULT, "context": "title", "chunk_size": 400}
+    assert config_id(titled) != config_id(DEFAULT) and config_label(titled) == "size=400/context=title"
 
 
 def test_the_views_label_and_id_are_pythons():
@@ -59,7 +72,7 @@ def test_the_views_label_and_id_are_pythons():
         "model": ["all-MiniLM-L6-v2", "org/m"], "retriever": ["dense", "bm25"], "index": ["exact", "hnsw"],
         "vectors": ["float32", "binary"], "dims": ["full", "128"], "reranker": ["none", "a/ce"], "candidates": [None, 9],
         "expand": ["none", "window:n=1"], "chunker": ["fixed_token", "semantic"], "chunk_size": [200, 300],
-        "chunk_overlap": [0, 10], "k": [5, 1],
+        "chunk_overlap": [0, 10], "context": ["none", "headings"], "k": [5, 1],
     }  # fmt: skip
     assert list(values) == CONFIG_KEYS
     rows = [dict(zip(CONFIG_KEYS, v)) for v in itertools.product(*values.values())]

@@ -161,6 +161,20 @@ def test_the_package_imports_its_own_modules_at_the_top():
     assert unexplained == []
 
 
+def test_the_command_line_loads_no_prefect_torch_or_mlflow_until_a_command_needs_them():
+    """`chunkeval runs`, `trend` and `--help` start without the seconds Prefect, torch and MLflow take to import:
+    the lazy imports that keep it so (commented where they are) are held here."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, chunkeval.cli.main; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'prefect', 'torch', 'mlflow', 'sentence_transformers'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_the_engines_old_module_paths_still_import_with_a_warning():
     """One compatibility module (chunkeval.engine.moved) keeps the flat paths of before the move working
     until its removal date: the same module object, and one FutureWarning naming the new path."""

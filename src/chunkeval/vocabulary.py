@@ -3,7 +3,8 @@ metric names. A module of its own, below everything, so that reading the warehou
 
 - The configuration key identifies one row of results everywhere (sweep columns, warehouse views, trend,
   regressions, reports), in this order. The open issues extend it, in this order:
-  model, retriever, index, vectors, dims, reranker, candidates, expand, chunker, chunk_size, chunk_overlap, k.
+  model, retriever, index, vectors, dims, reranker, candidates, expand, chunker, chunk_size, chunk_overlap, context,
+  k.
 - Run settings change how every row of a run is scored without being an axis of the grid: runs of
   different run settings are never compared. Each has the value that runs recorded before it existed read as.
 - The metric names, in the order of their columns (definitions: docs/metrics.md).
@@ -14,7 +15,7 @@ from chunkeval.limits import short
 
 CONFIG_KEYS = [
     "model", "retriever", "index", "vectors", "dims", "reranker", "candidates", "expand", "chunker", "chunk_size",
-    "chunk_overlap", "k",
+    "chunk_overlap", "context", "k",
 ]  # fmt: skip
 # compressed vectors (chunkeval.engine.retrieval.vectors): how the dense half stores and searches its vectors. Rows of runs
 # recorded before the keys existed, and rows that read no vectors, read as these; a configuration id leaves a key
@@ -28,22 +29,24 @@ NUMBER_KEYS = frozenset({"candidates", "chunk_size", "chunk_overlap", "k"})  # t
 CHUNKING_KEYS = [key for key in CONFIG_KEYS[:-1] if key not in RERANK_KEYS]
 NO_RERANKER = "none"
 NO_EXPAND = "none"  # small-to-big retrieval (`expand`, chunkeval.engine.scoring.expansion): the chunks themselves
-# configuration keys added after runs were first recorded, with the value older rows read as (the warehouse's
-# views and migrations); one holding that value is left out of `config_id`, so that older ids stay
-# the keys of a configuration that a configuration id and label leave out where they hold their value here
-OPTIONAL_KEYS = {**VECTOR_KEYS, "expand": NO_EXPAND}
-ADDED_KEYS = {**VECTOR_KEYS, **RERANK_KEYS, "expand": NO_EXPAND}
+# contextual chunk headers: the text a retriever reads of a chunk is preceded by its document's title or headings
+CONTEXTS = ("none", "title", "headings")
+NO_CONTEXT = "none"
+# axes added after configuration ids were first recorded: a configuration id and label leave one out where it
+# holds its value here, so that a row at that value keeps the id it had before the axis existed
+OPTIONAL_KEYS = {**VECTOR_KEYS, "expand": NO_EXPAND, "context": NO_CONTEXT}
+# every key added after runs were first recorded, with the value older rows read as (the warehouse's views and
+# migrations)
+ADDED_KEYS = {**VECTOR_KEYS, **RERANK_KEYS, "expand": NO_EXPAND, "context": NO_CONTEXT}
 
 
 def shown_keys(rows, keys=None) -> list[str]:
-    """The configuration keys a table of `rows` (dicts) shows: the reranking keys only where a row reranks, the
-    vector keys only where a row holds other than their default."""
+    """The configuration keys a table of `rows` (dicts) shows: the reranking keys only where a row reranks, an
+    optional axis (vectors, dims, expand, context) only where a row leaves its default."""
     keys = CONFIG_KEYS if keys is None else keys
     reranks = any(row.get("reranker") not in (None, NO_RERANKER) for row in rows)
-    compressed = {k for k, v in VECTOR_KEYS.items() if any(row.get(k) not in (None, v) for row in rows)}
-    return [
-        key for key in keys if (reranks or key not in RERANK_KEYS) and (key in compressed or key not in VECTOR_KEYS)
-    ]
+    varied = {k for k, v in OPTIONAL_KEYS.items() if any(row.get(k, v) not in (None, v) for row in rows)}
+    return [k for k in keys if (reranks or k not in RERANK_KEYS) and (k not in OPTIONAL_KEYS or k in varied)]
 
 
 NO_MODEL = "none"  # the model of rows that no model produced (bm25 over fixed or recursive chunks)
@@ -148,9 +151,10 @@ ANCHOR_STATUSES = ("exact", "reanchored", "approximate", "retired")
 # chunkeval.engine.pipeline.experiment.Experiment); the model and index also where the retriever reads no vectors (`none`)
 LABEL_DEFAULTS = {
     "model": DEFAULT_MODEL, "retriever": "dense", "index": "exact", "reranker": NO_RERANKER, "chunker": "fixed_token",
-    "chunk_size": 200, "chunk_overlap": 0, "k": 5, **VECTOR_KEYS, "expand": NO_EXPAND,
+    "chunk_size": 200, "chunk_overlap": 0, "k": 5, **OPTIONAL_KEYS,
 }  # fmt: skip
 LABEL_NUMBERS = {"chunk_size": "size", "chunk_overlap": "overlap", "k": "k", "dims": "dims"}  # written `size=400`
+LABEL_NAMED = {"context": "context"}  # names written with their key: `context=title`
 DEFAULT_LABEL = "default"  # the label of the configuration whose every key holds its default
 CONFIG_ID_LENGTH = 8
 
@@ -178,6 +182,8 @@ def config_label(row: dict) -> str:
                 parts.append(f"{LABEL_NUMBERS[key]}={value}")
         elif key == "reranker":
             parts.append(f">{_last_part(value)}@{_key_value(row, 'candidates')}")
+        elif key in LABEL_NAMED:
+            parts.append(f"{LABEL_NAMED[key]}={value}")
         else:
             parts.append(_last_part(value) if key == "model" else str(value))
     return "/".join(parts).replace("/>", ">").replace(" ", "_") or DEFAULT_LABEL
@@ -230,6 +236,11 @@ def config_label_sql(t: str = "") -> str:
         if key in LABEL_NUMBERS:
             default = _sql_text(LABEL_DEFAULTS[key]) if key in VECTOR_KEYS else LABEL_DEFAULTS[key]
             token = f"'{LABEL_NUMBERS[key]}=' || CAST({column} AS VARCHAR)"
+            parts.append(f"CASE WHEN {column} IS NULL OR {column} = {default} THEN NULL ELSE {token} END")
+            continue
+        if key in LABEL_NAMED:
+            token = f"'{LABEL_NAMED[key]}=' || {column}"
+            default = _sql_text(LABEL_DEFAULTS[key])
             parts.append(f"CASE WHEN {column} IS NULL OR {column} = {default} THEN NULL ELSE {token} END")
             continue
         skip = [LABEL_DEFAULTS[key]] + (["none"] if key in ("model", "index") else [])

@@ -69,7 +69,7 @@ def add_setting_flag(p, s: Setting, help: str | None = None) -> None:
     kwargs = {"help": help or s.help}
     if s.metavar:
         kwargs["metavar"] = s.metavar
-    if s.choices:
+    if s.choices and s.kind != "names":  # a list's values are checked one by one once split (the settings table)
         kwargs["choices"] = s.choices
     if s.kind == "bool":
         kwargs.update(action="store_true", default=None)

@@ -290,7 +290,7 @@ def evaluate(
             done = chunk.map(
                 unmapped(inputs.corpora), [s for s, _ in jobs], [m for _, m in jobs], unmapped(embedders)
             ).result()
-            chunkings = [c for c, _ in done]
+            chunkings = sweep.with_contexts(exp, [c for c, _ in done], inputs)
             configs = sweep.plan(exp, chunkings)
             sweep.check_indexes_fit(inputs, chunkings, configs, embedders, exp.own_corpus)
             for note in clamped_k_note(exp.k, chunkings):

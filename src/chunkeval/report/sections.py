@@ -25,6 +25,7 @@ from chunkeval.vocabulary import (
     CONFIG_KEYS,
     INDEX_METRICS,
     METRICS,
+    NO_CONTEXT,
     approximate_index,
     gold_kind_said,
     shown_keys,
@@ -42,6 +43,8 @@ def label(row: dict, with_k: bool = True) -> str:
     searched = f" {index}" if approximate_index(index) else ""
     retriever = f"{row.get('retriever', '')}{searched}{rerank_label(row)}"
     text = f"{model} {retriever} {row['chunker']} {row['chunk_size']}/{row['chunk_overlap']}".strip()
+    context = row.get("context") or NO_CONTEXT  # contextual chunk headers, where a row has them
+    text += f" context={context}" if context != NO_CONTEXT else ""
     return f"{text} k={row['k']}" if with_k else text
 
 

@@ -29,6 +29,7 @@ from chunkeval.warehouse.tables import (
     SUMMARY,
     TIES_SQL,
     added_keys_sql,
+    context_key_sql,
     empty_results,
     expand_key_sql,
     parquet,
@@ -42,7 +43,7 @@ from chunkeval.warehouse.tables import (
     vector_keys_sql,
 )
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 SUMMARY_TABLES = ("summaries", "corpus_summaries", "slice_summaries")  # loaded from each completed run's files
 
 # Each step moves the schema up by one version; an older warehouse is brought up to date on open.
@@ -105,6 +106,9 @@ MIGRATIONS = [
     # v12: a configuration gains `expand` (small-to-big retrieval, chunkeval.engine.scoring.expansion): older rows, summaries
     # and retrieved lists read `none`, and their config ids stay (`vocabulary.config_id` leaves `none` out)
     "EXPAND",  # `expand_key_sql()`
+    # v13: contextual chunk headers (`context`, a configuration key): the summary tables gain the column, older
+    # rows read `none` (its default); results files without it read `none` in the views (`projection`)
+    "CONTEXT",  # `context_key_sql()`
 ]
 
 
@@ -154,6 +158,7 @@ class Schema(Connections, Layout):
                 "SLICES": slice_table_sql,
                 "VECTOR_KEYS": vector_keys_sql,
                 "EXPAND": expand_key_sql,
+                "CONTEXT": context_key_sql,
             }.get(MIGRATIONS[step])
             con.execute(step_sql() if step_sql else MIGRATIONS[step])
             if step == 5:  # the summaries of every completed run so far

@@ -13,6 +13,7 @@ import pyarrow as pa
 from chunkeval.vocabulary import (
     ADDED_KEYS,
     METRICS,
+    NO_CONTEXT,
     RERANK_KEYS,
     RUN_SETTINGS,
     SLICE_KEYS,
@@ -79,6 +80,7 @@ _KEYS = {
     "chunker": pa.string(),
     "chunk_size": pa.int64(),
     "chunk_overlap": pa.int64(),
+    "context": pa.string(),
     "k": pa.int64(),
 }
 _AVERAGES = {
@@ -204,6 +206,17 @@ def expand_key_sql() -> str:
     )
 
 
+def context_key_sql() -> str:
+    """v13: the configuration key `context` (contextual chunk headers): a column of each summary table, older
+    rows read `none`."""
+    return "".join(
+        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {_column_sql(SUMMARY.field(name))};"
+        f"UPDATE {table} SET {name} = {sql_literal(value)} WHERE {name} IS NULL;"
+        for table in ("summaries", "corpus_summaries", "slice_summaries")
+        for name, value in {"context": NO_CONTEXT}.items()
+    )
+
+
 def sql_literal(value) -> str:
     return "NULL" if value is None else "'" + str(value).replace("'", "''") + "'"
 
@@ -252,7 +265,7 @@ def projection(kind: str, names: set[str], alias: str) -> str:
     retriever = f"coalesce({alias}.retriever, 'dense')" if "retriever" in names else "'dense'"
     older = INDEX_OF_OLDER_ROWS.format(r=retriever, m=model)
     index = f"coalesce({alias}.index, {older})" if "index" in names else older
-    # keys added later read as their value for older runs (reranker `none`, candidates null, expand `none`)
+    # keys added later read as their value for older runs (reranker `none`, candidates null, expand and context `none`)
     later = ", ".join(
         f"CAST({f'coalesce({alias}.{key}, {sql_literal(value)})' if key in names else sql_literal(value)} "
         f"AS {_TYPES[_KEYS[key]]}) AS {key}"

@@ -24,7 +24,6 @@ from chunkeval.engine.pipeline.runners import check_task_runner, cluster_workers
 from chunkeval.engine.pipeline.sweep import load_inputs
 from chunkeval.errors import InputError
 from chunkeval.files import check_writable_dir
-from chunkeval.flows.evaluate import with_task_runner
 from chunkeval.flows.temporary_server import check_folders, temporary_server
 from chunkeval.limits import check_name
 from chunkeval.paths import cache_dir, home
@@ -135,7 +134,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     quiet_prefect(args.verbose)
     log.propagate = False  # Prefect's console handler sits on the root logger: say each thing once
     try:
-        # Prefect (seconds to import, and it makes its home when it is) loads only when a flow runs
+        from chunkeval.flows.evaluate import with_task_runner  # Prefect loads (seconds) only when a flow runs
+
         with temporary_server(), show_progress():
             result = with_task_runner(runner)(
                 experiment=exp.to_dict(),

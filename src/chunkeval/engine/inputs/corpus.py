@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chunkeval.engine.inputs.extract import DOCUMENT_SUFFIXES, DocumentReader, Unreadable, identity
+from chunkeval.engine.inputs.headings import Outline, file_outline
 from chunkeval.engine.inputs.readers import jsonl_object, nonempty, query_id_value
 from chunkeval.engine.inputs.span_gold import listing
 from chunkeval.errors import InputError
@@ -60,6 +61,7 @@ class Documents:
     source: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, Skipped] = field(default_factory=dict)  # by document id
     other: set[str] = field(default_factory=set)
+    outlines: dict = field(default_factory=dict)  # document id → title and headings (`context_headers.Outline`)
 
     def skipped_reasons(self) -> dict[str, str]:
         """Document id → `file: reason` of every document left out."""
@@ -196,8 +198,10 @@ def read_jsonl_documents(path: Path, corpus: str, into: Documents, strict: bool 
         if not isinstance(body, str) or not isinstance(title, str):
             raise InputError("title and text must be strings", path, row)
         known = 2 + ("title" in obj) + ("_id" in obj and "id" in obj)  # an id, text, and title where given
-        if add_document(into, doc, (title + " " + body).strip(), corpus, name, row) and len(obj) > known:
-            into.meta[doc] = {k: v for k, v in obj.items() if k not in JSONL_FIELDS}
+        if add_document(into, doc, (title + " " + body).strip(), corpus, name, row):
+            into.outlines[doc] = Outline(title.strip() or doc)
+            if len(obj) > known:
+                into.meta[doc] = {k: v for k, v in obj.items() if k not in JSONL_FIELDS}
 
 
 def _document_id(obj: dict, path: Path, row: int) -> str:
@@ -216,8 +220,11 @@ def read_file_document(
     except Unreadable as exc:
         _unreadable(into, strict, doc, corpus, path, str(exc))
         return
-    if add_document(into, doc, nonempty(extracted.text, path), corpus, path, None) and extracted.pages:
+    if not add_document(into, doc, nonempty(extracted.text, path), corpus, path, None):
+        return
+    if extracted.pages:
         into.pages[doc] = extracted.pages
+    into.outlines[doc] = file_outline(path, extracted)
 
 
 def read_documents(

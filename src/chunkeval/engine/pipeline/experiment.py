@@ -54,7 +54,9 @@ from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, check_name, short, yaml_load
 from chunkeval.paths import DEMO_DIR
 from chunkeval.vocabulary import (
+    CONTEXTS,
     DEFAULT_MODEL,
+    NO_CONTEXT,
     NO_EXPAND,
     NO_RERANKER,
     RUN_SETTINGS,
@@ -181,6 +183,10 @@ class Experiment:
         "comma-separated overlaps: a number of tokens, or a share of the chunk size like 10%% (rounded down)",
         "chunking",
     )
+    context: tuple[str, ...] = setting(  # chunkeval.engine.inputs.headings
+        (NO_CONTEXT,), "names", "comma-separated chunk headers: none (default), title (the document's title before "
+        "each chunk's text), headings (its path of headings); embedded and indexed, never scored (docs/metrics.md)",
+        "chunking", choices=CONTEXTS)  # fmt: skip
     k: tuple[int, ...] = setting(
         (5,), "ints", "comma-separated retrieval depths, e.g. 1,3,5", "retrieval", minimum=1, maximum=MAX_K
     )
@@ -477,7 +483,7 @@ class Experiment:
         check_run_settings(self, source)
         check_reranking(self, source)
         check_expand(self, source)
-        for key in ("model", "retriever", "chunker", "reranker"):
+        for key in ("model", "retriever", "chunker", "reranker", "context"):
             values = getattr(self, key)
             if not values:
                 raise InputError(f"an experiment needs at least one {key}", source)
@@ -600,6 +606,8 @@ class Experiment:
                 del data[key]  # runs of span gold stay as they were recorded before document gold existed
         if data["anchor_similarity"] == ANCHOR_SIMILARITY:
             del data["anchor_similarity"]  # runs of the default stay as they were recorded before the key existed
+        if data["context"] == (NO_CONTEXT,):
+            del data["context"]  # runs without headers stay as they were recorded before the axis existed
         if data["html"] == "full":
             del data["html"]  # runs of the default extraction stay as they were recorded before the key existed
         if not self.beir:

@@ -44,12 +44,11 @@ def retrieve_scored(
     """Top-k chunk indices per question (-1 padding), over the pooled corpora or each question's own, and the
     retriever's score of each (`retrievers.retrieve_scored`; None for a plug-in); of the questions `rows` alone
     where given."""
-    chunks = chunking.chunks
     rows = np.arange(inputs.gold.n_queries) if rows is None else rows
     vectors, groups = embedded.queries.get(config.model), groups_of(inputs, chunking, own_corpus)
     request = retrievers.RetrievalRequest(
         query_texts=[inputs.gold.questions[i] for i in rows.tolist()],
-        chunk_texts=chunks.texts(inputs.corpora),
+        chunk_texts=chunking.texts(inputs.corpora),  # headed by the chunking's context
         k=k,
         query_vectors=None if vectors is None else vectors[rows],
         chunk_vectors=embedded.chunks.get((config.chunking, config.model)),
@@ -134,7 +133,7 @@ def rerank_top(
         scorers = {} if scorers is None else scorers
         if config.reranker not in scorers:
             scorers[config.reranker] = rerank.CrossEncoderScorer(config.reranker, home() / "cache" / "rerank")
-        texts = chunking.chunks.texts(inputs.corpora)
+        texts = chunking.texts(inputs.corpora)
         scores = scorers[config.reranker].scores(list(inputs.gold.questions), texts, first)
     return rerank.order(first, scores, keep)
 

@@ -11,9 +11,10 @@ import pyarrow as pa
 from chunkeval.engine.chunking import ChunkerSpec, Chunks
 from chunkeval.engine.inputs.document_gold import DocGold
 from chunkeval.engine.inputs.duplicates import Copies
+from chunkeval.engine.inputs.headings import with_headers
 from chunkeval.engine.inputs.span_gold import SpanGold
 from chunkeval.engine.retrieval.indexes import NO_INDEX, IndexSpec
-from chunkeval.vocabulary import NO_EXPAND, NO_RERANKER, VECTOR_KEYS
+from chunkeval.vocabulary import NO_CONTEXT, NO_EXPAND, NO_RERANKER, VECTOR_KEYS
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Inputs:
     skipped: tuple = ()  # the documents left out as unreadable (`chunkeval.engine.inputs.corpus.Skipped`)
     pages: dict | None = None  # document id → where each of its pages starts (PDF documents)
     slices: pa.Table | None = None  # query_id, slice_column, slice_value (`slice_by`: chunkeval.engine.inputs.slices)
+    outlines: dict | None = None  # document id → its title and headings (`chunkeval.engine.inputs.headings`)
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,13 @@ class Chunking:
     spec: ChunkerSpec
     model: str | None
     chunks: Chunks
+    context: str = NO_CONTEXT  # the header before each chunk's text (`chunkeval.engine.inputs.headings`)
+    headers: np.ndarray | None = None  # each chunk's header ("" for none); None under context `none`
+
+    def texts(self, corpora: dict[str, str]) -> list[str]:
+        """The text a retriever reads of each chunk: its header, an empty line, and the chunk's own text."""
+        texts = self.chunks.texts(corpora)
+        return texts if self.headers is None else with_headers(texts, self.headers)
 
 
 @dataclass(frozen=True)

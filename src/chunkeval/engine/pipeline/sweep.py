@@ -24,6 +24,7 @@ from chunkeval.engine.inputs.corpus import corpus_names, load_documents, skipped
 from chunkeval.engine.inputs.document_gold import DocGold, load_document_gold, warn_left_out
 from chunkeval.engine.inputs.duplicates import find_copies
 from chunkeval.engine.inputs.extract import DocumentReader
+from chunkeval.engine.inputs.headings import chunk_headers
 from chunkeval.engine.inputs.slices import load_slices
 from chunkeval.engine.inputs.span_gold import load_span_gold
 from chunkeval.engine.pipeline.experiment import Experiment, clamped_k_note
@@ -48,6 +49,7 @@ from chunkeval.engine.scoring.expansion import Scored, expand_keys, expanded, pa
 from chunkeval.engine.scoring.retrieved import kept_qrels, retrieved_table
 from chunkeval.progress import Stopwatch
 from chunkeval.vocabulary import (
+    NO_CONTEXT,
     NO_MODEL,
     NO_RERANKER,
     VECTOR_KEYS,
@@ -85,6 +87,7 @@ def load_inputs(exp: Experiment, quiet: bool = False) -> Inputs:
         tuple(docs.skipped.values()),
         docs.pages or None,
         load_slices(exp, gold.query_ids),
+        docs.outlines,
     )
 
 
@@ -98,6 +101,20 @@ def chunking_jobs(exp: Experiment) -> list[tuple[ChunkerSpec, str | None]]:
 def chunk_one(corpora: dict[str, str], spec: ChunkerSpec, model: str | None, embedders: Embedders) -> Chunking:
     embed = embedders.embed_function(model) if model is not None else None
     return Chunking(spec, model, chunk_corpora(corpora, spec, embed))
+
+
+def with_contexts(exp: Experiment, chunkings: list[Chunking], inputs: Inputs | None = None) -> list[Chunking]:
+    """Each chunking once per value of the `context` axis, in its order, sharing its chunks; each with its chunks'
+    headers (`chunkeval.engine.inputs.headings`; none without `inputs`: what sizing a grid needs)."""
+    out = []
+    for chunking in chunkings:
+        for context in exp.context:
+            headers = None
+            if context != NO_CONTEXT and inputs is not None:
+                c = chunking.chunks
+                headers = chunk_headers(c.corpus_names, c.corpus, c.start, inputs.outlines or {}, context)
+            out.append(replace(chunking, context=context, headers=headers))
+    return out
 
 
 def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
@@ -127,7 +144,7 @@ def grid_size(exp: Experiment) -> int:
     """The configurations a sweep of `exp` scores, each at each k (what `LARGE_GRID` and the experiment
     key `max_configurations` count), from the settings alone."""
     chunkings = [Chunking(spec, model, None) for spec, model in chunking_jobs(exp)]
-    return len(plan(exp, chunkings)) * len(exp.k)
+    return len(plan(exp, with_contexts(exp, chunkings))) * len(exp.k)
 
 
 CHARS_PER_TOKEN = 4  # about, for English text: what turns a corpus's bytes into a number of chunks
@@ -195,7 +212,7 @@ def embedding_shards(
     (Dask workers) to embed into the shared cache (`embed_shard`), each writing its own part files."""
     shards = []
     for model, indices in _wanted(configs).items():
-        chunk_texts = [t for i in indices for t in chunkings[i].chunks.texts(inputs.corpora)]
+        chunk_texts = [t for i in indices for t in chunkings[i].texts(inputs.corpora)]
         for kind, texts in (("query", list(inputs.gold.questions)), ("document", chunk_texts)):
             missing = embedders[model].missing(texts, kind)
             n = max(1, min(parts, len(missing)))
@@ -212,7 +229,7 @@ def embed_all(inputs: Inputs, chunkings: list[Chunking], configs: list[Config], 
         queries[model] = embedder.embed(list(inputs.gold.questions), kind="query")[0]
         texts, bounds = [], [0]
         for i in indices:
-            texts += chunkings[i].chunks.texts(inputs.corpora)
+            texts += chunkings[i].texts(inputs.corpora)
             bounds.append(len(texts))
         vectors, cut = embedder.embed(texts)
         for i, a, b in zip(indices, bounds, bounds[1:]):
@@ -243,6 +260,7 @@ def chunk_stats(
         "chunker": [s.chunker for s in specs],
         "chunk_size": [s.chunk_size for s in specs],
         "chunk_overlap": [s.chunk_overlap for s in specs],
+        "context": pa.array([chunkings[c.chunking].context for c in configs], pa.string()),
         "n_chunks": [len(chunkings[c.chunking].chunks) for c in configs],
         "truncated_chunks": [embedded.truncated.get((c.chunking, c.model), 0) for c in configs],
     }
@@ -353,6 +371,9 @@ def _score_top(
         top_k = by_k[-1][1]  # what the largest k returns
         chunking = replace(chunking, chunks=top_k.chunks)
         topk, scores = top_k.topk, top_k.scores
+    if chunking.context != NO_CONTEXT:  # the rows' context (scoring writes every key at its default)
+        at = table.schema.get_field_index("context")
+        table = table.set_column(at, "context", pa.array([chunking.context] * table.num_rows, pa.string()))
     if kept is not None:  # at the largest k (under document gold, not the depth MaxP looked at)
         top = max(ks)
         scores = None if scores is None else scores[:, :top]
@@ -410,6 +431,7 @@ def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
     changed = probe_models(exp)
     inputs = load_inputs(exp)
     chunkings = [chunk_one(inputs.corpora, spec, model, embedders) for spec, model in chunking_jobs(exp)]
+    chunkings = with_contexts(exp, chunkings, inputs)
     configs = plan(exp, chunkings)
     check_indexes_fit(inputs, chunkings, configs, embedders, exp.own_corpus)
     embedded = embed_all(inputs, chunkings, configs, embedders)

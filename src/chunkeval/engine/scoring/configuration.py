@@ -27,6 +27,7 @@ from chunkeval.vocabulary import (
     NO_MODEL,
     NO_RERANKER,
     NUMBER_KEYS,
+    OPTIONAL_KEYS,
     TIE_AWARE,
     VECTOR_KEYS,
 )
@@ -85,6 +86,7 @@ def key_columns(gold, values: dict, k: int) -> dict[str, pa.Array]:
     per-query row is of."""
     n = gold.n_queries
     keys = {**values, "k": k}
+    keys = {**OPTIONAL_KEYS, **keys}  # the axes a configuration's values may leave out, at their default
     columns = {key: pa.array([keys[key]] * n, pa.int64() if key in NUMBER_KEYS else pa.string()) for key in CONFIG_KEYS}
     return {**columns, "query_id": pa.array(gold.query_ids), "corpus_id": pa.array(gold.query_corpora)}
 
@@ -217,4 +219,5 @@ def summarize_sweep(
 def reference_tables(gold, corpora: dict[str, str], chunkings) -> pa.Table:
     """`reference_table` of every chunking (`Chunking`s); under document gold its columns, no rows."""
     gold = gold.without_spans() if isinstance(gold, DocGold) else gold
-    return pa.concat_tables([reference_table(gold, corpora, c.spec, c.chunks, c.model) for c in chunkings])
+    distinct = {(c.spec, c.model): c for c in chunkings}.values()  # the contexts of a chunking share its chunks
+    return pa.concat_tables([reference_table(gold, corpora, c.spec, c.chunks, c.model) for c in distinct])

@@ -21,7 +21,7 @@ from chunkeval.engine.retrieval.ties import trec_order
 from chunkeval.engine.scoring import metrics as M
 from chunkeval.engine.scoring.configuration import config_values, key_columns, tie_columns
 from chunkeval.files import write_text
-from chunkeval.vocabulary import CONFIG_KEYS, DOC_METRICS, SPAN_METRICS, TIE_POLICIES, config_label
+from chunkeval.vocabulary import CONFIG_KEYS, DOC_METRICS, OPTIONAL_KEYS, SPAN_METRICS, TIE_POLICIES, config_label
 
 if TYPE_CHECKING:
     from chunkeval.engine.chunking import ChunkerSpec, Chunks
@@ -225,7 +225,11 @@ def trec_runs(per_query: pa.Table, keys: list[str]) -> dict[str, str]:
         docs = (columns["doc_ranking"][i] or "").split()
         tag = config_label(dict(zip(keys, config)))  # chunkeval.vocabulary: the one short form
         runs.setdefault(config, []).extend(trec_run_lines([qid], [docs], tag.replace(" ", "_"), [raw[i]]))
-    return {_file_name(config): "\n".join(lines) + "\n" for config, lines in runs.items()}
+    # a later axis at its default (context `none`) is left out of the name: files keep the names they had before it
+    named = {
+        c: tuple(None if k in OPTIONAL_KEYS and v == OPTIONAL_KEYS[k] else v for k, v in zip(keys, c)) for c in runs
+    }
+    return {_file_name(named[config]): "\n".join(lines) + "\n" for config, lines in runs.items()}
 
 
 def write_doc_runs(per_query: pa.Table, folder: Path) -> Path | None:

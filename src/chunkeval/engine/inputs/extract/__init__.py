@@ -90,7 +90,13 @@ class DocumentReader:
             extracted = pdf.extract(data)
         else:
             extracted = html_extractor.extract(data, self.html)
-        self.pending[where] = {"extractor": ident, "text": extracted.text, "pages": list(extracted.pages)}
+        self.pending[where] = {
+            "extractor": ident,
+            "text": extracted.text,
+            "pages": list(extracted.pages),
+            "title": extracted.title,
+            "headings": [list(h) for h in extracted.headings],
+        }
         return extracted
 
     def save(self) -> None:
@@ -112,4 +118,9 @@ def _cached(where: Path, ident: str) -> Extracted | None:
     pages = entry.get("pages")
     if not isinstance(pages, list) or not all(isinstance(p, int) for p in pages):
         return None
-    return Extracted(entry["text"], tuple(pages))
+    headings = entry.get("headings")  # entries cached before headings were kept are extracted again (same text)
+    if not isinstance(headings, list) or not isinstance(entry.get("title"), str):
+        return None
+    if not all(isinstance(h, list) and [type(v) for v in h] == [int, int, str] for h in headings):
+        return None
+    return Extracted(entry["text"], tuple(pages), entry["title"], tuple(tuple(h) for h in headings))

@@ -19,6 +19,8 @@ class Extracted:
 
     text: str
     pages: tuple[int, ...] = ()
+    title: str = ""  # an HTML page's <title>, a PDF's metadata title ("" where it has none)
+    headings: tuple[tuple[int, int, str], ...] = ()  # (start, level, text): HTML h1…h6, a PDF's outline entries
 
     def pages_of(self, start: int, end: int) -> tuple[int, int] | None:
         """The first and last page (from 1) that `[start, end)` holds characters of; None without pages."""

@@ -17,6 +17,7 @@ neither is unreadable.
 from __future__ import annotations
 
 import codecs
+import itertools
 import re
 from importlib.metadata import version
 
@@ -66,11 +67,49 @@ def decode(data: bytes) -> str:
 
 def extract(data: bytes, mode: str) -> Extracted:
     text = decode(data)
-    out = _main(text) if mode == "main" else _full(text)
-    out = out.replace("\r\n", "\n").replace("\r", "\n").strip()
+    headings: list[tuple[int, int, str]] = []
+    out = _main(text) if mode == "main" else _full(text, headings)
+    unstripped = out.replace("\r\n", "\n").replace("\r", "\n")
+    out = unstripped.strip()
     if not out:
         raise Unreadable("no text in the page" if mode == "full" else "no main content found (html: main)")
-    return Extracted(out)
+    if mode == "main":  # trafilatura's text keeps no markup: each heading is found in it, in order
+        headings = _found_in(out, _heading_texts(text))
+    else:
+        lead = len(unstripped) - len(unstripped.lstrip())
+        headings = [(max(at - lead, 0), level, name) for at, level, name in headings if name]
+    return Extracted(out, (), _title(text), tuple(headings))
+
+
+HEADING = re.compile(r"h([1-6])")
+
+
+def _title(text: str) -> str:
+    """The page's `<title>`, its whitespace collapsed ("" where it has none)."""
+    title = _parse(text).find(".//title")
+    return SPACE.sub(" ", title.text_content()).strip() if title is not None else ""
+
+
+def _heading_texts(text: str) -> list[tuple[int, str]]:
+    """(level, text) of the page's `h1`…`h6` elements, in document order."""
+    out = []
+    for el in _parse(text).iter("h1", "h2", "h3", "h4", "h5", "h6"):
+        name = SPACE.sub(" ", el.text_content()).strip()
+        if name:
+            out.append((int(el.tag[1]), name))
+    return out
+
+
+def _found_in(out: str, headings: list[tuple[int, str]]) -> list[tuple[int, int, str]]:
+    """Where each heading's words are found in `out` (any whitespace between them), each after the one before
+    (a heading not found is left out)."""
+    found, at = [], 0
+    for level, name in headings:
+        where = re.compile(r"\s+".join(map(re.escape, name.split()))).search(out, at)
+        if where is not None:
+            found.append((where.start(), level, name))
+            at = where.end()
+    return found
 
 
 def _main(text: str) -> str:
@@ -130,7 +169,8 @@ class _Writer:
         self.pending = " " if trailing else ""
 
 
-def _full(text: str) -> str:
+def _full(text: str, headings: list | None = None) -> str:
+    """The body's text; with `headings`, each `h1`…`h6` appended to it as (start, level, text)."""
     import lxml.etree
 
     root = _parse(text)
@@ -139,6 +179,7 @@ def _full(text: str) -> str:
         return ""
     out = _Writer()
     pre = 0
+    opened: list[tuple[int, int]] = []  # the headings open: (level, the first of their parts)
     walker = lxml.etree.iterwalk(body, events=("start", "end"))
     for event, el in walker:
         tag = el.tag.lower() if isinstance(el.tag, str) else None
@@ -147,16 +188,31 @@ def _full(text: str) -> str:
                 walker.skip_subtree()
                 continue
             _open(out, tag)
+            if headings is not None and HEADING.fullmatch(tag):
+                opened.append((int(tag[1]), len(out.parts)))
             pre += tag == "pre"
             if el.text:
                 out.text(el.text, pre > 0)
             continue
         if tag is not None and tag not in NOT_TEXT:
+            if opened and HEADING.fullmatch(tag):
+                headings.append(_heading(out, *opened.pop()))
             _open(out, tag)
             pre -= tag == "pre"
         if el.tail and el is not body:
             out.text(el.tail, pre > 0)
+    if headings:  # part indices to offsets
+        offsets = [0, *itertools.accumulate(len(p) for p in out.parts)]
+        headings[:] = [(offsets[part], level, name) for part, level, name in headings]
     return "".join(out.parts)
+
+
+def _heading(out: _Writer, level: int, first: int) -> tuple[int, int, str]:
+    """(the part its text starts at, level, text) of a heading whose parts begin at `out.parts[first]` (a break
+    written before its text skipped)."""
+    parts = out.parts[first:]
+    skip = 1 if parts and first > 0 and parts[0] in ("\n\n", "\n", "\t", " ") else 0
+    return first + skip, level, SPACE.sub(" ", "".join(parts[skip:])).strip()
 
 
 def _open(out: _Writer, tag: str) -> None:

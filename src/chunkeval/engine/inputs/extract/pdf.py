@@ -46,6 +46,7 @@ def extract(data: bytes) -> Extracted:
             if reader.is_encrypted and not reader.decrypt(""):
                 raise Unreadable("encrypted PDF (it does not open without a password)")
             texts = [page.extract_text() or "" for page in reader.pages]
+            title, entries = _title(reader), _outline(reader)
         except Unreadable:
             raise
         except Exception as exc:  # pypdf meets a damaged file with many kinds of error
@@ -70,4 +71,52 @@ def extract(data: bytes) -> Extracted:
     for start in reversed(starts):
         following = following if start is None else start
         pages.append(following)
-    return Extracted("".join(parts), tuple(reversed(pages)))
+    pages = tuple(reversed(pages))
+    text = "".join(parts)
+    return Extracted(text, pages, title, tuple(_placed(text, pages, entries)))
+
+
+def _title(reader) -> str:
+    """The PDF's metadata title ("" where it has none, or it cannot be read)."""
+    try:
+        title = (reader.metadata or {}).get("/Title")
+    except Exception:  # a damaged information dictionary: the file name titles it
+        return ""
+    return " ".join(str(title).split()) if title else ""
+
+
+def _outline(reader) -> list[tuple[int, int, str]]:
+    """(page index, level, title) of the PDF's outline entries (bookmarks), in order; none where it has no outline
+    or it cannot be read."""
+    out: list[tuple[int, int, str]] = []
+
+    def walk(items, level: int) -> None:
+        for item in items:
+            if isinstance(item, list):
+                walk(item, level + 1)
+                continue
+            page = reader.get_destination_page_number(item)
+            name = " ".join(str(getattr(item, "title", "") or "").split())
+            if page is not None and page >= 0 and name:
+                out.append((page, level, name))
+
+    try:
+        walk(reader.outline, 1)
+    except Exception:  # a damaged outline: the document has no headings
+        return []
+    return out
+
+
+def _placed(text: str, pages: tuple[int, ...], entries: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """(start, level, title) of outline entries: where the title's words are found on its page, else where the page
+    starts."""
+    import re
+
+    placed = []
+    for page, level, name in entries:
+        if page >= len(pages):
+            continue
+        start, end = pages[page], pages[page + 1] if page + 1 < len(pages) else len(text)
+        found = re.compile(r"\s+".join(map(re.escape, name.split()))).search(text, start, end)
+        placed.append((found.start() if found else start, level, name))
+    return placed
