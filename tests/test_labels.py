@@ -55,14 +55,17 @@ def test_config_id_is_stable_and_tells_configurations_apart():
 
 
 def test_a_later_axis_at_its_default_keeps_the_id_and_label_of_before():
-    """`context: none` (issue 33) leaves a configuration's id and label as they were before the axis existed:
-    the id is the MD5 of the other keys' values alone; another context is in both."""
+    """The axes added later (issue 33: vectors, dims, expand, context) at their defaults leave a configuration's
+    id and label as they were before they existed: the id is the MD5 of the other keys' values alone; another
+    value is in both."""
     import hashlib
 
-    before = [k for k in CONFIG_KEYS if k != "context"]
+    from chunkeval.vocabulary import OPTIONAL_KEYS
+
+    before = [k for k in CONFIG_KEYS if k not in OPTIONAL_KEYS]
     text = "|".join("" if DEFAULT[k] is None else str(DEFAULT[k]) for k in before)
     assert config_id(DEFAULT) == hashlib.md5(text.encode()).hexdigest()[:8]
-    assert config_id({k: v for k, v in DEFAULT.items() if k != "context"}) == config_id(DEFAULT)
+    assert config_id({k: v for k, v in DEFAULT.items() if k not in OPTIONAL_KEYS}) == config_id(DEFAULT)
     titled = {**DEFAULT, "context": "title", "chunk_size": 400}
     assert config_id(titled) != config_id(DEFAULT) and config_label(titled) == "size=400/context=title"
 
