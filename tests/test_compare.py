@@ -17,6 +17,7 @@ from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.metrics import METRICS
 from chunkeval.engine.sweep import Embedders, run_sweep
 from chunkeval.errors import InputError
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import Warehouse
 
 ORACLE = Path(__file__).parent / "data" / "ranx_oracle.json"
@@ -46,7 +47,10 @@ def recorded(swept, tmp_path, monkeypatch):
     ids = []
     for per_query in (result.per_query, result.per_query.slice(0, result.per_query.num_rows - 3)):
         run_id = wh.begin_run("cmp", {}, "manual", exp.to_dict())
-        wh.complete_run(run_id, per_query, result.summary, 0, result.references, result.models)
+        wh.complete_run(
+            run_id,
+            RunResult(per_query, result.summary, texts_embedded=0, references=result.references, models=result.models),
+        )
         ids.append(run_id)
     return wh, ids
 

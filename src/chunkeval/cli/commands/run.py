@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from chunkeval.cli.options import (
     add_experiment,
@@ -17,6 +18,10 @@ from chunkeval.cli.options import (
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.experiment import Experiment
 from chunkeval.errors import InputError
+
+if TYPE_CHECKING:  # the engine is imported by the handler: not when the parser is built
+    from chunkeval.engine.embedders import Embedders
+    from chunkeval.engine.grid import RunState
 
 WAREHOUSE_SESSION = False  # the flow writes to the warehouse while the command runs
 
@@ -90,17 +95,16 @@ def named_experiment(name: str, defining: bool, warehouse: WarehouseAccess, allo
     )
 
 
-def preflight(exp: Experiment, if_changed: bool = False) -> None:
-    """Everything a run reads, checked before Prefect starts or a catalogue row is written (served models
-    answer their probes; with --if-changed, a run that may be skipped sends them no request)."""
-    from chunkeval.engine.fingerprints import input_fingerprints
-    from chunkeval.engine.sweep import load_inputs
+def preflight(exp: Experiment, if_changed: bool, embedders: Embedders) -> RunState:
+    """The run's state, made once before Prefect starts or a catalogue row is written: the home writable, the
+    inputs fingerprinted (served models answer their probes; with --if-changed, a run that may be skipped sends
+    them no request). The flow goes on from it (`Prepared`) and does not check them again."""
+    from chunkeval.engine.sweep import begin
     from chunkeval.files import check_writable_dir
     from chunkeval.paths import home
 
     check_writable_dir(home(), "the cache and warehouse ($CHUNKEVAL_HOME)")
-    input_fingerprints(exp, "none" if if_changed else "run")
-    load_inputs(exp, quiet=True)  # the run reads them again, and warns of unreadable documents then
+    return begin(exp, embedders, "none" if if_changed else "run", fingerprint=True)
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
@@ -112,7 +116,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         check_folders()
 
     if args.mlflow:
-        from chunkeval.cli.mlflow_export import check_uri
+        from chunkeval.publish.mlflow import check_uri
 
         check_uri(args.mlflow, "--mlflow")  # before the experiment is read
     if args.experiment_file:
@@ -122,35 +126,38 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         exp = experiment_from_args(args, named, name=args.experiment)
     mlflow = args.mlflow or exp.mlflow
     if mlflow:  # before anything is read or built: a URI where no server answers is bad input
-        from chunkeval.cli.mlflow_export import check_server
+        from chunkeval.publish.mlflow import check_server
 
         mlflow = check_server(mlflow, "--mlflow" if args.mlflow else "the experiment's mlflow")
     from chunkeval.cli.large_grid import check_grid  # with the engine: not when the parser is built
     from chunkeval.engine.embedders import Embedders
     from chunkeval.engine.runners import check_task_runner, cluster_workers, parse_task_runner
+    from chunkeval.engine.sweep import load
     from chunkeval.paths import cache_dir
     from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
 
     runner = check_task_runner(parse_task_runner(args.task_runner))
     clock = Stopwatch()
-    with show_progress(), clock.stage("checks"):  # a model built on first use is a stage of its own, with a bar
-        preflight(exp, args.if_changed)
-    check_grid(exp, args.yes, Embedders(cache_dir(), args.batch_size, device=args.device).for_experiment(exp))
+    embedders = Embedders(cache_dir(), args.batch_size, device=args.device).for_experiment(exp)
+    with show_progress():
+        with clock.stage("checks"):  # a model built on first use is a stage of its own, with a bar
+            state = preflight(exp, args.if_changed, embedders)
+        with clock.stage("loading", show=True):
+            state = load(state)  # the inputs read and checked once: bad input fails here, before Prefect starts
+    check_grid(exp, args.yes, embedders)
     shards = cluster_workers(runner) if runner.distributed else 0
 
     quiet_prefect(args.verbose)
-    from chunkeval.flows.evaluate import with_task_runner
+    from chunkeval.flows.evaluate import Prepared, with_task_runner
     from chunkeval.flows.temporary_server import temporary_server
 
     log.propagate = False  # Prefect's console handler sits on the root logger: say each thing once
     try:
         with temporary_server(), show_progress():
             result = with_task_runner(runner)(
-                experiment=exp.to_dict(),
+                experiment=Prepared(state),
                 if_changed=args.if_changed,
                 trigger="manual",
-                batch_size=args.batch_size,
-                device=args.device,
                 shards=shards,
                 mlflow=mlflow or None,
                 yes=True,  # the grid was let start above (--yes, max_configurations, or the user's answer)
