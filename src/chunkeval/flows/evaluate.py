@@ -221,8 +221,9 @@ def evaluate(
     wh.reap()
     clock = progress.Stopwatch()  # each stage's seconds, returned with the run (`chunkeval run` prints them)
     if prepared is None:
+        state = sweep.begin(exp, embedders, probe="none")  # the fingerprint task probes the served models
         with clock.stage("checks"):  # a skipped run sends no request
-            state = sweep.begin(exp, embedders, "none" if if_changed else "run", fingerprint=True)
+            state.fingerprints = fingerprint(exp, "none" if if_changed else "run")
     else:
         state = prepared
     state.clock = clock
