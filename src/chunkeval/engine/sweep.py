@@ -1,10 +1,11 @@
 """A sweep: every configuration of an experiment, scored at every k, from plain functions.
 
-A configuration is (model, retriever, index, chunker, chunk_size, chunk_overlap, k). The steps are separate
-so that a flow can run each as a task:
-`load_inputs` → `chunk_one` (per chunking job: a setting, and for a semantic chunker a model) →
-`embed_all` (one call per model) → `ranking.retrieve_top` (per configuration, once at the largest k) →
-`chunkeval.engine.scoring`: `score_chunking` and `reference_table` → `summarize_sweep`.
+A configuration is (model, retriever, index, chunker, chunk_size, chunk_overlap, k). A run is one state
+(`RunState`) and one list of steps, `STEPS`: `load` (`load_inputs`) → `chunk` (`chunk_one` per chunking job: a
+setting, and for a semantic chunker a model) → `embed` (`embed_all`, one call per model) → `score` (`score_all`:
+`ranking.retrieve_top` per configuration, once at the largest k, then `chunkeval.engine.scoring`) → `summarise`
+(`summarize_sweep`, `reference_tables`) → `check_gold`. `run_sweep` runs them in one process; the `evaluate` flow
+runs each as a task (docs/architecture.md, "One pipeline").
 Each distinct text (chunk, question or semantic piece) is embedded once per model across the grid;
 a grid whose chunkers and retrievers need no vectors loads no model, and its rows carry model `none`.
 """
