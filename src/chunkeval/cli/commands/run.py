@@ -142,7 +142,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     with show_progress():
         with clock.stage("checks"):  # a model built on first use is a stage of its own, with a bar
             state = preflight(exp, args.if_changed, embedders)
-        with clock.stage("loading", show=True):
+        with clock.stage("loading"):  # said by no line of its own: bad input is then the one line
             state = load(state)  # the inputs read and checked once: bad input fails here, before Prefect starts
     check_grid(exp, args.yes, embedders)
     shards = cluster_workers(runner) if runner.distributed else 0
