@@ -52,6 +52,7 @@ def main() -> None:
         from chunkeval.engine.embedding import Embedder
         from chunkeval.engine.pipeline.sweep import run_sweep
         from chunkeval.paths import cache_dir
+        from chunkeval.run_result import RunResult
         from chunkeval.warehouse import Warehouse
 
         exp = experiment(which, n_sizes)
@@ -62,15 +63,17 @@ def main() -> None:
         run_id = wh.begin_run(exp.name, {}, "manual", exp.to_dict())
         wh.complete_run(
             run_id,
-            result.per_query,
-            result.summary,
-            0,
-            result.references,
-            result.models,
-            None,
-            result.by_corpus,
-            result.retrieved,
-            result.corpora,
+            RunResult(
+                result.per_query,
+                result.summary,
+                texts_embedded=0,
+                references=result.references,
+                models=result.models,
+                gold_check=None,
+                by_corpus=result.by_corpus,
+                retrieved=result.retrieved,
+                corpora=result.corpora,
+            ),
         )
         folder = wh.results_dir / run_id
         retrieved = (folder / "retrieved.parquet").stat().st_size

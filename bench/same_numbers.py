@@ -3,8 +3,11 @@ side on this machine, and compares their result tables value by value.
 
     python bench/same_numbers.py [--base REV] [--data ../shared/datasets/chroma_general] [--tolerance 1e-12]
 
-Two workloads, each run by both sides in a fresh `CHUNKEVAL_HOME` (so each side embeds for itself):
+Three workloads, each run by both sides in a fresh `CHUNKEVAL_HOME` (so each side embeds for itself):
 - demo: `chunkeval sweep` of the demo experiment (48 configurations, with minilm-static built on the way);
+- beir: document gold (a BEIR folder written from the demo: each paragraph of its corpora a document, its
+  questions the queries, the paragraphs that hold a reference their qrels), chunked by fixed_token at 40 and
+  120 tokens and whole documents (`none`), retrieved by dense and bm25 at k 1, 5 and 10;
 - shared: two corpora of the shared general evaluation (chatlogs, state_of_the_union) chunked by
   fixed_token, recursive_token and cluster_semantic at 200 tokens, retrieved by dense, bm25 and hybrid at
   k 1, 5 and 10 (skipped, with a line saying so, where the data set is absent).
@@ -18,6 +21,8 @@ Exit 0 when every table agrees, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import os
 import subprocess
 import sys
@@ -32,9 +37,42 @@ ROOT = Path(__file__).resolve().parents[1]
 MAIN = "from chunkeval.cli import main; raise SystemExit(main({argv!r}))"
 
 
-def workloads(data: Path) -> dict[str, list[str]]:
+def demo_beir(root: Path, demo: Path = ROOT / "data" / "demo") -> Path:
+    """A BEIR folder made from the demo: each paragraph of each corpus a document (`<corpus>:<n>`, titled by its
+    corpus), each question a query, judged relevant (grade 1) in every paragraph a reference of it overlaps."""
+    (root / "qrels").mkdir(parents=True)
+    docs, spans = [], {}
+    for path in sorted((demo / "corpora").glob("*.md")):
+        text, start = path.read_text(encoding="utf-8"), 0
+        for n, part in enumerate(text.split("\n\n")):
+            if part.strip():
+                docs.append({"_id": f"{path.stem}:{n}", "title": path.stem, "text": part})
+                spans.setdefault(path.stem, []).append((start, start + len(part), f"{path.stem}:{n}"))
+            start += len(part) + 2
+    queries, qrels = [], ["query-id\tcorpus-id\tscore"]
+    with open(demo / "questions.csv", newline="", encoding="utf-8") as fh:
+        for i, row in enumerate(csv.DictReader(fh)):
+            queries.append({"_id": f"q{i}", "text": row["question"]})
+            judged = {
+                doc
+                for ref in json.loads(row["references"])
+                for a, b, doc in spans[row["corpus_id"]]
+                if a < ref["end_index"] and ref["start_index"] < b
+            }
+            qrels += [f"q{i}\t{doc}\t1" for doc in sorted(judged)]
+    (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries), encoding="utf-8")
+    (root / "qrels" / "test.tsv").write_text("\n".join(qrels) + "\n", encoding="utf-8")
+    return root
+
+
+def workloads(data: Path, beir: Path) -> dict[str, list[str]]:
     """Each workload's arguments; `{tree}` is the side's checkout (data/demo is the demo in both layouts)."""
     out = {"demo": ["{tree}/data/demo/experiment.yaml"]}
+    out["beir"] = [
+        "--beir", str(beir), "--model", "all-MiniLM-L6-v2", "--chunker", "fixed_token,none",
+        "--chunk-sizes", "40,120", "--overlaps", "0", "--retriever", "dense,bm25", "--k", "1,5,10",
+    ]  # fmt: skip
     if (data / "questions_df.csv").is_file():
         out["shared"] = [
             "--corpus-dir", str(data / "corpora"), "--questions", str(data / "questions_df.csv"),
@@ -92,7 +130,7 @@ def main() -> int:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(base), args.base], check=True)
         try:
             failed = False
-            for name, argv in workloads(args.data).items():
+            for name, argv in workloads(args.data, demo_beir(tmp / "beir")).items():
                 tables = {}
                 for side, tree in (("base", base), ("this", ROOT)):
                     out = tmp / f"{name}-{side}.parquet"

@@ -40,6 +40,7 @@ def fill(n_runs: int) -> tuple[int, float]:
     from chunkeval.engine.pipeline.fingerprints import input_fingerprints
     from chunkeval.engine.pipeline.sweep import load_inputs, run_sweep
     from chunkeval.paths import cache_dir
+    from chunkeval.run_result import RunResult
     from chunkeval.warehouse import Warehouse
 
     exp = Experiment.demo().with_overrides(name="bench")
@@ -57,15 +58,17 @@ def fill(n_runs: int) -> tuple[int, float]:
             run_id = wh.begin_run("bench", fps, "schedule", settings, started_at=when)
             wh.complete_run(
                 run_id,
-                result.per_query,
-                result.summary,
-                0,
-                result.references,
-                result.models,
-                check,
-                result.by_corpus,
-                result.retrieved,
-                result.corpora,
+                RunResult(
+                    result.per_query,
+                    result.summary,
+                    texts_embedded=0,
+                    references=result.references,
+                    models=result.models,
+                    gold_check=check,
+                    by_corpus=result.by_corpus,
+                    retrieved=result.retrieved,
+                    corpora=result.corpora,
+                ),
             )
             if (night + 1) % 500 == 0:
                 print(f"  {night + 1} runs recorded ({time.perf_counter() - started:.0f} s)", flush=True)

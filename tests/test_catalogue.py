@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from chunkeval.cli import main
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import Warehouse
 
 GOOD_REFS = '[{""content"": ""Delta epsilon"", ""start_index"": 18, ""end_index"": 31}]'
@@ -40,12 +41,22 @@ def recorded(tmp_path_factory, embedder_factory):
         pa.array(["other-" + q for q in per_query["query_id"].to_pylist()]),
     )
     disjoint = wh.begin_run("cat", {}, "manual", exp.to_dict())
-    wh.complete_run(disjoint, renamed, result.summary, 0, result.references)
+    wh.complete_run(disjoint, RunResult(renamed, result.summary, texts_embedded=0, references=result.references))
     kept = {"retrieved": result.retrieved, "corpora": result.corpora}  # the disjoint run predates retrieved lists
     credit = wh.begin_run("cat", {}, "manual", exp.with_overrides(duplicates="credit").to_dict())  # scored otherwise
-    wh.complete_run(credit, result.per_query, result.summary, result.texts_embedded, result.references, **kept)
+    wh.complete_run(
+        credit,
+        RunResult(
+            result.per_query, result.summary, texts_embedded=result.texts_embedded, references=result.references, **kept
+        ),
+    )
     run_id = wh.begin_run("cat", {}, "manual", exp.to_dict())
-    wh.complete_run(run_id, result.per_query, result.summary, result.texts_embedded, result.references, **kept)
+    wh.complete_run(
+        run_id,
+        RunResult(
+            result.per_query, result.summary, texts_embedded=result.texts_embedded, references=result.references, **kept
+        ),
+    )
     return home, run_id, credit, disjoint
 
 

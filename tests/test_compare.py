@@ -18,6 +18,7 @@ from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.engine.scoring.metrics import METRICS
 from chunkeval.errors import InputError
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import Warehouse
 
 ORACLE = Path(__file__).parent / "data" / "ranx_oracle.json"
@@ -47,7 +48,10 @@ def recorded(swept, tmp_path, monkeypatch):
     ids = []
     for per_query in (result.per_query, result.per_query.slice(0, result.per_query.num_rows - 3)):
         run_id = wh.begin_run("cmp", {}, "manual", exp.to_dict())
-        wh.complete_run(run_id, per_query, result.summary, 0, result.references, result.models)
+        wh.complete_run(
+            run_id,
+            RunResult(per_query, result.summary, texts_embedded=0, references=result.references, models=result.models),
+        )
         ids.append(run_id)
     return wh, ids
 

@@ -280,7 +280,7 @@ def test_runs_record_rows_per_context_and_every_reader_tells_them_apart(sweeps, 
     with wh.session():
         page = build_report(wh, "ctx")
     assert "context=headings" in page
-    from chunkeval.cli.mlflow_export import _label  # MLflow's nested runs: one name and `context` param per row
+    from chunkeval.publish.mlflow import _label  # MLflow's nested runs: one name and `context` param per row
 
     summary = wh.summary(ids[0]).to_pylist()
     assert len({_label(r) for r in summary}) == len(summary) == 12 and {r["context"] for r in summary} == {

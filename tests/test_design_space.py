@@ -20,6 +20,7 @@ from chunkeval.engine.pipeline.fingerprints import input_fingerprints
 from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
+from chunkeval.run_result import RunResult
 from chunkeval.vocabulary import CONFIG_KEYS, INDEX_TIMES
 from chunkeval.warehouse import Warehouse
 
@@ -146,7 +147,12 @@ def test_the_warehouse_keys_configurations_on_all_six_settings(tmp_path, monkeyp
     result = run_sweep(exp, Embedders(shared_home / "cache" / "embeddings"))
     wh = Warehouse.at_home()
     run_id = wh.begin_run("axes", input_fingerprints(exp), "manual", exp.to_dict())
-    wh.complete_run(run_id, result.per_query, result.summary, 0, result.references, result.models)
+    wh.complete_run(
+        run_id,
+        RunResult(
+            result.per_query, result.summary, texts_embedded=0, references=result.references, models=result.models
+        ),
+    )
     assert {(r["model"], r["retriever"]) for r in wh.summary(run_id).to_pylist()} == {
         ("all-MiniLM-L6-v2", "dense"),
         ("none", "bm25"),
@@ -167,10 +173,12 @@ def test_runs_recorded_before_the_axes_read_as_dense_with_their_model(tmp_path, 
     run_id = wh.begin_run("old", {}, "schedule", settings)
     wh.complete_run(
         run_id,
-        result.per_query.drop_columns(["model", "retriever"]),
-        result.summary.drop_columns(["model", "retriever"]),
-        0,
-        result.references.drop_columns(["model"]),
+        RunResult(
+            result.per_query.drop_columns(["model", "retriever"]),
+            result.summary.drop_columns(["model", "retriever"]),
+            texts_embedded=0,
+            references=result.references.drop_columns(["model"]),
+        ),
     )
     rows = wh.summary(run_id).to_pylist()
     assert {(r["model"], r["retriever"]) for r in rows} == {("all-MiniLM-L6-v2", "dense")}

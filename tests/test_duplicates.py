@@ -18,6 +18,7 @@ from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.engine.scoring.configuration import score_chunking
 from chunkeval.errors import InputError
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import Warehouse
 
 SPEC = ChunkerSpec("fixed_token", 3, 0)
@@ -196,7 +197,12 @@ def test_runs_scored_differently_are_never_compared(tmp_path, monkeypatch, capsy
     for mode in ("positional", "credit", "positional"):
         result = run_sweep(exp.with_overrides(duplicates=mode), Embedders(tmp_path / "cache"))
         run_id = wh.begin_run("dup", {}, "manual", exp.with_overrides(duplicates=mode).to_dict())
-        wh.complete_run(run_id, result.per_query, result.summary, 0, result.references, result.models)
+        wh.complete_run(
+            run_id,
+            RunResult(
+                result.per_query, result.summary, texts_embedded=0, references=result.references, models=result.models
+            ),
+        )
         ids.setdefault(mode, []).append(run_id)
     assert wh.duplicates(ids["credit"][0]) == "credit"
     # the newest run is positional: its reference is the first run, not the credit run between them

@@ -15,6 +15,7 @@ from chunkeval.cli import main
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.errors import InputError
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import Warehouse
 
 
@@ -32,7 +33,10 @@ def read_only_home(tmp_path, embedder_factory, monkeypatch):
     result = run_sweep(exp, embedder_factory())
     wh = Warehouse(home / "warehouse")
     run_id = wh.begin_run("ro", {}, "manual", exp.to_dict())
-    wh.complete_run(run_id, result.per_query, result.summary, result.texts_embedded, result.references)
+    wh.complete_run(
+        run_id,
+        RunResult(result.per_query, result.summary, texts_embedded=result.texts_embedded, references=result.references),
+    )
     if not (mount("--bind", str(home), str(home)) and mount("-o", "remount,bind,ro", str(home))):
         subprocess.run(["umount", str(home)], capture_output=True)
         pytest.skip("this process may not mount (a read-only bind mount needs root)")
@@ -106,7 +110,10 @@ def test_a_bracket_in_the_home_is_a_folder_name_not_a_pattern(tmp_path, embedder
     result = run_sweep(exp, embedder_factory())
     wh = Warehouse(tmp_path / "home[x]" / "warehouse")
     run_id = wh.begin_run("br", {}, "manual", exp.to_dict())
-    wh.complete_run(run_id, result.per_query, result.summary, result.texts_embedded, result.references)
+    wh.complete_run(
+        run_id,
+        RunResult(result.per_query, result.summary, texts_embedded=result.texts_embedded, references=result.references),
+    )
     fresh = Warehouse(tmp_path / "home[x]" / "warehouse")  # a new process's view of it
     assert fresh.table("SELECT count(*) AS n FROM query_results").to_pylist() == [{"n": result.per_query.num_rows}]
     assert fresh.run_file(run_id, "per_query").num_rows == result.per_query.num_rows

@@ -17,6 +17,7 @@ from chunkeval.cli import main
 from chunkeval.engine.inputs.corpus import folder_fingerprint, load_documents
 from chunkeval.engine.inputs.extract import DocumentReader, Unreadable, cache_root, html, page_span, pdf
 from chunkeval.errors import InputError
+from chunkeval.run_result import RunResult
 
 FORMATS = Path(__file__).resolve().parent / "data" / "formats"
 GUIDE = (FORMATS / "guide.html").read_bytes()
@@ -247,7 +248,17 @@ def test_qrels_rows_naming_an_unreadable_document_are_left_out_and_counted(extra
     result = run_sweep(exp, Embedders())
     wh = Warehouse(tmp_path / "warehouse")
     run_id = wh.begin_run("formats", {}, "manual", exp.to_dict())
-    wh.complete_run(run_id, result.per_query, result.summary, 0, result.references, result.models, check)
+    wh.complete_run(
+        run_id,
+        RunResult(
+            result.per_query,
+            result.summary,
+            texts_embedded=0,
+            references=result.references,
+            models=result.models,
+            gold_check=check,
+        ),
+    )
     manifest = json.loads(wh.manifest_path(run_id).read_text())
     assert manifest["status"] == "completed" and manifest["documents_left_out"] == ["latin", "scanned"]
     assert manifest["qrels_rows_left_out"] == 3 and wh.read_manifest(run_id)["status"] == "completed"

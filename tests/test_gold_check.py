@@ -9,6 +9,7 @@ from chunkeval.engine.gold.check import check_gold
 from chunkeval.engine.inputs.corpus import load_corpora
 from chunkeval.engine.inputs.duplicates import occurrences
 from chunkeval.engine.inputs.span_gold import load_span_gold
+from chunkeval.run_result import RunResult
 
 
 def ref(content: str, text: str, nth: int = 0) -> str:
@@ -100,7 +101,17 @@ def test_the_report_shows_the_check_recorded_with_the_run(tmp_path, caplog):
     wh = Warehouse(tmp_path / "warehouse")
     run_id = wh.begin_run("g", {}, "manual", exp.to_dict())
     check = check_gold(inputs.gold, inputs.corpora, min(exp.chunk_sizes), inputs.skipped).to_dict()
-    wh.complete_run(run_id, result.per_query, result.summary, 0, result.references, result.models, check)
+    wh.complete_run(
+        run_id,
+        RunResult(
+            result.per_query,
+            result.summary,
+            texts_embedded=0,
+            references=result.references,
+            models=result.models,
+            gold_check=check,
+        ),
+    )
     assert wh.gold_check(run_id) == check
     html = build_report(wh, "g")
     assert "<h3>Gold-set check</h3>" in html and "long means over 3 cl100k tokens" in html

@@ -30,6 +30,7 @@ from chunkeval.engine.retrieval.indexes import parse_index, persist
 from chunkeval.engine.retrieval.indexes.measure import measure
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import SCHEMA_VERSION, Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -424,7 +425,7 @@ def test_runs_recorded_before_the_index_axis_read_exact_and_none(tmp_path, share
             ("exact",)
         ]
     run_id = wh.begin_run("demo", {}, "manual", exp.to_dict())
-    wh.complete_run(run_id, result.per_query, result.summary, 0)
+    wh.complete_run(run_id, RunResult(result.per_query, result.summary, texts_embedded=0))
     config = {
         "model": "minilm-static",
         "retriever": "dense",

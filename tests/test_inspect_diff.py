@@ -20,6 +20,7 @@ from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.diff import VERDICT_FIELDS
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import Warehouse
 
 DISTRACTOR = (
@@ -33,15 +34,17 @@ def record(wh: Warehouse, exp: Experiment, embedder, gold_check: dict | None = N
     run_id = wh.begin_run(exp.name, {}, "manual", exp.to_dict())
     wh.complete_run(
         run_id,
-        result.per_query,
-        result.summary,
-        0,
-        result.references,
-        by_corpus=result.by_corpus,
-        retrieved=result.retrieved,
-        corpora=result.corpora,
-        qrels=result.qrels,
-        gold_check=gold_check,
+        RunResult(
+            result.per_query,
+            result.summary,
+            texts_embedded=0,
+            references=result.references,
+            by_corpus=result.by_corpus,
+            retrieved=result.retrieved,
+            corpora=result.corpora,
+            qrels=result.qrels,
+            gold_check=gold_check,
+        ),
     )
     return run_id
 

@@ -24,13 +24,14 @@ LAYERS = [
             "chunkeval.files",
             "chunkeval.faults",
             "chunkeval.progress",
+            "chunkeval.run_result",
         ],
     ),
     ("statistics", ["chunkeval.stats"]),
     ("engine", ["chunkeval.engine"]),
     ("analysis", ["chunkeval.analysis"]),
     ("warehouse", ["chunkeval.warehouse"]),
-    ("reports", ["chunkeval.report"]),
+    ("reports", ["chunkeval.report", "chunkeval.publish"]),  # publishing beside the reports: both read the warehouse
     ("interfaces", ["chunkeval.cli", "chunkeval.api", "chunkeval.flows", "chunkeval"]),
 ]
 # caps that catch a module grown several concepts, not one concept that needs its length (issue 31: the

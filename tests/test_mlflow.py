@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from chunkeval.cli import main
-from chunkeval.cli.mlflow_export import MlflowError, batches, log_run
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.errors import InputError
 from chunkeval.paths import DEMO_DIR
+from chunkeval.publish.mlflow import MlflowError, batches, log_run
 from chunkeval.report.html import report_path
 from chunkeval.vocabulary import CONFIG_KEYS, config_id, config_label
 from chunkeval.warehouse import Warehouse

@@ -16,6 +16,7 @@ from chunkeval.cli import main
 from chunkeval.engine.embedding import Embedder
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
+from chunkeval.run_result import RunResult
 from chunkeval.vocabulary import INDEX_TIMES
 from chunkeval.warehouse import Warehouse
 
@@ -123,7 +124,9 @@ def history(tmp_path, monkeypatch, swept):
     done = []
     for _ in range(2):
         run_id = wh.begin_run("rec", {"corpus": "c", "gold": "g", "model": "m"}, "schedule", exp.to_dict())
-        wh.complete_run(run_id, result.per_query, result.summary, 7, result.references)
+        wh.complete_run(
+            run_id, RunResult(result.per_query, result.summary, texts_embedded=7, references=result.references)
+        )
         done.append(run_id)
     failed = wh.begin_run("rec", {}, "manual", exp.to_dict())
     wh.fail_run(failed, "RuntimeError: out of memory")

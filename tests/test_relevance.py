@@ -12,6 +12,7 @@ from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.scoring import metrics as M
 from chunkeval.engine.scoring.configuration import span_scoring
 from chunkeval.errors import InputError
+from chunkeval.run_result import RunResult
 
 
 def example() -> tuple[SpanGold, Chunks]:
@@ -61,7 +62,12 @@ def test_runs_of_different_rules_are_never_compared_nor_trended_together(tmp_pat
         ruled = exp.with_overrides(relevance=rule)
         result = run_sweep(ruled, Embedders(tmp_path / "cache"))
         run_id = wh.begin_run("rel", {}, "manual", ruled.to_dict())
-        wh.complete_run(run_id, result.per_query, result.summary, 0, result.references, result.models)
+        wh.complete_run(
+            run_id,
+            RunResult(
+                result.per_query, result.summary, texts_embedded=0, references=result.references, models=result.models
+            ),
+        )
         ids.append(run_id)
     overlap, contains = (wh.summary(i).to_pylist()[0] for i in ids)
     assert overlap["span_recall_mean"] == contains["span_recall_mean"]  # span metrics do not follow the rule

@@ -24,6 +24,7 @@ from chunkeval.paths import DEMO_DIR
 from chunkeval.report.charts import BEST_FEW, MUTED_POINT, pareto_front
 from chunkeval.report.html import SCRIPT, SCRIPT_HASH, build_report
 from chunkeval.report.sections import best_rows, budget_table, budgets_for, label
+from chunkeval.run_result import RunResult
 from chunkeval.stats import bootstrap_ci
 from chunkeval.warehouse import Warehouse
 
@@ -60,7 +61,12 @@ def warehouse(tmp_path_factory, shared_home):
         exp = Experiment.from_dict(base)
         result = run_sweep(exp, Embedder(exp.model[0], cache_dir=shared_home / "cache" / "embeddings"))
         run_id = wh.begin_run("rep", input_fingerprints(exp), "schedule", exp.to_dict())
-        wh.complete_run(run_id, result.per_query, result.summary, result.texts_embedded, result.references)
+        wh.complete_run(
+            run_id,
+            RunResult(
+                result.per_query, result.summary, texts_embedded=result.texts_embedded, references=result.references
+            ),
+        )
     return wh
 
 

@@ -10,6 +10,7 @@ from chunkeval.engine.embedding.embedders import Embedders
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
+from chunkeval.run_result import RunResult
 from chunkeval.vocabulary import CONFIG_KEYS, METRICS, RERANK_KEYS
 from chunkeval.warehouse import Warehouse
 
@@ -35,10 +36,10 @@ def test_runs_recorded_before_the_reranking_keys_read_as_reranker_none(tmp_path,
     older = [c for c in bm25_result.per_query.column_names if c not in RERANK_KEYS]
     first = old.begin_run("old", {}, "manual", {})
     summary = bm25_result.summary.drop_columns(list(RERANK_KEYS))
-    old.complete_run(first, bm25_result.per_query.select(older), summary, 0)
+    old.complete_run(first, RunResult(bm25_result.per_query.select(older), summary, texts_embedded=0))
     wh = Warehouse(tmp_path)
     second = wh.begin_run("old", {}, "manual", {})
-    wh.complete_run(second, bm25_result.per_query, bm25_result.summary, 0)
+    wh.complete_run(second, RunResult(bm25_result.per_query, bm25_result.summary, texts_embedded=0))
     with wh.connect() as con:
         for view in ("config_summary", "query_results", "corpus_summary", "trend"):
             rows = con.execute(f"SELECT DISTINCT run_id, reranker, candidates FROM {view}").fetchall()

@@ -18,6 +18,7 @@ from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.report.diff import diff_path
 from chunkeval.report.html import report_path, write_report
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import Warehouse
 from chunkeval.warehouse.tables import utc_now
 
@@ -35,7 +36,10 @@ def record(wh: Warehouse, exp: Experiment, result, questions: str | None = None,
         texts = pa.array([f"{questions} {i}" for i in range(refs.num_rows)])
         refs = refs.set_column(refs.column_names.index("question"), "question", texts)
     run_id = wh.begin_run(exp.name, {}, "manual", exp.to_dict(), **begin)
-    wh.complete_run(run_id, result.per_query, result.summary, 0, refs, retrieved=result.retrieved)
+    wh.complete_run(
+        run_id,
+        RunResult(result.per_query, result.summary, texts_embedded=0, references=refs, retrieved=result.retrieved),
+    )
     return run_id
 
 
@@ -62,6 +66,7 @@ COMPLETING = """
 import sys
 import pyarrow.parquet as pq
 from datetime import timedelta
+from chunkeval.run_result import RunResult
 from chunkeval.report.html import report_path, write_report
 from chunkeval.warehouse import Warehouse
 from chunkeval.warehouse.tables import utc_now
@@ -70,7 +75,7 @@ folder = sys.argv[1]
 wh = Warehouse.at_home()
 run_id = wh.begin_run("kept", {}, "manual", {}, started_at=utc_now() - timedelta(hours=2))  # a long run
 tables = {name: pq.read_table(f"{folder}/{name}.parquet") for name in ("per_query", "summary", "references")}
-wh.complete_run(run_id, tables["per_query"], tables["summary"], 0, tables["references"])
+wh.complete_run(run_id, RunResult(tables["per_query"], tables["summary"], references=tables["references"]))
 print(run_id, flush=True)
 sys.stdin.readline()  # a prune runs now, while the run's process goes on to its report
 print(write_report(wh, "kept", report_path(wh.root, "kept", run_id), run_id), flush=True)

@@ -24,6 +24,7 @@ from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.html import build_report
+from chunkeval.run_result import RunResult
 from chunkeval.stats import holm
 from chunkeval.vocabulary import CONFIG_KEYS
 from chunkeval.warehouse import Warehouse
@@ -142,8 +143,7 @@ def recorded(sliced, tmp_path_factory):
     root, exp, result = sliced
     wh = Warehouse(tmp_path_factory.mktemp("slices_home") / "warehouse")
     first = wh.begin_run("sliced", {}, "manual", exp.to_dict())
-    wh.complete_run(first, result.per_query, result.summary, 0, result.references, slices=result.slices,
-                    by_slice=result.by_slice)  # fmt: skip
+    wh.complete_run(first, RunResult(result.per_query, result.summary, texts_embedded=0, references=result.references, slices=result.slices, by_slice=result.by_slice))  # fmt: skip
     slices = membership(root)
     hit = slices["type=numbers"] | slices["tags=b"]
     lowered = [max(v - 0.3, 0.0) if q in hit else v for q, v in
@@ -152,7 +152,10 @@ def recorded(sliced, tmp_path_factory):
         result.per_query.column_names.index("span_recall"), "span_recall", pa.array(lowered)
     )
     second = wh.begin_run("sliced", {}, "manual", exp.to_dict())
-    wh.complete_run(second, per_query, result.summary, 0, result.references, slices=result.slices)  # by_slice made here
+    wh.complete_run(
+        second,
+        RunResult(per_query, result.summary, texts_embedded=0, references=result.references, slices=result.slices),
+    )  # by_slice made here
     return wh, first, second, per_query, slices
 
 

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from chunkeval.cli import main
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import Warehouse
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "warehouse.md"
@@ -41,7 +42,10 @@ def recorded(tmp_path_factory, embedder_factory):
     result = run_sweep(exp, embedder_factory())
     wh = Warehouse(home / "warehouse")
     run_id = wh.begin_run("safe", {}, "manual", exp.to_dict())
-    wh.complete_run(run_id, result.per_query, result.summary, result.texts_embedded, result.references)
+    wh.complete_run(
+        run_id,
+        RunResult(result.per_query, result.summary, texts_embedded=result.texts_embedded, references=result.references),
+    )
     return home, run_id, tmp_path_factory.mktemp("sql_elsewhere")
 
 

@@ -15,6 +15,7 @@ import pytest
 from chunkeval.cli import main
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import Warehouse
 
 NIGHTS = 35
@@ -37,13 +38,15 @@ def nights(tmp_path_factory, embedder_factory):
             per_query = worse if night == NIGHTS - 1 else result.per_query
             wh.complete_run(
                 run_id,
-                per_query,
-                result.summary,
-                0,
-                result.references,
-                by_corpus=result.by_corpus,
-                retrieved=result.retrieved,
-                corpora=result.corpora,
+                RunResult(
+                    per_query,
+                    result.summary,
+                    texts_embedded=0,
+                    references=result.references,
+                    by_corpus=result.by_corpus,
+                    retrieved=result.retrieved,
+                    corpora=result.corpora,
+                ),
             )
             ids.append(run_id)
     return home, ids

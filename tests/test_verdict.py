@@ -20,13 +20,16 @@ from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.errors import NothingComparable
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.terminal import regression_message
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import Warehouse
 
 
 def record(wh: Warehouse, exp: Experiment, result) -> str:
     run_id = wh.begin_run(exp.name, {}, "manual", exp.to_dict())
     kept = {"by_corpus": result.by_corpus, "retrieved": result.retrieved, "corpora": result.corpora}
-    wh.complete_run(run_id, result.per_query, result.summary, 0, result.references, **kept)
+    wh.complete_run(
+        run_id, RunResult(result.per_query, result.summary, texts_embedded=0, references=result.references, **kept)
+    )
     return run_id
 
 

@@ -13,6 +13,7 @@ from chunkeval.engine.embedding import Embedder
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import SCHEMA_VERSION, Warehouse
 
 FPS = {"corpus": "c1", "gold": "g1", "model": "m1"}
@@ -34,7 +35,7 @@ def demo_result(tmp_path_factory):
 def test_run_lifecycle_and_views(tmp_path, demo_result):
     wh = Warehouse(tmp_path)
     done = wh.begin_run("demo", FPS, "manual", {"k": [1]})
-    wh.complete_run(done, demo_result.per_query, demo_result.summary, 123)
+    wh.complete_run(done, RunResult(demo_result.per_query, demo_result.summary, texts_embedded=123))
     running = wh.begin_run("demo", FPS, "schedule", {})
     failed = wh.begin_run("demo", FPS, "event", {})
     wh.fail_run(failed, "boom")
@@ -68,7 +69,7 @@ def test_trend_change_and_regressions(tmp_path, demo_result):
 
     wh = Warehouse(tmp_path)
     first = wh.begin_run("demo", FPS, "manual", {})
-    wh.complete_run(first, demo_result.per_query, demo_result.summary, 1)
+    wh.complete_run(first, RunResult(demo_result.per_query, demo_result.summary, texts_embedded=1))
     # a real fall: every query loses a fifth of its span recall
     per_query = demo_result.per_query
     worse_q = per_query.set_column(
@@ -78,7 +79,7 @@ def test_trend_change_and_regressions(tmp_path, demo_result):
         worse_q.drop_columns(["has_gold"]), ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
     )
     second = wh.begin_run("demo", FPS, "schedule", {})
-    wh.complete_run(second, worse_q, worse, 0)
+    wh.complete_run(second, RunResult(worse_q, worse, texts_embedded=0))
     rows = wh.trend("demo", "span_recall", {"k": 5})
     assert [r["run_id"] for r in rows] == [first, second]
     fall = rows[1]["change"]
@@ -112,7 +113,7 @@ def test_an_older_warehouse_is_migrated(tmp_path, demo_result):
     with wh.connect() as con:
         assert wh.schema_version(con) == SCHEMA_VERSION
     new = wh.begin_run("demo", FPS, "manual", {})
-    wh.complete_run(new, demo_result.per_query, demo_result.summary, 0)
+    wh.complete_run(new, RunResult(demo_result.per_query, demo_result.summary, texts_embedded=0))
     assert [r["run_id"] for r in wh.runs("demo", "completed")] == [new, "old-run"]
 
 
@@ -122,7 +123,7 @@ def _record(args):
     ids = []
     for _ in range(n):
         run_id = wh.begin_run("demo", FPS, "schedule", {})
-        wh.complete_run(run_id, per_query, summary, 0)
+        wh.complete_run(run_id, RunResult(per_query, summary, texts_embedded=0))
         ids.append(run_id)
     return ids
 
@@ -153,7 +154,9 @@ def test_the_summary_tables_hold_the_sweeps_numbers_and_are_rebuilt_from_the_fil
     keys = ["model", "retriever", "chunker", "chunk_size", "chunk_overlap", "k"]
     wh = Warehouse(tmp_path)
     run_id = wh.begin_run("demo", FPS, "manual", {})
-    wh.complete_run(run_id, demo_result.per_query, demo_result.summary, 0, by_corpus=demo_result.by_corpus)
+    wh.complete_run(
+        run_id, RunResult(demo_result.per_query, demo_result.summary, texts_embedded=0, by_corpus=demo_result.by_corpus)
+    )
     _close(wh.summary(run_id), demo_result.summary, keys)
     corpus = wh.table("SELECT * FROM corpus_summary WHERE run_id = ?", [run_id])
     _close(corpus, demo_result.by_corpus, keys + ["corpus_id"])
@@ -194,7 +197,7 @@ def test_a_rollup_averages_every_query_row_of_the_period(tmp_path, demo_result, 
             per_query.column_names.index("span_recall"), "span_recall", pc.multiply(per_query["span_recall"], scale)
         )
         run_id = wh.begin_run("demo", FPS, "schedule", {}, started_at=now - timedelta(days=days))
-        wh.complete_run(run_id, scaled, demo_result.summary, 0)
+        wh.complete_run(run_id, RunResult(scaled, demo_result.summary, texts_embedded=0))
     rollup, runs = wh.rollup("demo", timedelta(days=7))
     assert len(runs) == 2
     row = [r for r in rollup.to_pylist() if r["k"] == 5][0]
@@ -224,7 +227,7 @@ def test_runs_are_deleted_and_pruned_with_their_files_but_never_the_baseline(
     ids = []
     for days in (200, 120, 60, 2, 1):
         run_id = wh.begin_run("demo", FPS, "schedule", {}, started_at=now - timedelta(days=days))
-        wh.complete_run(run_id, demo_result.per_query, demo_result.summary, 0)
+        wh.complete_run(run_id, RunResult(demo_result.per_query, demo_result.summary, texts_embedded=0))
         ids.append(run_id)
     wh.pin_baseline("demo", ids[1])
     assert main(["runs", "delete", ids[1]]) == 2

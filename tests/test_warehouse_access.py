@@ -18,6 +18,7 @@ from chunkeval.cli import main
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.report.html import build_report
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import LockTimeout, Warehouse
 
 HOLD = (
@@ -56,7 +57,7 @@ def home(tmp_path, monkeypatch, sweep_result):
     exp, result = sweep_result
     wh = Warehouse(tmp_path / "warehouse")
     run_id = wh.begin_run("held", {}, "manual", exp.to_dict())
-    wh.complete_run(run_id, result.per_query, result.summary, 0, result.references)
+    wh.complete_run(run_id, RunResult(result.per_query, result.summary, texts_embedded=0, references=result.references))
     return tmp_path
 
 
@@ -80,7 +81,9 @@ def test_a_run_that_cannot_record_itself_keeps_its_results_and_the_next_command_
     run_id = wh.begin_run("held", {}, "manual", exp.to_dict())
     with Holder(wh.db_path):
         with pytest.raises(LockTimeout, match=f"run {run_id} is complete and its results are kept"):
-            wh.complete_run(run_id, result.per_query, result.summary, 7, result.references)
+            wh.complete_run(
+                run_id, RunResult(result.per_query, result.summary, texts_embedded=7, references=result.references)
+            )
         wh.fail_run(run_id, "LockTimeout")  # what the flow does next: the manifest says completed, nothing changes
     assert wh.read_manifest(run_id)["status"] == "completed"
     assert (wh.results_dir / run_id / "per_query.parquet").is_file()
@@ -135,7 +138,9 @@ def test_a_report_of_a_run_without_span_references_says_what_it_lacks(tmp_path, 
     exp, result = sweep_result
     wh = Warehouse(tmp_path / "warehouse")
     run_id = wh.begin_run("api", {}, "manual", exp.to_dict())
-    wh.complete_run(run_id, result.per_query, result.summary, 0)  # as the Python API may record it
+    wh.complete_run(
+        run_id, RunResult(result.per_query, result.summary, texts_embedded=0)
+    )  # as the Python API may record it
     html = build_report(wh, "api")
     assert "recorded without span references" in html
     assert "recorded without its reference table (through the Python API)" in html  # the failure analysis too

@@ -1,7 +1,11 @@
-"""The `evaluate` flow: ingest → chunk → embed (through the Parquet cache) → retrieve → metrics → store.
+"""The `evaluate` flow: the run's steps (`chunkeval.engine.pipeline.sweep.STEPS`: load → chunk → embed → score →
+summarise → check_gold) as Prefect tasks, each wrapping its step, then store → report → publish.
 
-Each task calls one library function; the chunking jobs fan out with `.map`, and scoring every
-configuration is one task (a task per configuration cost more in orchestration than it scored).
+The flow re-implements none of a step: each task calls it on the run's state (`RunState`). The chunking jobs
+fan out with `.map` (on a Dask task runner, over its workers), and so do the embedding's shards; scoring every
+configuration is one task (a task per configuration cost more in orchestration than it scored). `chunkeval run`
+hands the flow the state it made before Prefect started (`Prepared`: the experiment validated, its inputs
+fingerprinted and loaded once); a deployment passes settings, and the flow makes that state itself.
 """
 
 from __future__ import annotations
@@ -19,31 +23,40 @@ from prefect.runtime import flow_run
 
 from chunkeval import progress
 from chunkeval.cli.large_grid import check_grid
-from chunkeval.cli.mlflow_export import MlflowError, check_server, check_uri, log_run
 from chunkeval.engine.chunking import ChunkerSpec
 from chunkeval.engine.embedding.embedders import Embedders
 from chunkeval.engine.embedding.embedders import embed_shard as embed_texts
-from chunkeval.engine.gold import check as gold_check
-from chunkeval.engine.gold.judge import judged_lines, run_judged_share
 from chunkeval.engine.pipeline import sweep
-from chunkeval.engine.pipeline.experiment import Experiment, clamped_k_note
-from chunkeval.engine.pipeline.fingerprints import input_fingerprints
-from chunkeval.engine.pipeline.records import Embedded, Inputs
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.fingerprints import input_fingerprints, models_fingerprint
+from chunkeval.engine.pipeline.records import RunState
 from chunkeval.engine.pipeline.runners import TaskRunner
-from chunkeval.engine.scoring.configuration import reference_tables, summarize_slices, summarize_sweep
 from chunkeval.engine.scoring.doc_metrics import write_doc_runs
 from chunkeval.engine.scoring.metrics import METRICS
-from chunkeval.engine.scoring.retrieved import kept_qrels
 from chunkeval.errors import Fault, InputError
 from chunkeval.faults import checkpoint
 from chunkeval.paths import cache_dir
+from chunkeval.publish.mlflow import check_uri, publish_run
 from chunkeval.report.html import report_path, write_report
+from chunkeval.run_result import RunResult
 from chunkeval.vocabulary import CONFIG_KEYS
 from chunkeval.warehouse import LockTimeout, Warehouse
 
 # Inputs are large arrays: no task caching (its keys would hash them), results stay in memory.
 TASK = dict(cache_policy=NO_CACHE, persist_result=False)
 IO_TASK = dict(TASK, retries=2, retry_delay_seconds=2)
+
+
+class Prepared:
+    """A run's state made by the command that calls the flow in its own process (`chunkeval run`: the experiment
+    validated, its inputs fingerprinted and loaded before Prefect starts), so that the flow neither checks nor
+    reads them again. Prefect keeps a flow's parameters as JSON: this one has no fields it can read
+    (`__slots__`), so it is recorded as `<Prepared>` instead of a copy of the run's inputs."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: RunState):
+        self.state = state
 
 
 def warehouse() -> Warehouse:
@@ -56,14 +69,16 @@ def fingerprint(exp: Experiment, probe: str = "run") -> dict:
     return input_fingerprints(exp, probe)
 
 
+# --------------------------------------------------------------------------- the steps, one task each
 @task(**IO_TASK)
-def load(exp: Experiment) -> Inputs:
-    return sweep.load_inputs(exp)
+def load(state: RunState) -> RunState:
+    return sweep.load(state)
 
 
 @task(**TASK)
-def chunk(corpora: dict, spec: ChunkerSpec, model: str | None, embedders: Embedders) -> tuple:
-    """A chunking, and what its semantic chunker embedded (counted by the flow when it ran on a worker)."""
+def chunk(corpora: dict, spec: ChunkerSpec, model: str | None, embedders: sweep.Embedders) -> tuple:
+    """One job of the chunk step (`sweep.chunk_one`), and what its semantic chunker embedded (counted by the flow
+    when it ran on a worker)."""
     before = embedders.counters()
     chunking = sweep.chunk_one(corpora, spec, model, embedders)
     after = embedders.counters()
@@ -88,31 +103,23 @@ def embed_shard(model: str, kind: str, texts: list, embedders: Embedders) -> dic
 
 
 @task(**IO_TASK)
-def embed(inputs: Inputs, chunkings: list, configs: list, embedders: Embedders) -> Embedded:
-    return sweep.embed_all(inputs, chunkings, configs, embedders)
-
-
-# Scoring is one task for every configuration: each takes milliseconds of vectorised work, so a task
-# per configuration bought nothing but the orchestration's own cost (a state round trip per task).
-@task(**TASK)
-def score(
-    inputs: Inputs, chunkings: list, configs: list, embedded: Embedded, exp: Experiment
-) -> tuple[pa.Table, dict, pa.Table, progress.Stopwatch]:
-    """Every configuration's per-query table, what each configuration's index cost, what each retrieved
-    (kept with the run), and the seconds of retrieval and of scoring."""
-    kept, clock = [], progress.Stopwatch()
-    per_query, index_stats = sweep.score_all(inputs, chunkings, configs, embedded, exp, kept, clock)
-    return per_query, index_stats, pa.concat_tables(kept) if kept else None, clock
+def embed(state: RunState) -> RunState:
+    return sweep.embed(state)
 
 
 @task(**TASK)
-def references(inputs: Inputs, chunkings: list) -> pa.Table:
-    return reference_tables(inputs.gold, inputs.corpora, chunkings)
+def score(state: RunState) -> RunState:
+    return sweep.score(state)
 
 
 @task(**TASK)
-def check_gold(inputs: Inputs, exp: Experiment) -> dict:
-    return gold_check.check_gold(inputs.gold, inputs.corpora, min(exp.chunk_sizes), inputs.skipped).to_dict()
+def summarise(state: RunState) -> RunState:
+    return sweep.summarise(state)
+
+
+@task(**TASK)
+def check_gold(state: RunState) -> RunState:
+    return sweep.check_gold(state)
 
 
 @task(**IO_TASK)
@@ -123,71 +130,20 @@ def report(experiment: str, run_id: str) -> str:
 
 @task(**TASK)  # no retries: a retry after a partial publish would make a second MLflow run
 def publish(uri: str, run_id: str, page: str) -> str:
-    """A recorded run published to the MLflow tracking server at `uri` (`chunkeval.cli.mlflow_export`); the
-    MLflow run's id. Where that fails, one line: the run itself stays recorded."""
-    uri = check_server(uri, f"run {run_id} is recorded, but not published to MLflow")
-    try:
-        return log_run(uri, warehouse(), run_id, Path(page))
-    except MlflowError as exc:  # a refused or unanswered request: its line names the server
-        raise Fault(f"run {run_id} is recorded, but not published: {exc}") from None
-    except Exception as exc:  # anything else on the way (a file that could not be read)
-        raise Fault(f"run {run_id} is recorded, but publishing it to MLflow at {uri} failed: {exc}") from None
-
-
-@task(**TASK)
-def summarize(
-    per_query: pa.Table,
-    index_stats: dict,
-    chunkings: list,
-    configs: list,
-    embedded: Embedded,
-    skip_empty_gold: bool,
-    slices: pa.Table | None = None,
-) -> tuple:
-    """(summary, per-corpus summary, per-slice summary or None)."""
-    stats = sweep.chunk_stats(chunkings, configs, embedded, index_stats)
-    return (
-        *summarize_sweep(per_query, stats, skip_empty_gold),
-        summarize_slices(per_query, slices, skip_empty_gold),
-    )
+    """A recorded run published to the MLflow tracking server at `uri` (`chunkeval.publish.mlflow`)."""
+    return publish_run(uri, warehouse(), run_id, Path(page))
 
 
 @task(**IO_TASK)
-def store(
-    run_id: str,
-    per_query: pa.Table,
-    summary: pa.Table,
-    by_corpus: pa.Table,
-    texts_embedded: int,
-    refs: pa.Table,
-    models: pa.Table,
-    gold: dict,
-    retrieved: pa.Table | None,
-    corpora: dict,
-    slices: pa.Table | None = None,
-    by_slice: pa.Table | None = None,
-    qrels: pa.Table | None = None,
-) -> str | None:
+def store(run_id: str, result: RunResult) -> str | None:
     """The run recorded; where another process held the warehouse past the lock timeout, the reason (the
     results are kept and the next command records them), returned rather than raised: no retry waits again."""
     try:
         wh = warehouse()
-        write_doc_runs(per_query, wh.results_dir / run_id / "doc_runs")  # document gold: the TREC run files, first
-        wh.complete_run(
-            run_id,
-            per_query,
-            summary,
-            texts_embedded,
-            refs,
-            models,
-            gold,
-            by_corpus,
-            retrieved,
-            corpora,
-            slices,
-            by_slice,
-            qrels,
-        )
+        write_doc_runs(
+            result.per_query, wh.results_dir / run_id / "doc_runs"
+        )  # document gold: the TREC run files, first
+        wh.complete_run(run_id, result)
     except LockTimeout as exc:
         return str(exc)
     return None
@@ -234,7 +190,7 @@ def summary_rows(summary: pa.Table) -> list[dict]:
 
 @flow(name="evaluate", log_prints=True)
 def evaluate(
-    experiment: str | dict = "demo",
+    experiment: str | dict | Prepared = "demo",
     if_changed: bool = False,
     trigger: str = "manual",
     batch_size: int | None = None,
@@ -245,6 +201,8 @@ def evaluate(
 ) -> dict:
     """Run one experiment (`demo`, the path of an experiment YAML file, or its settings) and record it in the warehouse.
 
+    `chunkeval run` passes the run's state it made instead (`Prepared`): the experiment is then not checked, and
+    its inputs neither fingerprinted nor read, a second time (its `batch_size` and `device` are its embedders').
     With `if_changed`, a run whose corpus, gold set and model are those of the last completed run is
     recorded as `skipped` and embeds nothing. With `shards` (a Dask task runner: `with_task_runner`),
     the texts the cache lacks are embedded by that many tasks on the cluster's workers first. A completed run
@@ -255,92 +213,79 @@ def evaluate(
     """
     logger = get_run_logger()
     progress.one_line_input_errors()
-    exp = Experiment.resolve(experiment)
-    if mlflow:
-        check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
-    embedders = Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
-    check_grid(exp, yes, embedders, ask=False, remedy="the flow parameter yes: true", say=logger.info)
+    prepared = experiment.state if isinstance(experiment, Prepared) else None
+    if prepared is None:
+        exp = Experiment.resolve(experiment)
+        if mlflow:
+            check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
+        embedders = sweep.Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
+        check_grid(exp, yes, embedders, ask=False, remedy="the flow parameter yes: true", say=logger.info)
+    else:  # the command checked the experiment, its grid and the URI
+        exp = prepared.exp
     wh = warehouse()
     wh.reap()
     clock = progress.Stopwatch()  # each stage's seconds, returned with the run (`chunkeval run` prints them)
-    with clock.stage("checks"):
-        fps = fingerprint(exp, "none" if if_changed else "run")  # a skipped run sends no request
+    if prepared is None:
+        state = sweep.begin(exp, embedders, probe="none")  # the fingerprint task probes the served models
+        with clock.stage("checks"):  # a skipped run sends no request
+            state.fingerprints = fingerprint(exp, "none" if if_changed else "run")
+    else:
+        state = prepared
+    state.clock = clock
+    embedders, fps = state.embedders, state.fingerprints
     settings = exp.recorded_settings()
     flow_run_id = flow_run.get_id()
     last = wh.last_completed(exp.name)
     unchanged = last and all(last[f"{key}_fingerprint"] == fps[key] for key in ("corpus", "gold", "model"))
-    if if_changed and not unchanged:
-        fps = fingerprint(exp)  # it runs: its served models are probed
     if if_changed and unchanged:
         run_id = wh.record_skipped(exp.name, fps, trigger, settings, flow_run_id)
         logger.info(
             "experiment %s: corpus, gold set and model unchanged since run %s; skipped", exp.name, last["run_id"]
         )
         return {"run_id": run_id, "status": "skipped", "texts_embedded": 0}
+    if if_changed:  # it runs: its served models are probed now
+        fps["model"] = models_fingerprint(exp, "run")
     run_id = wh.begin_run(exp.name, fps, trigger, settings, flow_run_id)
     try:  # from here a run that ends (an error, ^C, SIGTERM) is recorded failed
         checkpoint("started")
         logger.info("experiment %s: run %s (%s)", exp.name, run_id, trigger)
-        with clock.stage("loading", show=True):
-            inputs = load(exp)
-        for note in exp.notes():
+        if state.inputs is None:
+            with clock.stage("loading", show=True):
+                state = load(state)
+        said = len(state.notes)
+        for note in state.notes:
             logger.info(note)
         with clock.stage("chunking", show=True):
             jobs = sweep.chunking_jobs(exp)
             done = chunk.map(
-                unmapped(inputs.corpora), [s for s, _ in jobs], [m for _, m in jobs], unmapped(embedders)
+                unmapped(state.inputs.corpora), [s for s, _ in jobs], [m for _, m in jobs], unmapped(embedders)
             ).result()
-            chunkings = sweep.with_contexts(exp, [c for c, _ in done], inputs)
-            configs = sweep.plan(exp, chunkings)
-            sweep.check_indexes_fit(inputs, chunkings, configs, embedders, exp.own_corpus)
-            for note in clamped_k_note(exp.k, chunkings):
+            state = sweep.chunked(state, [c for c, _ in done])
+            for note in state.notes[said:]:
                 logger.info(note)
         with clock.stage("embedding"):
             if shards:  # tasks ran on workers, each with its own copy of the embedders: count what they embedded
                 for _, counted in done:
                     for model, counters in counted.items():
                         embedders.count(model, counters)
-                work = sweep.embedding_shards(inputs, chunkings, configs, embedders, shards)
+                work = sweep.embedding_shards(state.inputs, state.chunkings, state.configs, embedders, shards)
                 logger.info("embedding %d shard(s) on the cluster's workers", len(work))
                 for result in [embed_shard.submit(m, kind, texts, embedders) for m, kind, texts in work]:
                     found = result.result()
                     embedders.count(found["model"], found["counters"])
-            embedded = embed(inputs, chunkings, configs, embedders)
+            state = embed(state)
         logger.info(
             "%d text(s) embedded, %d chunk(s) truncated to the model's input",
             embedders.texts_embedded,
-            sum(embedded.truncated.values()),
+            sum(state.embedded.truncated.values()),
         )
         progress.step("scoring")
-        per_query, index_stats, retrieved, scored = score(inputs, chunkings, configs, embedded, exp)
-        clock.merge(scored.seconds, scored.cpu)
+        state = score(state)  # its retrieval and scoring seconds go into the clock
         with clock.stage("scoring"):
-            refs = references(inputs, chunkings)
-            summary, by_corpus, by_slice = summarize(
-                per_query, index_stats, chunkings, configs, embedded, exp.skip_empty_gold, inputs.slices
-            )
-            gold = check_gold(inputs, exp)
-            shares = run_judged_share(exp, inputs.gold, retrieved)  # judged gold: how much of the top k was judged
-            if shares:
-                gold["judged_share"] = shares
-                for line in judged_lines(shares):
-                    logger.info(line)
+            state = summarise(state)
+            state = check_gold(state)
         with clock.stage("storing", show=True):
-            held = store(
-                run_id,
-                per_query,
-                summary,
-                by_corpus,
-                embedders.texts_embedded,
-                refs,
-                embedders.table(),
-                gold,
-                retrieved,
-                inputs.corpora,
-                inputs.slices,
-                by_slice,
-                kept_qrels(inputs.gold),
-            )
+            held = store(run_id, sweep.result(state))
         if held:
             raise LockTimeout(held)
     except BaseException as exc:
@@ -348,7 +293,7 @@ def evaluate(
         raise
     create_table_artifact(
         key=artifact_key(exp.name, "summary"),
-        table=summary_rows(summary),
+        table=summary_rows(state.summary),
         description=f"chunkeval run {run_id} of experiment {exp.name}: macro mean ± std and micro per configuration",
     )
     try:

@@ -19,6 +19,7 @@ from chunkeval._version import __version__
 from chunkeval.errors import InputError
 from chunkeval.faults import checkpoint
 from chunkeval.files import pid_alive, write_tables, write_text
+from chunkeval.run_result import RunResult
 from chunkeval.stats.summaries import summarize, summarize_slices
 from chunkeval.vocabulary import CONFIG_KEYS
 from chunkeval.warehouse.db import LockTimeout
@@ -113,30 +114,18 @@ class Lifecycle(History):
     ) -> str:
         return self.begin_run(experiment, fingerprints, trigger, settings, flow_run_id, status="skipped")
 
-    def complete_run(
-        self,
-        run_id: str,
-        per_query: pa.Table,
-        summary: pa.Table,
-        texts_embedded: int,
-        references: pa.Table | None = None,
-        models: pa.Table | None = None,
-        gold_check: dict | None = None,
-        by_corpus: pa.Table | None = None,
-        retrieved: pa.Table | None = None,
-        corpora: dict[str, str] | None = None,
-        slices: pa.Table | None = None,
-        by_slice: pa.Table | None = None,
-        qrels: pa.Table | None = None,
-    ) -> None:
-        """Write the run's files (each whole or not at all), its manifest, then mark it completed.
-        `gold_check` is the gold-set check's findings on the run's inputs (`chunkeval gold check`); without
-        `by_corpus` (the sweep's per-corpus summary) it is computed from `per_query`. `retrieved` (what
-        every configuration retrieved) and `corpora` (the texts the run read: a copy of each version is
-        kept, `layout`) are what `chunkeval inspect` and `diff` show; under document gold, `qrels` (the judged
-        documents of each question, with its text) are a question's references there. `slices` (which queries
-        each slice of the gold set holds: `chunkeval.engine.inputs.slices`) is kept with its summary `by_slice`
-        (computed from `per_query` when not given)."""
+    def complete_run(self, run_id: str, result: RunResult) -> None:
+        """Write the run's files (each whole or not at all), its manifest, then mark it completed. `result` is the
+        run's whole result (`chunkeval.run_result.RunResult`): its `gold_check` is the gold-set check's findings
+        on the run's inputs (`chunkeval gold check`); without `by_corpus` (the sweep's per-corpus summary) it is
+        computed from `per_query`. `retrieved` (what every configuration retrieved) and `corpora` (the texts the
+        run read: a copy of each version is kept, `layout`) are what `chunkeval inspect` and `diff` show; under
+        document gold, `qrels` (the judged documents of each question, with its text) are a question's references
+        there. `slices` (which queries each slice of the gold set holds: `chunkeval.engine.inputs.slices`) is kept with its
+        summary `by_slice` (computed from `per_query` when not given)."""
+        per_query, summary, references, models = result.per_query, result.summary, result.references, result.models
+        gold_check, by_corpus, retrieved = result.gold_check, result.by_corpus, result.retrieved
+        corpora, slices, by_slice, qrels = result.corpora, result.slices, result.by_slice, result.qrels
         folder = self.results_dir / run_id
         folder.mkdir(parents=True, exist_ok=True)
         if corpora is not None:
@@ -169,7 +158,7 @@ class Lifecycle(History):
             write_tables({folder / "retrieved.parquet": stored}, compression="zstd", **encodings)
         write_tables(tables, point="results")
         try:
-            self._update(run_id, status="completed", finished_at=utc_now(), texts_embedded=int(texts_embedded))
+            self._update(run_id, status="completed", finished_at=utc_now(), texts_embedded=int(result.texts_embedded))
         except LockTimeout as exc:
             raise LockTimeout(
                 f"{exc.message}; run {run_id} is complete and its results are kept: the next chunkeval command "

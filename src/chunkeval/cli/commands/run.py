@@ -6,8 +6,8 @@ import argparse
 import json
 import logging
 import os
+from typing import TYPE_CHECKING
 
-from chunkeval.cli.mlflow_export import check_server, check_uri
 from chunkeval.cli.options import (
     add_experiment,
     add_experiment_flags,
@@ -19,17 +19,21 @@ from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.embedding.embedders import Embedders
 from chunkeval.engine.gold.judge import run_lines
 from chunkeval.engine.pipeline.experiment import Experiment
-from chunkeval.engine.pipeline.fingerprints import input_fingerprints
 from chunkeval.engine.pipeline.runners import check_task_runner, cluster_workers, parse_task_runner
-from chunkeval.engine.pipeline.sweep import load_inputs
+from chunkeval.engine.pipeline.sweep import begin, load
 from chunkeval.errors import InputError
 from chunkeval.files import check_writable_dir
 from chunkeval.flows.temporary_server import check_folders, temporary_server
 from chunkeval.limits import check_name
 from chunkeval.paths import cache_dir, home
 from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
+from chunkeval.publish.mlflow import check_server, check_uri
 from chunkeval.report.terminal import approximate, format_index_costs, format_slices, summary_block
 from chunkeval.vocabulary import CONFIG_KEYS
+
+if TYPE_CHECKING:  # the engine is imported by the handler: not when the parser is built
+    from chunkeval.engine.embedding.embedders import Embedders
+    from chunkeval.engine.pipeline.records import RunState
 
 WAREHOUSE_SESSION = False  # the flow writes to the warehouse while the command runs
 
@@ -100,12 +104,12 @@ def named_experiment(name: str, defining: bool, warehouse: WarehouseAccess, allo
     )
 
 
-def preflight(exp: Experiment, if_changed: bool = False) -> None:
-    """Everything a run reads, checked before Prefect starts or a catalogue row is written (served models
-    answer their probes; with --if-changed, a run that may be skipped sends them no request)."""
+def preflight(exp: Experiment, if_changed: bool, embedders: Embedders) -> RunState:
+    """The run's state, made once before Prefect starts or a catalogue row is written: the home writable, the
+    inputs fingerprinted (served models answer their probes; with --if-changed, a run that may be skipped sends
+    them no request). The flow goes on from it (`Prepared`) and does not check them again."""
     check_writable_dir(home(), "the cache and warehouse ($CHUNKEVAL_HOME)")
-    input_fingerprints(exp, "none" if if_changed else "run")
-    load_inputs(exp, quiet=True)  # the run reads them again, and warns of unreadable documents then
+    return begin(exp, embedders, "none" if if_changed else "run", fingerprint=True)
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
@@ -126,23 +130,25 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
     runner = check_task_runner(parse_task_runner(args.task_runner))
     clock = Stopwatch()
-    with show_progress(), clock.stage("checks"):  # a model built on first use is a stage of its own, with a bar
-        preflight(exp, args.if_changed)
-    check_grid(exp, args.yes, Embedders(cache_dir(), args.batch_size, device=args.device).for_experiment(exp))
+    embedders = Embedders(cache_dir(), args.batch_size, device=args.device).for_experiment(exp)
+    with show_progress():
+        with clock.stage("checks"):  # a model built on first use is a stage of its own, with a bar
+            state = preflight(exp, args.if_changed, embedders)
+        with clock.stage("loading"):  # said by no line of its own: bad input is then the one line
+            state = load(state)  # the inputs read and checked once: bad input fails here, before Prefect starts
+    check_grid(exp, args.yes, embedders)
     shards = cluster_workers(runner) if runner.distributed else 0
 
     quiet_prefect(args.verbose)
     log.propagate = False  # Prefect's console handler sits on the root logger: say each thing once
     try:
-        from chunkeval.flows.evaluate import with_task_runner  # Prefect loads (seconds) only when a flow runs
+        from chunkeval.flows.evaluate import Prepared, with_task_runner  # Prefect loads (seconds) only for a flow
 
         with temporary_server(), show_progress():
             result = with_task_runner(runner)(
-                experiment=exp.to_dict(),
+                experiment=Prepared(state),
                 if_changed=args.if_changed,
                 trigger="manual",
-                batch_size=args.batch_size,
-                device=args.device,
                 shards=shards,
                 mlflow=mlflow or None,
                 yes=True,  # the grid was let start above (--yes, max_configurations, or the user's answer)

@@ -1,19 +1,23 @@
 """The plain data a sweep's steps hand on (`chunkeval.engine.pipeline.sweep`): its inputs, each chunking, each
-configuration, the vectors, and the result. Below both the sweep and `chunkeval.engine.pipeline.ranking`."""
+configuration, the vectors, the run's state that holds them all (`RunState`), and the state's result (`chunkeval.run_result.RunResult`).
+Below both the sweep and `chunkeval.engine.pipeline.ranking`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
 from chunkeval.engine.chunking import ChunkerSpec, Chunks
+from chunkeval.engine.embedding.embedders import Embedders
 from chunkeval.engine.inputs.document_gold import DocGold
 from chunkeval.engine.inputs.duplicates import Copies
 from chunkeval.engine.inputs.headings import with_headers
 from chunkeval.engine.inputs.span_gold import SpanGold
+from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.retrieval.indexes import NO_INDEX, IndexSpec
+from chunkeval.progress import Stopwatch
 from chunkeval.vocabulary import NO_CONTEXT, NO_EXPAND, NO_RERANKER, VECTOR_KEYS
 
 
@@ -79,18 +83,28 @@ class Embedded:
     truncated: dict[tuple[int, str], int]
 
 
-@dataclass(frozen=True)
-class SweepResult:
-    per_query: pa.Table
-    summary: pa.Table
-    by_corpus: pa.Table
-    references: pa.Table
-    models: pa.Table
-    texts_embedded: int
-    model_loaded: bool
-    notes: tuple[str, ...] = ()
-    retrieved: pa.Table | None = None  # what every configuration retrieved (`chunkeval.engine.scoring.retrieved`)
-    corpora: dict | None = None  # the texts the run read, by corpus id
-    by_slice: pa.Table | None = None  # the summary per configuration and slice of the gold set (`slice_by`)
-    slices: pa.Table | None = None  # which queries each slice holds
-    qrels: pa.Table | None = None  # under document gold, the qrels with the questions (`retrieved.qrels_table`)
+@dataclass
+class RunState:
+    """One run's state as the steps of `chunkeval.engine.pipeline.sweep.STEPS` fill it in, in order: the experiment
+    (validated) and its embedders; `load` adds the inputs, `chunk` the chunkings and configurations, `embed` the
+    vectors, `score` the per-query table, `summarise` the summaries and references, `check_gold` the gold
+    check. `fingerprints` are set by whoever records the run; `notes` gathers the lines a run says;
+    `clock` each stage's seconds."""
+
+    exp: Experiment
+    embedders: Embedders
+    fingerprints: dict | None = None
+    inputs: Inputs | None = None
+    chunkings: list[Chunking] = field(default_factory=list)
+    configs: list[Config] = field(default_factory=list)
+    embedded: Embedded | None = None
+    per_query: pa.Table | None = None
+    index_stats: dict = field(default_factory=dict)
+    retrieved: pa.Table | None = None
+    summary: pa.Table | None = None
+    by_corpus: pa.Table | None = None
+    by_slice: pa.Table | None = None
+    references: pa.Table | None = None
+    gold_check: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    clock: Stopwatch = field(default_factory=Stopwatch)

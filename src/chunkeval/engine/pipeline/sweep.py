@@ -1,10 +1,11 @@
 """A sweep: every configuration of an experiment, scored at every k, from plain functions.
 
-A configuration is (model, retriever, index, chunker, chunk_size, chunk_overlap, k). The steps are separate
-so that a flow can run each as a task:
-`load_inputs` → `chunk_one` (per chunking job: a setting, and for a semantic chunker a model) →
-`embed_all` (one call per model) → `ranking.retrieve_top` (per configuration, once at the largest k) →
-`chunkeval.engine.scoring.configuration`: `score_chunking` and `reference_table` → `summarize_sweep`.
+A configuration is (model, retriever, index, chunker, chunk_size, chunk_overlap, k). A run is one state
+(`RunState`) and one list of steps, `STEPS`: `load` (`load_inputs`) → `chunk` (`chunk_one` per chunking job: a
+setting, and for a semantic chunker a model) → `embed` (`embed_all`, one call per model) → `score` (`score_all`:
+`ranking.retrieve_top` per configuration, once at the largest k, then `chunkeval.engine.scoring.configuration`) → `summarise`
+(`summarize_sweep`, `reference_tables`) → `check_gold`. `run_sweep` runs them in one process; the `evaluate` flow
+runs each as a task (docs/architecture.md, "One pipeline").
 Each distinct text (chunk, question or semantic piece) is embedded once per model across the grid;
 a grid whose chunkers and retrievers need no vectors loads no model, and its rows carry model `none`.
 """
@@ -18,8 +19,10 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval.engine.chunking import ChunkerSpec, chunk_corpora, needs_embeddings
-from chunkeval.engine.embedding import Embedder
+from chunkeval.engine.embedding import Embedder, probes
 from chunkeval.engine.embedding.embedders import Embedders, probe_models
+from chunkeval.engine.gold.check import check_gold as gold_report
+from chunkeval.engine.gold.judge import judged_lines, run_judged_share
 from chunkeval.engine.inputs.corpus import corpus_names, load_documents, skipped_notes
 from chunkeval.engine.inputs.document_gold import DocGold, load_document_gold, warn_left_out
 from chunkeval.engine.inputs.duplicates import find_copies
@@ -28,8 +31,9 @@ from chunkeval.engine.inputs.headings import chunk_headers
 from chunkeval.engine.inputs.slices import load_slices
 from chunkeval.engine.inputs.span_gold import load_span_gold
 from chunkeval.engine.pipeline.experiment import Experiment, clamped_k_note
+from chunkeval.engine.pipeline.fingerprints import input_fingerprints
 from chunkeval.engine.pipeline.ranking import groups_of, measured_vectors, reranks_with_vectors, retrieve_top
-from chunkeval.engine.pipeline.records import Chunking, Config, Embedded, Inputs, SweepResult
+from chunkeval.engine.pipeline.records import Chunking, Config, Embedded, Inputs, RunState
 from chunkeval.engine.retrieval import retrievers
 from chunkeval.engine.retrieval.indexes import reach
 from chunkeval.engine.retrieval.indexes.faiss_kinds import check_fits
@@ -48,6 +52,7 @@ from chunkeval.engine.scoring.doc_metrics import score_documents
 from chunkeval.engine.scoring.expansion import Scored, expand_keys, expanded, parse_expand
 from chunkeval.engine.scoring.retrieved import kept_qrels, retrieved_table
 from chunkeval.progress import Stopwatch
+from chunkeval.run_result import RunResult
 from chunkeval.vocabulary import (
     NO_CONTEXT,
     NO_MODEL,
@@ -425,34 +430,117 @@ def score_all(
     return pa.concat_tables(tables), stats
 
 
-def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> SweepResult:
-    """The whole sweep of an experiment in one process (the flow runs the same steps as tasks)."""
-    embedders = Embedders.of(embedders).for_experiment(exp)
-    changed = probe_models(exp)
-    inputs = load_inputs(exp)
-    chunkings = [chunk_one(inputs.corpora, spec, model, embedders) for spec, model in chunking_jobs(exp)]
-    chunkings = with_contexts(exp, chunkings, inputs)
-    configs = plan(exp, chunkings)
-    check_indexes_fit(inputs, chunkings, configs, embedders, exp.own_corpus)
-    embedded = embed_all(inputs, chunkings, configs, embedders)
-    kept = []
-    per_query, index_stats = score_all(inputs, chunkings, configs, embedded, exp, kept)
-    summary, by_corpus = summarize_sweep(
-        per_query, chunk_stats(chunkings, configs, embedded, index_stats), exp.skip_empty_gold
+# --------------------------------------------------------------------------- the steps of a run
+# One list of steps, each reading and filling in the run's state (`RunState`): `run_sweep` (`chunkeval sweep`,
+# the Python API) runs them one after the other; the `evaluate` flow (`chunkeval run`, deployments) runs each as
+# a task, chunking and embedding in shards on its task runner's workers. `begin` makes the state they start from.
+
+
+def begin(exp: Experiment, embedders: Embedders | Embedder, probe: str = "run", fingerprint: bool = False) -> RunState:
+    """A run's state before its steps: the (validated) experiment and its embedders, its served models probed as
+    `probe` says (a model that changed behind its name embeds into a new cache generation: the lines that say so
+    are notes), and with `fingerprint` its inputs' fingerprints (a run that is recorded)."""
+    state = RunState(exp, Embedders.of(embedders).for_experiment(exp))
+    if fingerprint:
+        seen = len(probes.CHANGED)
+        state.fingerprints = input_fingerprints(exp, probe)  # probes the served models as it fingerprints them
+        state.notes += probes.CHANGED[seen:]
+    elif probe != "none":
+        state.notes += probe_models(exp, probe)
+    return state
+
+
+def load(state: RunState) -> RunState:
+    """The documents and the gold set, read and checked once for the run (`load_inputs`)."""
+    state.inputs = load_inputs(state.exp)
+    state.notes += state.exp.notes() + skipped_notes(state.inputs.skipped)
+    return state
+
+
+def chunk(state: RunState) -> RunState:
+    """Every chunking job (`chunk_one`; the flow runs them in shards), then `chunked`."""
+    jobs = chunking_jobs(state.exp)
+    return chunked(state, [chunk_one(state.inputs.corpora, spec, model, state.embedders) for spec, model in jobs])
+
+
+def chunked(state: RunState, chunkings: list[Chunking]) -> RunState:
+    """The chunkings kept (each with its context headers, `with_contexts`), every configuration planned on them,
+    and every index checked to fit its vectors."""
+    chunkings = with_contexts(state.exp, chunkings, state.inputs)
+    state.chunkings, state.configs = chunkings, plan(state.exp, chunkings)
+    check_indexes_fit(state.inputs, chunkings, state.configs, state.embedders, state.exp.own_corpus)
+    state.notes += clamped_k_note(state.exp.k, chunkings)
+    return state
+
+
+def embed(state: RunState) -> RunState:
+    """Every vector the configurations read (`embed_all`; the flow first embeds the cache's missing texts in shards
+    on its workers: `embedding_shards`)."""
+    state.embedded = embed_all(state.inputs, state.chunkings, state.configs, state.embedders)
+    return state
+
+
+def score(state: RunState) -> RunState:
+    """Every configuration retrieved at its largest k and scored at every k (`score_all`), with what each
+    retrieved and what each index cost."""
+    kept: list = []
+    state.per_query, state.index_stats = score_all(
+        state.inputs, state.chunkings, state.configs, state.embedded, state.exp, kept, state.clock
     )
-    references = reference_tables(inputs.gold, inputs.corpora, chunkings)
-    return SweepResult(
-        per_query,
-        summary,
-        by_corpus,
-        references,
+    state.retrieved = pa.concat_tables(kept) if kept else None
+    return state
+
+
+def summarise(state: RunState) -> RunState:
+    """The summary per configuration, per corpus and per slice, and the references of each question."""
+    stats = chunk_stats(state.chunkings, state.configs, state.embedded, state.index_stats)
+    skip = state.exp.skip_empty_gold
+    state.summary, state.by_corpus = summarize_sweep(state.per_query, stats, skip)
+    state.by_slice = summarize_slices(state.per_query, state.inputs.slices, skip)
+    state.references = reference_tables(state.inputs.gold, state.inputs.corpora, state.chunkings)
+    return state
+
+
+def check_gold(state: RunState) -> RunState:
+    """What the gold set says about itself on the run's inputs (`chunkeval.engine.gold.check`), and under gold a
+    chat model judged, how much of each configuration's top k it judged (`chunkeval.engine.gold.judge`)."""
+    inputs = state.inputs
+    state.gold_check = gold_report(inputs.gold, inputs.corpora, min(state.exp.chunk_sizes), inputs.skipped).to_dict()
+    shares = run_judged_share(state.exp, inputs.gold, state.retrieved)  # judged gold: how much of the top k was
+    if shares:
+        state.gold_check["judged_share"] = shares
+        state.notes += judged_lines(shares)
+    return state
+
+
+STEPS = (load, chunk, embed, score, summarise, check_gold)  # the order a run's state is filled in
+
+
+def result(state: RunState) -> RunResult:
+    """What the run made, whole, once every step has run."""
+    embedders, inputs = state.embedders, state.inputs
+    return RunResult(
+        state.per_query,
+        state.summary,
+        state.by_corpus,
+        state.references,
         embedders.table(),
         embedders.texts_embedded,
         embedders.model_loaded,
-        tuple(exp.notes() + clamped_k_note(exp.k, chunkings) + changed + skipped_notes(inputs.skipped)),
-        pa.concat_tables(kept) if kept else None,
+        tuple(state.notes),
+        state.retrieved,
         dict(inputs.corpora),
-        summarize_slices(per_query, inputs.slices, exp.skip_empty_gold),
+        state.by_slice,
         inputs.slices,
         kept_qrels(inputs.gold),
+        state.gold_check,
     )
+
+
+def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> RunResult:
+    """The whole sweep of an experiment in one process: every step of `STEPS` in order (the flow runs the same
+    steps as tasks)."""
+    state = begin(exp, embedders)
+    for step in STEPS:
+        state = step(state)
+    return result(state)

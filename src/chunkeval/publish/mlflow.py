@@ -23,7 +23,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from chunkeval.errors import InputError
+from chunkeval.errors import Fault, InputError
 from chunkeval.vocabulary import CONFIG_KEYS, config_id, config_label
 
 PARAM_LIMIT = 6000  # MLflow's longest param value
@@ -213,3 +213,15 @@ def log_run(uri: str, wh, run_id: str, report: Path | None = None) -> str:
         raise
     _end_run(uri, parent)
     return parent
+
+
+def publish_run(uri: str, wh, run_id: str, report: Path | None = None) -> str:
+    """A recorded run of the warehouse `wh` published to the tracking server at `uri` (checked first); the MLflow
+    run's id. Where that fails, a Fault of one line: the run itself stays recorded."""
+    uri = check_server(uri, f"run {run_id} is recorded, but not published to MLflow")
+    try:
+        return log_run(uri, wh, run_id, report)
+    except MlflowError as exc:  # a refused or unanswered request: its line names the server
+        raise Fault(f"run {run_id} is recorded, but not published: {exc}") from None
+    except Exception as exc:  # anything else on the way (a file that could not be read)
+        raise Fault(f"run {run_id} is recorded, but publishing it to MLflow at {uri} failed: {exc}") from None
