@@ -75,7 +75,7 @@ def test_the_flow_runs_the_steps_as_tasks_and_records_the_sweeps_tables(tmp_path
     wh = Warehouse.at_home()
     flow_run_id = str(wh.run(done["run_id"])["flow_run_id"])
     assert task_names(flow_run_id) == ["fingerprint", *STEPS, "store", "report"]
-    folder = wh.results / done["run_id"]
+    folder = wh.results_dir / done["run_id"]
     for part, rows in (("summary", 16), ("per_query", 16 * 28), ("by_corpus", 16 * 3)):  # 16 configurations
         swept = pq.read_table(out.with_name(f"sweep{'' if part == 'summary' else '.' + part}.parquet"))
         recorded = pq.read_table(folder / f"{part}.parquet")
