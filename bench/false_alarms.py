@@ -6,7 +6,7 @@
    k = 5, all-MiniLM-L6-v2 (4 configurations × the 6 watched metrics = 24 checks a night).
 2. Unchanged system, simulated: each night draws, for every query, a `before` and an `after` row
    independently from that configuration's per-query rows (one distribution: every alarm is false),
-   and applies the alert rule (`chunkeval.analysis.comparisons.regressions`: a paired fall beyond 0.02 that is
+   and applies the alert rule (`chunkeval.analysis.regression.verdict`: a paired fall beyond 0.02 that is
    significant at alpha = 0.05 after Holm over the night's checks). The false-alarm rate over the
    nights is printed with its Clopper-Pearson 95 % interval, beside the old rule's (any mean fall
    beyond 0.02) on the same nights.
@@ -42,8 +42,12 @@ def main() -> int:
     import pyarrow as pa
     from scipy.stats import binomtest
 
-    from chunkeval.analysis.comparisons import configurations, regressions
-    from chunkeval.analysis.regression import DEFAULT_THRESHOLD, REGRESSION_METRICS
+    from chunkeval.analysis.comparisons import configurations
+    from chunkeval.analysis.regression import DEFAULT_THRESHOLD, REGRESSION_METRICS, verdict
+
+    def regressions(after, before, metrics, threshold, alpha):  # the one verdict's regressions of two nights
+        return verdict("after", "before", after, before, metrics, threshold, alpha)["regressions"]
+
     from chunkeval.engine.embedding import resolve_model
     from chunkeval.engine.embedding.embedders import Embedders
     from chunkeval.engine.pipeline.experiment import Experiment
