@@ -21,6 +21,7 @@ from chunkeval import progress
 from chunkeval.engine import gold_check, sweep
 from chunkeval.engine.chunking import ChunkerSpec
 from chunkeval.engine.doc_metrics import write_doc_runs
+from chunkeval.engine.embedding.auto import resolution
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.fingerprints import input_fingerprints
 from chunkeval.engine.metrics import METRICS
@@ -250,7 +251,7 @@ def evaluate(
     """
     logger = get_run_logger()
     progress.one_line_input_errors()
-    exp = Experiment.resolve(experiment)
+    exp, backend_choice = resolution(Experiment.resolve(experiment), device)  # backend auto: the one chosen
     if mlflow:
         from chunkeval.cli.mlflow_export import check_uri
 
@@ -264,7 +265,7 @@ def evaluate(
     clock = progress.Stopwatch()  # each stage's seconds, returned with the run (`chunkeval run` prints them)
     with clock.stage("checks"):
         fps = fingerprint(exp, "none" if if_changed else "run")  # a skipped run sends no request
-    settings = exp.recorded_settings()
+    settings = {**exp.recorded_settings(), **({"backend_auto": backend_choice} if backend_choice else {})}
     flow_run_id = flow_run.get_id()
     last = wh.last_completed(exp.name)
     unchanged = last and all(last[f"{key}_fingerprint"] == fps[key] for key in ("corpus", "gold", "model"))

@@ -133,9 +133,12 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
     runner = check_task_runner(parse_task_runner(args.task_runner))
     clock = Stopwatch()
+    from chunkeval.engine.embedding.auto import resolved
+
     with show_progress(), clock.stage("checks"):  # a model built on first use is a stage of its own, with a bar
-        preflight(exp, args.if_changed)
-    check_grid(exp, args.yes, Embedders(cache_dir(), args.batch_size, device=args.device).for_experiment(exp))
+        runs = resolved(exp, args.device)  # backend auto: the one chosen (the flow records it, with why)
+        preflight(runs, args.if_changed)
+    check_grid(runs, args.yes, Embedders(cache_dir(), args.batch_size, device=args.device).for_experiment(runs))
     shards = cluster_workers(runner) if runner.distributed else 0
 
     quiet_prefect(args.verbose)

@@ -45,7 +45,9 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     )
 
     check_table_path(args.out)  # its suffix and folder, before the experiment is read
-    exp = experiment_from_args(args)
+    from chunkeval.engine.embedding.auto import resolved
+
+    exp = resolved(experiment_from_args(args), args.device)  # backend auto: the one chosen, said in one line
     inputs = experiment_inputs(args, exp)
     out = check_table_path(args.out, inputs)  # each file resolved apart: a link replaces the file it names
     named = Path(args.out)

@@ -148,6 +148,12 @@ class Embedder:
             self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None
             return
         check_model_runs_on(self.model, "torch", None, self.precision)  # a static model runs in fp32 only
+        if (
+            self.backend == "auto"
+        ):  # an experiment resolves it first (chunkeval.engine.embedding.auto); alone, per model
+            from chunkeval.engine.embedding.auto import resolve
+
+            self.backend = resolve([self.model], self.quantize, self.precision, self.device).backend
         self.fingerprint = embedder_fingerprint(self.model, self.backend, self.quantize, self.precision)
         self.prompts = model_prompts(self.model)
         self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None

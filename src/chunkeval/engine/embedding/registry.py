@@ -45,7 +45,7 @@ def check_model_runs_on(model: str, backend: str, source: str | None = None, pre
     if precision_ != "fp32":
         is_static = static.is_buildable(model) or not backends.is_transformer(resolve_model(model))
         precision.check_static(model, is_static, precision_, source)
-    if backend != "torch" and not static.is_buildable(model):
+    if backend not in ("torch", "auto") and not static.is_buildable(model):  # auto skips what cannot run
         backends.check_folder_runs_on(resolve_model(model), backend, source)
 
 
@@ -75,6 +75,11 @@ def model_fingerprint(model: str) -> str:
 
 def embedder_fingerprint(model: str, backend: str = "torch", quantize: str = "none", precision_: str = "fp32") -> str:
     """The fingerprint that keys a model's vectors when `backend` runs it (`chunkeval.engine.embedding.backends`)
-    in a precision (`chunkeval.engine.embedding.precision`): fp32's is the backend's own, byte for byte."""
+    in a precision (`chunkeval.engine.embedding.precision`): fp32's is the backend's own, byte for byte.
+    `auto` is the backend it resolves to for this model (`chunkeval.engine.embedding.auto`): never a key of its own."""
+    if backend == "auto":
+        from chunkeval.engine.embedding.auto import resolve
+
+        backend = resolve([model], quantize, precision_).backend
     fingerprint = backends.backend_fingerprint(model_fingerprint(model), resolve_model(model), backend, quantize, model)
     return precision.precision_fingerprint(fingerprint, precision_)

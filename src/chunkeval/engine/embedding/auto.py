@@ -1,0 +1,279 @@
+"""`backend: auto`: the fastest lossless backend installed here, chosen once per model and machine.
+
+A probe embeds `PROBE_TEXTS` fixed passages of the bundled demo corpus with torch fp32 (the reference)
+and with every other installed backend in fp32 (onnx, openvino), each model loaded and warmed up first,
+best of `REPEATS` timings. A backend is lossless here when every one of its vectors keeps a cosine of at
+least `MIN_COSINE` to torch's and no component differs by more than `MAX_ABS`. Of the lossless backends
+the fastest is chosen; another than torch only when it is at least `MARGIN` × torch (less is within the
+noise of a shared machine, and not worth a new fingerprint and a cache embedded again).
+
+The probe's result (choice, texts per second, agreement, reasons) is kept in a small JSON file under
+`$CHUNKEVAL_HOME/backends/auto/`, keyed by the model's fingerprint, the versions of the backends'
+packages, the export recipe, the tolerance and the CPU's model string: a second run reads it and probes
+nothing. Lossy settings (`quantize: int8`, `precision: bf16 | fp16`) are never chosen here: with one of
+them, `auto` means torch (precision) or is refused (int8 needs a backend named)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from chunkeval.errors import InputError
+from chunkeval.files import write_text
+from chunkeval.paths import DEMO_DIR, backends_dir
+
+AUTO = "auto"
+CANDIDATES = ("onnx", "openvino")  # torch is the reference, always installed
+PROBE_TEXTS = 64
+PROBE_WORDS = 120  # words a probe passage (about 160 word pieces: the size of a typical chunk)
+REPEATS = 2
+MIN_COSINE = 0.99999  # per vector, to torch fp32's
+MAX_ABS = 1e-4  # per component, to torch fp32's (measured: 1.9e-7 onnx, 2.8e-7 openvino; docs/backends.md)
+MARGIN = 1.10  # another backend than torch is chosen when at least this many times torch's speed
+VERSION = 1  # bump when the probe changes, so that cached choices are probed again
+_PACKAGES = ("torch", "sentence-transformers", "onnxruntime", "onnx", "openvino")
+log = logging.getLogger("chunkeval")
+probes_run = 0  # probes this process ran (not read from the cache): tests count them
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What `auto` chose for a model: its backend, the line that says why, and the probe's figures."""
+
+    backend: str
+    line: str
+    texts_per_s: dict = field(default_factory=dict)  # backend → texts per second on the probe
+    agreement: dict = field(default_factory=dict)  # backend → {"min_cosine", "max_abs"} to torch fp32
+    skipped: dict = field(default_factory=dict)  # backend → why it was not chosen
+    lossless: tuple = ("torch",)  # the backends whose vectors agreed with torch fp32's
+    cached: bool = False
+
+
+def probe_texts() -> list[str]:
+    """`PROBE_TEXTS` passages of `PROBE_WORDS` words, windows spread evenly over the demo corpus's words."""
+    words = []
+    for path in sorted((DEMO_DIR / "corpora").glob("*.md")):
+        words += [w for line in path.read_text(encoding="utf-8").splitlines() if not line.startswith("#")
+                  for w in line.split()]  # fmt: skip
+    step = max(1, (len(words) - PROBE_WORDS) // (PROBE_TEXTS - 1))
+    return [" ".join(words[i * step : i * step + PROBE_WORDS]) for i in range(PROBE_TEXTS)]
+
+
+def cpu_model() -> str:
+    """The CPU's model string (`/proc/cpuinfo`), else what the platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.lower().startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ×{os.cpu_count()}"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()} ×{os.cpu_count()}"
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cache_path(model_fingerprint: str) -> Path:
+    from chunkeval.engine.embedding.backends import RECIPE
+
+    key = [VERSION, RECIPE, model_fingerprint, {p: _version(p) for p in _PACKAGES}, MIN_COSINE, MAX_ABS, MARGIN]
+    key.append(cpu_model())
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return backends_dir() / AUTO / f"{model_fingerprint[:16]}-{digest[:16]}.json"
+
+
+def installed(backend: str) -> str | None:
+    """Why `backend` cannot run here (its packages missing), or None."""
+    from chunkeval.engine.embedding.backends import _NEEDS
+
+    missing = [p for p in _NEEDS.get(backend, ()) if importlib.util.find_spec(p) is None]
+    return f"not installed (needs {', '.join(missing)}: pip install 'chunkeval[backends]')" if missing else None
+
+
+def agreement(vectors: np.ndarray, reference: np.ndarray) -> dict:
+    """The worst cosine of a vector to its reference, and the largest difference of a component."""
+    cos = np.sum(vectors * reference, axis=1) / np.maximum(
+        np.linalg.norm(vectors, axis=1) * np.linalg.norm(reference, axis=1), 1e-12
+    )
+    return {"min_cosine": float(cos.min()), "max_abs": float(np.abs(vectors - reference).max())}
+
+
+def lossless(agreed: dict) -> bool:
+    return agreed["min_cosine"] >= MIN_COSINE and agreed["max_abs"] <= MAX_ABS
+
+
+def _timed(runner, texts: list[str], batch_size: int) -> tuple[np.ndarray, float]:
+    """The runner's vectors of `texts`, and its best texts per second of `REPEATS` runs after a warm-up."""
+    runner.encode(texts[:batch_size], "", batch_size, False)
+    best, vectors = 0.0, None
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        vectors = runner.encode(texts, "", batch_size, False)
+        best = max(best, len(texts) / max(time.perf_counter() - start, 1e-9))
+    return vectors, best
+
+
+def probe(
+    model: str, folder: Path, model_fingerprint: str, candidates=tuple((b, "none") for b in CANDIDATES)
+) -> Choice:
+    """Run the probe: torch fp32, then each (backend, quantize) of `candidates`; the fastest lossless one."""
+    global probes_run
+    from chunkeval.engine.embedding.backends import GraphRunner, TorchRunner, check_folder_runs_on, ensure_export
+
+    probes_run += 1
+    if not log.isEnabledFor(logging.INFO):  # the model's own loading bar only with -v
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    texts, batch = probe_texts(), 16
+    torch_runner = TorchRunner(folder, "cpu")  # a model torch cannot load is the run's to report, in its words
+    log.warning("backend auto: probing torch, onnx and openvino on %d texts of %s (once per model and machine)",
+                PROBE_TEXTS, model)  # fmt: skip
+    reference, torch_speed = _timed(torch_runner, texts, batch)
+    speeds, agreed, skipped = {"torch": torch_speed}, {}, {}
+    for backend, quantize in candidates:
+        name = backend if quantize == "none" else f"{backend} {quantize}"
+        why = installed(backend)
+        if why is None:
+            try:
+                check_folder_runs_on(folder, backend)
+                runner = GraphRunner(
+                    folder, ensure_export(model, folder, model_fingerprint, backend, quantize), backend
+                )
+                vectors, speeds[name] = _timed(runner, texts, batch)
+                agreed[name] = agreement(vectors, reference)
+                if not lossless(agreed[name]):
+                    why = (
+                        f"vectors differ from torch fp32's (worst cosine {agreed[name]['min_cosine']:.6f}, largest "
+                        f"difference {agreed[name]['max_abs']:.1e}; the bar is {MIN_COSINE} and {MAX_ABS:g})"
+                    )
+            except (InputError, OSError, RuntimeError, ValueError, ImportError) as exc:
+                why = f"cannot run this model ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        if why is not None:
+            skipped[name] = why
+    good = tuple(b for b in speeds if b not in skipped)
+    fastest = _fastest(good, [speeds])
+    return Choice(
+        fastest, _line(fastest, speeds, agreed), speeds, agreed, {**skipped, **_slower(good, fastest, speeds)}, good
+    )
+
+
+def _fastest(lossless: tuple, speeds: list[dict]) -> str:
+    """The lossless backend that embeds the probes of every model soonest; torch unless another is `MARGIN` × faster."""
+    seconds = {b: sum(1 / s[b] for s in speeds) for b in lossless}
+    best = min(seconds, key=seconds.get)
+    return best if seconds["torch"] >= MARGIN * seconds[best] else "torch"
+
+
+def _slower(lossless: tuple, chosen: str, speeds: dict) -> dict:
+    """Why each other lossless backend was not chosen."""
+
+    def why(b: str) -> str:
+        ratio = speeds[b] / speeds["torch"]
+        return f"{ratio:.2f}× torch" + (f", under the {MARGIN:.2f}× worth a new fingerprint" if ratio > 1 else "")
+
+    return {b: why(b) for b in lossless if b not in (chosen, "torch")}
+
+
+def _line(backend: str, speeds: dict, agreed: dict) -> str:
+    if backend == "torch":
+        return f"backend auto: torch ({speeds['torch']:.1f} texts/s on {PROBE_TEXTS} probe texts, the fastest here)"
+    return (
+        f"backend auto: {backend} ({speeds[backend] / speeds['torch']:.2f}× torch on {PROBE_TEXTS} probe texts, "
+        f"cosine to torch fp32 ≥ {agreed[backend]['min_cosine']:.6f})"
+    )
+
+
+_RECORDED = ("backend", "line", "texts_per_s", "agreement", "skipped", "lossless")
+
+
+def choose(model: str, folder: Path, model_fingerprint: str) -> Choice:
+    """The cached choice for this model on this machine, else a probe's (then cached)."""
+    path = cache_path(model_fingerprint)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        fields = {k: data[k] for k in _RECORDED}
+        return Choice(**{**fields, "lossless": tuple(fields["lossless"])}, cached=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    choice = probe(model, folder, model_fingerprint)
+    record = {k: getattr(choice, k) for k in _RECORDED}
+    record.update(model=model, model_fingerprint=model_fingerprint, cpu=cpu_model(), probed_at=time.time())
+    record["versions"] = {p: _version(p) for p in _PACKAGES}
+    record["tolerance"] = {"min_cosine": MIN_COSINE, "max_abs": MAX_ABS, "margin": MARGIN}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return choice
+
+
+def resolve(models, quantize: str = "none", precision: str = "fp32", device: str | None = None) -> Choice:
+    """The backend `auto` means for these models (local names or folders; served ones are left out by the
+    caller), with `quantize` and `precision`, on `device`: one backend for all of them, lossless for each."""
+    from chunkeval.engine.embedding import pick_device
+    from chunkeval.engine.embedding.backends import check_backend, is_transformer
+    from chunkeval.engine.embedding.registry import model_fingerprint, resolve_model
+
+    check_backend(AUTO, quantize, precision=precision)  # int8 needs a backend named
+    if precision != "fp32":
+        return Choice("torch", f"backend auto: torch (precision {precision} is yours to choose; auto probes fp32)")
+    if models and pick_device(device).startswith("cuda"):
+        return Choice("torch", "backend auto: torch (the GPU runs backend torch; onnx and openvino run on the CPU)")
+    transformers = [m for m in models if is_transformer(resolve_model(m))]
+    if not transformers:
+        return Choice("torch", "backend auto: torch (no transformer to export: a static model runs alike everywhere)")
+    try:
+        choices = [choose(m, resolve_model(m), model_fingerprint(m)) for m in transformers]
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError):  # torch itself cannot load it: the run says so
+        return Choice("torch", "")
+    if len(choices) == 1:
+        return choices[0]
+    # several models: a backend lossless for each, the one that embeds all their probes soonest
+    usable = tuple(b for b in choices[0].lossless if all(b in c.lossless for c in choices))
+    best = _fastest(usable, [c.texts_per_s for c in choices])
+    lines = "; ".join(f"{m}: {c.line.removeprefix('backend auto: ')}" for m, c in zip(transformers, choices))
+    return Choice(best, f"backend auto: {best} for {len(choices)} models ({lines})")
+
+
+def resolution(exp, device: str | None = None):
+    """(`exp` with its backend resolved where it says `auto`, the line that says the choice and why, or None
+    where it named a backend). The line is said once per process, as a warning (seen without -v).
+    `exp` is a `chunkeval.engine.experiment.Experiment`."""
+    from dataclasses import replace
+
+    from chunkeval.engine.embedding.served import lookup
+
+    if exp.backend != AUTO:
+        return exp, None
+    if not exp.needs_model():
+        return replace(exp, backend="torch"), "backend auto: torch (nothing in this grid embeds)"
+    names = list(exp.model if exp.first_stage_embeds() else []) + exp.embedding_rerankers()
+    local = [m for m in dict.fromkeys(names) if lookup(m, exp.models) is None]
+    choice = resolve(local, exp.quantize, exp.precision, device)
+    skipped = "; ".join(f"{b} {why}" for b, why in choice.skipped.items())
+    line = choice.line + (f"; {skipped}" if skipped else "")
+    if line and line not in _said:
+        _said.add(line)
+        log.warning(line)
+    return replace(exp, backend=choice.backend), line or None
+
+
+def resolved(exp, device: str | None = None):
+    """`exp` with its backend resolved where it says `auto` (`resolution`)."""
+    return resolution(exp, device)[0]
+
+
+_said: set[str] = set()
