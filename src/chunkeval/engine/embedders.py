@@ -53,7 +53,11 @@ class Embedders:
 
     def for_experiment(self, exp: Experiment) -> Embedders:
         """These embedders where they run the experiment's backend and precision, else new ones that do
-        (same cache and device)."""
+        (same cache and device). Backend `auto` is the one it resolves to (`chunkeval.engine.embedding.auto`)."""
+        if exp.backend == "auto":
+            from chunkeval.engine.embedding.auto import resolved
+
+            exp = resolved(exp, self.device)
         if (self.backend, self.quantize, self.precision) == (exp.backend, exp.quantize, exp.precision):
             self.served = exp.models
             return self

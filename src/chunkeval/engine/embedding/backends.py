@@ -1,6 +1,7 @@
 """Embedding backends: who runs the model's transformer.
 
-- `torch` (the default): sentence-transformers, as the model's authors ship it.
+- `torch`: sentence-transformers, as the model's authors ship it (the reference; `auto`, the default, is
+  the fastest backend whose vectors equal its own: `chunkeval.engine.embedding.auto`).
 - `onnx`: the transformer exported once to ONNX (`torch.onnx.export` of its eager attention, opset 17,
   dynamic batch and sequence axes), its operators fused by onnxruntime's transformer optimizer
   (attention, embedding + layer norm, bias + GELU, skip + layer norm) and run by onnxruntime.
