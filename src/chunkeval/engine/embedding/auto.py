@@ -116,21 +116,24 @@ def lossless(agreed: dict) -> bool:
     return agreed["min_cosine"] >= MIN_COSINE and agreed["max_abs"] <= MAX_ABS
 
 
-def _timed(runner, texts: list[str], batch_size: int) -> tuple[np.ndarray, float]:
-    """The runner's vectors of `texts`, and its best texts per second of `REPEATS` runs after a warm-up."""
-    runner.encode(texts[:batch_size], "", batch_size, False)
-    best, vectors = 0.0, None
+def _timed(runners: dict, texts: list[str], batch_size: int) -> tuple[dict, dict]:
+    """Each runner's vectors of `texts`, and its best texts per second of `REPEATS` rounds after a warm-up.
+    The rounds take the runners in turn, so that a machine busy with other work slows each alike."""
+    for runner in runners.values():
+        runner.encode(texts[:batch_size], "", batch_size, False)
+    vectors, best = {}, dict.fromkeys(runners, 0.0)
     for _ in range(REPEATS):
-        start = time.perf_counter()
-        vectors = runner.encode(texts, "", batch_size, False)
-        best = max(best, len(texts) / max(time.perf_counter() - start, 1e-9))
+        for name, runner in runners.items():
+            start = time.perf_counter()
+            vectors[name] = runner.encode(texts, "", batch_size, False)
+            best[name] = max(best[name], len(texts) / max(time.perf_counter() - start, 1e-9))
     return vectors, best
 
 
 def probe(
     model: str, folder: Path, model_fingerprint: str, candidates=tuple((b, "none") for b in CANDIDATES)
 ) -> Choice:
-    """Run the probe: torch fp32, then each (backend, quantize) of `candidates`; the fastest lossless one."""
+    """Run the probe: torch fp32 and each (backend, quantize) of `candidates`; the fastest lossless one."""
     global probes_run
     from chunkeval.engine.embedding.backends import GraphRunner, TorchRunner, check_folder_runs_on, ensure_export
 
@@ -139,32 +142,30 @@ def probe(
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    texts, batch = probe_texts(), 16
-    torch_runner = TorchRunner(folder, "cpu")  # a model torch cannot load is the run's to report, in its words
+    runners = {"torch": TorchRunner(folder, "cpu")}  # a model torch cannot load is the run's to report, in its words
     log.warning("backend auto: probing torch, onnx and openvino on %d texts of %s (once per model and machine)",
                 PROBE_TEXTS, model)  # fmt: skip
-    reference, torch_speed = _timed(torch_runner, texts, batch)
-    speeds, agreed, skipped = {"torch": torch_speed}, {}, {}
+    skipped = {}
     for backend, quantize in candidates:
         name = backend if quantize == "none" else f"{backend} {quantize}"
         why = installed(backend)
         if why is None:
             try:
                 check_folder_runs_on(folder, backend)
-                runner = GraphRunner(
-                    folder, ensure_export(model, folder, model_fingerprint, backend, quantize), backend
-                )
-                vectors, speeds[name] = _timed(runner, texts, batch)
-                agreed[name] = agreement(vectors, reference)
-                if not lossless(agreed[name]):
-                    why = (
-                        f"vectors differ from torch fp32's (worst cosine {agreed[name]['min_cosine']:.6f}, largest "
-                        f"difference {agreed[name]['max_abs']:.1e}; the bar is {MIN_COSINE} and {MAX_ABS:g})"
-                    )
+                export = ensure_export(model, folder, model_fingerprint, backend, quantize)
+                runners[name] = GraphRunner(folder, export, backend)
             except (InputError, OSError, RuntimeError, ValueError, ImportError) as exc:
                 why = f"cannot run this model ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
         if why is not None:
             skipped[name] = why
+    vectors, speeds = _timed(runners, probe_texts(), 16)
+    agreed = {name: agreement(vectors[name], vectors["torch"]) for name in runners if name != "torch"}
+    for name, a in agreed.items():
+        if not lossless(a):
+            skipped[name] = (
+                f"vectors differ from torch fp32's (worst cosine {a['min_cosine']:.6f}, largest "
+                f"difference {a['max_abs']:.1e}; the bar is {MIN_COSINE} and {MAX_ABS:g})"
+            )
     good = tuple(b for b in speeds if b not in skipped)
     fastest = _fastest(good, [speeds])
     return Choice(
