@@ -53,7 +53,7 @@ def phase(name: str, data: str, corpus: str, backend: str = "auto") -> dict:
             **GRID,
         }
     )
-    from chunkeval.engine.embedding.auto import resolved
+    from chunkeval.engine.embedding.resolution import resolved
 
     backend = resolved(exp).backend  # auto: probed once (the probe phase), read from its cache after
     if name == "probe":

@@ -252,14 +252,15 @@ def test_what_a_run_says_about_its_precision():
 def test_auto_resolves_to_an_installed_lossless_backend_that_the_run_records(tmp_path, caplog, monkeypatch):
     """`backend: auto` (the default) runs the fastest backend whose vectors equal torch fp32's on the probe;
     the run's settings, models table and fingerprints name that backend, never `auto`."""
-    from chunkeval.engine.embedding import auto
+    from chunkeval.engine.embedding import auto, resolution
+    from chunkeval.engine.embedding.registry import auto_choice
     from chunkeval.engine.fingerprints import models_fingerprint
 
-    monkeypatch.setattr(auto, "_said", set())
+    monkeypatch.setattr(resolution, "_said", set())
     exp = Experiment(name="auto", chunk_sizes=(200,), k=(5,))
     assert exp.backend == "auto"
-    ran, line = auto.resolution(exp)
-    choice = auto.resolve(["all-MiniLM-L6-v2"])
+    ran, line = resolution.resolution(exp)
+    choice = auto_choice(["all-MiniLM-L6-v2"])
     assert ran.backend == choice.backend in choice.lossless and backends.check_backend(ran.backend) is None
     assert line.startswith(choice.line) and line in caplog.text  # said, in one line
     assert set(choice.texts_per_s) == {"torch", "onnx", "openvino"}  # all installed here: each probed
@@ -272,21 +273,22 @@ def test_auto_resolves_to_an_installed_lossless_backend_that_the_run_records(tmp
     models = run_sweep(ran, Embedders(tmp_path)).models.to_pylist()
     assert models[0]["backend"] == choice.backend and models[0]["model_fingerprint"] == fingerprint
     # a run that named its backend keeps it; lossy settings are never auto's to choose
-    assert auto.resolved(exp.with_overrides(backend="torch")).backend == "torch"
-    assert auto.resolved(exp.with_overrides(backend="openvino")).backend == "openvino"
-    assert auto.resolved(exp.with_overrides(precision="bf16")).backend == "torch"
+    assert resolution.resolved(exp.with_overrides(backend="torch")).backend == "torch"
+    assert resolution.resolved(exp.with_overrides(backend="openvino")).backend == "openvino"
+    assert resolution.resolved(exp.with_overrides(precision="bf16")).backend == "torch"
     with pytest.raises(InputError, match="needs backend onnx or openvino named"):
-        auto.resolved(exp.with_overrides(quantize="int8"))
+        resolution.resolved(exp.with_overrides(quantize="int8"))
 
 
 def test_the_auto_probe_runs_once_per_model_and_machine():
     from chunkeval.engine.embedding import auto
+    from chunkeval.engine.embedding.registry import auto_choice
 
-    first = auto.resolve(["all-MiniLM-L6-v2"])
+    first = auto_choice(["all-MiniLM-L6-v2"])
     path = auto.cache_path(model_fingerprint("all-MiniLM-L6-v2"))
     record, written, probes = json.loads(path.read_text()), path.stat().st_mtime_ns, auto.probes_run
     assert record["backend"] == first.backend and record["cpu"] == auto.cpu_model() and record["versions"]["torch"]
-    again = auto.resolve(["all-MiniLM-L6-v2"])
+    again = auto_choice(["all-MiniLM-L6-v2"])
     assert again.cached and again.backend == first.backend and again.texts_per_s == record["texts_per_s"]
     assert auto.probes_run == probes and path.stat().st_mtime_ns == written  # read, not probed again
 

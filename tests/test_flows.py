@@ -146,9 +146,9 @@ def test_watch_emits_change_events(tmp_path, own_home):
     assert watch(experiments=[exp_file]) == {"watched": ["chunkeval.corpus.changed"]}  # never run yet
     evaluate(experiment=exp_file)
     assert watch(experiments=[exp_file]) == {"watched": []}  # backend auto: both name the backend it resolved to
-    from chunkeval.engine.embedding.auto import resolve
+    from chunkeval.engine.embedding.registry import auto_choice
 
-    chosen = resolve(["all-MiniLM-L6-v2"])  # the probe's cached choice on this machine
+    chosen = auto_choice(["all-MiniLM-L6-v2"])  # the probe's cached choice on this machine
     settings = json.loads(Warehouse(own_home / "warehouse").last_completed("watched")["settings"])
     assert settings["backend"] == chosen.backend != "auto" and settings["backend_auto"].startswith(chosen.line)
     model = tmp_path / "model"

@@ -210,7 +210,7 @@ def evaluate(
         if questions is not None:
             values["questions"] = _questions_file(questions, scratch)
         exp = Experiment.from_dict({**base.to_dict(), **values}).checked_for_device(device)
-        from chunkeval.engine.embedding.auto import resolved
+        from chunkeval.engine.embedding.resolution import resolved
 
         exp = resolved(exp, device)  # backend auto: the one chosen, said in one line
         embedders = Embedders(Path(cache_dir) if cache_dir else default_cache(), batch_size, device=device)

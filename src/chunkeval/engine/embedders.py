@@ -55,7 +55,7 @@ class Embedders:
         """These embedders where they run the experiment's backend and precision, else new ones that do
         (same cache and device). Backend `auto` is the one it resolves to (`chunkeval.engine.embedding.auto`)."""
         if exp.backend == "auto":
-            from chunkeval.engine.embedding.auto import resolved
+            from chunkeval.engine.embedding.resolution import resolved
 
             exp = resolved(exp, self.device)
         if (self.backend, self.quantize, self.precision) == (exp.backend, exp.quantize, exp.precision):

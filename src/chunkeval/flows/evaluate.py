@@ -21,7 +21,7 @@ from chunkeval import progress
 from chunkeval.engine import gold_check, sweep
 from chunkeval.engine.chunking import ChunkerSpec
 from chunkeval.engine.doc_metrics import write_doc_runs
-from chunkeval.engine.embedding.auto import resolution
+from chunkeval.engine.embedding.resolution import resolution
 from chunkeval.engine.experiment import Experiment
 from chunkeval.engine.fingerprints import input_fingerprints
 from chunkeval.engine.metrics import METRICS

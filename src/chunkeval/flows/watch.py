@@ -8,7 +8,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 from prefect.logging import get_run_logger
 
-from chunkeval.engine.embedding.auto import resolved
+from chunkeval.engine.embedding.resolution import resolved
 from chunkeval.engine.experiment import Experiment
 from chunkeval.flows.evaluate import fingerprint, warehouse
 

@@ -133,7 +133,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
     runner = check_task_runner(parse_task_runner(args.task_runner))
     clock = Stopwatch()
-    from chunkeval.engine.embedding.auto import resolved
+    from chunkeval.engine.embedding.resolution import resolved
 
     with show_progress(), clock.stage("checks"):  # a model built on first use is a stage of its own, with a bar
         runs = resolved(exp, args.device)  # backend auto: the one chosen (the flow records it, with why)

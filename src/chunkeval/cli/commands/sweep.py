@@ -45,7 +45,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     )
 
     check_table_path(args.out)  # its suffix and folder, before the experiment is read
-    from chunkeval.engine.embedding.auto import resolved
+    from chunkeval.engine.embedding.resolution import resolved
 
     exp = resolved(experiment_from_args(args), args.device)  # backend auto: the one chosen, said in one line
     inputs = experiment_inputs(args, exp)

@@ -215,29 +215,37 @@ def choose(model: str, folder: Path, model_fingerprint: str) -> Choice:
     record = {k: getattr(choice, k) for k in _RECORDED}
     record.update(model=model, model_fingerprint=model_fingerprint, cpu=cpu_model(), probed_at=time.time())
     record["versions"] = {p: _version(p) for p in _PACKAGES}
+    record["load_average"] = os.getloadavg() if hasattr(os, "getloadavg") else None  # a busy machine's probe says so
     record["tolerance"] = {"min_cosine": MIN_COSINE, "max_abs": MAX_ABS, "margin": MARGIN}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return choice
 
 
-def resolve(models, quantize: str = "none", precision: str = "fp32", device: str | None = None) -> Choice:
-    """The backend `auto` means for these models (local names or folders; served ones are left out by the
-    caller), with `quantize` and `precision`, on `device`: one backend for all of them, lossless for each."""
-    from chunkeval.engine.embedding import pick_device
-    from chunkeval.engine.embedding.backends import check_backend, is_transformer
-    from chunkeval.engine.embedding.registry import model_fingerprint, resolve_model
+def on_gpu(device: str | None) -> bool:
+    """Whether torch would run on a GPU for `device` (`auto`/None: where torch sees one)."""
+    if device not in (None, "auto"):
+        return device.startswith("cuda")
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resolve(transformers: list[tuple], quantize: str = "none", precision: str = "fp32", gpu: bool = False) -> Choice:
+    """The backend `auto` means for these transformer models ((name, folder, fingerprint) each; static and
+    served ones are left out by the caller: `chunkeval.engine.embedding.registry.auto_choice`), with
+    `quantize` and `precision`, torch running on a GPU or not: one backend for all of them, lossless for each."""
+    from chunkeval.engine.embedding.backends import check_backend
 
     check_backend(AUTO, quantize, precision=precision)  # int8 needs a backend named
     if precision != "fp32":
         return Choice("torch", f"backend auto: torch (precision {precision} is yours to choose; auto probes fp32)")
-    if models and pick_device(device).startswith("cuda"):
+    if gpu:
         return Choice("torch", "backend auto: torch (the GPU runs backend torch; onnx and openvino run on the CPU)")
-    transformers = [m for m in models if is_transformer(resolve_model(m))]
     if not transformers:
         return Choice("torch", "backend auto: torch (no transformer to export: a static model runs alike everywhere)")
     try:
-        choices = [choose(m, resolve_model(m), model_fingerprint(m)) for m in transformers]
+        choices = [choose(*t) for t in transformers]
     except (OSError, ValueError, KeyError, TypeError, RuntimeError):  # torch itself cannot load it: the run says so
         return Choice("torch", "")
     if len(choices) == 1:
@@ -245,36 +253,5 @@ def resolve(models, quantize: str = "none", precision: str = "fp32", device: str
     # several models: a backend lossless for each, the one that embeds all their probes soonest
     usable = tuple(b for b in choices[0].lossless if all(b in c.lossless for c in choices))
     best = _fastest(usable, [c.texts_per_s for c in choices])
-    lines = "; ".join(f"{m}: {c.line.removeprefix('backend auto: ')}" for m, c in zip(transformers, choices))
+    lines = "; ".join(f"{t[0]}: {c.line.removeprefix('backend auto: ')}" for t, c in zip(transformers, choices))
     return Choice(best, f"backend auto: {best} for {len(choices)} models ({lines})")
-
-
-def resolution(exp, device: str | None = None):
-    """(`exp` with its backend resolved where it says `auto`, the line that says the choice and why, or None
-    where it named a backend). The line is said once per process, as a warning (seen without -v).
-    `exp` is a `chunkeval.engine.experiment.Experiment`."""
-    from dataclasses import replace
-
-    from chunkeval.engine.embedding.served import lookup
-
-    if exp.backend != AUTO:
-        return exp, None
-    if not exp.needs_model():
-        return replace(exp, backend="torch"), "backend auto: torch (nothing in this grid embeds)"
-    names = list(exp.model if exp.first_stage_embeds() else []) + exp.embedding_rerankers()
-    local = [m for m in dict.fromkeys(names) if lookup(m, exp.models) is None]
-    choice = resolve(local, exp.quantize, exp.precision, device)
-    skipped = "; ".join(f"{b} {why}" for b, why in choice.skipped.items())
-    line = choice.line + (f"; {skipped}" if skipped else "")
-    if line and line not in _said:
-        _said.add(line)
-        log.warning(line)
-    return replace(exp, backend=choice.backend), line or None
-
-
-def resolved(exp, device: str | None = None):
-    """`exp` with its backend resolved where it says `auto` (`resolution`)."""
-    return resolution(exp, device)[0]
-
-
-_said: set[str] = set()

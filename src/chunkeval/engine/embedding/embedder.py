@@ -151,9 +151,9 @@ class Embedder:
         if (
             self.backend == "auto"
         ):  # an experiment resolves it first (chunkeval.engine.embedding.auto); alone, per model
-            from chunkeval.engine.embedding.auto import resolve
+            from chunkeval.engine.embedding.registry import auto_choice
 
-            self.backend = resolve([self.model], self.quantize, self.precision, self.device).backend
+            self.backend = auto_choice([self.model], self.quantize, self.precision, self.device).backend
         self.fingerprint = embedder_fingerprint(self.model, self.backend, self.quantize, self.precision)
         self.prompts = model_prompts(self.model)
         self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None

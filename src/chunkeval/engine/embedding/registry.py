@@ -78,8 +78,17 @@ def embedder_fingerprint(model: str, backend: str = "torch", quantize: str = "no
     in a precision (`chunkeval.engine.embedding.precision`): fp32's is the backend's own, byte for byte.
     `auto` is the backend it resolves to for this model (`chunkeval.engine.embedding.auto`): never a key of its own."""
     if backend == "auto":
-        from chunkeval.engine.embedding.auto import resolve
-
-        backend = resolve([model], quantize, precision_).backend
+        backend = auto_choice([model], quantize, precision_).backend
     fingerprint = backends.backend_fingerprint(model_fingerprint(model), resolve_model(model), backend, quantize, model)
     return precision.precision_fingerprint(fingerprint, precision_)
+
+
+def auto_choice(models, quantize: str = "none", precision_: str = "fp32", device: str | None = None):
+    """What `backend: auto` means for these local models (`chunkeval.engine.embedding.auto.Choice`): probed
+    once per transformer model and machine; a static model runs alike on every backend."""
+    from chunkeval.engine.embedding import auto
+
+    transformers = [
+        (m, resolve_model(m), model_fingerprint(m)) for m in models if backends.is_transformer(resolve_model(m))
+    ]
+    return auto.resolve(transformers, quantize, precision_, bool(models) and auto.on_gpu(device))
