@@ -15,6 +15,7 @@ them, `auto` means torch (precision) or is refused (int8 needs a backend named).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -37,10 +38,11 @@ CANDIDATES = ("onnx", "openvino")  # torch is the reference, always installed
 PROBE_TEXTS = 64
 PROBE_WORDS = 120  # words a probe passage (about 160 word pieces: the size of a typical chunk)
 REPEATS = 2
+SETTLE = 1.0  # seconds between two timings of the probe (`_timed`)
 MIN_COSINE = 0.99999  # per vector, to torch fp32's
 MAX_ABS = 1e-4  # per component, to torch fp32's (measured: 1.9e-7 onnx, 2.8e-7 openvino; docs/backends.md)
 MARGIN = 1.10  # another backend than torch is chosen when at least this many times torch's speed
-VERSION = 1  # bump when the probe changes, so that cached choices are probed again
+VERSION = 2  # bump when the probe changes, so that cached choices are probed again
 _PACKAGES = ("torch", "sentence-transformers", "onnxruntime", "onnx", "openvino")
 log = logging.getLogger("chunkeval")
 probes_run = 0  # probes this process ran (not read from the cache): tests count them
@@ -118,12 +120,15 @@ def lossless(agreed: dict) -> bool:
 
 def _timed(runners: dict, texts: list[str], batch_size: int) -> tuple[dict, dict]:
     """Each runner's vectors of `texts`, and its best texts per second of `REPEATS` rounds after a warm-up.
-    The rounds take the runners in turn, so that a machine busy with other work slows each alike."""
+    The rounds take the runners in turn, so that a machine busy with other work slows each alike; each timing
+    starts `SETTLE` s after the last, once the thread pools of the runner before (torch's OpenMP, onnxruntime's,
+    OpenVINO's) have stopped spinning: in one process they would otherwise take the cores of the next."""
     for runner in runners.values():
         runner.encode(texts[:batch_size], "", batch_size, False)
     vectors, best = {}, dict.fromkeys(runners, 0.0)
     for _ in range(REPEATS):
         for name, runner in runners.items():
+            time.sleep(SETTLE)
             start = time.perf_counter()
             vectors[name] = runner.encode(texts, "", batch_size, False)
             best[name] = max(best[name], len(texts) / max(time.perf_counter() - start, 1e-9))
@@ -185,7 +190,9 @@ def _slower(lossless: tuple, chosen: str, speeds: dict) -> dict:
 
     def why(b: str) -> str:
         ratio = speeds[b] / speeds["torch"]
-        return f"{ratio:.2f}× torch" + (f", under the {MARGIN:.2f}× worth a new fingerprint" if ratio > 1 else "")
+        return f"{ratio:.2f}× torch" + (
+            f", under the {MARGIN:.2f}× worth a new fingerprint" if chosen == "torch" and ratio > 1 else ""
+        )
 
     return {b: why(b) for b in lossless if b not in (chosen, "torch")}
 
@@ -212,10 +219,14 @@ def choose(model: str, folder: Path, model_fingerprint: str) -> Choice:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     choice = probe(model, folder, model_fingerprint)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    if load and load[0] > (os.cpu_count() or 1):  # other work shared the cores: the figures may not hold
+        busy = f" [probed while the machine was busy: load {load[0]:.1f} on {os.cpu_count()} cores]"
+        choice = dataclasses.replace(choice, line=choice.line + busy)
     record = {k: getattr(choice, k) for k in _RECORDED}
     record.update(model=model, model_fingerprint=model_fingerprint, cpu=cpu_model(), probed_at=time.time())
     record["versions"] = {p: _version(p) for p in _PACKAGES}
-    record["load_average"] = os.getloadavg() if hasattr(os, "getloadavg") else None  # a busy machine's probe says so
+    record["load_average"] = load
     record["tolerance"] = {"min_cosine": MIN_COSINE, "max_abs": MAX_ABS, "margin": MARGIN}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
