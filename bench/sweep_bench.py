@@ -1,12 +1,13 @@
 """Times the 125-configuration sweep: cold cache, warm cache, and a naive pipeline.
 
-    python bench/sweep_bench.py [--data ../shared/datasets/chroma_general] [--corpus state_of_the_union]
+    python bench/sweep_bench.py [--data ../shared/datasets/chroma_general] [--corpus state_of_the_union] [--backend auto]
 
 The grid: fixed_token (all-MiniLM-L6-v2, dense), chunk sizes 100..500 step 100, overlaps 10..50 %, k 1,3,5,7,9 (125 rows).
-- cold:  `run_sweep` with an empty embedding cache (the model is loaded, every distinct text embedded once)
+- probe: `--backend auto` (the default) resolved: the one-time probe of the backends, cached for the phases after it
+- cold:  `run_sweep` on the backend chosen, with an empty embedding cache (the model is loaded, every distinct text embedded once)
 - warm:  the same sweep again over the cache it left (no model load, nothing embedded); it also times the
          summary with and without the bootstrap intervals of every macro mean
-- naive: every configuration on its own: chunk, embed its chunks afresh (model loaded once), retrieve, score
+- naive: every configuration on its own, on torch fp32 (sentence-transformers as shipped): chunk, embed its chunks afresh (model loaded once), retrieve, score
 Each phase runs in its own process; its time is measured inside that process from before the first
 import of chunkeval to the end, and its peak memory is that process's maximum resident set size.
 """
@@ -31,7 +32,7 @@ GRID = dict(
 )
 
 
-def phase(name: str, data: str, corpus: str) -> dict:
+def phase(name: str, data: str, corpus: str, backend: str = "auto") -> dict:
     start = time.perf_counter()
     import resource
 
@@ -51,11 +52,18 @@ def phase(name: str, data: str, corpus: str) -> dict:
             "corpus_dir": f"{data}/corpora",
             "questions": f"{data}/questions_df.csv",
             "corpus": [corpus],
+            "backend": backend,
             **GRID,
         }
     )
-    if name in ("cold", "warm"):
-        embedder = Embedder(cache_dir=cache_dir())
+    from chunkeval.engine.embedding.resolution import resolved
+
+    backend = resolved(exp).backend  # auto: probed once (the probe phase), read from its cache after
+    if name == "probe":
+        rows = embedded = 0
+        embedder = Embedder(cache_dir=None)
+    elif name in ("cold", "warm"):
+        embedder = Embedder(cache_dir=cache_dir(), backend=backend)
         result = run_sweep(exp, embedder)
         rows, embedded = result.summary.num_rows, embedder.texts_embedded
         if name == "warm":  # what the intervals of every macro mean cost: the summary with and without them
@@ -81,6 +89,7 @@ def phase(name: str, data: str, corpus: str) -> dict:
     return {
         **(extra if name == "warm" else {}),
         "phase": name,
+        "backend": "torch" if name == "naive" else backend,
         "seconds": time.perf_counter() - start,
         "configurations": rows,
         "texts_embedded": embedded,
@@ -93,7 +102,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets" / "chroma_general"))
     ap.add_argument("--corpus", default="state_of_the_union")
-    ap.add_argument("--phases", default="cold,warm,naive")
+    ap.add_argument("--phases", default="probe,cold,warm,naive")
+    ap.add_argument("--backend", default="auto", help="the sweep's backend (default auto, as a new experiment's)")
     ap.add_argument("--phase", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.phase:
@@ -104,7 +114,8 @@ def main() -> None:
         env = dict(os.environ, CHUNKEVAL_HOME=home, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
         for name in args.phases.split(","):
             out = subprocess.run(
-                [sys.executable, __file__, "--phase", name, "--data", args.data, "--corpus", args.corpus],
+                [sys.executable, __file__, "--phase", name, "--data", args.data, "--corpus", args.corpus]
+                + ["--backend", args.backend],
                 env=env,
                 check=True,
                 capture_output=True,
@@ -113,12 +124,12 @@ def main() -> None:
             results.append(json.loads(out.strip().splitlines()[-1]))
             print(json.dumps(results[-1]), file=sys.stderr)
     print(
-        "| phase | configurations | texts embedded | of which shared (the model read them alike) | seconds | peak RSS (MiB) |\n"
-        "|---|---:|---:|---:|---:|---:|"
+        "| phase | backend | configurations | texts embedded | of which shared (the model read them alike) | seconds | "
+        "peak RSS (MiB) |\n|---|---|---:|---:|---:|---:|---:|"
     )
     for r in results:
         print(
-            f"| {r['phase']} | {r['configurations']} | {r['texts_embedded']} | {r['texts_shared']} | {r['seconds']:.1f} | "
+            f"| {r['phase']} | {r['backend']} | {r['configurations']} | {r['texts_embedded']} | {r['texts_shared']} | {r['seconds']:.1f} | "
             f"{r['peak_rss_mib']:.0f} |"
         )
     for r in results:

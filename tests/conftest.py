@@ -54,8 +54,14 @@ def chroma() -> Path:
 
 @pytest.fixture(scope="session")
 def shared_home(tmp_path_factory) -> Path:
-    """One CHUNKEVAL_HOME for the session, so the embedding cache is shared between tests."""
-    return tmp_path_factory.mktemp("chunkeval_home")
+    """One CHUNKEVAL_HOME for the session, so the embedding cache is shared between tests. Its backends folder
+    (exports, and `backend: auto`'s probe, once per model and machine) serves every home of the session."""
+    home = tmp_path_factory.mktemp("chunkeval_home")
+    os.environ["CHUNKEVAL_BACKENDS"] = str(home / "backends")
+    # backend auto means torch in the suite, whatever a probe on a busy machine would say: its numbers are then
+    # those of the published tables; the tests of auto itself lift the pin (test_backends)
+    os.environ["CHUNKEVAL_AUTO_BACKEND"] = "torch"
+    return home
 
 
 @pytest.fixture(autouse=True)

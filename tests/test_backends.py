@@ -113,7 +113,7 @@ def test_an_export_is_built_once_and_a_damaged_one_again(shared_home, caplog):
 
 
 def test_a_sweep_on_onnx_scores_as_torch_does(tmp_path):
-    exp = Experiment(name="onnx", chunk_sizes=(100, 200), k=(1, 5))
+    exp = Experiment(name="onnx", backend="torch", chunk_sizes=(100, 200), k=(1, 5))
     torch_run = run_sweep(exp, Embedders(tmp_path))
     onnx_run = run_sweep(exp.with_overrides(backend="onnx"), Embedders(tmp_path))
     for column in ("span_recall", "span_precision", "recall_at_k", "mrr", "ndcg_at_k"):
@@ -128,7 +128,7 @@ def test_a_sweep_on_onnx_scores_as_torch_does(tmp_path):
 
 
 def test_bad_backend_settings_fail_early(monkeypatch):
-    with pytest.raises(InputError, match="backend must be torch, onnx, openvino"):
+    with pytest.raises(InputError, match="backend must be auto, torch, onnx, openvino"):
         Experiment(backend="tensorrt").validate()
     with pytest.raises(InputError, match="quantize: int8 needs backend onnx or openvino"):
         Experiment(quantize="int8").validate()
@@ -191,7 +191,7 @@ def test_a_precision_change_reads_as_a_model_change(tmp_path):
     from chunkeval.flows.watch import change_events
     from chunkeval.report.terminal import format_models
 
-    exp = Experiment(name="bf16", chunk_sizes=(200,), k=(5,))
+    exp = Experiment(name="bf16", backend="torch", chunk_sizes=(200,), k=(5,))
     low = exp.with_overrides(precision="bf16")
     assert models_fingerprint(exp) == FP32_FINGERPRINT and models_fingerprint(low) != FP32_FINGERPRINT
     last = {"corpus_fingerprint": "c", "gold_fingerprint": "g", "model_fingerprint": models_fingerprint(exp)}
@@ -245,3 +245,87 @@ def test_what_a_run_says_about_its_precision():
     assert advice("bf16", "torch", "none", "cpu", frozenset()) is None  # flags unknown: nothing said
     assert "GPU" in advice("fp32", "torch", "none", "cuda", avx2)
     assert "\n" not in advice("fp32", "torch", "none", "cpu", amx)
+
+
+# --------------------------------------------------------------------------- backend auto
+
+
+def test_auto_resolves_to_an_installed_lossless_backend_that_the_run_records(tmp_path, caplog, monkeypatch):
+    """`backend: auto` (the default) runs the fastest backend whose vectors equal torch fp32's on the probe;
+    the run's settings, models table and fingerprints name that backend, never `auto`."""
+    from chunkeval.engine.embedding import auto, resolution
+    from chunkeval.engine.embedding.registry import auto_choice
+    from chunkeval.engine.pipeline.fingerprints import models_fingerprint
+
+    monkeypatch.delenv("CHUNKEVAL_AUTO_BACKEND")  # the suite's pin (conftest) lifted: auto probes
+    monkeypatch.setattr(resolution, "_said", set())
+    exp = Experiment(name="auto", chunk_sizes=(200,), k=(5,))
+    assert exp.backend == "auto"
+    ran, line = resolution.resolution(exp)
+    choice = auto_choice(["all-MiniLM-L6-v2"])
+    assert ran.backend == choice.backend in choice.lossless and backends.check_backend(ran.backend) is None
+    assert line.startswith(choice.line) and line in caplog.text  # said, in one line
+    assert set(choice.texts_per_s) == {"torch", "onnx", "openvino"}  # all installed here: each probed
+    for b in choice.lossless[1:]:
+        assert auto.lossless(choice.agreement[b]) and choice.agreement[b]["max_abs"] < 1e-5
+    assert ran.recorded_settings()["backend"] == choice.backend
+    fingerprint = embedder_fingerprint("all-MiniLM-L6-v2", choice.backend)
+    assert models_fingerprint(exp) == models_fingerprint(ran) == fingerprint
+    assert embedder_fingerprint("all-MiniLM-L6-v2", "auto") == fingerprint
+    models = run_sweep(ran, Embedders(tmp_path)).models.to_pylist()
+    assert models[0]["backend"] == choice.backend and models[0]["model_fingerprint"] == fingerprint
+    # a run that named its backend keeps it; lossy settings are never auto's to choose
+    assert resolution.resolved(exp.with_overrides(backend="torch")).backend == "torch"
+    assert resolution.resolved(exp.with_overrides(backend="openvino")).backend == "openvino"
+    assert resolution.resolved(exp.with_overrides(precision="bf16")).backend == "torch"
+    with pytest.raises(InputError, match="needs backend onnx or openvino named"):
+        resolution.resolved(exp.with_overrides(quantize="int8"))
+
+
+def test_the_auto_probe_runs_once_per_model_and_machine(monkeypatch):
+    from chunkeval.engine.embedding import auto
+    from chunkeval.engine.embedding.registry import auto_choice
+
+    monkeypatch.delenv("CHUNKEVAL_AUTO_BACKEND")
+
+    first = auto_choice(["all-MiniLM-L6-v2"])
+    path = auto.cache_path(model_fingerprint("all-MiniLM-L6-v2"))
+    record, written, probes = json.loads(path.read_text()), path.stat().st_mtime_ns, auto.probes_run
+    assert record["backend"] == first.backend and record["cpu"] == auto.cpu_model() and record["versions"]["torch"]
+    again = auto_choice(["all-MiniLM-L6-v2"])
+    assert again.cached and again.backend == first.backend and again.texts_per_s == record["texts_per_s"]
+    assert auto.probes_run == probes and path.stat().st_mtime_ns == written  # read, not probed again
+
+
+def test_a_machine_pins_what_auto_means_without_a_probe(monkeypatch):
+    """CHUNKEVAL_AUTO_BACKEND (what the suite sets to torch) makes auto that backend, said in its line, with no
+    probe run; a value that names no backend is one line."""
+    from chunkeval.engine.embedding import auto
+    from chunkeval.engine.embedding.registry import auto_choice
+
+    probes = auto.probes_run
+    monkeypatch.setenv("CHUNKEVAL_AUTO_BACKEND", "onnx")
+    choice = auto_choice(["all-MiniLM-L6-v2"])
+    assert choice.backend == "onnx" and "pinned by CHUNKEVAL_AUTO_BACKEND" in choice.line
+    assert auto.probes_run == probes
+    monkeypatch.setenv("CHUNKEVAL_AUTO_BACKEND", "tpu")
+    with pytest.raises(InputError, match="CHUNKEVAL_AUTO_BACKEND must be torch, onnx or openvino, got 'tpu'"):
+        auto_choice(["all-MiniLM-L6-v2"])
+
+
+def test_a_backend_that_fails_the_probe_or_is_missing_is_skipped_with_why(monkeypatch):
+    """A candidate whose vectors differ (onnx with int8 weights, which auto never proposes) and one whose
+    packages are missing are skipped, each with its reason; torch, the reference, remains."""
+    from chunkeval.engine.embedding import auto
+
+    monkeypatch.setattr(auto, "PROBE_TEXTS", 16)
+    monkeypatch.setattr(auto, "REPEATS", 1)
+    monkeypatch.setitem(backends._NEEDS, "openvino", ("openvino", "no_such_runtime_package"))
+    model, fp = "all-MiniLM-L6-v2", model_fingerprint("all-MiniLM-L6-v2")
+    choice = auto.probe(model, resolve_model(model), fp, candidates=(("onnx", "int8"), ("openvino", "none")))
+    assert choice.backend == "torch" and choice.lossless == ("torch",)
+    assert choice.skipped["onnx int8"].startswith("vectors differ from torch fp32's (worst cosine 0.9")
+    assert choice.agreement["onnx int8"]["min_cosine"] < auto.MIN_COSINE
+    assert (
+        choice.skipped["openvino"] == "not installed (needs no_such_runtime_package: pip install 'chunkeval[backends]')"
+    )

@@ -338,8 +338,12 @@ CASES = {
         "--quantize: invalid choice: 'int4'",
     ),
     "sweep: int8 on the torch backend": (
-        lambda w: sweep(w["t"], "--quantize", "int8"),
+        lambda w: sweep(w["t"], "--backend", "torch", "--quantize", "int8"),
         "quantize: int8 needs backend onnx or openvino",
+    ),
+    "sweep: int8 with backend auto (lossless backends only)": (
+        lambda w: sweep(w["t"], "--quantize", "int8"),
+        "quantize: int8 needs backend onnx or openvino named (backend auto chooses lossless backends only)",
     ),
     "sweep: unknown precision": (
         lambda w: sweep(w["t"], "--precision", "fp8"),
@@ -461,7 +465,7 @@ CASES = {
     ),
     "run: experiment file unknown backend": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "backend: tensorrt\n")],
-        "backend must be torch, onnx, openvino, got 'tensorrt'",
+        "backend must be auto, torch, onnx, openvino, got 'tensorrt'",
     ),
     "run: experiment file unknown precision": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "precision: fp8\n")],

@@ -145,13 +145,19 @@ def test_watch_emits_change_events(tmp_path, own_home):
     exp_file = small_experiment(tmp_path, "watched")
     assert watch(experiments=[exp_file]) == {"watched": ["chunkeval.corpus.changed"]}  # never run yet
     evaluate(experiment=exp_file)
-    assert watch(experiments=[exp_file]) == {"watched": []}
+    assert watch(experiments=[exp_file]) == {"watched": []}  # backend auto: both name the backend it resolved to
+    from chunkeval.engine.embedding.registry import auto_choice
+
+    chosen = auto_choice(["all-MiniLM-L6-v2"])  # the probe's cached choice on this machine
+    settings = json.loads(Warehouse(own_home / "warehouse").last_completed("watched")["settings"])
+    assert settings["backend"] == chosen.backend != "auto" and settings["backend_auto"].startswith(chosen.line)
     model = tmp_path / "model"
     from chunkeval.engine.embedding import resolve_model
 
     shutil.copytree(resolve_model("all-MiniLM-L6-v2"), model)
     (model / "sentence_bert_config.json").write_text('{"max_seq_length": 16, "do_lower_case": false}')
-    changed = small_experiment(tmp_path / "m", "watched", model=str(model))
+    # backend torch, as the run above resolved auto to here: a model of its own would be probed (docs/backends.md)
+    changed = small_experiment(tmp_path / "m", "watched", model=str(model), backend="torch")
     assert watch(experiments=[changed]) == {"watched": ["chunkeval.model.changed"]}
 
 
@@ -160,7 +166,8 @@ def test_trend_report_fails_on_a_real_regression(tmp_path, own_home):
 
     model = tmp_path / "model"
     shutil.copytree(resolve_model("all-MiniLM-L6-v2"), model)
-    good = small_experiment(tmp_path, "quality", chunk_sizes=[120], k=[3], model=str(model))
+    # backend torch: a model of its own, changed below, would be probed twice by backend auto (docs/backends.md)
+    good = small_experiment(tmp_path, "quality", chunk_sizes=[120], k=[3], model=str(model), backend="torch")
     evaluate(experiment=good)
     assert trend_report(experiments=[good]) == {"quality": 0}
     assert (home() / "warehouse" / "reports" / "quality.html").is_file()  # the page, next to the warehouse

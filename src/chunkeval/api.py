@@ -38,6 +38,7 @@ from chunkeval.cli.large_grid import check_grid
 from chunkeval.cli.options import config_filter
 from chunkeval.engine.embedding import check_batch_size, check_device
 from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.embedding.resolution import resolved
 from chunkeval.engine.gold.check import check_gold as check
 from chunkeval.engine.inputs.run_files import Qrels, RankedLists
 from chunkeval.engine.pipeline.experiment import SETTINGS, Experiment
@@ -209,6 +210,7 @@ def evaluate(
         if questions is not None:
             values["questions"] = _questions_file(questions, scratch)
         exp = Experiment.from_dict({**base.to_dict(), **values}).checked_for_device(device)
+        exp = resolved(exp, device)  # backend auto: the one chosen, said in one line
         embedders = Embedders(Path(cache_dir) if cache_dir else default_cache(), batch_size, device=device)
         check_grid(
             exp,

@@ -20,6 +20,12 @@ def home() -> Path:
     return Path(os.environ.get("CHUNKEVAL_HOME") or Path.home() / ".chunkeval").expanduser()
 
 
+def backends_dir() -> Path:
+    """Exports of embedding backends and `backend: auto`'s probes: `$CHUNKEVAL_BACKENDS`, by default
+    `<home>/backends` (homes on one machine may share one: what it holds depends on the model and the machine)."""
+    return Path(os.environ.get("CHUNKEVAL_BACKENDS") or home() / "backends").expanduser()
+
+
 def cache_dir() -> Path:
     """The embedding cache: `<home>/cache/embeddings/<model fingerprint>/part-*.parquet`."""
     return home() / "cache" / "embeddings"

@@ -26,6 +26,7 @@ from chunkeval.cli.large_grid import check_grid
 from chunkeval.engine.chunking import ChunkerSpec
 from chunkeval.engine.embedding.embedders import Embedders
 from chunkeval.engine.embedding.embedders import embed_shard as embed_texts
+from chunkeval.engine.embedding.resolution import resolution
 from chunkeval.engine.pipeline import sweep
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.fingerprints import input_fingerprints, models_fingerprint
@@ -215,7 +216,7 @@ def evaluate(
     progress.one_line_input_errors()
     prepared = experiment.state if isinstance(experiment, Prepared) else None
     if prepared is None:
-        exp = Experiment.resolve(experiment)
+        exp, backend_choice = resolution(Experiment.resolve(experiment), device)  # backend auto: the one chosen
         if mlflow:
             check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
         embedders = sweep.Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
@@ -227,13 +228,15 @@ def evaluate(
     clock = progress.Stopwatch()  # each stage's seconds, returned with the run (`chunkeval run` prints them)
     if prepared is None:
         state = sweep.begin(exp, embedders, probe="none")  # the fingerprint task probes the served models
+        state.backend_auto = backend_choice
         with clock.stage("checks"):  # a skipped run sends no request
             state.fingerprints = fingerprint(exp, "none" if if_changed else "run")
     else:
         state = prepared
     state.clock = clock
     embedders, fps = state.embedders, state.fingerprints
-    settings = exp.recorded_settings()
+    choice = {"backend_auto": state.backend_auto} if state.backend_auto else {}
+    settings = {**exp.recorded_settings(), **choice}
     flow_run_id = flow_run.get_id()
     last = wh.last_completed(exp.name)
     unchanged = last and all(last[f"{key}_fingerprint"] == fps[key] for key in ("corpus", "gold", "model"))

@@ -8,6 +8,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 from prefect.logging import get_run_logger
 
+from chunkeval.engine.embedding.resolution import resolved
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.flows.evaluate import fingerprint, warehouse
 
@@ -38,7 +39,7 @@ def watch(experiments: list[str] = ["demo"]) -> dict[str, list[str]]:  # noqa: B
     logger = get_run_logger()
     emitted = {}
     for ref in experiments:
-        exp = Experiment.resolve(ref)
+        exp = resolved(Experiment.resolve(ref))  # backend auto: the fingerprint names the backend chosen
         fps = fingerprint(exp, "interval")  # a served model is probed at most once per its probe_interval
         events = changes(exp.name, fps)
         for event in events:

@@ -182,7 +182,8 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
                 f" in {escape(settings['precision'])} (vectors differ from fp32's in the last digits)"
                 if settings.get("precision") not in (None, "fp32")
                 else ""
-            ),
+            )
+            + (f" · {escape(settings['backend_auto'])}" if settings.get("backend_auto") else ""),
         ),
         ("retrievers", escape(", ".join(split_list(settings.get("retriever")) or ["dense"]))),
         (

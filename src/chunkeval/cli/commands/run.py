@@ -17,6 +17,7 @@ from chunkeval.cli.options import (
 )
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.embedding.resolution import resolution
 from chunkeval.engine.gold.judge import run_lines
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.runners import check_task_runner, cluster_workers, parse_task_runner
@@ -130,10 +131,12 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
     runner = check_task_runner(parse_task_runner(args.task_runner))
     clock = Stopwatch()
-    embedders = Embedders(cache_dir(), args.batch_size, device=args.device).for_experiment(exp)
     with show_progress():
         with clock.stage("checks"):  # a model built on first use is a stage of its own, with a bar
+            exp, backend_choice = resolution(exp, args.device)  # backend auto: the one chosen (recorded, with why)
+            embedders = Embedders(cache_dir(), args.batch_size, device=args.device).for_experiment(exp)
             state = preflight(exp, args.if_changed, embedders)
+            state.backend_auto = backend_choice
         with clock.stage("loading"):  # said by no line of its own: bad input is then the one line
             state = load(state)  # the inputs read and checked once: bad input fails here, before Prefect starts
     check_grid(exp, args.yes, embedders)

@@ -8,6 +8,7 @@ from pathlib import Path
 from chunkeval.cli.options import add_experiment_flags, add_metric_flags, experiment_from_args, experiment_inputs
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.embedding.embedders import Embedders
+from chunkeval.engine.embedding.resolution import resolved
 from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.engine.scoring.doc_metrics import write_doc_runs
 from chunkeval.errors import InputError
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     from chunkeval.cli.large_grid import check_grid  # with the engine: not when the parser is built
 
     check_table_path(args.out)  # its suffix and folder, before the experiment is read
-    exp = experiment_from_args(args)
+    exp = resolved(experiment_from_args(args), args.device)  # backend auto: the one chosen, said in one line
     inputs = experiment_inputs(args, exp)
     out = check_table_path(args.out, inputs)  # each file resolved apart: a link replaces the file it names
     named = Path(args.out)

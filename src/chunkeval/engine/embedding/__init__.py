@@ -3,7 +3,7 @@
 - `registry`: model names → folders (bundled, built locally, local paths), fingerprints, prompts;
 - `cache`: `EmbeddingCache`, vectors keyed by text hash under the model's fingerprint;
 - `embedder`: `Embedder`, which embeds what the cache lacks, and the device choice;
-- `backends`: torch, onnx and openvino runners and their exports;
+- `backends`: torch, onnx and openvino runners and their exports; `auto`: the fastest lossless one, probed once;
 - `static`: models chunkeval distils locally (`minilm-static`); `built`: folders built once, atomically.
 """
 

@@ -1,6 +1,7 @@
 """Embedding backends: who runs the model's transformer.
 
-- `torch` (the default): sentence-transformers, as the model's authors ship it.
+- `torch`: sentence-transformers, as the model's authors ship it (the reference; `auto`, the default, is
+  the fastest backend whose vectors equal its own: `chunkeval.engine.embedding.auto`).
 - `onnx`: the transformer exported once to ONNX (`torch.onnx.export` of its eager attention, opset 17,
   dynamic batch and sequence axes), its operators fused by onnxruntime's transformer optimizer
   (attention, embedding + layer norm, bias + GELU, skip + layer norm) and run by onnxruntime.
@@ -40,9 +41,10 @@ from chunkeval.engine.embedding.built import RECORD, build_folder
 from chunkeval.engine.embedding.precision import check_precision
 from chunkeval.errors import InputError
 from chunkeval.files import hash_folder
-from chunkeval.paths import home
+from chunkeval.paths import backends_dir
 
 BACKENDS = ("torch", "onnx", "openvino")
+CHOICES = ("auto", *BACKENDS)  # auto: the fastest lossless one installed here (chunkeval.engine.embedding.auto)
 QUANTIZE = ("none", "int8")
 _NEEDS = {"onnx": ("onnxruntime", "onnx"), "openvino": ("openvino", "onnx")}
 _NEEDS_INT8 = {"onnx": (), "openvino": ("nncf",)}
@@ -56,8 +58,16 @@ _POOLING = ("mean", "cls")
 def check_backend(backend: str, quantize: str = "none", source: str | None = None, precision: str = "fp32") -> None:
     """One line for a backend, quantisation or precision that cannot run here (unknown, not together, or
     their packages missing)."""
-    if backend not in BACKENDS:
-        raise InputError(f"backend must be {', '.join(BACKENDS)}, got {backend!r}", source)
+    if backend not in CHOICES:
+        raise InputError(f"backend must be {', '.join(CHOICES)}, got {backend!r}", source)
+    if backend == "auto":
+        if quantize != "none":
+            raise InputError(
+                f"quantize: {quantize} needs backend onnx or openvino named (backend auto chooses lossless "
+                "backends only)",
+                source,
+            )
+        return check_precision(precision, backend, quantize, source)
     if quantize not in QUANTIZE:
         raise InputError(f"quantize must be {' or '.join(QUANTIZE)}, got {quantize!r}", source)
     if quantize == "int8" and backend == "torch":
@@ -144,7 +154,7 @@ def max_seq_length(folder: Path) -> int:
 
 
 def export_dir(model_fingerprint: str, backend: str, quantize: str) -> Path:
-    return home() / "backends" / model_fingerprint[:32] / f"{backend}-{quantize}"
+    return backends_dir() / model_fingerprint[:32] / f"{backend}-{quantize}"
 
 
 def ensure_export(model: str, folder: Path, model_fingerprint: str, backend: str, quantize: str) -> Path:

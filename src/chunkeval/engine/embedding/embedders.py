@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from chunkeval.engine.embedding import Embedder, probes
 from chunkeval.engine.embedding import served as served_models
+from chunkeval.engine.embedding.resolution import resolved
 from chunkeval.engine.embedding.served import ServedModel
 
 if TYPE_CHECKING:
@@ -53,7 +54,9 @@ class Embedders:
 
     def for_experiment(self, exp: Experiment) -> Embedders:
         """These embedders where they run the experiment's backend and precision, else new ones that do
-        (same cache and device)."""
+        (same cache and device). Backend `auto` is the one it resolves to (`chunkeval.engine.embedding.auto`)."""
+        if exp.backend == "auto":
+            exp = resolved(exp, self.device)
         if (self.backend, self.quantize, self.precision) == (exp.backend, exp.quantize, exp.precision):
             self.served = exp.models
             return self

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chunkeval.engine.embedding import backends, precision, static
+from chunkeval.engine.embedding import auto, backends, precision, static
 from chunkeval.engine.embedding.folders import BUNDLED, existing_folder
 from chunkeval.errors import InputError
 from chunkeval.files import hash_folder
@@ -45,7 +45,7 @@ def check_model_runs_on(model: str, backend: str, source: str | None = None, pre
     if precision_ != "fp32":
         is_static = static.is_buildable(model) or not backends.is_transformer(resolve_model(model))
         precision.check_static(model, is_static, precision_, source)
-    if backend != "torch" and not static.is_buildable(model):
+    if backend not in ("torch", "auto") and not static.is_buildable(model):  # auto skips what cannot run
         backends.check_folder_runs_on(resolve_model(model), backend, source)
 
 
@@ -75,6 +75,18 @@ def model_fingerprint(model: str) -> str:
 
 def embedder_fingerprint(model: str, backend: str = "torch", quantize: str = "none", precision_: str = "fp32") -> str:
     """The fingerprint that keys a model's vectors when `backend` runs it (`chunkeval.engine.embedding.backends`)
-    in a precision (`chunkeval.engine.embedding.precision`): fp32's is the backend's own, byte for byte."""
+    in a precision (`chunkeval.engine.embedding.precision`): fp32's is the backend's own, byte for byte.
+    `auto` is the backend it resolves to for this model (`chunkeval.engine.embedding.auto`): never a key of its own."""
+    if backend == "auto":
+        backend = auto_choice([model], quantize, precision_).backend
     fingerprint = backends.backend_fingerprint(model_fingerprint(model), resolve_model(model), backend, quantize, model)
     return precision.precision_fingerprint(fingerprint, precision_)
+
+
+def auto_choice(models, quantize: str = "none", precision_: str = "fp32", device: str | None = None):
+    """What `backend: auto` means for these local models (`chunkeval.engine.embedding.auto.Choice`): probed
+    once per transformer model and machine; a static model runs alike on every backend."""
+    transformers = [
+        (m, resolve_model(m), model_fingerprint(m)) for m in models if backends.is_transformer(resolve_model(m))
+    ]
+    return auto.resolve(transformers, quantize, precision_, bool(models) and auto.on_gpu(device))

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 
 
 # keys a run records beside its settings (not settings: a recorded run's settings are read back without them)
-RECORDED = ("index_libraries", "gold_kind", "gold_provenance")
+RECORDED = ("index_libraries", "gold_kind", "gold_provenance", "backend_auto")
 
 
 def parse_overlap(value: str, chunk_size: int) -> int:
@@ -273,13 +273,14 @@ class Experiment:
         "(docs/metrics.md)",
         "scoring",
     )
-    backend: str = setting(  # chunkeval.engine.embedding.backends
-        "torch",
+    backend: str = setting(  # chunkeval.engine.embedding.backends; auto: chunkeval.engine.embedding.auto
+        "auto",
         "text",
-        "who runs the embedding model: torch (default, sentence-transformers), onnx (onnxruntime) or openvino; "
-        "exported once into $CHUNKEVAL_HOME/backends (docs/backends.md)",
+        "who runs the embedding model: auto (default: the fastest backend installed here whose vectors equal "
+        "torch fp32's, probed once per model and machine), torch (sentence-transformers), onnx (onnxruntime) or "
+        "openvino; exported once into $CHUNKEVAL_HOME/backends (docs/backends.md)",
         "embedding",
-        choices=("torch", "onnx", "openvino"),
+        choices=("auto", "torch", "onnx", "openvino"),
     )
     quantize: str = setting(
         "none",
@@ -528,12 +529,13 @@ class Experiment:
     def checked_for_device(self, device: str | None) -> Experiment:
         """This experiment, where its backend and precision can run on `device` (onnx and openvino run on
         the CPU here; fp16 needs a GPU)."""
-        if device and device.startswith("cuda") and self.backend != "torch" and self.needs_model():
+        if device and device.startswith("cuda") and self.backend not in ("torch", "auto") and self.needs_model():
             raise InputError(
                 f"--device {device} runs backend torch; backend {self.backend} runs on the CPU (use --device cpu or auto)"
             )
         if self.precision != "fp32" and self.needs_model():
-            check_device(self.precision, self.backend, pick_device(device) if self.backend == "torch" else "cpu")
+            torch = self.backend in ("torch", "auto")  # auto runs a lower precision on torch
+            check_device(self.precision, "torch" if torch else self.backend, pick_device(device) if torch else "cpu")
         return self
 
     def needs_model(self) -> bool:

@@ -108,3 +108,4 @@ class RunState:
     gold_check: dict | None = None
     notes: list[str] = field(default_factory=list)
     clock: Stopwatch = field(default_factory=Stopwatch)
+    backend_auto: str | None = None  # with backend auto, the line saying which backend was chosen and why

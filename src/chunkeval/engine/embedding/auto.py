@@ -1,0 +1,277 @@
+"""`backend: auto`: the fastest lossless backend installed here, chosen once per model and machine.
+
+A probe embeds `PROBE_TEXTS` fixed passages of the bundled demo corpus with torch fp32 (the reference)
+and with every other installed backend in fp32 (onnx, openvino), each model loaded and warmed up first,
+best of `REPEATS` timings. A backend is lossless here when every one of its vectors keeps a cosine of at
+least `MIN_COSINE` to torch's and no component differs by more than `MAX_ABS`. Of the lossless backends
+the fastest is chosen; another than torch only when it is at least `MARGIN` × torch (less is within the
+noise of a shared machine, and not worth a new fingerprint and a cache embedded again).
+
+The probe's result (choice, texts per second, agreement, reasons) is kept in a small JSON file under
+`$CHUNKEVAL_HOME/backends/auto/`, keyed by the model's fingerprint, the versions of the backends'
+packages, the export recipe, the tolerance and the CPU's model string: a second run reads it and probes
+nothing. `CHUNKEVAL_AUTO_BACKEND` pins the choice on a machine without a probe (the test suite pins torch, so
+that its numbers never depend on how busy the machine was when it probed). Lossy settings (`quantize: int8`, `precision: bf16 | fp16`) are never chosen here: with one of
+them, `auto` means torch (precision) or is refused (int8 needs a backend named)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from chunkeval.engine.embedding.backends import (
+    _NEEDS,
+    RECIPE,
+    GraphRunner,
+    TorchRunner,
+    check_backend,
+    check_folder_runs_on,
+    ensure_export,
+)
+from chunkeval.errors import InputError
+from chunkeval.files import write_text
+from chunkeval.limits import short
+from chunkeval.paths import DEMO_DIR, backends_dir
+
+AUTO = "auto"
+CANDIDATES = ("onnx", "openvino")  # torch is the reference, always installed
+PROBE_TEXTS = 64
+PROBE_WORDS = 120  # words a probe passage (about 160 word pieces: the size of a typical chunk)
+REPEATS = 2
+SETTLE = 1.0  # seconds between two timings of the probe (`_timed`)
+MIN_COSINE = 0.99999  # per vector, to torch fp32's
+MAX_ABS = 1e-4  # per component, to torch fp32's (measured: 1.9e-7 onnx, 2.8e-7 openvino; docs/backends.md)
+PIN = "CHUNKEVAL_AUTO_BACKEND"  # an environment variable that pins what auto means on a machine (docs/backends.md)
+MARGIN = 1.10  # another backend than torch is chosen when at least this many times torch's speed
+VERSION = 2  # bump when the probe changes, so that cached choices are probed again
+_PACKAGES = ("torch", "sentence-transformers", "onnxruntime", "onnx", "openvino")
+log = logging.getLogger("chunkeval")
+probes_run = 0  # probes this process ran (not read from the cache): tests count them
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What `auto` chose for a model: its backend, the line that says why, and the probe's figures."""
+
+    backend: str
+    line: str
+    texts_per_s: dict = field(default_factory=dict)  # backend → texts per second on the probe
+    agreement: dict = field(default_factory=dict)  # backend → {"min_cosine", "max_abs"} to torch fp32
+    skipped: dict = field(default_factory=dict)  # backend → why it was not chosen
+    lossless: tuple = ("torch",)  # the backends whose vectors agreed with torch fp32's
+    cached: bool = False
+
+
+def probe_texts() -> list[str]:
+    """`PROBE_TEXTS` passages of `PROBE_WORDS` words, windows spread evenly over the demo corpus's words."""
+    words = []
+    for path in sorted((DEMO_DIR / "corpora").glob("*.md")):
+        words += [w for line in path.read_text(encoding="utf-8").splitlines() if not line.startswith("#")
+                  for w in line.split()]  # fmt: skip
+    step = max(1, (len(words) - PROBE_WORDS) // (PROBE_TEXTS - 1))
+    return [" ".join(words[i * step : i * step + PROBE_WORDS]) for i in range(PROBE_TEXTS)]
+
+
+def cpu_model() -> str:
+    """The CPU's model string (`/proc/cpuinfo`), else what the platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.lower().startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ×{os.cpu_count()}"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()} ×{os.cpu_count()}"
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cache_path(model_fingerprint: str) -> Path:
+    key = [VERSION, RECIPE, model_fingerprint, {p: _version(p) for p in _PACKAGES}, MIN_COSINE, MAX_ABS, MARGIN]
+    key.append(cpu_model())
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return backends_dir() / AUTO / f"{model_fingerprint[:16]}-{digest[:16]}.json"
+
+
+def installed(backend: str) -> str | None:
+    """Why `backend` cannot run here (its packages missing), or None."""
+    missing = [p for p in _NEEDS.get(backend, ()) if importlib.util.find_spec(p) is None]
+    return f"not installed (needs {', '.join(missing)}: pip install 'chunkeval[backends]')" if missing else None
+
+
+def agreement(vectors: np.ndarray, reference: np.ndarray) -> dict:
+    """The worst cosine of a vector to its reference, and the largest difference of a component."""
+    cos = np.sum(vectors * reference, axis=1) / np.maximum(
+        np.linalg.norm(vectors, axis=1) * np.linalg.norm(reference, axis=1), 1e-12
+    )
+    return {"min_cosine": float(cos.min()), "max_abs": float(np.abs(vectors - reference).max())}
+
+
+def lossless(agreed: dict) -> bool:
+    return agreed["min_cosine"] >= MIN_COSINE and agreed["max_abs"] <= MAX_ABS
+
+
+def _timed(runners: dict, texts: list[str], batch_size: int) -> tuple[dict, dict]:
+    """Each runner's vectors of `texts`, and its best texts per second of `REPEATS` rounds after a warm-up.
+    The rounds take the runners in turn, so that a machine busy with other work slows each alike; each timing
+    starts `SETTLE` s after the last, once the thread pools of the runner before (torch's OpenMP, onnxruntime's,
+    OpenVINO's) have stopped spinning: in one process they would otherwise take the cores of the next."""
+    for runner in runners.values():
+        runner.encode(texts[:batch_size], "", batch_size, False)
+    vectors, best = {}, dict.fromkeys(runners, 0.0)
+    for _ in range(REPEATS):
+        for name, runner in runners.items():
+            time.sleep(SETTLE)
+            start = time.perf_counter()
+            vectors[name] = runner.encode(texts, "", batch_size, False)
+            best[name] = max(best[name], len(texts) / max(time.perf_counter() - start, 1e-9))
+    return vectors, best
+
+
+def probe(
+    model: str, folder: Path, model_fingerprint: str, candidates=tuple((b, "none") for b in CANDIDATES)
+) -> Choice:
+    """Run the probe: torch fp32 and each (backend, quantize) of `candidates`; the fastest lossless one."""
+    global probes_run
+    probes_run += 1
+    if not log.isEnabledFor(logging.INFO):  # the model's own loading bar only with -v
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    runners = {"torch": TorchRunner(folder, "cpu")}  # a model torch cannot load is the run's to report, in its words
+    log.warning("backend auto: probing torch, onnx and openvino on %d texts of %s (once per model and machine)",
+                PROBE_TEXTS, model)  # fmt: skip
+    skipped = {}
+    for backend, quantize in candidates:
+        name = backend if quantize == "none" else f"{backend} {quantize}"
+        why = installed(backend)
+        if why is None:
+            try:
+                check_folder_runs_on(folder, backend)
+                export = ensure_export(model, folder, model_fingerprint, backend, quantize)
+                runners[name] = GraphRunner(folder, export, backend)
+            except (InputError, OSError, RuntimeError, ValueError, ImportError) as exc:
+                why = f"cannot run this model ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        if why is not None:
+            skipped[name] = why
+    vectors, speeds = _timed(runners, probe_texts(), 16)
+    agreed = {name: agreement(vectors[name], vectors["torch"]) for name in runners if name != "torch"}
+    for name, a in agreed.items():
+        if not lossless(a):
+            skipped[name] = (
+                f"vectors differ from torch fp32's (worst cosine {a['min_cosine']:.6f}, largest "
+                f"difference {a['max_abs']:.1e}; the bar is {MIN_COSINE} and {MAX_ABS:g})"
+            )
+    good = tuple(b for b in speeds if b not in skipped)
+    fastest = _fastest(good, [speeds])
+    return Choice(
+        fastest, _line(fastest, speeds, agreed), speeds, agreed, {**skipped, **_slower(good, fastest, speeds)}, good
+    )
+
+
+def _fastest(lossless: tuple, speeds: list[dict]) -> str:
+    """The lossless backend that embeds the probes of every model soonest; torch unless another is `MARGIN` × faster."""
+    seconds = {b: sum(1 / s[b] for s in speeds) for b in lossless}
+    best = min(seconds, key=seconds.get)
+    return best if seconds["torch"] >= MARGIN * seconds[best] else "torch"
+
+
+def _slower(lossless: tuple, chosen: str, speeds: dict) -> dict:
+    """Why each other lossless backend was not chosen."""
+
+    def why(b: str) -> str:
+        ratio = speeds[b] / speeds["torch"]
+        return f"{ratio:.2f}× torch" + (
+            f", under the {MARGIN:.2f}× worth a new fingerprint" if chosen == "torch" and ratio > 1 else ""
+        )
+
+    return {b: why(b) for b in lossless if b not in (chosen, "torch")}
+
+
+def _line(backend: str, speeds: dict, agreed: dict) -> str:
+    if backend == "torch":
+        return f"backend auto: torch ({speeds['torch']:.1f} texts/s on {PROBE_TEXTS} probe texts, the fastest here)"
+    return (
+        f"backend auto: {backend} ({speeds[backend] / speeds['torch']:.2f}× torch on {PROBE_TEXTS} probe texts, "
+        f"cosine to torch fp32 ≥ {agreed[backend]['min_cosine']:.6f})"
+    )
+
+
+_RECORDED = ("backend", "line", "texts_per_s", "agreement", "skipped", "lossless")
+
+
+def choose(model: str, folder: Path, model_fingerprint: str) -> Choice:
+    """The cached choice for this model on this machine, else a probe's (then cached)."""
+    path = cache_path(model_fingerprint)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        fields = {k: data[k] for k in _RECORDED}
+        return Choice(**{**fields, "lossless": tuple(fields["lossless"])}, cached=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    choice = probe(model, folder, model_fingerprint)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    if load and load[0] > (os.cpu_count() or 1):  # other work shared the cores: the figures may not hold
+        busy = f" [probed while the machine was busy: load {load[0]:.1f} on {os.cpu_count()} cores]"
+        choice = dataclasses.replace(choice, line=choice.line + busy)
+    record = {k: getattr(choice, k) for k in _RECORDED}
+    record.update(model=model, model_fingerprint=model_fingerprint, cpu=cpu_model(), probed_at=time.time())
+    record["versions"] = {p: _version(p) for p in _PACKAGES}
+    record["load_average"] = load
+    record["tolerance"] = {"min_cosine": MIN_COSINE, "max_abs": MAX_ABS, "margin": MARGIN}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return choice
+
+
+def on_gpu(device: str | None) -> bool:
+    """Whether torch would run on a GPU for `device` (`auto`/None: where torch sees one)."""
+    if device not in (None, "auto"):
+        return device.startswith("cuda")
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resolve(transformers: list[tuple], quantize: str = "none", precision: str = "fp32", gpu: bool = False) -> Choice:
+    """The backend `auto` means for these transformer models ((name, folder, fingerprint) each; static and
+    served ones are left out by the caller: `chunkeval.engine.embedding.registry.auto_choice`), with
+    `quantize` and `precision`, torch running on a GPU or not: one backend for all of them, lossless for each."""
+    check_backend(AUTO, quantize, precision=precision)  # int8 needs a backend named
+    if precision != "fp32":
+        return Choice("torch", f"backend auto: torch (precision {precision} is yours to choose; auto probes fp32)")
+    if gpu:
+        return Choice("torch", "backend auto: torch (the GPU runs backend torch; onnx and openvino run on the CPU)")
+    if not transformers:
+        return Choice("torch", "backend auto: torch (no transformer to export: a static model runs alike everywhere)")
+    pinned = os.environ.get(PIN)
+    if pinned:  # a machine's choice made once by its owner (a CI runner, a fleet of one kind): nothing probed
+        if pinned not in ("torch", *CANDIDATES):
+            raise InputError(f"{PIN} must be torch, onnx or openvino, got {short(pinned)}")
+        return Choice(pinned, f"backend auto: {pinned} (pinned by {PIN}; nothing probed)")
+    try:
+        choices = [choose(*t) for t in transformers]
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError):  # torch itself cannot load it: the run says so
+        return Choice("torch", "")
+    if len(choices) == 1:
+        return choices[0]
+    # several models: a backend lossless for each, the one that embeds all their probes soonest
+    usable = tuple(b for b in choices[0].lossless if all(b in c.lossless for c in choices))
+    best = _fastest(usable, [c.texts_per_s for c in choices])
+    lines = "; ".join(f"{t[0]}: {c.line.removeprefix('backend auto: ')}" for t, c in zip(transformers, choices))
+    return Choice(best, f"backend auto: {best} for {len(choices)} models ({lines})")
