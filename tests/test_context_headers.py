@@ -27,6 +27,7 @@ from chunkeval.engine.inputs.headings import (
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import Warehouse
 
 GUIDE = (
@@ -258,7 +259,9 @@ def test_runs_record_rows_per_context_and_every_reader_tells_them_apart(sweeps, 
     ids = []
     for _ in range(2):
         run_id = wh.begin_run("ctx", {}, "manual", exp.to_dict())
-        wh.complete_run(run_id, headed.per_query, headed.summary, 0, headed.references, headed.models)
+        wh.complete_run(
+            run_id, RunResult(headed.per_query, headed.summary, references=headed.references, models=headed.models)
+        )
         ids.append(run_id)
     with wh.connect() as con:
         got = con.execute(
@@ -331,7 +334,7 @@ def test_runs_recorded_before_the_axis_read_context_none(sweeps, tmp_path):
         old._materialize(con, ["old-run"])
     wh = Warehouse(tmp_path / "wh")
     run_id = wh.begin_run("ctx", {}, "manual", small().to_dict())
-    wh.complete_run(run_id, plain.per_query, plain.summary, 0)
+    wh.complete_run(run_id, RunResult(plain.per_query, plain.summary))
     with wh.connect() as con:
         assert con.execute("SELECT DISTINCT context FROM config_summary").fetchall() == [("none",)]
         assert con.execute("SELECT DISTINCT context FROM query_results").fetchall() == [("none",)]

@@ -15,6 +15,7 @@ from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.engine.scoring import metrics as M
 from chunkeval.engine.scoring.configuration import score_chunking
 from chunkeval.engine.scoring.expansion import Expansion, expanded, merge_top, parse_expand, units_of
+from chunkeval.run_result import RunResult
 
 TEXT = "One. Two. Three. Four. Five. Six."
 SENTENCES = [(0, 4), (5, 9), (10, 16), (17, 22), (23, 28), (29, 33)]  # S0 … S5, a chunk each
@@ -146,9 +147,11 @@ def test_the_axis_reaches_the_warehouse_and_older_runs_read_none(demo, tmp_path)
     old_pq = pq.filter(none_rows).drop_columns(["expand"])
     old_summary = summary.filter(np.asarray(summary["expand"].to_pylist()) == "none").drop_columns(["expand"])
     old = wh.begin_run("expand", {}, "manual", exp.with_overrides(expand=("none",)).to_dict())
-    wh.complete_run(old, old_pq, old_summary, 0, result.references)
+    wh.complete_run(old, RunResult(old_pq, old_summary, references=result.references))
     new = wh.begin_run("expand", {}, "manual", exp.to_dict())
-    wh.complete_run(new, pq, summary, 0, result.references, retrieved=result.retrieved, corpora=result.corpora)
+    wh.complete_run(
+        new, RunResult(pq, summary, references=result.references, retrieved=result.retrieved, corpora=result.corpora)
+    )
     rows = wh.trend("expand", "span_recall")
     by_key = {}
     for row in rows:

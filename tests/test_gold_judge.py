@@ -23,6 +23,7 @@ from chunkeval.cli import main
 from chunkeval.engine.gold import judge as gj
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import run_sweep
+from chunkeval.run_result import RunResult
 from chunkeval.warehouse import Warehouse
 from prefect_server import BIN
 
@@ -57,7 +58,7 @@ def judged(tmp_path_factory, embedder_factory):
     wh = Warehouse(t / "home" / "warehouse")
     run_id = wh.begin_run("judge", {}, "manual", exp.to_dict())
     kept = {"retrieved": result.retrieved, "corpora": result.corpora}
-    wh.complete_run(run_id, result.per_query, result.summary, result.texts_embedded, result.references, **kept)
+    wh.complete_run(run_id, RunResult(result.per_query, result.summary, references=result.references, **kept))
     with pytest.MonkeyPatch.context() as mp, ChatServer() as server:
         mp.setenv("CHUNKEVAL_HOME", str(t / "home"))
         prov = judge(t / "j.csv", run_id, server.url, "--human", str(DEMO_GOLD))
