@@ -44,7 +44,7 @@ def test_the_choices_are_the_implementations():
     from chunkeval.engine.inputs.extract import HTML_MODES
 
     table = {s.name: s.choices for s in SETTINGS}
-    assert set(table["duplicates"]) == set(MODES) and set(table["backend"]) == set(BACKENDS)
+    assert set(table["duplicates"]) == set(MODES) and set(table["backend"]) == {"auto", *BACKENDS}
     assert set(table["quantize"]) == set(QUANTIZE) and set(table["precision"]) == set(PRECISIONS)
     assert set(table["html"]) == set(HTML_MODES)
 
