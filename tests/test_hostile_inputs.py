@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from chunkeval.cli import main
@@ -218,6 +218,7 @@ def test_fuzzed_beir_folders(corpus, queries, qrels, header, monkeypatch, capsys
 
 @FUZZ
 @given(questions=LINES, header=st.sampled_from(["question,references,corpus_id\n", "query,references\n", ""]))
+@example(questions="\x1e0\n", header="")  # a header quoted in the error held a record separator: two lines then
 def test_fuzzed_questions_csvs(questions, header, monkeypatch, capsys):
     root = workspace(monkeypatch)
     (root / "q.csv").write_text(header + questions)

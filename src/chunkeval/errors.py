@@ -21,8 +21,19 @@ def exit_code_table() -> str:
     return "exit status:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES)
 
 
+# the characters `str.splitlines` breaks a line at: a message that quotes input holding one is still one line
+_LINE_BREAKS = {c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def one_line(text: str) -> str:
+    """`text` with every character that breaks a line written as its escape (`\\x1e`): what an error message
+    that quotes hostile input (a file name, a CSV header) prints as one line."""
+    return text.translate(str.maketrans(_LINE_BREAKS))
+
+
 class InputError(Exception):
-    """Malformed or inconsistent input. `str()` gives `file:row: what is wrong`."""
+    """Malformed or inconsistent input. `str()` gives `file:row: what is wrong`, on one line whatever the input
+    it quotes holds (`one_line`)."""
 
     exit_code = EXIT_INPUT
 
@@ -33,7 +44,7 @@ class InputError(Exception):
         where = ""
         if self.path is not None:
             where = self.path + (f": row {row}" if row is not None else "") + ": "
-        super().__init__(where + message)
+        super().__init__(one_line(where + message))
 
 
 class NothingComparable(InputError):
