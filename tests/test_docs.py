@@ -82,12 +82,15 @@ def test_the_readme_is_a_five_minute_read() -> None:
     assert len(README.read_text(encoding="utf-8").splitlines()) <= 250
 
 
+PYTEST = "python -m pytest -n 2 --dist loadfile"  # the suite on two workers, a test file on each
+
+
 def test_the_readme_sets_up_and_tests_as_ci_does() -> None:
-    """The README's test block is commands of .ci/run, word for word, ending with CI's `python -m pytest`."""
+    """The README's test block is commands of .ci/run, word for word, ending with CI's pytest command."""
     ci = {line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()}
     blocks = re.findall(r"^```sh\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S)
-    tests = [b for b in blocks if "python -m pytest" in b.splitlines()]
-    assert tests, "README.md has no ```sh block ending with `python -m pytest`"
+    tests = [b for b in blocks if PYTEST in b.splitlines()]
+    assert tests, f"README.md has no ```sh block ending with `{PYTEST}`"
     commands = [line.split("  #")[0].strip() for line in tests[0].splitlines() if line.strip()]
-    assert commands[-1] == "python -m pytest"
+    assert commands[-1] == PYTEST and PYTEST in ci
     assert [c for c in commands if c not in ci] == []
