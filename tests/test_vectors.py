@@ -164,3 +164,48 @@ def test_notes_say_which_combinations_the_axes_leave_out():
     assert "binary-rescore is not scored where its depth < k: depth 3 at k 5" in notes
     assert "vectors" not in exp.to_dict() or exp.to_dict()["vectors"] == ["int8", "binary-rescore:depth=3"]
     assert "vectors" not in Experiment.demo().to_dict()  # float32/full: recorded as before the keys existed
+
+
+def test_the_axes_reach_the_warehouse_trend_compare_mlflow_and_the_api(demo, tmp_path, monkeypatch, capsys):
+    """The recorded rows keep each vectors and dims setting apart in the views (label, id), the trend, the
+    regressions, compare (runs pair a setting with itself), MLflow's nested-run names and the Python API,
+    whose keyword takes a single string as it takes a list."""
+    import json
+
+    import chunkeval
+    from chunkeval.cli import main
+    from chunkeval.publish.mlflow import _label
+    from chunkeval.run_result import RunResult
+    from chunkeval.warehouse import Warehouse
+
+    exp, result, *_ = demo
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path))
+    wh = Warehouse.at_home()
+    ids = []
+    for _ in range(2):
+        run_id = wh.begin_run("vec", {}, "manual", exp.to_dict())
+        wh.complete_run(run_id, RunResult(result.per_query, result.summary, references=result.references))
+        ids.append(run_id)
+    with wh.connect() as con:
+        got = con.execute(
+            "SELECT vectors, dims, count(DISTINCT config_id), count(DISTINCT label) FROM config_summary "
+            "WHERE run_id = ? AND k = 5 GROUP BY 1, 2 ORDER BY 1, 2",
+            [ids[0]],
+        ).fetchall()
+    assert [(v, d) for v, d, *_ in got] == sorted(
+        (v, d) for v in ("binary", "binary-rescore:depth=7", "float32", "int8") for d in ("128", "full")
+    )
+    assert all(n_id == n_label == 1 for *_, n_id, n_label in got)  # one configuration each, told apart
+    trend = wh.trend("vec", "span_recall", {"vectors": "binary", "dims": "128", "k": 5})
+    assert [(r["vectors"], r["dims"]) for r in trend] == [("binary", "128")] * 2 and trend[1]["change"] == 0.0
+    assert wh.regressions("vec", ["span_recall"], 0.0) == []
+    assert main(["compare", "--run", ids[1], "--run", ids[0], "--metric", "mrr", "--json"]) == 0
+    compared = json.loads(capsys.readouterr().out)
+    assert {(c["a"]["vectors"], c["a"]["dims"]) for c in compared} == {(v, d) for v, d, *_ in got}
+    assert all((c["a"]["vectors"], c["a"]["dims"]) == (c["b"]["vectors"], c["b"]["dims"]) for c in compared)
+    rows = wh.summary(ids[0]).to_pylist()
+    assert len({_label(r) for r in rows}) == len(rows)  # MLflow: a nested run per configuration, named apart
+    api = chunkeval.evaluate(
+        exp.corpus_dir, exp.questions, chunk_sizes=100, k=3, vectors="binary", dims="128", model="all-MiniLM-L6-v2"
+    )
+    assert {(r["vectors"], r["dims"]) for r in api.summary.to_pylist()} == {("binary", "128")}
