@@ -65,8 +65,8 @@ def _fill(rows: np.ndarray, values: np.ndarray, n_rows: int) -> np.ndarray:
     return out
 
 
-def judge(gold: Qrels, run: RankedLists) -> tuple[list[str], Judged]:
-    """Query ids (the gold set's order) and their judged lists; a gold query missing from the run has an empty list."""
+def judge(gold: Qrels, ranked: RankedLists) -> tuple[list[str], Judged]:
+    """Query ids (the gold set's order) and their judged lists; a gold query missing from the ranked lists has an empty list."""
     qids = list(gold.judgments)
     q_of = {q: i for i, q in enumerate(qids)}
     g_q = np.fromiter((q_of[q] for q, items in gold.judgments.items() for _ in items), dtype=np.int64)
@@ -74,8 +74,8 @@ def judge(gold: Qrels, run: RankedLists) -> tuple[list[str], Judged]:
     g_grade = np.fromiter(
         (g for items in gold.judgments.values() for g in items.values()), dtype=np.float64, count=len(g_item)
     )
-    r_q = np.fromiter((q_of[q] for q, items in run.ranked.items() for _ in items), dtype=np.int64)
-    r_item = [item for items in run.ranked.values() for item in items]
+    r_q = np.fromiter((q_of[q] for q, items in ranked.ranked.items() for _ in items), dtype=np.int64)
+    r_item = [item for items in ranked.ranked.values() for item in items]
     codes = (
         np.unique(np.asarray(g_item + r_item, dtype=object), return_inverse=True)[1].astype(np.int64)
         if g_item or r_item
@@ -355,9 +355,9 @@ METRICS, RANK_METRICS, SPAN_METRICS = V.METRICS, V.RANK_METRICS, V.SPAN_METRICS 
 MICRO, MICRO_F1 = AGG.MICRO, AGG.MICRO_F1
 
 
-def score_run(gold: Qrels, run: RankedLists, k: int, skip_empty_gold: bool = False) -> tuple[pa.Table, pa.Table]:
+def score_run(gold: Qrels, ranked: RankedLists, k: int, skip_empty_gold: bool = False) -> tuple[pa.Table, pa.Table]:
     """Per-query set and rank metrics of a run file against its gold set, and their macro/micro summary."""
-    qids, judged = judge(gold, run)
+    qids, judged = judge(gold, ranked)
     values = rank_metrics(judged, k)
     per_query = pa.table(
         {
