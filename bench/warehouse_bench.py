@@ -11,7 +11,7 @@ process each, median of --repeat, wall and CPU seconds), the history check of is
 
 - `chunkeval runs --experiment bench`
 - `chunkeval trend --experiment bench --metric span_recall --config chunk_size=100,k=5` (a partial filter: 12 of
-  the 48 configurations; a terminal shows the last 30 runs)
+  the 48 configurations; a terminal shows the last 30 runs), and the same with `--json` (every run)
 - `chunkeval trend --experiment bench --metric span_recall --fail-on-regression` (the regression check)
 - `chunkeval report --experiment bench` (the last run's table)
 - `chunkeval report --experiment bench --html <file>`
@@ -113,6 +113,7 @@ def main() -> int:
     commands = {  # name → (argv, goal in seconds)
         "runs --experiment bench": (["runs", "--experiment", "bench"], 1),
         "trend --config chunk_size=100,k=5": ([*trend, "--config", "chunk_size=100,k=5"], 1),
+        "trend --config chunk_size=100,k=5 --json": ([*trend, "--config", "chunk_size=100,k=5", "--json"], 1),
         "trend --fail-on-regression": ([*trend, "--fail-on-regression"], 1),
         "report --experiment bench": (["report", "--experiment", "bench"], 1),
         "report --experiment bench --html": (["report", "--experiment", "bench", "--html", str(out)], 5),
