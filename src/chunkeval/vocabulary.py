@@ -233,14 +233,10 @@ def config_label_sql(t: str = "") -> str:
         column = f"{t}{key}"
         if key == "candidates":
             continue
-        if key in LABEL_NUMBERS:
-            default = _sql_text(LABEL_DEFAULTS[key]) if key in VECTOR_KEYS else LABEL_DEFAULTS[key]
-            token = f"'{LABEL_NUMBERS[key]}=' || CAST({column} AS VARCHAR)"
-            parts.append(f"CASE WHEN {column} IS NULL OR {column} = {default} THEN NULL ELSE {token} END")
-            continue
-        if key in LABEL_NAMED:
-            token = f"'{LABEL_NAMED[key]}=' || {column}"
-            default = _sql_text(LABEL_DEFAULTS[key])
+        if key in LABEL_NUMBERS or key in LABEL_NAMED:  # written with its key: `size=400`, `context=title`
+            name = LABEL_NUMBERS.get(key) or LABEL_NAMED[key]
+            default = _sql_text(LABEL_DEFAULTS[key]) if key in OPTIONAL_KEYS else LABEL_DEFAULTS[key]
+            token = f"'{name}=' || CAST({column} AS VARCHAR)"
             parts.append(f"CASE WHEN {column} IS NULL OR {column} = {default} THEN NULL ELSE {token} END")
             continue
         skip = [LABEL_DEFAULTS[key]] + (["none"] if key in ("model", "index") else [])
@@ -255,7 +251,7 @@ def config_label_sql(t: str = "") -> str:
 
 
 def gold_kind_said(settings: dict) -> str:
-    """A run's gold kind in words, from its recorded settings ('' for human gold; `engine.gold_provenance`)."""
+    """A run's gold kind in words, from its recorded settings ('' for human gold; `engine.inputs.provenance`)."""
     kind = settings.get("gold_kind")
     if kind not in ("generated", "judged"):
         return ""

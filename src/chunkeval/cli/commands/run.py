@@ -6,8 +6,8 @@ import argparse
 import json
 import logging
 import os
-from typing import TYPE_CHECKING
 
+from chunkeval.cli.large_grid import check_grid
 from chunkeval.cli.options import (
     add_experiment,
     add_experiment_flags,
@@ -20,6 +20,7 @@ from chunkeval.engine.embedding.embedders import Embedders
 from chunkeval.engine.embedding.resolution import resolution
 from chunkeval.engine.gold.judge import run_lines
 from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.records import RunState
 from chunkeval.engine.pipeline.runners import check_task_runner, cluster_workers, parse_task_runner
 from chunkeval.engine.pipeline.sweep import begin, load
 from chunkeval.errors import InputError
@@ -31,10 +32,6 @@ from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
 from chunkeval.publish.mlflow import check_server, check_uri
 from chunkeval.report.terminal import approximate, format_index_costs, format_slices, summary_block
 from chunkeval.vocabulary import CONFIG_KEYS
-
-if TYPE_CHECKING:  # the engine is imported by the handler: not when the parser is built
-    from chunkeval.engine.embedding.embedders import Embedders
-    from chunkeval.engine.pipeline.records import RunState
 
 WAREHOUSE_SESSION = False  # the flow writes to the warehouse while the command runs
 
@@ -127,8 +124,6 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     mlflow = args.mlflow or exp.mlflow
     if mlflow:  # before anything is read or built: a URI where no server answers is bad input
         mlflow = check_server(mlflow, "--mlflow" if args.mlflow else "the experiment's mlflow")
-    from chunkeval.cli.large_grid import check_grid  # with the engine: not when the parser is built
-
     runner = check_task_runner(parse_task_runner(args.task_runner))
     clock = Stopwatch()
     with show_progress():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from chunkeval.cli.large_grid import check_grid
 from chunkeval.cli.options import add_experiment_flags, add_metric_flags, experiment_from_args, experiment_inputs
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.embedding.embedders import Embedders
@@ -45,8 +46,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    from chunkeval.cli.large_grid import check_grid  # with the engine: not when the parser is built
-
     check_table_path(args.out)  # its suffix and folder, before the experiment is read
     exp = resolved(experiment_from_args(args), args.device)  # backend auto: the one chosen, said in one line
     inputs = experiment_inputs(args, exp)
