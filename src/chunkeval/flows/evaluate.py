@@ -77,7 +77,7 @@ def load(state: RunState) -> RunState:
 
 
 @task(**TASK)
-def chunk(corpora: dict, spec: ChunkerSpec, model: str | None, embedders: sweep.Embedders) -> tuple:
+def chunk(corpora: dict, spec: ChunkerSpec, model: str | None, embedders: Embedders) -> tuple:
     """One job of the chunk step (`sweep.chunk_one`), and what its semantic chunker embedded (counted by the flow
     when it ran on a worker)."""
     before = embedders.counters()
@@ -141,9 +141,8 @@ def store(run_id: str, result: RunResult) -> str | None:
     results are kept and the next command records them), returned rather than raised: no retry waits again."""
     try:
         wh = warehouse()
-        write_doc_runs(
-            result.per_query, wh.results_dir / run_id / "doc_runs"
-        )  # document gold: the TREC run files, first
+        # document gold: the TREC run files, first
+        write_doc_runs(result.per_query, wh.results_dir / run_id / "doc_runs")
         wh.complete_run(run_id, result)
     except LockTimeout as exc:
         return str(exc)
@@ -219,7 +218,7 @@ def evaluate(
         exp, backend_choice = resolution(Experiment.resolve(experiment), device)  # backend auto: the one chosen
         if mlflow:
             check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
-        embedders = sweep.Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
+        embedders = Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
         check_grid(exp, yes, embedders, ask=False, remedy="the flow parameter yes: true", say=logger.info)
     else:  # the command checked the experiment, its grid and the URI
         exp = prepared.exp

@@ -1,6 +1,6 @@
 """A sweep: every configuration of an experiment, scored at every k, from plain functions.
 
-A configuration is (model, retriever, index, chunker, chunk_size, chunk_overlap, k). A run is one state
+A configuration is one value of each key of `CONFIG_KEYS`, in its order. A run is one state
 (`RunState`) and one list of steps, `STEPS`: `load` (`load_inputs`) → `chunk` (`chunk_one` per chunking job: a
 setting, and for a semantic chunker a model) → `embed` (`embed_all`, one call per model) → `score` (`score_all`:
 `ranking.retrieve_top` per configuration, once at the largest k, then `chunkeval.engine.scoring.configuration`) → `summarise`
