@@ -1,5 +1,5 @@
 """History a person can read: `trend` in a terminal shows the last 30 runs and counts the rest; the
-regression check prints its verdict and the regressions, the table only with -v; --json stays complete.
+regression check prints its verdict and the regressions, the table only with -v; --json gives the table's rows.
 A real warehouse of 35 nights of one real sweep, the last one worse on mrr."""
 
 from __future__ import annotations
@@ -77,12 +77,24 @@ def test_a_terminal_shows_the_last_30_runs_and_counts_the_rest(night_home, capsy
     assert len(table_rows(out)) == NIGHTS and "not shown" not in out
 
 
-def test_json_is_complete_and_one_document(night_home, capsys):
+def test_json_shows_the_runs_a_terminal_shows_and_is_one_document(night_home, capsys):
+    """JSON rows are those of the table: the last 30 runs (the rest counted on stderr), --last N, or --all."""
     assert main(["trend", "--experiment", "night", "--metric", "mrr", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert [r["run_id"] for r in rows] == night_home
+    out, err = capsys.readouterr()
+    rows = json.loads(out)
+    assert [r["run_id"] for r in rows] == night_home[5:]
+    assert err.splitlines()[-1] == "(5 earlier completed run(s) not shown: --last N or --all shows them)"
     assert set(rows[0]) >= {"run_id", "started_at", "value", "change", "ci_low", "ci_high", "k", "chunker"}
-    assert rows[0]["started_at"] == "2026-01-01T02:00:00Z"
+    assert rows[0]["started_at"] == "2026-01-06T02:00:00Z" and rows[0]["change"] == 0.0  # against night 5
+    assert main(["trend", "--experiment", "night", "--metric", "mrr", "--json", "--all"]) == 0
+    out, err = capsys.readouterr()
+    assert [r["run_id"] for r in json.loads(out)] == night_home and "not shown" not in err
+    assert json.loads(out)[0]["started_at"] == "2026-01-01T02:00:00Z" and json.loads(out)[0]["change"] is None
+    assert main(["trend", "--experiment", "night", "--metrics", "mrr,span_recall", "--json", "--last", "2"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["metric"], r["run_id"]) for r in rows] == [
+        (m, i) for m in ("mrr", "span_recall") for i in night_home[-2:]
+    ]
 
 
 def test_the_regression_check_prints_its_verdict_and_the_table_only_with_v(night_home, capsys):
@@ -115,4 +127,5 @@ def test_the_regression_check_prints_its_verdict_and_the_table_only_with_v(night
     assert capsys.readouterr().out.startswith(f"no regression of mrr in run {night_home[-1]} against")
     assert main([*argv, "--baseline", night_home[0], "--json"]) == 1  # JSON stays one document on stdout
     captured = capsys.readouterr()
-    assert len(json.loads(captured.out)) == NIGHTS and captured.err.startswith("REGRESSION: mrr fell")
+    assert len(json.loads(captured.out)) == 30 and captured.err.startswith("(5 earlier completed run(s) not shown")
+    assert "\nREGRESSION: mrr fell" in captured.err

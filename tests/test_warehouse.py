@@ -248,3 +248,67 @@ def test_runs_are_deleted_and_pruned_with_their_files_but_never_the_baseline(
     wh.db_path.unlink()
     assert wh.repair()["runs"] == 2 and {r["run_id"] for r in wh.runs()} == {ids[4], ids[1]}
     assert wh.baseline("demo") == ids[1]
+
+
+def test_trend_json_is_the_trend_rows_and_marks_changed_gold_and_model(tmp_path, demo_result):
+    """`trend --json` is encoded by DuckDB (`trend_json`), the terminal's rows by Python (`trend`): the same rows,
+    values and marks, whatever the filter, metrics and window; the gold and model marks from one SQL definition."""
+    import io
+    import json
+
+    from chunkeval.cli.output import iso
+
+    wh = Warehouse(tmp_path)
+    ids = []
+    for gold, model in (("g1", "m1"), ("g2", "m1"), ("g2", "m2"), ("", "m2"), ("g3", "m2")):
+        run_id = wh.begin_run("demo", {"corpus": "c1", "gold": gold, "model": model}, "manual", {})
+        wh.complete_run(run_id, RunResult(demo_result.per_query, demo_result.summary, texts_embedded=1))
+        ids.append(run_id)
+    # a missing fingerprint differs from nothing: neither run 4 (none) nor run 5 (g3 after none) is marked
+    assert wh.input_changes("demo") == {ids[1]: "gold set changed", ids[2]: "model changed"}
+    for metrics, config, last in (
+        (["span_recall"], {"k": 5}, None),
+        (["span_recall", "mrr"], None, None),
+        (["mrr", "recall_at_k"], {"chunk_size": 100}, 2),
+        (["span_recall"], {"k": 99}, None),
+    ):
+        rows = [{**r, "started_at": iso(r["started_at"])} for m in metrics for r in wh.trend("demo", m, config, last)]
+        out = io.BytesIO()
+        assert wh.trend_json(out, "demo", metrics, config, last) == len(rows)
+        assert json.loads(out.getvalue()) == rows
+        assert len(rows) == (
+            0 if config == {"k": 99} else len({r["config_id"] for r in rows}) * (last or 5) * len(metrics)
+        )
+    marked = {r["run_id"]: (r["gold_changed"], r["model_changed"]) for r in wh.trend("demo", "mrr")}
+    assert marked == {
+        ids[0]: (False, False),
+        ids[1]: (True, False),
+        ids[2]: (False, True),
+        ids[3]: (False, False),
+        ids[4]: (False, False),
+    }
+
+
+def test_trend_of_the_newest_runs_keeps_each_change_against_the_run_before_it(tmp_path, demo_result):
+    """`--last N` reads the newest N runs and, per configuration, the newest older row (not a window over the whole
+    history): each change is still against the previous run that scored the configuration, even where that run is
+    older than the window or the configuration skipped runs; the rows equal the whole trend's."""
+    import pyarrow.compute as pc
+
+    wh = Warehouse(tmp_path)
+
+    def only(k: int) -> RunResult:
+        keep = lambda t: t.filter(pc.equal(t["k"], k))  # noqa: E731
+        return RunResult(keep(demo_result.per_query), keep(demo_result.summary), texts_embedded=0)
+
+    results = [RunResult(demo_result.per_query, demo_result.summary, texts_embedded=1), only(1), only(1), only(3)]
+    results.append(RunResult(demo_result.per_query, demo_result.summary, texts_embedded=1))
+    for result in results:
+        wh.complete_run(wh.begin_run("demo", FPS, "manual", {}), result)
+    full = wh.trend("demo", "span_recall")
+    for last in (1, 2, 3, 5, 9):
+        shown = wh.trend("demo", "span_recall", last=last)
+        ids = {r["run_id"] for r in shown}
+        assert shown == [r for r in full if r["run_id"] in ids] and len(ids) == min(last, 5)
+    k5 = wh.trend("demo", "span_recall", {"k": 5}, last=1)
+    assert len(k5) == 1 and k5[0]["change"] == 0.0  # against the first run, four runs back

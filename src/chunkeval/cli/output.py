@@ -13,6 +13,13 @@ def print_json(doc, **options) -> None:
     print()
 
 
+def print_json_rows(rows: list[dict]) -> None:
+    """A JSON list of flat row objects on stdout, one row per line (each by the C encoder: `json.dump` with an
+    indent encodes in Python, a second for 10,000 runs)."""
+    body = ",\n  ".join(json.dumps(r) for r in rows)
+    sys.stdout.write(f"[\n  {body}\n]\n" if rows else "[]\n")
+
+
 def clean(value):
     """NaN as JSON's null."""
     return None if isinstance(value, float) and math.isnan(value) else value

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from chunkeval.errors import InputError
@@ -207,6 +206,9 @@ class Access(Schema):
                     else InputError(f"a run's {kind}.parquet does not read ({_first_line(exc)})", self.results_dir)
                 ) from None
             source = f"_{kind}_files"
+            # here, not at the top: pyarrow.dataset imports pandas (0.2 s of every command's start-up)
+            import pyarrow.dataset as ds
+
             try:
                 con.register(source, ds.dataset(files, schema=schema, format="parquet"))
                 con.execute(results_view_sql("TEMP VIEW", view, kind, source, set(schema.names)))

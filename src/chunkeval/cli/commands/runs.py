@@ -6,7 +6,7 @@ import argparse
 
 from chunkeval.cli.ages import parse_age
 from chunkeval.cli.options import add_experiment, add_json, check_at_least_one
-from chunkeval.cli.output import iso, print_json
+from chunkeval.cli.output import iso, print_json_rows
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
 from chunkeval.report.terminal import format_rows
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         for r in wh.runs(args.experiment)
     ]
     if args.json:
-        print_json(docs)
+        print_json_rows(docs)
         return 0
     table = [
         [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 
 from chunkeval.analysis.comparisons import check_alpha, check_threshold
@@ -60,10 +61,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "--last",
         type=int,
         metavar="N",
-        help=f"only the last N completed runs (in a terminal the last {SHOWN_RUNS} unless --all; --json gives all)",
+        help=f"only the last N completed runs (default: the last {SHOWN_RUNS}, in a terminal and with --json, unless --all)",
     )
     window.add_argument("--all", action="store_true", help="every completed run, also in a terminal")
-    add_json(p, "print JSON rows (run_id, started_at, configuration, value, change): every run unless --last")
+    add_json(
+        p,
+        f"print JSON rows (run_id, started_at, configuration, value, change) of the runs a terminal shows (the last {SHOWN_RUNS} unless --last N or --all)",
+    )
     p.add_argument(
         "--fail-on-regression",
         action="store_true",
@@ -100,14 +104,24 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
             _no_match(wh, args.experiment, config)
         return _verdict(wh, args, config, in_slice)
     metrics = named or _default_metrics(wh, args.experiment, wide, args.fail_on_regression)
-    shown = args.last or (None if args.all or args.json else SHOWN_RUNS)
+    shown = args.last or (None if args.all else SHOWN_RUNS)  # the same runs in a terminal and in JSON
+    if args.json:  # rows encoded by the warehouse (a Python object per row took seconds for a long history)
+        if config and not wh.has_configuration(args.experiment, config):
+            _no_match(wh, args.experiment, config)
+        sys.stdout.flush()
+        binary = getattr(sys.stdout, "buffer", None)  # a text stream without one (a StringIO) gets the text
+        out = binary if binary is not None else io.BytesIO()
+        wh.trend_json(out, args.experiment, metrics, config, shown, in_slice)
+        if binary is None:
+            sys.stdout.write(out.getvalue().decode())
+        sys.stdout.flush()
+        _left_out(wh, args.experiment, shown, sys.stderr)
+        return _verdict(wh, args, config, in_slice) if args.fail_on_regression else 0
     by_metric = {m: wh.trend(args.experiment, m, config, shown, in_slice=in_slice) for m in metrics}
     rows = [r for found in by_metric.values() for r in found]
     if config and not rows:
         _no_match(wh, args.experiment, config)
-    if args.json:
-        write_json_rows([{**r, "started_at": iso(r["started_at"])} for r in rows])
-    elif not rows:
+    if not rows:
         print(f"no completed run of experiment {args.experiment!r} with {', '.join(metrics)}")
     elif args.verbose or not args.fail_on_regression:
         print("\n\n".join(_table(found, m) for m, found in by_metric.items() if found))
@@ -120,12 +134,17 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
             print("(M: the model changed since the previous completed run: another model, backend or precision)")
         if in_slice and any(r["too_small"] for r in rows):
             print(f"(* fewer than {MIN_SLICE_QUERIES} queries: too small to test; no regression is tested on it)")
-        left_out = wh.count_runs(args.experiment, "completed") - len({r["run_id"] for r in by_metric[metrics[0]]})
-        if left_out > 0 and shown:
-            print(f"({left_out} earlier completed run(s) not shown: --last N or --all shows them)")
+        _left_out(wh, args.experiment, shown, sys.stdout)
     if args.fail_on_regression:
         return _verdict(wh, args, config, in_slice)
     return 0
+
+
+def _left_out(wh, experiment: str, shown: int | None, out) -> None:
+    """Say how many earlier completed runs the window of `shown` runs left out (nothing when none was)."""
+    left_out = wh.count_runs(experiment, "completed") - shown if shown else 0
+    if left_out > 0:
+        print(f"({left_out} earlier completed run(s) not shown: --last N or --all shows them)", file=out)
 
 
 def _default_metrics(wh, experiment: str, wide: bool, watched: bool) -> list[str]:
@@ -205,15 +224,6 @@ def _diff_link(wh, args: argparse.Namespace, config: dict, reference: str, newes
     except InputError as exc:
         return f"no diff: {exc}"
     return f"diff: {path}"
-
-
-def write_json_rows(rows: list[dict]) -> None:
-    """A JSON list, one row object per line, written in one pass (each row by the C encoder; json.dump
-    with an indent encodes in Python, seconds for 100,000 rows)."""
-    import json
-
-    body = ",\n  ".join(json.dumps(r) for r in rows)
-    sys.stdout.write(f"[\n  {body}\n]\n" if rows else "[]\n")
 
 
 def _table(rows: list[dict], metric: str) -> str:
