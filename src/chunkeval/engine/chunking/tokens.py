@@ -51,8 +51,26 @@ def char_byte_offsets(text: str) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(width)))
 
 
+_REMEMBERED = 4 * 1024 * 1024  # characters: a text up to this long keeps its token offsets (`token_offsets`)
+
+
 def token_offsets(text: str, tokenizer: str = TOKENIZER) -> tuple[np.ndarray, np.ndarray]:
-    """Character `[start, end)` of every token of `text` (special-token strings count as plain text)."""
+    """Character `[start, end)` of every token of `text` (special-token strings count as plain text). A sweep
+    chunks each document once per size and overlap: the offsets of the last few documents are kept (read-only),
+    so that 25 chunkings tokenize a document once."""
+    if len(text) <= _REMEMBERED:
+        return _remembered_offsets(text, tokenizer)
+    return _token_offsets(text, tokenizer)
+
+
+@functools.lru_cache(maxsize=8)
+def _remembered_offsets(text: str, tokenizer: str) -> tuple[np.ndarray, np.ndarray]:
+    start, end = _token_offsets(text, tokenizer)
+    start.flags.writeable = end.flags.writeable = False
+    return start, end
+
+
+def _token_offsets(text: str, tokenizer: str) -> tuple[np.ndarray, np.ndarray]:
     ids = np.asarray(get_encoding(tokenizer).encode_ordinary(text), dtype=np.int64)
     byte_end = np.cumsum(_token_byte_lengths(tokenizer)[ids])
     byte_start = byte_end - _token_byte_lengths(tokenizer)[ids]

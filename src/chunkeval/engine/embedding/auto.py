@@ -243,6 +243,9 @@ def on_gpu(device: str | None) -> bool:
     """Whether torch would run on a GPU for `device` (`auto`/None: where torch sees one)."""
     if device not in (None, "auto"):
         return device.startswith("cuda")
+    if platform.system() == "Linux" and not any(Path("/dev").glob("nvidia[0-9]*")):
+        return False  # no NVIDIA device node: no CUDA, and no 1.4 s import of torch to learn it
+    # here, not at the top: torch only where a GPU may be
     import torch
 
     return torch.cuda.is_available()

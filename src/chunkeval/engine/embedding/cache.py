@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from chunkeval.faults import checkpoint
 from chunkeval.files import write_tables, write_text
+from chunkeval.stats.columns import numbers
 
 log = logging.getLogger("chunkeval")
 
@@ -61,7 +62,8 @@ class EmbeddingCache:
             self._seen.add(path.name)
 
     def _read_part(self, path: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
-        table = pq.read_table(path)
+        with pq.ParquetFile(path) as part:  # not pq.read_table: it imports pyarrow.dataset, and that pandas (0.2 s)
+            table = part.read()
         if sorted(table.column_names) != sorted(PART_COLUMNS):
             raise ValueError(f"columns {', '.join(table.column_names)} instead of {', '.join(PART_COLUMNS)}")
         vector = table.column("vector").type
@@ -71,15 +73,14 @@ class EmbeddingCache:
         if width is not None and vector.list_size != width:
             raise ValueError(f"vectors of width {vector.list_size}, not {width}")
         hashes = table.column("text_hash")
-        vectors = np.asarray(table.column("vector").combine_chunks().flatten(), dtype=np.float32).reshape(
-            table.num_rows, -1
-        )
+        vectors = numbers(table.column("vector").combine_chunks().flatten()).astype(np.float32, copy=False)
+        vectors = vectors.reshape(table.num_rows, -1)  # (numpy's own conversion of an Arrow array imports pandas)
         lengths = pc.min_max(pc.utf8_length(hashes)).as_py()
         if hashes.null_count or (table.num_rows and not lengths["min"] == lengths["max"] == 32):
             raise ValueError("malformed text hashes")
         if not np.all(np.isfinite(vectors)):
             raise ValueError("vectors that are not finite numbers")
-        return hashes.to_pylist(), vectors, table.column("truncated").to_numpy(zero_copy_only=False).astype(bool)
+        return hashes.to_pylist(), vectors, numbers(pc.cast(table.column("truncated"), pa.int8())).astype(bool)
 
     def width(self) -> int | None:
         """The vector width of this model's cache, recorded with its first part."""

@@ -200,7 +200,9 @@ class Embedder:
         if self._st is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            if not log.isEnabledFor(logging.INFO):  # the model's own loading bars only with -v
+            through_st = self.backend == "torch" or not is_transformer(resolve_model(self.model))
+            if through_st and not log.isEnabledFor(logging.INFO):  # its loading bars only with -v (an exported
+                # model runs without transformers: importing it for nothing costs about a second)
                 from transformers.utils import logging as hf_logging
 
                 hf_logging.disable_progress_bar()
@@ -233,6 +235,23 @@ class Embedder:
             if is_transformer(resolve_model(self.model)):  # a static model has one precision: no advice
                 tell(self.precision, self.backend, self.quantize, device)
         return self._st
+
+    def load_if_cold(self) -> None:
+        """Start loading the model in a thread when its cache holds no vector yet (a first run embeds every text:
+        its model is needed for sure, and loads while the documents are chunked); a served model, a warm cache or a
+        loaded model start nothing, so a warm run still loads no model. A load that fails here fails again,
+        with its message, where the vectors are asked for."""
+        if self.served is not None or self._st is not None or (self.cache is not None and self.cache.width()):
+            return
+
+        def load() -> None:
+            with self._lock:
+                try:
+                    self._load()
+                except Exception:  # noqa: BLE001 (said where `embed` loads it again)
+                    pass
+
+        threading.Thread(target=load, name=f"load {self.model}", daemon=True).start()
 
     @property
     def model_loaded(self) -> bool:
@@ -285,19 +304,42 @@ class Embedder:
         missing = [h for h, r in zip(unique, self.cache.rows(unique)) if r < 0]
         if missing:
             log.info("embedding %d new text(s) of %d", len(missing), len(unique))
-        lo, size = 0, self.flush_every
-        while lo < len(missing):  # a killed run keeps what it has embedded, part file by part file
-            progress.step("embedding", lo, len(missing))
-            part = missing[lo : lo + size]
-            started = time.perf_counter()
-            vectors, truncated = self._encode([first_text[h] for h in part], prompt)
-            self.cache.add(part, vectors, truncated)
-            lo += len(part)
-            if time.perf_counter() - started < self.part_seconds:  # a fast model: fewer, larger parts (a
-                size = min(2 * size, MAX_PART)  # million chunks of a static model made 2,000 parts of 512 texts)
         if missing:
-            progress.step("embedding", len(missing), len(missing))
+            self._embed_parts(missing, [first_text[h] for h in missing], prompt)
         return self.cache.get(self.cache.rows(hashes))
+
+    def _embed_parts(self, hashes: list[str], texts: list[str], prompt: str) -> None:
+        """Embed `texts` into the cache, part file by part file (a killed run keeps what it has embedded). What
+        the model reads is found for all of them at once: texts it reads alike are embedded once across the
+        parts, and the parts follow their length (like lengths share a batch, as in one call)."""
+        runner = self._load()
+        started = time.perf_counter()
+        reads, truncated = runner.reads([prompt + t for t in texts])
+        first: dict = {}
+        which = [first.setdefault(r, n) for n, r in enumerate(reads)]
+        members: dict[int, list[int]] = {}
+        for n, w in enumerate(which):
+            members.setdefault(w, []).append(n)
+        once = sorted(first.values(), key=lambda n: -len(reads[n]))
+        self.embed_seconds += time.perf_counter() - started
+        lo, done, size = 0, 0, self.flush_every
+        while lo < len(once):
+            progress.step("embedding", done, len(texts))
+            part = once[lo : lo + size]
+            started = time.perf_counter()
+            show = len(part) >= 256 and log.isEnabledFor(logging.INFO)
+            vectors = runner.encode([texts[n] for n in part], prompt, self.batch_size, show)
+            self.embed_seconds += time.perf_counter() - started  # the model's time, not the cache's
+            rows = [m for n in part for m in members[n]]
+            slot = np.fromiter((i for i, n in enumerate(part) for _ in members[n]), dtype=np.int64, count=len(rows))
+            self.cache.add([hashes[m] for m in rows], vectors[slot], truncated[rows])
+            elapsed = time.perf_counter() - started
+            self.texts_embedded += len(rows)
+            self.texts_shared += len(rows) - len(part)
+            lo, done = lo + len(part), done + len(rows)
+            if elapsed < self.part_seconds:  # a fast model: fewer, larger parts (a million chunks of a
+                size = min(2 * size, MAX_PART)  # static model made 2,000 parts of 512 texts)
+        progress.step("embedding", len(texts), len(texts))
 
     def _embed_served(self, hashes: list[str], unique: list[str], first_text: dict, prompt: str):
         """What the cache lacks, sent to the served model; each response's vectors cached as it arrives

@@ -460,6 +460,9 @@ def load(state: RunState) -> RunState:
 def chunk(state: RunState) -> RunState:
     """Every chunking job (`chunk_one`; the flow runs them in shards), then `chunked`."""
     jobs = chunking_jobs(state.exp)
+    if state.exp.first_stage_embeds():  # a first run's model loads while the documents are chunked
+        for model in state.exp.model:
+            state.embedders[model].load_if_cold()
     return chunked(state, [chunk_one(state.inputs.corpora, spec, model, state.embedders) for spec, model in jobs])
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from chunkeval.engine.chunking import ChunkerSpec, Chunks, count_tokens
 from chunkeval.engine.inputs.document_gold import DocGold
@@ -209,7 +210,14 @@ def summarize_sweep(
     """(summary per configuration, summary per configuration and corpus), with chunk counts joined."""
     table = per_query if skip_empty_gold else per_query.drop_columns(["has_gold"])
     summary = M.summarize(table, CONFIG_KEYS)
-    by_corpus = M.summarize(table, CONFIG_KEYS + ["corpus_id"])
+    if (
+        pc.count_distinct(table["corpus_id"], mode="all").as_py() == 1
+    ):  # one corpus: its groups are the summary's, and so
+        # are its numbers (a bootstrap interval depends on a group's rows alone): the summary with its corpus
+        corpus = pa.array([table["corpus_id"][0].as_py()] * summary.num_rows, table.schema.field("corpus_id").type)
+        by_corpus = summary.add_column(len(CONFIG_KEYS), table.schema.field("corpus_id"), corpus)
+    else:
+        by_corpus = M.summarize(table, CONFIG_KEYS + ["corpus_id"])
     return (
         summary.join(chunk_stats, CHUNKING_KEYS).sort_by([(c, "ascending") for c in CONFIG_KEYS]),
         by_corpus.sort_by([(c, "ascending") for c in CONFIG_KEYS + ["corpus_id"]]),
