@@ -9,9 +9,10 @@ per day ending today (in one `Warehouse.session`, as an import of history would 
 retrieved lists and corpus versions as a nightly run keeps them. Then it times, as a user runs them (a fresh
 process each, median of --repeat, wall and CPU seconds), the history check of issue 21 (goal: 1 s each at 10,000 runs, the HTML 5 s):
 
-- `chunkeval runs --experiment bench`
+- `chunkeval runs --experiment bench` (and with `--json`)
 - `chunkeval trend --experiment bench --metric span_recall --config chunk_size=100,k=5` (a partial filter: 12 of
-  the 48 configurations; a terminal shows the last 30 runs), and the same with `--json` (every run)
+  the 48 configurations; the last 30 runs, in a terminal and with `--json`), with every configuration, and the
+  whole history's JSON of the partial filter (`--json --all`)
 - `chunkeval trend --experiment bench --metric span_recall --fail-on-regression` (the regression check)
 - `chunkeval report --experiment bench` (the last run's table)
 - `chunkeval report --experiment bench --html <file>`
@@ -112,8 +113,16 @@ def main() -> int:
     trend = ["trend", "--experiment", "bench", "--metric", "span_recall"]
     commands = {  # name → (argv, goal in seconds)
         "runs --experiment bench": (["runs", "--experiment", "bench"], 1),
+        "runs --experiment bench --json": (["runs", "--experiment", "bench", "--json"], 1),
+        "trend (every configuration)": (trend, 1),
+        "trend (the headline metrics, every configuration)": (["trend", "--experiment", "bench"], 1),
         "trend --config chunk_size=100,k=5": ([*trend, "--config", "chunk_size=100,k=5"], 1),
         "trend --config chunk_size=100,k=5 --json": ([*trend, "--config", "chunk_size=100,k=5", "--json"], 1),
+        "trend --json (every configuration)": ([*trend, "--json"], 1),
+        "trend --config chunk_size=100,k=5 --json --all (120,000 rows)": (
+            [*trend, "--config", "chunk_size=100,k=5", "--json", "--all"],
+            None,
+        ),
         "trend --fail-on-regression": ([*trend, "--fail-on-regression"], 1),
         "report --experiment bench": (["report", "--experiment", "bench"], 1),
         "report --experiment bench --html": (["report", "--experiment", "bench", "--html", str(out)], 5),

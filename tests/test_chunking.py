@@ -179,3 +179,18 @@ def test_chunker_validation_and_plugins():
     assert resolve_chunker("chunkeval.engine.chunking:fixed_char") is CHUNKERS["fixed_char"]
     with pytest.raises(InputError, match="cannot import"):
         resolve_chunker("no_such_module:f")
+
+
+def test_a_documents_token_offsets_are_kept_read_only_and_equal_fresh_ones():
+    """A sweep chunks a document once per size and overlap: its offsets are computed once and kept, read-only,
+    and equal the offsets computed afresh (a document over the kept size is never kept)."""
+    from chunkeval.engine.chunking import tokens
+
+    text = "Lighthouses guide ships. Ünïcode and emoji 🐝 too. " * 50
+    first = tokens.token_offsets(text)
+    again = tokens.token_offsets(text)
+    assert first[0] is again[0] and not first[0].flags.writeable and not first[1].flags.writeable
+    fresh = tokens._token_offsets(text, tokens.TOKENIZER)
+    assert np.array_equal(first[0], fresh[0]) and np.array_equal(first[1], fresh[1])
+    with pytest.raises(ValueError):
+        first[0][0] = 5

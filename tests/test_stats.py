@@ -360,3 +360,24 @@ assert "pandas" not in sys.modules
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("corpora", [("honeybees",), ("honeybees", "lighthouses", "sourdough")])
+def test_the_sweeps_per_corpus_summary_equals_summarising_by_corpus(corpora):
+    """With one corpus, the per-corpus summary is the summary's rows with their corpus (computed once); with
+    several it is summarised by corpus: either way it equals `summarize` grouped by configuration and corpus,
+    intervals to the last bit."""
+    from chunkeval.engine.embedding import Embedder
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.sweep import run_sweep
+    from chunkeval.engine.scoring import metrics as M
+    from chunkeval.paths import DEMO_DIR
+    from chunkeval.vocabulary import CONFIG_KEYS
+
+    exp = Experiment.from_yaml(DEMO_DIR / "experiment.yaml").with_overrides(
+        corpus=corpora, chunker=("fixed_token",), chunk_sizes=(100, 200), overlaps=("0",), k=(1, 5), retriever=("bm25",)
+    )
+    result = run_sweep(exp, Embedder(cache_dir=None))
+    keys = CONFIG_KEYS + ["corpus_id"]
+    expected = M.summarize(result.per_query.drop_columns(["has_gold"]), keys).sort_by([(c, "ascending") for c in keys])
+    assert result.by_corpus.equals(expected) and result.by_corpus.num_rows == 4 * len(corpora)

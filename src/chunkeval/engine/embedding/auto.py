@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chunkeval import progress
 from chunkeval.engine.embedding.backends import (
     _NEEDS,
     RECIPE,
@@ -224,7 +225,8 @@ def choose(model: str, folder: Path, model_fingerprint: str) -> Choice:
         return Choice(**{**fields, "lossless": tuple(fields["lossless"])}, cached=True)
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    choice = probe(model, folder, model_fingerprint)
+    with progress.stage("probing backends"):  # a first run's own stage (exports included), not its checks'
+        choice = probe(model, folder, model_fingerprint)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     if load and load[0] > (os.cpu_count() or 1):  # other work shared the cores: the figures may not hold
         busy = f" [probed while the machine was busy: load {load[0]:.1f} on {os.cpu_count()} cores]"
