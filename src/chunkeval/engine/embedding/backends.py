@@ -372,6 +372,9 @@ class TorchRunner:
         return vectors.astype(np.float32, copy=False)  # float32 at every precision
 
 
+REMEMBERED_READS = 65536  # texts whose word pieces `GraphRunner.reads` keeps for `encode`
+
+
 class GraphRunner:
     """An exported transformer (onnxruntime or OpenVINO) with the model's tokenizer, pooling and normalisation."""
 
@@ -383,6 +386,7 @@ class GraphRunner:
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(self.max_seq_length)  # tokenizer.json may carry a shorter limit of its own
+        self._read: dict = {}  # text → its encoding, from the last `reads`
         if backend == "onnx":
             session = _session(export / "model.onnx")
             self.inputs = [i.name for i in session.get_inputs()]
@@ -403,12 +407,17 @@ class GraphRunner:
 
     def reads(self, texts: list[str]) -> tuple[list[tuple], np.ndarray]:
         encodings = self._tokenize(texts)
+        # `encode` of these texts (in parts, next) tokenizes none of them again; kept for a run's usual sizes only
+        self._read = dict(zip(texts, encodings)) if len(texts) <= REMEMBERED_READS else {}
         return [tuple(e.ids) for e in encodings], np.fromiter(
             (bool(e.overflowing) for e in encodings), dtype=bool, count=len(texts)
         )
 
     def encode(self, texts: list[str], prompt: str, batch_size: int, show_progress: bool = False) -> np.ndarray:
-        encodings = self._tokenize([prompt + t for t in texts])
+        given = [prompt + t for t in texts]
+        read = self._read
+        fresh = iter(self._tokenize([t for t in given if t not in read]))
+        encodings = [read[t] if t in read else next(fresh) for t in given]
         order = np.argsort(
             [-len(e.ids) for e in encodings], kind="stable"
         )  # like lengths share a batch: little padding
