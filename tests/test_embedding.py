@@ -89,3 +89,28 @@ def test_device_auto_falls_back_to_the_cpu_and_a_batch_fits_it(tmp_path):
     emb = Embedder(cache_dir=tmp_path, batch_size=None, device="auto")
     vecs, _ = emb.embed(["one text", "another text"])
     assert vecs.shape == (2, 384) and emb.batch_size == (16 if expected == "cpu" else fitting_batch("cuda", None))
+
+
+def test_a_cold_cache_loads_the_model_in_the_background_once_and_a_warm_one_never(tmp_path, monkeypatch):
+    """`load_if_cold` (a first run's chunk step) starts the model's load in a thread; whoever asks for the model
+    meanwhile (the width, the vectors) waits for that load instead of beginning another; over a warm cache it loads
+    nothing, so a warm run still loads no model."""
+    from chunkeval.engine.embedding import embedder as module
+
+    loads = []
+    real = module.load_runner
+
+    def counted(*args, **kwargs):  # the real loader, counted
+        loads.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "load_runner", counted)
+    cold = Embedder(cache_dir=tmp_path)
+    cold.load_if_cold()
+    assert cold.width() == 384  # asked for while the thread loads: waits for it
+    cold.embed(["alpha beta", "gamma delta"])
+    assert loads == ["all-MiniLM-L6-v2"] and cold.model_loaded
+    warm = Embedder(cache_dir=tmp_path)
+    warm.load_if_cold()
+    warm.embed(["alpha beta"])
+    assert loads == ["all-MiniLM-L6-v2"] and not warm.model_loaded and warm.texts_embedded == 0

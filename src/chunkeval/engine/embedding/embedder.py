@@ -134,6 +134,7 @@ class Embedder:
 
     embed_seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _loading: threading.Lock = field(default_factory=threading.Lock, repr=False)  # one load, however many ask
     served: served_models.ServedModel | None = None  # a model behind an /embeddings endpoint (`openai:` or `models:`)
     tokens: int = 0  # tokens sent to a served model (its server's count, else cl100k's)
 
@@ -159,10 +160,10 @@ class Embedder:
     def __getstate__(self) -> dict:
         """What travels to another process (a Dask worker): the settings and counters, not the loaded
         model, the lock or the cache's vectors; the copy reads the cache folder again."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_st", "_lock", "cache")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_st", "_lock", "_loading", "cache")}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _st=None, _lock=threading.Lock())
+        self.__dict__.update(state, _st=None, _lock=threading.Lock(), _loading=threading.Lock())
         self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None
 
     def runs(self) -> tuple[str, str, str]:
@@ -197,6 +198,12 @@ class Embedder:
         return ran / self.embed_seconds if ran > 0 and self.embed_seconds > 0 else None
 
     def _load(self):
+        if self._st is None:
+            with self._loading:  # a load begun in a thread (`load_if_cold`) is waited for, not begun again
+                return self._load_once()
+        return self._st
+
+    def _load_once(self):
         if self._st is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -245,11 +252,10 @@ class Embedder:
             return
 
         def load() -> None:
-            with self._lock:
-                try:
-                    self._load()
-                except Exception:  # noqa: BLE001 (said where `embed` loads it again)
-                    pass
+            try:
+                self._load()
+            except Exception:  # noqa: BLE001 (said where `embed` loads it again)
+                pass
 
         threading.Thread(target=load, name=f"load {self.model}", daemon=True).start()
 
