@@ -159,8 +159,10 @@ def export_dir(model_fingerprint: str, backend: str, quantize: str) -> Path:
 
 def ensure_export(model: str, folder: Path, model_fingerprint: str, backend: str, quantize: str) -> Path:
     """The folder of the model's export for `backend` and `quantize`, built once (offline, from `folder`)."""
-    if backend == "openvino" or quantize == "int8":  # both start from the fp32 ONNX graph
-        onnx_fp32 = ensure_export(model, folder, model_fingerprint, "onnx", "none")
+
+    def onnx_fp32() -> Path:  # openvino and int8 start from the fp32 ONNX graph: made (and checked) only to build them
+        return ensure_export(model, folder, model_fingerprint, "onnx", "none")
+
     record = {
         "recipe": RECIPE,
         "model_fingerprint": model_fingerprint,
@@ -171,9 +173,9 @@ def ensure_export(model: str, folder: Path, model_fingerprint: str, backend: str
     if backend == "onnx" and quantize == "none":
         build = lambda tmp: _export_onnx(folder, tmp)  # noqa: E731
     elif backend == "onnx":
-        build = lambda tmp: _quantize_onnx(onnx_fp32 / "model.onnx", tmp)  # noqa: E731
+        build = lambda tmp: _quantize_onnx(onnx_fp32() / "model.onnx", tmp)  # noqa: E731
     else:
-        build = lambda tmp: _export_openvino(onnx_fp32 / GRAPH, tmp, quantize)  # noqa: E731
+        build = lambda tmp: _export_openvino(onnx_fp32() / GRAPH, tmp, quantize)  # noqa: E731
     what = f"{backend}{' int8' if quantize == 'int8' else ''}"
     final = export_dir(model_fingerprint, backend, quantize)
 
