@@ -114,3 +114,22 @@ def test_a_cold_cache_loads_the_model_in_the_background_once_and_a_warm_one_neve
     warm.load_if_cold()
     warm.embed(["alpha beta"])
     assert loads == ["all-MiniLM-L6-v2"] and not warm.model_loaded and warm.texts_embedded == 0
+
+
+def test_texts_read_alike_share_a_vector_across_parts_and_a_window_bounds_the_readings(tmp_path, monkeypatch):
+    """What the model reads is found for a window of texts at once (a sweep's all), so texts read alike (equal word
+    pieces: here, spacing apart) share one vector across the cache's parts; a smaller window gives the same
+    vectors, sharing only within each window."""
+    from chunkeval.engine.embedding import embedder as module
+
+    texts = ["alpha beta", "gamma delta", "a longer text about lighthouses", "alpha  beta", "gamma   delta"]
+    whole = Embedder(cache_dir=tmp_path / "whole", flush_every=2, part_seconds=0)
+    vectors, _ = whole.embed(texts)
+    assert whole.texts_embedded == 5 and whole.texts_shared == 2  # across parts of two texts
+    assert np.array_equal(vectors[0], vectors[3]) and np.array_equal(vectors[1], vectors[4])
+    assert len(list((tmp_path / "whole" / whole.fingerprint).glob("part-*.parquet"))) == 2  # 3 run, in parts of 2
+    monkeypatch.setattr(module, "READ_WINDOW", 2)
+    windowed = Embedder(cache_dir=tmp_path / "windowed", flush_every=2, part_seconds=0)
+    again, _ = windowed.embed(texts)
+    assert windowed.texts_embedded == 5 and windowed.texts_shared == 0  # no alike pair within a window of two
+    assert np.allclose(again, vectors, atol=1e-6)

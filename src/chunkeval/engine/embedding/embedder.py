@@ -85,6 +85,7 @@ def pick_device(device: str | None) -> str:
 STATIC_BATCH = 1024  # texts a batch of a static model, on any device (`fitting_batch`)
 PART_SECONDS = 1.0  # a cache part embedded faster than this makes the next part twice as large (`Embedder`),
 MAX_PART = 65536  # up to this many texts
+READ_WINDOW = 65536  # texts whose model reading (word pieces) is found at once, shared and ordered by length
 
 
 def fitting_batch(device: str, batch_size: int | None, static: bool = False) -> int:
@@ -316,35 +317,39 @@ class Embedder:
 
     def _embed_parts(self, hashes: list[str], texts: list[str], prompt: str) -> None:
         """Embed `texts` into the cache, part file by part file (a killed run keeps what it has embedded). What
-        the model reads is found for all of them at once: texts it reads alike are embedded once across the
-        parts, and the parts follow their length (like lengths share a batch, as in one call)."""
+        the model reads is found for a window of up to `READ_WINDOW` texts at once (all of a sweep's, as a rule):
+        texts it reads alike are embedded once across the window's parts, and the parts follow their length (like
+        lengths share a batch, as in one call); a window bounds the word pieces held for a million texts."""
         runner = self._load()
-        started = time.perf_counter()
-        reads, truncated = runner.reads([prompt + t for t in texts])
-        first: dict = {}
-        which = [first.setdefault(r, n) for n, r in enumerate(reads)]
-        members: dict[int, list[int]] = {}
-        for n, w in enumerate(which):
-            members.setdefault(w, []).append(n)
-        once = sorted(first.values(), key=lambda n: -len(reads[n]))
-        self.embed_seconds += time.perf_counter() - started
-        lo, done, size = 0, 0, self.flush_every
-        while lo < len(once):
-            progress.step("embedding", done, len(texts))
-            part = once[lo : lo + size]
+        size, done = self.flush_every, 0
+        for start in range(0, len(texts), READ_WINDOW):
+            window = range(start, min(start + READ_WINDOW, len(texts)))
             started = time.perf_counter()
-            show = len(part) >= 256 and log.isEnabledFor(logging.INFO)
-            vectors = runner.encode([texts[n] for n in part], prompt, self.batch_size, show)
-            self.embed_seconds += time.perf_counter() - started  # the model's time, not the cache's
-            rows = [m for n in part for m in members[n]]
-            slot = np.fromiter((i for i, n in enumerate(part) for _ in members[n]), dtype=np.int64, count=len(rows))
-            self.cache.add([hashes[m] for m in rows], vectors[slot], truncated[rows])
-            elapsed = time.perf_counter() - started
-            self.texts_embedded += len(rows)
-            self.texts_shared += len(rows) - len(part)
-            lo, done = lo + len(part), done + len(rows)
-            if elapsed < self.part_seconds:  # a fast model: fewer, larger parts (a million chunks of a
-                size = min(2 * size, MAX_PART)  # static model made 2,000 parts of 512 texts)
+            reads, truncated = runner.reads([prompt + texts[n] for n in window])
+            first: dict = {}
+            which = [first.setdefault(r, n) for n, r in enumerate(reads)]
+            members: dict[int, list[int]] = {}
+            for n, w in enumerate(which):
+                members.setdefault(w, []).append(n)
+            once = sorted(first.values(), key=lambda n: -len(reads[n]))
+            self.embed_seconds += time.perf_counter() - started
+            lo = 0
+            while lo < len(once):
+                progress.step("embedding", done, len(texts))
+                part = once[lo : lo + size]
+                started = time.perf_counter()
+                show = len(part) >= 256 and log.isEnabledFor(logging.INFO)
+                vectors = runner.encode([texts[start + n] for n in part], prompt, self.batch_size, show)
+                self.embed_seconds += time.perf_counter() - started  # the model's time, not the cache's
+                rows = [m for n in part for m in members[n]]
+                slot = np.fromiter((i for i, n in enumerate(part) for _ in members[n]), dtype=np.int64, count=len(rows))
+                self.cache.add([hashes[start + m] for m in rows], vectors[slot], truncated[rows])
+                elapsed = time.perf_counter() - started
+                self.texts_embedded += len(rows)
+                self.texts_shared += len(rows) - len(part)
+                lo, done = lo + len(part), done + len(rows)
+                if elapsed < self.part_seconds:  # a fast model: fewer, larger parts (a million chunks of a
+                    size = min(2 * size, MAX_PART)  # static model made 2,000 parts of 512 texts)
         progress.step("embedding", len(texts), len(texts))
 
     def _embed_served(self, hashes: list[str], unique: list[str], first_text: dict, prompt: str):
