@@ -192,9 +192,10 @@ class History(Schema):
                 f"ORDER BY started_at DESC, run_id DESC LIMIT {int(last)}"
             )
             same = " AND ".join(f"r.{k} IS NOT DISTINCT FROM p.{k}" for k in ("duplicates", "relevance", *CONFIG_KEYS))
+            change = f"CASE WHEN nth = 1 THEN r.{metric}_mean - p.before ELSE r.{metric}_mean - previous END"
             sql = (
-                f"SELECT {columns('r.')}, CASE WHEN nth = 1 THEN r.{metric}_mean - p.before ELSE "
-                f"r.{metric}_mean - previous END AS change{extra.replace(', ', ', r.')} FROM (SELECT *, row_number() OVER w AS nth, lag({metric}_mean) OVER w AS previous "
+                f"SELECT {columns('r.')}, {change} AS change{extra.replace(', ', ', r.')} FROM (SELECT *, "
+                f"row_number() OVER w AS nth, lag({metric}_mean) OVER w AS previous "
                 f"FROM {source} WHERE {where} AND run_id IN ({shown}) "
                 f"WINDOW w AS (PARTITION BY {scored} ORDER BY started_at, run_id)) r "
                 f"LEFT JOIN (SELECT {scored}, arg_max_null({metric}_mean, (started_at, run_id)) AS before "
