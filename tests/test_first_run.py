@@ -12,6 +12,8 @@ def test_first_run_of_the_demo_reads_well(demo_first_run):
     printed = proc.stdout + proc.stderr
     assert proc.returncode == 0, printed
     assert "Traceback" not in printed and "ERROR" not in printed, printed
+    assert "WARNING" not in printed, printed  # the backend auto line is a notice (`chunkeval: backend auto: …`)
+    assert "chunkeval: backend auto: torch (pinned by CHUNKEVAL_AUTO_BACKEND" in proc.stderr  # the suite's pin
     assert "Finished in state" not in printed, printed  # Prefect's task chatter stays in Prefect
     assert "embedding" in proc.stderr and "scoring" in proc.stderr  # progress over the long steps
     assert "experiment demo: run " in proc.stdout and "48 configuration(s)" in proc.stdout

@@ -26,6 +26,16 @@ def stage(name: str, show: bool = False):
     return _clocks[-1].stage(name, show) if _clocks else nullcontext()
 
 
+NOTICE = "chunkeval_notice"  # a record attribute: a line a person should see that is not a warning
+
+
+def notice(message: str, *args) -> None:
+    """Say a line without -v that reports no problem (the backend `auto` chose, a probe begun): logged at WARNING
+    level, so that every handler shows it as before (Prefect's flow logs too), and marked so that the command line
+    prints it as `chunkeval: …`, without a `WARNING:` a healthy run should not show."""
+    logging.getLogger("chunkeval").warning(message, *args, extra={NOTICE: True})
+
+
 def step(name: str, done: int | None = None, total: int | None = None) -> None:
     """Report progress of a step (`done` of `total` units where it counts them)."""
     if _sink is not None:

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 
+from chunkeval import progress
 from chunkeval._version import __version__
 from chunkeval.cli.commands import COMMANDS
 from chunkeval.cli.session import WarehouseAccess
@@ -56,12 +57,21 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+class _Formatter(logging.Formatter):
+    """`chunkeval: WARNING: …`, and a notice (`chunkeval.progress.notice`) as `chunkeval: …`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if getattr(record, progress.NOTICE, False):
+            return f"chunkeval: {record.getMessage()}"
+        return super().format(record)
+
+
 def configure_logging(verbose: bool) -> None:
-    """chunkeval's own messages as `chunkeval: WARNING: …` lines on stderr; other libraries' loggers
-    (Prefect's among them) keep their own handlers."""
+    """chunkeval's own messages as `chunkeval: WARNING: …` lines on stderr (a notice without its level);
+    other libraries' loggers (Prefect's among them) keep their own handlers."""
     if not any(isinstance(h, _StderrHandler) for h in log.handlers):
         handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("chunkeval: %(levelname)s: %(message)s"))
+        handler.setFormatter(_Formatter("chunkeval: %(levelname)s: %(message)s"))
         log.addHandler(handler)
     log.setLevel(logging.INFO if verbose else logging.WARNING)
 

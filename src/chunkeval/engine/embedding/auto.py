@@ -155,8 +155,8 @@ def probe(
 
         hf_logging.disable_progress_bar()
     runners = {"torch": TorchRunner(folder, "cpu")}  # a model torch cannot load is the run's to report, in its words
-    log.warning("backend auto: probing torch, onnx and openvino on %d texts of %s (once per model and machine)",
-                PROBE_TEXTS, model)  # fmt: skip
+    progress.notice("backend auto: probing torch, onnx and openvino on %d texts of %s (once per model and machine)",
+                    PROBE_TEXTS, model)  # fmt: skip
     skipped = {}
     for backend, quantize in candidates:
         name = backend if quantize == "none" else f"{backend} {quantize}"

@@ -4,21 +4,20 @@ the choice is said in one line."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 
+from chunkeval import progress
 from chunkeval.engine.embedding.auto import PIN
 from chunkeval.engine.embedding.registry import auto_choice
 from chunkeval.engine.embedding.served import lookup
 
-log = logging.getLogger("chunkeval")
 _said: set[str] = set()
 
 
 def resolution(exp, device: str | None = None):
     """(`exp` with its backend resolved where it says `auto`, the line that says the choice and why, or None
-    where it named a backend). A line that a probe or a pin decided is said once per process, as a warning
-    (seen without -v); torch by rule (a GPU, a lower precision, only static or served models) is recorded, not said.
+    where it named a backend). A line that a probe or a pin decided is said once per process, as a notice
+    (seen without -v, `chunkeval.progress.notice`); torch by rule (a GPU, a lower precision, only static or served models) is recorded, not said.
     `exp` is a `chunkeval.engine.pipeline.experiment.Experiment`."""
     if exp.backend != "auto":
         return exp, None
@@ -32,7 +31,7 @@ def resolution(exp, device: str | None = None):
     decided = bool(choice.texts_per_s) or PIN in line  # a probe (or a pin) chose: said; torch by rule is not
     if decided and line not in _said:
         _said.add(line)
-        log.warning(line)
+        progress.notice(line)
     return replace(exp, backend=choice.backend), line or None
 
 
