@@ -258,6 +258,8 @@ def evaluate(
         for note in state.notes:
             logger.info(note)
         with clock.stage("chunking", show=True):
+            if not shards:  # on a cluster the workers embed: this process loads no model
+                sweep.load_cold_models(state)
             jobs = sweep.chunking_jobs(exp)
             done = chunk.map(
                 unmapped(state.inputs.corpora), [s for s, _ in jobs], [m for _, m in jobs], unmapped(embedders)

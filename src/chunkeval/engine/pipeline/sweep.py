@@ -457,12 +457,18 @@ def load(state: RunState) -> RunState:
     return state
 
 
+def load_cold_models(state: RunState) -> None:
+    """Start loading, each in a thread, the models the first stage embeds with whose cache holds no vector yet
+    (`Embedder.load_if_cold`): a first run's model loads while the documents are chunked."""
+    if state.exp.first_stage_embeds():
+        for model in state.exp.model:
+            state.embedders[model].load_if_cold()
+
+
 def chunk(state: RunState) -> RunState:
     """Every chunking job (`chunk_one`; the flow runs them in shards), then `chunked`."""
     jobs = chunking_jobs(state.exp)
-    if state.exp.first_stage_embeds():  # a first run's model loads while the documents are chunked
-        for model in state.exp.model:
-            state.embedders[model].load_if_cold()
+    load_cold_models(state)
     return chunked(state, [chunk_one(state.inputs.corpora, spec, model, state.embedders) for spec, model in jobs])
 
 
