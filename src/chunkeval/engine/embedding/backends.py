@@ -374,7 +374,8 @@ class TorchRunner:
         return vectors.astype(np.float32, copy=False)  # float32 at every precision
 
 
-REMEMBERED_READS = 65536  # texts whose word pieces `GraphRunner.reads` keeps for `encode`
+READ_WINDOW = 65536  # texts whose reading (word pieces) is found at once: `Embedder` shares and orders them by
+# length, and `GraphRunner.reads` keeps them for the `encode` calls that follow
 
 
 class GraphRunner:
@@ -410,7 +411,7 @@ class GraphRunner:
     def reads(self, texts: list[str]) -> tuple[list[tuple], np.ndarray]:
         encodings = self._tokenize(texts)
         # `encode` of these texts (in parts, next) tokenizes none of them again; kept for a run's usual sizes only
-        self._read = dict(zip(texts, encodings)) if len(texts) <= REMEMBERED_READS else {}
+        self._read = dict(zip(texts, encodings)) if len(texts) <= READ_WINDOW else {}
         return [tuple(e.ids) for e in encodings], np.fromiter(
             (bool(e.overflowing) for e in encodings), dtype=bool, count=len(texts)
         )

@@ -21,7 +21,7 @@ import numpy as np
 from chunkeval import progress
 from chunkeval.engine.embedding import probes
 from chunkeval.engine.embedding import served as served_models
-from chunkeval.engine.embedding.backends import check_backend, is_transformer, load_runner
+from chunkeval.engine.embedding.backends import READ_WINDOW, check_backend, is_transformer, load_runner
 from chunkeval.engine.embedding.cache import EmbeddingCache, text_hash
 from chunkeval.engine.embedding.client import Client, cut_texts
 from chunkeval.engine.embedding.precision import check_device as check_precision_device
@@ -85,7 +85,6 @@ def pick_device(device: str | None) -> str:
 STATIC_BATCH = 1024  # texts a batch of a static model, on any device (`fitting_batch`)
 PART_SECONDS = 1.0  # a cache part embedded faster than this makes the next part twice as large (`Embedder`),
 MAX_PART = 65536  # up to this many texts
-READ_WINDOW = 65536  # texts whose model reading (word pieces) is found at once, shared and ordered by length
 
 
 def fitting_batch(device: str, batch_size: int | None, static: bool = False) -> int:
@@ -110,6 +109,14 @@ def fitting_batch(device: str, batch_size: int | None, static: bool = False) -> 
 
     free, _ = torch.cuda.mem_get_info(torch.device(device))
     return int(min(1024, max(32, free // 4 // (8 * 2**20))))
+
+
+def read_alike(reads: list) -> tuple[np.ndarray, np.ndarray]:
+    """Texts the model reads alike (chunks of 300 and 500 tokens from one start) are embedded once: per text, the
+    first text read as it is (`which`), and those first texts in their order (`once`)."""
+    first: dict = {}
+    which = np.fromiter((first.setdefault(r, n) for n, r in enumerate(reads)), dtype=np.int64, count=len(reads))
+    return which, np.fromiter(first.values(), dtype=np.int64, count=len(first))
 
 
 @dataclass
@@ -275,10 +282,7 @@ class Embedder:
         runner = self._load()
         started = time.perf_counter()
         reads, truncated = runner.reads([prompt + t for t in texts])
-        # texts the model reads alike (chunks of 300 and 500 tokens from one start) are embedded once
-        first = {}
-        which = np.fromiter((first.setdefault(r, n) for n, r in enumerate(reads)), dtype=np.int64, count=len(texts))
-        once = np.fromiter(first.values(), dtype=np.int64, count=len(first))
+        which, once = read_alike(reads)
         vectors = runner.encode(
             [texts[i] for i in once], prompt, self.batch_size, len(once) >= 256 and log.isEnabledFor(logging.INFO)
         )
@@ -326,12 +330,8 @@ class Embedder:
             window = range(start, min(start + READ_WINDOW, len(texts)))
             started = time.perf_counter()
             reads, truncated = runner.reads([prompt + texts[n] for n in window])
-            first: dict = {}
-            which = [first.setdefault(r, n) for n, r in enumerate(reads)]
-            members: dict[int, list[int]] = {}
-            for n, w in enumerate(which):
-                members.setdefault(w, []).append(n)
-            once = sorted(first.values(), key=lambda n: -len(reads[n]))
+            which, once = read_alike(reads)
+            once = once[np.argsort([-len(reads[n]) for n in once], kind="stable")]  # the longest first
             self.embed_seconds += time.perf_counter() - started
             lo = 0
             while lo < len(once):
@@ -341,9 +341,10 @@ class Embedder:
                 show = len(part) >= 256 and log.isEnabledFor(logging.INFO)
                 vectors = runner.encode([texts[start + n] for n in part], prompt, self.batch_size, show)
                 self.embed_seconds += time.perf_counter() - started  # the model's time, not the cache's
-                rows = [m for n in part for m in members[n]]
-                slot = np.fromiter((i for i, n in enumerate(part) for _ in members[n]), dtype=np.int64, count=len(rows))
-                self.cache.add([hashes[start + m] for m in rows], vectors[slot], truncated[rows])
+                at = np.full(len(reads), -1, dtype=np.int64)
+                at[part] = np.arange(len(part))
+                rows = np.flatnonzero(at[which] >= 0)  # the part's texts and every text read as one of them
+                self.cache.add([hashes[start + m] for m in rows], vectors[at[which[rows]]], truncated[rows])
                 elapsed = time.perf_counter() - started
                 self.texts_embedded += len(rows)
                 self.texts_shared += len(rows) - len(part)

@@ -210,10 +210,9 @@ def summarize_sweep(
     """(summary per configuration, summary per configuration and corpus), with chunk counts joined."""
     table = per_query if skip_empty_gold else per_query.drop_columns(["has_gold"])
     summary = M.summarize(table, CONFIG_KEYS)
-    if (
-        pc.count_distinct(table["corpus_id"], mode="all").as_py() == 1
-    ):  # one corpus: its groups are the summary's, and so
-        # are its numbers (a bootstrap interval depends on a group's rows alone): the summary with its corpus
+    one_corpus = pc.count_distinct(table["corpus_id"], mode="all").as_py() == 1
+    if one_corpus:  # its groups are the summary's, and so are its numbers (a bootstrap interval depends on a
+        # group's rows alone): the summary with its corpus
         corpus = pa.array([table["corpus_id"][0].as_py()] * summary.num_rows, table.schema.field("corpus_id").type)
         by_corpus = summary.add_column(len(CONFIG_KEYS), table.schema.field("corpus_id"), corpus)
     else:
