@@ -247,6 +247,31 @@ def test_what_a_run_says_about_its_precision():
     assert "\n" not in advice("fp32", "torch", "none", "cpu", amx)
 
 
+def test_advice_on_a_faster_precision_is_a_notice_not_a_warning(monkeypatch, caplog):
+    """On an AMX CPU every run that embeds said `fp32 on a CPU with AMX: …` as a WARNING, and the first-run test
+    (which allows no WARNING) failed there: advice is a notice (`chunkeval: …`); a precision that will run slower
+    than fp32 stays a warning. The flags are this CPU's where the test runs, so they are handed in here."""
+    import logging
+
+    from chunkeval import progress
+    from chunkeval.engine.embedding import precision
+
+    amx = frozenset({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+    monkeypatch.setattr(precision, "_said", set())
+    monkeypatch.setattr(precision, "cpu_flags", lambda: amx)
+    with caplog.at_level(logging.WARNING, logger="chunkeval"):
+        precision.tell("fp32", "torch", "none", "cpu")
+        precision.tell("fp32", "torch", "none", "cpu")  # once per process
+    (said,) = caplog.records
+    assert "fp32 on a CPU with AMX" in said.getMessage() and getattr(said, progress.NOTICE, False)
+    caplog.clear()
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2"}))
+    with caplog.at_level(logging.WARNING, logger="chunkeval"):
+        precision.tell("bf16", "torch", "none", "cpu")
+    (slow,) = caplog.records
+    assert "slower than fp32" in slow.getMessage() and not getattr(slow, progress.NOTICE, False)
+
+
 # --------------------------------------------------------------------------- backend auto
 
 

@@ -25,6 +25,7 @@ from chunkeval.run_result import RunResult
 from chunkeval.warehouse import Warehouse
 
 GOOD_REFS = '[{""content"": ""Delta epsilon"", ""start_index"": 18, ""end_index"": 31}]'
+NOWHERE = '[{""content"": ""Zeta eta"", ""start_index"": 0, ""end_index"": 8}]'
 
 
 @pytest.fixture(scope="module")
@@ -170,8 +171,8 @@ CASES = {
         lambda w: sweep(w["t"], questions=write(w["t"] / "l1.csv", b"question,references,corpus_id\ncaf\xe9,[],doc\n")),
         "not UTF-8",
     ),
-    "sweep: corpus not UTF-8": (
-        lambda w: [write(w["t"] / "corpora" / "doc.md", b"caf\xe9 au lait"), *sweep(w["t"])][1:],
+    "sweep: corpus not text": (  # not UTF-8, and no text in Windows-1252 either (a Latin-1 file is read: test_month)
+        lambda w: [write(w["t"] / "corpora" / "doc.md", b"caf\xe9\x00\x01 au lait"), *sweep(w["t"])][1:],
         "doc.md: not UTF-8",
     ),
     "sweep: corpus empty": (
@@ -222,11 +223,12 @@ CASES = {
         ),
         "not found",
     ),
-    "sweep: question names an unknown corpus": (
+    "sweep: question names an unknown corpus": (  # its text in no document either (else it moves there)
         lambda w: sweep(
-            w["t"], questions=write(w["t"] / "u.csv", f'question,references,corpus_id\nWhat?,"{GOOD_REFS}",nope\n')
+            w["t"], questions=write(w["t"] / "u.csv", f'question,references,corpus_id\nWhat?,"{NOWHERE}",nope\n')
         ),
-        "u.csv: row 1: corpus_id 'nope' names no corpus file",
+        "u.csv: every question is retired: none of the references of 1 question(s) could be placed in its document "
+        "(row 1: corpus_id 'nope' names no corpus file or document (deleted or renamed?)",
     ),
     # ---------------------------------------------------------------- sweep: settings
     "sweep: unknown corpus": (lambda w: sweep(w["t"], "--corpus", "nope"), "no corpus named nope"),
@@ -1375,7 +1377,8 @@ CASES.update(
                 in_corpus(w["t"], "scanned.pdf"),
                 *sweep(w["t"], questions=write(w["t"] / "s.csv", "question,references,corpus_id\nWhat?,[],scanned\n")),
             ][1:],
-            "s.csv: row 1: corpus_id 'scanned' names an unreadable document (",
+            "s.csv: every question is retired: none of the references of 1 question(s) could be placed in its "
+            "document (row 1: corpus_id 'scanned' names an unreadable document (",
         ),
         "run: experiment file with an unknown html setting": (
             lambda w: ["run", experiment(w["t"], GOOD_YAML + "html: article\n")],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -199,17 +200,32 @@ def test_span_gold_names_documents_of_pdf_html_and_jsonl_corpora(extracted, tmp_
     assert pages({"pages": [2, 4]}) == " (pages 2–4)" and pages({"pages": [2, 2]}) == " (page 2)"
 
 
-def test_a_reference_into_an_unreadable_document_names_both(extracted, tmp_path):
+def test_a_question_about_an_unreadable_document_retires_and_names_both(extracted, tmp_path):
+    """A document that turns unreadable between nights (a page saved as a scan) retires its questions, naming the
+    document and why, and the run goes on with the rest; under strict, and where every question retires, one line."""
     from chunkeval.engine.pipeline.experiment import Experiment
     from chunkeval.engine.pipeline.sweep import load_inputs
 
-    folder, _ = extracted
-    questions = write_questions(tmp_path / "q.csv", [("what is this scan", "scanned", [])])
+    folder, texts = extracted
+    if not texts.exists():
+        assert main(["extract", str(folder), "--out", str(texts)]) == 0
+    paraffin = span(texts, "guide", "trims the lamp wick every evening")
+    questions = write_questions(
+        tmp_path / "q.csv", [("what is this scan", "scanned", []), ("wick?", "guide", [paraffin])]
+    )
+    gold = load_inputs(Experiment(corpus_dir=str(folder), questions=str(questions))).gold
+    assert gold.query_ids == ["q1"]
+    (retired,) = [a for a in gold.anchoring if a["status"] == "retired"]
+    assert retired["query_id"] == "q0" and re.search(
+        r"corpus_id 'scanned' names an unreadable document \(.*scanned\.pdf: no text layer", retired["reason"]
+    )
+    with pytest.raises(InputError, match=r"is unreadable: .*\(strict: every document must be read\)"):
+        load_inputs(Experiment(corpus_dir=str(folder), questions=str(questions), strict=True))
+    alone = write_questions(tmp_path / "one.csv", [("what is this scan", "scanned", [])])
     with pytest.raises(
-        InputError,
-        match=r"q\.csv: row 1: corpus_id 'scanned' names an unreadable document \(.*scanned\.pdf: no text layer",
+        InputError, match=r"one\.csv: every question is retired: .*\(row 1: corpus_id 'scanned' names an"
     ):
-        load_inputs(Experiment(corpus_dir=str(folder), questions=str(questions)))
+        load_inputs(Experiment(corpus_dir=str(folder), questions=str(alone)))
     with pytest.raises(InputError, match=r"misc\.jsonl: row 3: document 'latin' is unreadable: not UTF-8 .*\(strict"):
         load_documents(folder, strict=True)
 

@@ -237,9 +237,8 @@ def evaluate(
     choice = {"backend_auto": state.backend_auto} if state.backend_auto else {}
     settings = {**exp.recorded_settings(), **choice}
     flow_run_id = flow_run.get_id()
-    last = wh.last_completed(exp.name)
-    unchanged = last and all(last[f"{key}_fingerprint"] == fps[key] for key in ("corpus", "gold", "model"))
-    if if_changed and unchanged:
+    last = wh.unchanged_since(exp.name, fps)
+    if if_changed and last:
         run_id = wh.record_skipped(exp.name, fps, trigger, settings, flow_run_id)
         logger.info(
             "experiment %s: corpus, gold set and model unchanged since run %s; skipped", exp.name, last["run_id"]

@@ -16,10 +16,7 @@ HEADINGS = {"reanchored": "re-anchored", "approximate": "placed approximately", 
 
 def review_html(review: list[dict], source: str, out: str, summary: str) -> str:
     """The page: what the update did (`summary`), then one row per change of the review CSV."""
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in ("query", "document", "change", "similarity", "offsets", "old content", "new content", "why", "accept")
-    )
+    heads = ("query", "document", "change", "similarity", "offsets", "old content", "new content", "why", "accept")
     rows = []
     for r in review:
         place = f"[{r['old_start']}, {r['old_end']})" + (
@@ -38,6 +35,22 @@ def review_html(review: list[dict], source: str, out: str, summary: str) -> str:
         ]
         tds = "".join(f'<td class="text">{c}</td>' if i in (5, 6) else f"<td>{c}</td>" for i, c in enumerate(cells))
         rows.append(f'<tr class="{escape(r["status"])}">{tds}</tr>')
+    return _page(heads, rows, source, out, summary, "every reference is where its gold set says")
+
+
+def qrels_review_html(review: list[dict], source: str, out: str, summary: str) -> str:
+    """The page of a qrels update: each qrels row left out (its document or query gone) and each query retired."""
+    heads = ("query", "qrels row", "document", "change", "why", "accept")
+    rows = []
+    for r in review:
+        cells = [r["query_id"], r["row"], r["doc_id"] or "–", r["status"], r["reason"], r["accept"] or "?"]
+        tds = "".join(f"<td>{escape(str(c))}</td>" for c in cells)
+        rows.append(f'<tr class="{"retired" if r["status"] == "retired" else "approximate"}">{tds}</tr>')
+    return _page(heads, rows, source, out, summary, "every qrels row names a document and a query that are there")
+
+
+def _page(heads, rows: list[str], source: str, out: str, summary: str, unchanged: str) -> str:
+    head = "".join(f"<th>{h}</th>" for h in heads)
     table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>gold set review: {escape(source)}'
@@ -45,7 +58,7 @@ def review_html(review: list[dict], source: str, out: str, summary: str) -> str:
         f"<p>{escape(summary)}</p><p>The corrected gold set <code>{escape(out)}</code> holds every change below; "
         f"the input <code>{escape(source)}</code> is unchanged. Mark each row of the review CSV's <code>accept</code> "
         "column yes or no, and correct by hand in the new file what you do not accept.</p>"
-        f"{table if review else '<p>Nothing changed: every reference is where its gold set says.</p>'}</body></html>"
+        f"{table if rows else f'<p>Nothing changed: {unchanged}.</p>'}</body></html>"
     )
 
 

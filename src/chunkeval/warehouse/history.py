@@ -82,6 +82,13 @@ class History(Schema):
         rows = self.runs(experiment, "completed", limit=1)
         return rows[0] if rows else None
 
+    def unchanged_since(self, experiment: str, fingerprints: dict) -> dict | None:
+        """The experiment's last completed run where its corpus, gold set and model are those of `fingerprints`
+        (what `--if-changed` skips for), else None."""
+        last = self.last_completed(experiment) if self.exists() else None
+        same = last and all(last[f"{key}_fingerprint"] == fingerprints.get(key) for key in ("corpus", "gold", "model"))
+        return last if same else None
+
     def check_experiment(self, name: str) -> None:
         """An error naming the known experiments unless `name` has a recorded run."""
         if not self.runs(name, limit=1):

@@ -24,7 +24,7 @@ from chunkeval.engine.gold import generate as gg
 from chunkeval.engine.gold.chat import Chat
 from chunkeval.engine.gold.check import check_gold
 from chunkeval.engine.gold.generate import accepted
-from chunkeval.engine.gold.update import REVIEW_COLUMNS, corrected, csv_text
+from chunkeval.engine.gold.update import QRELS_REVIEW_COLUMNS, REVIEW_COLUMNS, corrected, corrected_qrels, csv_text
 from chunkeval.engine.inputs.anchoring import (
     ANCHOR_SIMILARITY,
     anchoring_counts,
@@ -38,7 +38,7 @@ from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import load_inputs
 from chunkeval.errors import InputError
 from chunkeval.files import check_output, check_writable_dir, write_text, write_texts
-from chunkeval.report.gold_review import generated_html, review_html
+from chunkeval.report.gold_review import generated_html, qrels_review_html, review_html
 from chunkeval.report.terminal import format_rows
 from chunkeval.vocabulary import DEFAULT_MODEL, split_flags
 
@@ -80,14 +80,17 @@ def add_parser(sub) -> argparse.ArgumentParser:
         description="Place every reference of a span gold set in the corpus as it is now (exactly, re-anchored where "
         "its text moved, or approximately where it was edited; docs/gold.md) and write the corrected gold set to "
         "--out: new offsets, the new content of approximate matches, an explicit query_id on every question (the id "
-        "it had), and retired questions left out. A review file lists each change with an accept column (CSV) and "
-        "shows it as a page (HTML). The input is never overwritten.",
+        "it had), and retired questions left out. Document gold (--qrels with --queries, or --beir) is written without "
+        "its rows that name a document or query that is gone. A review file lists each change with an accept column "
+        "(CSV) and shows it as a page (HTML). The input is never overwritten.",
     )
-    u.add_argument(
-        "--corpus-dir", required=True, help="corpus folder: .md, .txt, .html, .pdf and .jsonl files and subfolders"
-    )
-    u.add_argument("--questions", required=True, help="span gold set (CSV with question, references, corpus_id)")
-    u.add_argument("--out", required=True, help="the corrected gold set: a new CSV file, never the input")
+    u.add_argument("--corpus-dir", help="corpus folder: .md, .txt, .html, .pdf and .jsonl files and subfolders")
+    u.add_argument("--questions", help="span gold set (CSV with question, references, corpus_id)")
+    u.add_argument("--qrels", help="document gold instead: qrels (BEIR's TSV or TREC's) of --queries over --corpus-dir")
+    u.add_argument("--queries", help="document gold: the queries (JSONL: _id, text) that --qrels judges")
+    u.add_argument("--beir", metavar="DIR", help="document gold instead: a BEIR folder (its qrels/<--split>.tsv)")
+    u.add_argument("--split", default="test", help="the qrels of --beir: qrels/<split>.tsv (default test)")
+    u.add_argument("--out", required=True, help="the corrected gold set: a new file (CSV, or qrels), never the input")
     u.add_argument("--review", help="the review CSV (default: OUT with .review.csv); its HTML view is beside it, .html")
     add_html(u)
     add_anchor_similarity(u)
@@ -275,8 +278,30 @@ def _review_paths(out: Path, review: str | None) -> tuple[Path, Path]:
     return csv_path, csv_path.with_suffix(".html")
 
 
+def _update_gold(args: argparse.Namespace) -> tuple[Path, tuple]:
+    """The gold file `gold update` corrects and the inputs it reads (never written to): span gold
+    (--questions and --corpus-dir), or document gold (--qrels, --queries and --corpus-dir, or --beir)."""
+    kinds = [f for f, v in (("--questions", args.questions), ("--qrels", args.qrels), ("--beir", args.beir)) if v]
+    if len(kinds) != 1:
+        raise InputError("gold update takes one gold set: --questions (span gold), --qrels with --queries, or --beir")
+    if args.beir:
+        if args.corpus_dir or args.queries:
+            raise InputError("--beir holds its corpus and queries: give neither --corpus-dir nor --queries")
+        folder = Path(args.beir)
+        return folder / "qrels" / f"{args.split}.tsv", (folder,)
+    if not args.corpus_dir:
+        raise InputError(f"{kinds[0]} needs --corpus-dir, the corpus the gold set is corrected for")
+    if args.qrels and not args.queries:
+        raise InputError("--qrels needs --queries, the queries it judges")
+    if args.questions and args.queries:
+        raise InputError("--queries goes with --qrels, not --questions")
+    source = Path(args.questions or args.qrels)
+    return source, (args.corpus_dir, *([args.queries] if args.queries else []))
+
+
 def update(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    source, out = Path(args.questions), Path(args.out)
+    source, inputs_read = _update_gold(args)
+    out = Path(args.out)
     review_csv, review_page = _review_paths(out, args.review)
     names = {"--out": out, "the review CSV": review_csv, "the review page": review_page}
     for what, path in names.items():
@@ -289,34 +314,53 @@ def update(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     for path in {p.parent for p in names.values()}:
         check_writable_dir(path, "the folder of --out and the review files")
     # the one rule of outputs (docs/limits.md): a regular file or none, never in chunkeval's folders or an input
-    out, review_csv, review_page = (check_output(p, (source, args.corpus_dir), what=w) for w, p in names.items())
+    out, review_csv, review_page = (check_output(p, (source, *inputs_read), what=w) for w, p in names.items())
     exp = Experiment(
-        corpus_dir=args.corpus_dir,
-        questions=args.questions,
+        corpus_dir=args.corpus_dir or "",
+        questions=args.questions or "",
+        qrels=args.qrels or "",
+        queries=args.queries or "",
+        beir=args.beir or "",
+        split=args.split,
         corpus=tuple(split_flags(args.corpus)),
         html=args.html or "full",
         anchor_similarity=ANCHOR_SIMILARITY
         if args.anchor_similarity is None
         else check_anchor_similarity(args.anchor_similarity),
     )
-    inputs = load_inputs(exp)  # says the summary line, once
-    columns, rows, review = corrected(source, inputs.gold, inputs.corpora)
+    inputs = load_inputs(exp, remedy=False)  # says the summary line, once (not that gold update would help)
     counts = anchoring_counts(inputs.gold.anchoring)
-    lines = gold_summary(inputs.gold)
+    lines = gold_summary(inputs.gold, remedy=False)
     summary = lines[0] if lines else f"gold set {source.name}: every reference exact"
-    for path in names.values():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    write_texts(
-        {
+    if exp.doc_gold:
+        text, review = corrected_qrels(source, inputs.gold)
+        written = {
+            out: text,
+            review_csv: csv_text(QRELS_REVIEW_COLUMNS, review),
+            review_page: qrels_review_html(review, str(source), str(out), summary),
+        }
+        said = (
+            f"wrote the qrels of {inputs.gold.n_queries} query(ies) to {out}: {len(inputs.gold.left_out)} row(s) "
+            f"naming a document or query that is gone left out, {counts['retired']} query(ies) retired"
+        )
+    else:
+        columns, rows, review = corrected(source, inputs.gold, inputs.corpora)
+        written = {
             out: csv_text(columns, rows),
             review_csv: csv_text(REVIEW_COLUMNS, review),
             review_page: review_html(review, str(source), str(out), summary),
         }
-    )
-    print(
-        f"wrote {len(rows)} question(s) to {out}: {counts['reanchored']} re-anchored, {counts['approximate']} placed "
-        f"approximately, {counts['retired']} retired and left out; every question has its query_id"
-    )
+        moved = sum(1 for a in inputs.gold.anchoring if a.get("moved_from") and a["status"] != "retired")
+        said = (
+            f"wrote {len(rows)} question(s) to {out}: {counts['reanchored']} re-anchored"
+            + (f" ({moved} moved to another document)" if moved else "")
+            + f", {counts['approximate']} placed approximately, {counts['retired']} retired and left out; every "
+            "question has its query_id"
+        )
+    for path in names.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    write_texts(written)
+    print(said)
     print(f"review: {review_csv} ({len(review)} change(s), an accept column) and {review_page}")
     return 0
 

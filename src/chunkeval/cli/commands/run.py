@@ -132,8 +132,11 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
             embedders = Embedders(cache_dir(), args.batch_size, device=args.device).for_experiment(exp)
             state = preflight(exp, args.if_changed, embedders)
             state.backend_auto = backend_choice
-        with clock.stage("loading"):  # said by no line of its own: bad input is then the one line
-            state = load(state)  # the inputs read and checked once: bad input fails here, before Prefect starts
+        # a run --if-changed will skip reads nothing (nor says how its gold set met the corpus): the flow records it
+        skipped = args.if_changed and warehouse(must_exist=False).unchanged_since(exp.name, state.fingerprints)
+        if not skipped:
+            with clock.stage("loading"):  # said by no line of its own: bad input is then the one line
+                state = load(state)  # the inputs read and checked once: bad input fails here, before Prefect starts
     check_grid(exp, args.yes, embedders)
     shards = cluster_workers(runner) if runner.distributed else 0
 

@@ -26,6 +26,7 @@ import json
 import logging
 from pathlib import Path
 
+from chunkeval import progress
 from chunkeval.errors import InputError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -144,10 +145,14 @@ _said: set[str] = set()
 
 
 def tell(precision: str, backend: str, quantize: str, device: str) -> None:
-    """Say `advice` once per process, when a model is first loaded (after every input was checked):
-    logged as a warning, the level a person sees without -v."""
+    """Say `advice` once per process, when a model is first loaded (after every input was checked), where a
+    person sees it without -v: advice on a faster precision is a notice (a healthy run on an AMX CPU or a GPU
+    prints no WARNING: `progress.notice`), a precision that will run slower than fp32 a warning."""
     line = advice(precision, backend, quantize, device)
     if line is None or line in _said:
         return
     _said.add(line)
-    log.warning(line)
+    if precision == "fp32":
+        progress.notice(line)
+    else:
+        log.warning(line)

@@ -5,7 +5,10 @@ The corrected set holds every row of the input, each with an explicit `query_id`
 offsets, and the new content of those placed approximately; a retired question is left out of it. The review
 rows list each change (a reference re-anchored or placed approximately, a question retired) with an `accept`
 column for a person: `yes` where the words are the same and only the offsets moved, empty where they are to
-judge. Pure functions: the command writes the files (docs/gold.md).
+judge. Document gold (qrels) is corrected the same way: the qrels file without its rows that name a document gone
+from the corpus (deleted, renamed, unreadable) or a query gone from the queries file, each such row a review row;
+a query whose every judged document is gone is retired. Pure functions: the command writes the files
+(docs/gold.md).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import io
 import json
 from pathlib import Path
 
-from chunkeval.engine.inputs.readers import read_csv_rows
+from chunkeval.engine.inputs.readers import read_csv_rows, read_text
 from chunkeval.engine.inputs.span_gold import SpanGold, span_query_id
 
 REVIEW_COLUMNS = (
@@ -76,6 +79,8 @@ def corrected(path: Path, gold: SpanGold, corpora: dict[str, str]) -> tuple[list
             ref.update(start_index=p["start"], end_index=p["end"], content=new or ref["content"])
         if a["status"] == "retired":
             continue
+        if a.get("moved_from"):  # its document is gone and its text lives in another: the row follows it
+            out["corpus_id"] = a["corpus_id"]
         out["references"] = json.dumps(refs, ensure_ascii=False)
         rows.append(out)
     return columns or [], rows, review
@@ -88,3 +93,29 @@ def csv_text(columns, rows: list[dict]) -> str:
     writer.writeheader()
     writer.writerows(rows)
     return buf.getvalue()
+
+
+QRELS_REVIEW_COLUMNS = ("query_id", "row", "doc_id", "status", "reason", "accept")
+
+
+def corrected_qrels(path: Path, gold) -> tuple[str, list[dict]]:
+    """(the text of the qrels file at `path` without the rows `gold` left out, review rows) for document gold
+    (`chunkeval.engine.inputs.document_gold.DocGold`, read from it): every other line as it was, in its format
+    (BEIR's TSV with its header, or TREC's), and one review row per line left out, and per query retired."""
+    lines = read_text(Path(path)).split("\n")
+    first = lines[0].split("\t") if lines else []
+    header = int([c.strip() for c in first] == ["query-id", "corpus-id", "score"])  # BEIR: row 1 is line 2
+    dropped = {r["row"]: r for r in gold.left_out}
+    kept = [line for i, line in enumerate(lines) if i < header or (i + 1 - header) not in dropped]
+    review = [
+        {"query_id": r["query_id"], "row": row, "doc_id": r["doc_id"], "status": "left out",
+         "reason": r["reason"], "accept": "yes"}
+        for row, r in sorted(dropped.items())
+    ]  # fmt: skip
+    review += [
+        {"query_id": a["query_id"], "row": a["row"], "doc_id": "", "status": "retired", "reason": a["reason"],
+         "accept": ""}
+        for a in gold.anchoring if a["status"] == "retired"
+    ]  # fmt: skip
+    text = "\n".join(kept)
+    return text if text.endswith("\n") else text + "\n", review

@@ -85,6 +85,58 @@ def place_reference(text: str, content: str, start: int, end: int, similarity: f
     return {"status": "retired", "start": start, "end": end, "similarity": score, "reason": why}
 
 
+class Relocator:
+    """Where a question goes whose document is gone from the corpus (deleted, renamed, split in two, merged into
+    another): the one other document that holds every one of its references word for word. Built on first use
+    (most runs need none): the documents' texts joined, so that each reference is one `str.find` per occurrence."""
+
+    MAX_OCCURRENCES = 1_000  # occurrences of one reference looked at, at most (a passage repeated past that: ambiguous)
+
+    def __init__(self, texts: dict[str, str]) -> None:
+        self.texts = texts
+        self._joined: str | None = None
+        self._starts: list[int] = []
+        self._names: list[str] = []
+
+    def _index(self) -> str:
+        if self._joined is None:
+            parts, at = [], 0
+            for name, text in self.texts.items():
+                self._starts.append(at)
+                self._names.append(name)
+                parts.append(text)
+                at += len(text) + 1
+            self._joined = "\x00".join(parts)  # no reference holds NUL: a match never spans two documents
+        return self._joined
+
+    def documents(self, content: str) -> set[str]:
+        """The documents that hold `content` word for word (at most two are named: one, or ambiguous)."""
+        import bisect
+
+        joined, found, pos, seen = self._index(), set(), 0, 0
+        while len(found) < 2 and seen < self.MAX_OCCURRENCES:
+            pos = joined.find(content, pos)
+            if pos < 0:
+                break
+            found.add(self._names[bisect.bisect_right(self._starts, pos) - 1])
+            pos, seen = pos + 1, seen + 1
+        return found
+
+    def relocate(self, contents: list[str]) -> tuple[str | None, str]:
+        """(the document that holds every content word for word, "") or (None, why there is none)."""
+        if not contents:
+            return None, "it has no reference to look for"
+        homes = [self.documents(c) for c in contents if c and "\x00" not in c]
+        if len(homes) < len(contents) or not all(homes):
+            return None, "its text is in no other document"
+        if any(len(h) > 1 for h in homes):
+            return None, "its text is in several other documents"
+        names = set().union(*homes)
+        if len(names) > 1:
+            return None, f"its references are now in {len(names)} documents"
+        return names.pop(), ""
+
+
 def question_status(references: list[dict]) -> tuple[str, float]:
     """A question's status (the worst of its references') and its lowest similarity."""
     if not references:
@@ -101,17 +153,22 @@ def anchoring_counts(anchoring) -> dict[str, int]:
     return counts
 
 
-def gold_summary(gold, examples: int = 3) -> list[str]:
+def gold_summary(gold, examples: int = 3, remedy: bool = True) -> list[str]:
     """What reading the gold set had to do, in one line, then at most `examples` lines of examples: how many
-    questions were exact, re-anchored, placed approximately (with the lowest similarity) and retired, and what
-    else was set aside (qrels rows left out, questions without references). Empty where all was exact."""
+    questions were exact, re-anchored (moved to another document, of them), placed approximately (with the lowest
+    similarity) and retired, and what else was set aside (qrels rows left out, questions without references).
+    Empty where all was exact. With `remedy`, a last line names `chunkeval gold update` (not where that command
+    itself reads the gold set)."""
     anchoring = list(getattr(gold, "anchoring", ()) or ())
     counts = anchoring_counts(anchoring)
     left_out = getattr(gold, "left_out", ()) or ()
     no_refs = getattr(gold, "no_references", 0)
     if counts["exact"] == len(anchoring) and not left_out and not no_refs:
         return []
+    moved = sum(1 for a in anchoring if a.get("moved_from") and a["status"] != "retired")
     parts = [f"{counts['exact']} exact", f"{counts['reanchored']} re-anchored"]
+    if moved:
+        parts[-1] += f" ({moved} moved to another document)"
     approx = [a for a in anchoring if a["status"] == "approximate"]
     parts.append(
         f"{len(approx)} placed approximately"
@@ -133,10 +190,15 @@ def gold_summary(gold, examples: int = 3) -> list[str]:
         if a["status"] == "retired":
             lines.append(f"  retired {a['query_id']} (row {a['row']}): {a['reason']}")
         else:
-            moved = [r for r in a["references"] if r["status"] == "approximate"]
-            spans = ", ".join(f"[{r['was'][0]}, {r['was'][1]}) → [{r['start']}, {r['end']})" for r in moved)
+            edited = [r for r in a["references"] if r["status"] == "approximate"]
+            spans = ", ".join(f"[{r['was'][0]}, {r['was'][1]}) → [{r['start']}, {r['end']})" for r in edited)
             lines.append(f"  placed {a['query_id']} (row {a['row']}) at similarity {a['similarity']:g}: {spans}")
-    if counts["retired"] or approx:
+    unshown = [a["query_id"] for a in anchoring if a["status"] == "retired" and a not in shown]
+    if unshown:  # every retired question is named, by id: the rest in one line
+        lines.append(
+            f"  retired too: {', '.join(unshown[:20])}" + (f", … ({len(unshown)} in all)" if len(unshown) > 20 else "")
+        )
+    if (counts["retired"] or approx or moved) and remedy:
         lines.append("  (`chunkeval gold update` writes the corrected gold set and a review file: docs/gold.md)")
     return lines
 

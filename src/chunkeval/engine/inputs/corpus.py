@@ -7,9 +7,11 @@
   `text`, and any other fields, kept as the document's metadata. A document's text is `title + " " + text`,
   stripped.
 
-HTML and PDF files become text through `chunkeval.engine.inputs.extract`. A document that gives no text (a PDF without a
-text layer, a damaged file, text that is not UTF-8) is left out and recorded (`Skipped`), or is an error under
-`strict`. The folder's fingerprint covers every document file's bytes and the extractor of each HTML and PDF file.
+HTML and PDF files become text through `chunkeval.engine.inputs.extract` (a text file in UTF-16, UTF-32 or
+Windows-1252 is read in it, and said: `Documents.encodings`). A document that gives no text (an empty file, a PDF
+without a text layer, a damaged file, bytes that are no text) is left out and recorded (`Skipped`), or is an error
+under `strict`. The folder's fingerprint covers every document file's bytes and the extractor of each HTML and PDF
+file.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from chunkeval.engine.inputs.extract import DOCUMENT_SUFFIXES, DocumentReader, Unreadable, identity
 from chunkeval.engine.inputs.headings import Outline, file_outline
-from chunkeval.engine.inputs.readers import jsonl_object, nonempty, query_id_value
+from chunkeval.engine.inputs.readers import jsonl_object, query_id_value
 from chunkeval.engine.inputs.span_gold import listing
 from chunkeval.errors import InputError
 from chunkeval.files import hash_file
@@ -62,6 +64,8 @@ class Documents:
     skipped: dict[str, Skipped] = field(default_factory=dict)  # by document id
     other: set[str] = field(default_factory=set)
     outlines: dict = field(default_factory=dict)  # document id → title and headings (`context_headers.Outline`)
+    encodings: dict[str, str] = field(default_factory=dict)  # document id → the encoding a text file was read in,
+    # where it was not UTF-8 (`extract.decode_text`)
 
     def skipped_reasons(self) -> dict[str, str]:
         """Document id → `file: reason` of every document left out."""
@@ -76,9 +80,17 @@ class Documents:
         return all(doc == corpus for doc, corpus in self.corpus_of.items())
 
     def warn(self) -> None:
-        """One warning line per document left out."""
+        """One warning line per document left out, and per text file read in another encoding than UTF-8."""
         for s in self.skipped.values():
             log.warning("%s: document %r is unreadable and left out: %s", s.where(), s.document, s.reason)
+        for doc, encoding in self.encodings.items():
+            log.warning(
+                "%s: document %r is not UTF-8: read as %s (its text, and the gold set's offsets, are as before; "
+                "save it as UTF-8 to silence this)",
+                self.source[doc],
+                doc,
+                encoding,
+            )
 
 
 def corpus_names(corpus_of: dict[str, str] | None, documents) -> list[str]:
@@ -135,13 +147,15 @@ def _unreadable(into: Documents, strict: bool, doc: str, corpus: str, path: Path
     into.skipped[doc] = Skipped(doc, corpus, str(path), reason, row)
 
 
-def add_document(into: Documents, doc: str, text: str, corpus: str, path: Path | str, row: int | None) -> bool:
-    """Add a document (an id seen twice is an error naming both corpora; an empty text is left out with a
-    warning); whether it was added."""
+def add_document(
+    into: Documents, doc: str, text: str, corpus: str, path: Path | str, row: int | None, strict: bool = False
+) -> bool:
+    """Add a document (an id seen twice is an error naming both corpora; an empty text is left out as unreadable,
+    an error under `strict`); whether it was added."""
     if doc in into.texts or doc in into.skipped:
         _check_new(into, doc, path, row)
     if not text.strip():
-        log.warning("%s: document %r has no text and is left out", path if row is None else f"{path}: row {row}", doc)
+        _unreadable(into, strict, doc, corpus, Path(path), "file is empty" if row is None else "no text", row)
         return False
     into.texts[doc] = text
     into.corpus_of[doc] = corpus
@@ -198,7 +212,7 @@ def read_jsonl_documents(path: Path, corpus: str, into: Documents, strict: bool 
         if not isinstance(body, str) or not isinstance(title, str):
             raise InputError("title and text must be strings", path, row)
         known = 2 + ("title" in obj) + ("_id" in obj and "id" in obj)  # an id, text, and title where given
-        if add_document(into, doc, (title + " " + body).strip(), corpus, name, row):
+        if add_document(into, doc, (title + " " + body).strip(), corpus, name, row, strict):
             into.outlines[doc] = Outline(title.strip() or doc)
             if len(obj) > known:
                 into.meta[doc] = {k: v for k, v in obj.items() if k not in JSONL_FIELDS}
@@ -220,8 +234,10 @@ def read_file_document(
     except Unreadable as exc:
         _unreadable(into, strict, doc, corpus, path, str(exc))
         return
-    if not add_document(into, doc, nonempty(extracted.text, path), corpus, path, None):
+    if not add_document(into, doc, extracted.text, corpus, path, None, strict):
         return
+    if extracted.encoding:
+        into.encodings[doc] = extracted.encoding
     if extracted.pages:
         into.pages[doc] = extracted.pages
     into.outlines[doc] = file_outline(path, extracted)

@@ -201,13 +201,13 @@ def _query_statuses(queries: dict, qrels: dict, left_out: list[dict], docs: Docu
     return out
 
 
-def warn_left_out(docs: Documents, gold) -> None:
+def warn_left_out(docs: Documents, gold, remedy: bool = True) -> None:
     """One warning line per document left out as unreadable, then the gold set's summary (`gold_summary`: how
     its questions met the corpus, what was retired or left out) in one line and a few examples. Said here, by
     the one caller that reads the inputs for the run, never by the readers: a check before the run reads
     them too, and would say it all a second time."""
     docs.warn()
-    lines = gold_summary(gold)
+    lines = gold_summary(gold, remedy=remedy)
     if lines:
         log.warning("\n".join(lines))
 

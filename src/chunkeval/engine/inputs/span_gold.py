@@ -14,6 +14,7 @@ import numpy as np
 
 from chunkeval.engine.inputs.anchoring import (
     ANCHOR_SIMILARITY,
+    Relocator,
     _reference,
     place_reference,
     question_status,
@@ -76,30 +77,33 @@ def load_span_gold(
     """Chroma's format: columns question, references (JSON list of content/start_index/end_index), corpus_id.
 
     `corpora` maps each document (a corpus file, or a document of a corpus of several) to its text, and the
-    corpus_id column names one. Questions of documents not in `corpora` are left out (that is how `--corpus`
-    narrows a run); a corpus_id that is not among the `known` ids (the folder's, where given) is an error, and
-    so is one naming a document left out as unreadable (`unreadable`: document → why). `corpus_of` gives each
-    document's corpus where documents share one.
+    corpus_id column names one. Questions of documents of the `known` ids (the folder's, where given) that are
+    not in `corpora` are left out (that is how `--corpus` narrows a run). `corpus_of` gives each document's corpus
+    where documents share one.
 
     A reference whose offsets no longer hold its content is placed again (`place_reference`): re-anchored where
     the content is found word for word, else placed approximately where the document holds text at least
-    `similarity` similar. A question with a reference that cannot be placed is retired from the run (an error
-    with `strict`, and where every question is retired). Nothing is logged here: `anchoring` records each
-    question's status, and `chunkeval.engine.pipeline.sweep.load_inputs` says it once, in one line.
+    `similarity` similar. A question whose document is gone (a corpus_id among no `known` ids: deleted, renamed,
+    split, merged; or left out as unreadable, `unreadable`: document → why) moves to the one other document that
+    holds all its references word for word (`Relocator`; re-anchored, `moved_from` recorded). A question with a
+    reference that cannot be placed is retired from the run (an error with `strict`, and where every question is
+    retired). Nothing is logged here: `anchoring` records each question's status, and
+    `chunkeval.engine.pipeline.sweep.load_inputs` says it once, in one line.
     """
     path = Path(questions_csv)
     query_ids, questions, documents, rq, rs, re_ = [], [], [], [], [], []
     anchoring, no_refs = [], 0
+    relocator = Relocator(corpora)
     for row, rec in read_csv_rows(path, ("question", "references", "corpus_id")):
         cid = rec["corpus_id"].strip()
+        gone = None  # why the question's document is not there to place its references in
         if cid not in corpora:
             if unreadable and cid in unreadable:
-                raise InputError(f"corpus_id {cid!r} names an unreadable document ({unreadable[cid]})", path, row)
-            if known is not None and cid not in known:
-                raise InputError(
-                    f"corpus_id {cid!r} names no corpus file or document (known: {listing(sorted(known))})", path, row
-                )
-            continue
+                gone = f"corpus_id {cid!r} names an unreadable document ({unreadable[cid]})"
+            elif known is not None and cid not in known:
+                gone = f"corpus_id {cid!r} names no corpus file or document (deleted or renamed?)"
+            else:  # a document of a corpus the run leaves out (`--corpus`)
+                continue
         question = rec["question"]
         if not question.strip():
             raise InputError("empty question", path, row)
@@ -107,16 +111,37 @@ def load_span_gold(
         if not isinstance(refs, list):
             raise InputError("references must be a JSON list", path, row)
         qid = span_query_id(rec, row)
-        text = corpora[cid]
-        placed = []
-        for j, ref in enumerate(refs, start=1):
-            content, start, end = _reference(ref, f"reference {j} of question {question[:60]!r}", path, row)
-            placed.append({**place_reference(text, content, start, end, similarity, cid), "was": [start, end]})
+        checked = [
+            _reference(ref, f"reference {j} of question {question[:60]!r}", path, row)
+            for j, ref in enumerate(refs, start=1)
+        ]
+        record = {"query_id": qid, "row": row, "corpus_id": cid}
+        if gone is not None:  # its references may have gone with their text into another document
+            moved_to, why_not = relocator.relocate([content for content, _, _ in checked])
+            if moved_to is None:
+                reason = f"{gone}; {why_not}" if checked else gone
+                placed = [
+                    {"status": "retired", "start": start, "end": end, "similarity": 0.0, "reason": reason,
+                     "was": [start, end]}
+                    for _, start, end in checked
+                ] or [{"status": "retired", "start": 0, "end": 0, "similarity": 0.0, "reason": reason, "was": [0, 0]}]  # fmt: skip
+            else:
+                record.update(corpus_id=moved_to, moved_from=cid)
+                cid = moved_to
+        if gone is None or "moved_from" in record:
+            text = corpora[cid]
+            placed = [
+                {**place_reference(text, content, start, end, similarity, cid), "was": [start, end]}
+                for content, start, end in checked
+            ]
+            if "moved_from" in record:  # its document changed: never `exact`, and said why
+                for p in placed:
+                    p.update(status="reanchored", reason=f"moved from document {record['moved_from']!r}: {gone}")
         status, lowest = question_status(placed)
-        record = {"query_id": qid, "row": row, "corpus_id": cid, "status": status, "similarity": lowest}
+        record.update(status=status, similarity=lowest)
         retired = [f"reference {j}: {p['reason']}" for j, p in enumerate(placed, start=1) if p["status"] == "retired"]
         if retired:
-            record["reason"] = "; ".join(retired)
+            record["reason"] = "; ".join(retired) if gone is None else placed[0]["reason"]
             if strict:
                 raise InputError(
                     f"question {qid!r} retired, {record['reason']} (strict: nothing in the inputs may be set aside)",

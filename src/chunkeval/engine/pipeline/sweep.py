@@ -61,10 +61,11 @@ from chunkeval.vocabulary import (
 )
 
 
-def load_inputs(exp: Experiment, quiet: bool = False) -> Inputs:
+def load_inputs(exp: Experiment, quiet: bool = False, remedy: bool = True) -> Inputs:
     """The documents and the gold set, checked; what was extracted is cached once they are. Each document left
     out as unreadable gets one warning line, and how the gold set met the corpus one summary line (none when
-    `quiet`: a check before the run that reads them again; the readers themselves log nothing)."""
+    `quiet`: a check before the run that reads them again; the readers themselves log nothing; without `remedy`
+    where `chunkeval gold update` reads them, the line that recommends it)."""
     reader = DocumentReader(exp.html)
     if exp.doc_gold:
         docs, gold = load_document_gold(exp.beir, exp.split, exp.corpus_dir, exp.queries, exp.qrels, exp.strict, reader)
@@ -82,7 +83,7 @@ def load_inputs(exp: Experiment, quiet: bool = False) -> Inputs:
         )
     reader.save()
     if not quiet:
-        warn_left_out(docs, gold)
+        warn_left_out(docs, gold, remedy)
     copies = find_copies(gold, docs.texts) if exp.duplicates == "credit" and not exp.doc_gold else None
     return Inputs(
         docs.texts,

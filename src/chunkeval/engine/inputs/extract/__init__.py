@@ -39,13 +39,46 @@ def identity(suffix: str, html: str = "full") -> str | None:
     return None
 
 
-def decode_text(data: bytes) -> str:
-    """A UTF-8 text file's text, newlines normalised as Python's `open()` does (offsets are `str` positions)."""
+# byte order marks, longest first (UTF-32's little-endian mark begins with UTF-16's)
+_BOMS = (
+    (b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xef\xbb\xbf", "utf-8"),
+    (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"),
+)  # fmt: skip
+LEGACY = "cp1252"  # what a text file that is not UTF-8 is read as: Windows-1252, a superset of Latin-1's letters
+# characters no text document holds: what a binary file (or another legacy encoding) read as Windows-1252 shows
+_NOT_TEXT = frozenset(chr(c) for c in range(32) if chr(c) not in "\t\n\r\f\v")
+
+
+def decode_text(data: bytes) -> tuple[str, str]:
+    """A text file's text, newlines normalised as Python's `open()` does (offsets are `str` positions), and the
+    encoding it was read in where that was not UTF-8 ("" for UTF-8, with or without a byte order mark).
+
+    A document's encoding changes between nights (an editor saves it as UTF-16, a tool as Windows-1252) while its
+    words stay: the text is the same and the gold set's offsets still hold. So a byte order mark names the
+    encoding (UTF-8, UTF-16, UTF-32); without one, UTF-8; where the bytes are not UTF-8, Windows-1252 (Latin-1's
+    letters and the typographic quotes), when that gives text without control characters. Else `Unreadable`."""
+    for bom, name in _BOMS:
+        if data.startswith(bom):
+            try:
+                text = data[len(bom) :].decode(name)
+            except UnicodeDecodeError as exc:
+                raise Unreadable(f"not {name.upper()} text after its byte order mark (offset {exc.start})") from None
+            return _newlines(text), "" if name == "utf-8" else name.upper()
     try:
-        text = data.decode("utf-8")
+        return _newlines(data.decode("utf-8")), ""
     except UnicodeDecodeError as exc:
-        raise Unreadable(f"not UTF-8 text (invalid byte at offset {exc.start})") from None
-    return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+        first = exc.start
+    try:
+        text = data.decode(LEGACY)
+    except UnicodeDecodeError:
+        text = ""
+    if not text or _NOT_TEXT.intersection(text):
+        raise Unreadable(f"not UTF-8 text (invalid byte at offset {first})") from None
+    return _newlines(text), "Windows-1252"
+
+
+def _newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -79,7 +112,8 @@ class DocumentReader:
         suffix = path.suffix.lower()
         ident = identity(suffix, self.html)
         if ident is None:
-            return Extracted(decode_text(data))
+            text, encoding = decode_text(data)
+            return Extracted(text, encoding=encoding)
         where = (
             cache_root() / hashlib.sha256(ident.encode()).hexdigest()[:16] / f"{hashlib.sha256(data).hexdigest()}.json"
         )

@@ -21,6 +21,7 @@ class Extracted:
     pages: tuple[int, ...] = ()
     title: str = ""  # an HTML page's <title>, a PDF's metadata title ("" where it has none)
     headings: tuple[tuple[int, int, str], ...] = ()  # (start, level, text): HTML h1…h6, a PDF's outline entries
+    encoding: str = ""  # a text file not in UTF-8: the encoding it was read in (`decode_text`); "" for UTF-8
 
     def pages_of(self, start: int, end: int) -> tuple[int, int] | None:
         """The first and last page (from 1) that `[start, end)` holds characters of; None without pages."""
