@@ -86,8 +86,11 @@ def test_int8_drifts_within_bounds_and_is_cached_apart(texts, torch_vectors, tmp
         for q in backends.QUANTIZE
         if not (b == "torch" and q == "int8")
     }
-    assert len(set(prints.values())) == 5  # vectors of different backends never mix
-    assert prints["torch", "none"] == model_fingerprint("all-MiniLM-L6-v2")  # old caches stay valid
+    # lossless backends share the model's vectors (a switch between them is no model change, embeds nothing again);
+    # int8 weights change the vectors: each its own, never mixed
+    lossless = {prints[b, "none"] for b in backends.BACKENDS}
+    assert lossless == {model_fingerprint("all-MiniLM-L6-v2")}  # old caches stay valid
+    assert len({prints["onnx", "int8"], prints["openvino", "int8"], *lossless}) == 3
 
 
 def test_static_models_run_as_they_are_on_every_backend(minilm_static):
@@ -98,15 +101,19 @@ def test_static_models_run_as_they_are_on_every_backend(minilm_static):
 
 
 def test_an_export_is_built_once_and_a_damaged_one_again(shared_home, caplog):
-    fingerprint = embedder_fingerprint("all-MiniLM-L6-v2", "onnx")
-    folder = backends.export_dir(model_fingerprint("all-MiniLM-L6-v2"), "onnx", "none")
+    model, fp = "all-MiniLM-L6-v2", model_fingerprint("all-MiniLM-L6-v2")
+    export = lambda: backends.ensure_export(model, resolve_model(model), fp, "onnx", "none")  # noqa: E731
+    folder = export()
+    assert folder == backends.export_dir(fp, "onnx", "none")
     onnx_file = folder / "model.onnx"
     built = onnx_file.stat().st_mtime_ns
-    assert embedder_fingerprint("all-MiniLM-L6-v2", "onnx") == fingerprint and onnx_file.stat().st_mtime_ns == built
+    assert export() == folder and onnx_file.stat().st_mtime_ns == built  # built once
+    # knowing its vectors' fingerprint builds nothing (a poll must not export): the model's own, fp32 is lossless
+    assert embedder_fingerprint(model, "onnx") == fp and onnx_file.stat().st_mtime_ns == built
     data = bytearray(onnx_file.read_bytes())  # damaged in place: same size, other bytes
     data[len(data) // 2] ^= 0xFF
     onnx_file.write_bytes(bytes(data))
-    assert embedder_fingerprint("all-MiniLM-L6-v2", "onnx") == fingerprint  # rebuilt, never used damaged
+    assert export() == folder and onnx_file.read_bytes() != bytes(data)  # rebuilt, never used damaged
     assert "does not match its seal" in caplog.text
     record = json.loads((folder / "chunkeval_model.json").read_text())
     assert record["model"]["backend"] == "onnx" and record["model"]["max_seq_length"] == 256
@@ -157,10 +164,8 @@ def test_bf16_vectors_stay_close_to_fp32(backend, texts, torch_vectors):
 def test_precision_keys_the_cache_and_fp32_keeps_its_fingerprint(tmp_path):
     model = "all-MiniLM-L6-v2"
     assert embedder_fingerprint(model) == embedder_fingerprint(model, "torch", "none", "fp32") == FP32_FINGERPRINT
-    folder, fp = resolve_model(model), model_fingerprint(model)
-    assert embedder_fingerprint(model, "openvino", "none", "fp32") == backends.backend_fingerprint(
-        fp, folder, "openvino", "none", model
-    )  # fp32 on an exported backend: the fingerprint it had before precisions existed
+    # fp32 on an exported backend: lossless, the model's own vectors (docs/backends.md)
+    assert embedder_fingerprint(model, "openvino", "none", "fp32") == FP32_FINGERPRINT
     prints = {
         (b, p): embedder_fingerprint(model, b, "none", p)
         for b, p in (
@@ -171,7 +176,7 @@ def test_precision_keys_the_cache_and_fp32_keeps_its_fingerprint(tmp_path):
             ("openvino", "bf16"),
         )
     }
-    assert len(set(prints.values())) == 5
+    assert len(set(prints.values())) == 4 and prints["openvino", "fp32"] == prints["torch", "fp32"]
     texts = ["vectors of one precision", "never serve another"]
     bf16 = Embedder(cache_dir=tmp_path, precision="bf16")
     low, _ = bf16.embed(texts)
@@ -320,6 +325,79 @@ def test_the_auto_probe_runs_once_per_model_and_machine(monkeypatch):
     again = auto_choice(["all-MiniLM-L6-v2"])
     assert again.cached and again.backend == first.backend and again.texts_per_s == record["texts_per_s"]
     assert auto.probes_run == probes and path.stat().st_mtime_ns == written  # read, not probed again
+
+
+def _record(backend="openvino", lossless=("torch", "openvino"), torch_speed=60.0, speed=70.0, cosine=0.9999999):
+    return {
+        "backend": backend, "line": f"backend auto: {backend} (a kept choice)", "lossless": list(lossless),
+        "texts_per_s": {"torch": torch_speed, backend: speed}, "skipped": {},
+        "agreement": {b: {"min_cosine": cosine, "max_abs": 1e-7} for b in lossless if b != "torch"},
+    }  # fmt: skip
+
+
+def test_the_kept_choice_survives_a_package_change_and_a_forged_or_special_record_is_remade(monkeypatch, tmp_path):
+    """The choice is kept per model and machine: another version of a backend's package is no reason to probe
+    again (a poll, a run, an installed extra change nothing). A kept record is trusted state, checked field by
+    field: a forged one (lossless named but not agreeing, a backend that is none, speeds of 0) and a FIFO in its
+    place are never obeyed (`kept` says why; the next use probes again, with one line)."""
+    import os
+
+    from chunkeval.engine.embedding import auto
+
+    monkeypatch.setenv("CHUNKEVAL_BACKENDS", str(tmp_path / "backends"))
+    fp = model_fingerprint("all-MiniLM-L6-v2")
+    path = auto.cache_path(fp)
+    monkeypatch.setattr(auto, "package_version", lambda package: "99.0")  # every package upgraded
+    assert auto.cache_path(fp) == path  # the key is the model and the machine: nothing else
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(_record()))
+    choice, why = auto.kept(fp)
+    assert choice.backend == "openvino" and choice.cached and why == ""
+    forged = {
+        "lossless only torch": _record(lossless=("torch",)),
+        "a backend that is none": _record(backend="bogus", lossless=("torch", "bogus")),
+        "speeds of 0": _record(speed=0),
+        "an agreement of 0.5": _record(cosine=0.5),
+        "slower than torch": _record(torch_speed=90.0),
+        "not a mapping": ["openvino"],
+    }
+    for what, record in forged.items():
+        path.write_text(json.dumps(record))
+        choice, why = auto.kept(fp)
+        assert choice is None and why.startswith("the kept choice does not hold"), what
+    path.unlink()
+    os.mkfifo(path)  # a FIFO where the record goes: never opened (it would block)
+    choice, why = auto.kept(fp)
+    assert choice is None and "not a regular file" in why
+
+
+def test_a_kept_backend_that_is_gone_is_probed_again_with_one_line(monkeypatch, tmp_path, caplog, capsys):
+    """openvino kept, then uninstalled: the next use says so in one line and probes again; `chunkeval backends`
+    shows what is kept, and `--reprobe` makes a new choice when asked."""
+    from chunkeval.cli import main
+    from chunkeval.engine.embedding import auto
+
+    monkeypatch.setenv("CHUNKEVAL_BACKENDS", str(tmp_path / "backends"))
+    monkeypatch.setattr(auto, "PROBE_TEXTS", 16)
+    monkeypatch.setattr(auto, "REPEATS", 1)
+    monkeypatch.setattr(auto, "SETTLE", 0.0)
+    model, fp = "all-MiniLM-L6-v2", model_fingerprint("all-MiniLM-L6-v2")
+    path = auto.cache_path(fp)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({**_record(), "model": model, "model_fingerprint": fp, "cpu": auto.cpu_model()}))
+    monkeypatch.setitem(backends._NEEDS, "openvino", ("openvino", "no_such_runtime_package"))
+    probes = auto.probes_run
+    choice = auto.choose(model, resolve_model(model), fp)
+    assert auto.probes_run == probes + 1 and choice.backend != "openvino" and not choice.cached
+    assert "backend auto: openvino, kept for all-MiniLM-L6-v2 on this machine, is not installed" in caplog.text
+    again = auto.choose(model, resolve_model(model), fp)
+    assert again.cached and again.backend == choice.backend and auto.probes_run == probes + 1
+    capsys.readouterr()
+    assert main(["backends"]) == 0  # what is kept, said
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith(model)]
+    assert row.split()[1] == choice.backend and "torch" in row
+    assert main(["backends", "--reprobe"]) == 0 and auto.probes_run == probes + 2  # asked: probed again
+    assert capsys.readouterr().out.startswith(f"{model}: backend auto: ")
 
 
 def test_a_machine_pins_what_auto_means_without_a_probe(monkeypatch):

@@ -1,29 +1,33 @@
-"""`backend: auto`: the fastest lossless backend installed here, chosen once per model and machine.
+"""`backend: auto`: the fastest lossless backend installed here, chosen once per model and machine, and kept.
 
 A probe embeds `PROBE_TEXTS` fixed passages of the bundled demo corpus with torch fp32 (the reference)
 and with every other installed backend in fp32 (onnx, openvino), each model loaded and warmed up first,
 best of `REPEATS` timings. A backend is lossless here when every one of its vectors keeps a cosine of at
 least `MIN_COSINE` to torch's and no component differs by more than `MAX_ABS`. Of the lossless backends
 the fastest is chosen; another than torch only when it is at least `MARGIN` × torch (less is within the
-noise of a shared machine, and not worth a new fingerprint and a cache embedded again).
+noise of a shared machine).
 
-The probe's result (choice, texts per second, agreement, reasons) is kept in a small JSON file under
-`$CHUNKEVAL_HOME/backends/auto/`, keyed by the model's fingerprint, the versions of the backends'
-packages, the export recipe, the tolerance and the CPU's model string: a second run reads it and probes
-nothing. `CHUNKEVAL_AUTO_BACKEND` pins the choice on a machine without a probe (the test suite pins torch, so
-that its numbers never depend on how busy the machine was when it probed). Lossy settings (`quantize: int8`, `precision: bf16 | fp16`) are never chosen here: with one of
-them, `auto` means torch (precision) or is refused (int8 needs a backend named)."""
+The choice is kept (a small JSON file under `$CHUNKEVAL_HOME/backends/auto/`, keyed by the model's fingerprint
+and the CPU's model string: nothing else) and every later run reads it: installing or removing a package, or a
+second probe that would time things otherwise, never changes it. It is made again only when asked
+(`chunkeval backends --reprobe`), when its backend is no longer installed, or when the kept record does not hold
+(each field checked: `kept`), each with one line saying so. Lossless backends compute interchangeable vectors,
+so the choice changes no fingerprint and embeds nothing again (`chunkeval.engine.embedding.registry`).
+`CHUNKEVAL_AUTO_BACKEND` pins the choice on a machine without a probe (the test suite pins torch, so that its
+numbers never depend on how busy the machine was when it probed). Lossy settings (`quantize: int8`,
+`precision: bf16 | fp16`) are never chosen here: with one of them, `auto` means torch (precision) or is refused
+(int8 needs a backend named)."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
 import logging
 import os
 import platform
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,12 +37,12 @@ import numpy as np
 from chunkeval import progress
 from chunkeval.engine.embedding.backends import (
     _NEEDS,
-    RECIPE,
     GraphRunner,
     TorchRunner,
     check_backend,
     check_folder_runs_on,
     ensure_export,
+    package_version,
 )
 from chunkeval.errors import InputError
 from chunkeval.files import write_text
@@ -55,7 +59,7 @@ MIN_COSINE = 0.99999  # per vector, to torch fp32's
 MAX_ABS = 1e-4  # per component, to torch fp32's (measured: 1.9e-7 onnx, 2.8e-7 openvino; docs/backends.md)
 PIN = "CHUNKEVAL_AUTO_BACKEND"  # an environment variable that pins what auto means on a machine (docs/backends.md)
 MARGIN = 1.10  # another backend than torch is chosen when at least this many times torch's speed
-VERSION = 2  # bump when the probe changes, so that cached choices are probed again
+VERSION = 3  # bump when the probe changes, so that kept choices are probed again (3: kept per model and machine)
 _PACKAGES = ("torch", "sentence-transformers", "onnxruntime", "onnx", "openvino")
 log = logging.getLogger("chunkeval")
 probes_run = 0  # probes this process ran (not read from the cache): tests count them
@@ -95,16 +99,10 @@ def cpu_model() -> str:
     return f"{platform.processor() or platform.machine()} ×{os.cpu_count()}"
 
 
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def cache_path(model_fingerprint: str) -> Path:
-    key = [VERSION, RECIPE, model_fingerprint, {p: _version(p) for p in _PACKAGES}, MIN_COSINE, MAX_ABS, MARGIN]
-    key.append(cpu_model())
+    """Where the choice for this model on this machine is kept: keyed by the model and the CPU, nothing else (no
+    package version: a package installed or removed never changes a kept choice silently)."""
+    key = [VERSION, model_fingerprint, cpu_model()]
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     return backends_dir() / AUTO / f"{model_fingerprint[:16]}-{digest[:16]}.json"
 
@@ -214,17 +212,72 @@ def _line(backend: str, speeds: dict, agreed: dict) -> str:
 
 
 _RECORDED = ("backend", "line", "texts_per_s", "agreement", "skipped", "lossless")
+MAX_RECORD_BYTES = 1 << 16  # a kept choice is a few hundred bytes
 
 
-def choose(model: str, folder: Path, model_fingerprint: str) -> Choice:
-    """The cached choice for this model on this machine, else a probe's (then cached)."""
+def _finite_positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
+def check_record(data) -> Choice:
+    """The kept choice a record holds, each field checked against the others (a record is trusted state, made
+    by a probe: a damaged or forged one is re-made, never obeyed); `ValueError` naming what does not hold."""
+    if not isinstance(data, dict) or not all(k in data for k in _RECORDED):
+        raise ValueError("it lacks fields")
+    backend, lossless_, speeds, agreed = data["backend"], data["lossless"], data["texts_per_s"], data["agreement"]
+    if backend not in ("torch", *CANDIDATES):
+        raise ValueError(f"backend {short(backend)} is no backend")
+    if not isinstance(lossless_, list) or not lossless_ or not set(lossless_) <= {"torch", *CANDIDATES}:
+        raise ValueError("its lossless backends are not a list of backends")
+    if "torch" not in lossless_ or backend not in lossless_:
+        raise ValueError(f"its backend {backend} is not among its lossless ones")
+    if not isinstance(speeds, dict) or not all(_finite_positive(speeds.get(b)) for b in lossless_):
+        raise ValueError("its texts per second are not positive numbers")
+    if not isinstance(agreed, dict):
+        raise ValueError("its agreement is not a mapping")
+    for b in lossless_:
+        a = agreed.get(b) if b != "torch" else {"min_cosine": 1.0, "max_abs": 0.0}
+        if not isinstance(a, dict) or not all(isinstance(a.get(k), (int, float)) for k in ("min_cosine", "max_abs")):
+            raise ValueError(f"its agreement of {b} to torch is missing")
+        if not lossless(a):
+            raise ValueError(f"{b} is called lossless with a cosine of {a['min_cosine']:g} to torch")
+    if speeds[backend] < speeds["torch"]:
+        raise ValueError(f"{backend} is slower than torch")
+    if not isinstance(data["line"], str) or not isinstance(data["skipped"], dict):
+        raise ValueError("its line or skipped backends are not text")
+    return Choice(backend, data["line"], speeds, agreed, data["skipped"], tuple(lossless_), cached=True)
+
+
+def kept(model_fingerprint: str) -> tuple[Choice | None, str]:
+    """(the choice kept for this model on this machine, "") or (None, why there is none to use: "" where none was
+    made, else why the record does not hold). Only a regular file is read (a FIFO would block)."""
     path = cache_path(model_fingerprint)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        fields = {k: data[k] for k in _RECORDED}
-        return Choice(**{**fields, "lossless": tuple(fields["lossless"])}, cached=True)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+        info = os.stat(path)
+    except OSError:
+        return None, ""
+    if not stat.S_ISREG(info.st_mode):
+        return None, f"{path} is not a regular file"
+    if info.st_size > MAX_RECORD_BYTES:
+        return None, f"{path} holds {info.st_size:,} bytes"
+    try:
+        return check_record(json.loads(path.read_text(encoding="utf-8"))), ""
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return None, f"the kept choice does not hold ({str(exc)[:120] or type(exc).__name__})"
+
+
+def choose(model: str, folder: Path, model_fingerprint: str, reprobe: bool = False) -> Choice:
+    """The choice kept for this model on this machine; a probe's (then kept) where none is kept, where asked
+    (`reprobe`), where the kept one's backend is no longer installed, or where its record does not hold."""
+    choice, damaged = (None, "") if reprobe else kept(model_fingerprint)
+    if choice is not None:
+        gone = installed(choice.backend) if choice.backend != "torch" else None
+        if gone is None:
+            return choice
+        progress.notice("backend auto: %s, kept for %s on this machine, is %s: probing again", choice.backend,
+                        model, gone)  # fmt: skip
+    elif damaged:
+        progress.notice("backend auto: %s (%s): probing again", damaged, model)
     with progress.stage("probing backends"):  # a first run's own stage (exports included), not its checks'
         choice = probe(model, folder, model_fingerprint)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
@@ -233,12 +286,23 @@ def choose(model: str, folder: Path, model_fingerprint: str) -> Choice:
         choice = dataclasses.replace(choice, line=choice.line + busy)
     record = {k: getattr(choice, k) for k in _RECORDED}
     record.update(model=model, model_fingerprint=model_fingerprint, cpu=cpu_model(), probed_at=time.time())
-    record["versions"] = {p: _version(p) for p in _PACKAGES}
+    record["versions"] = {p: package_version(p) for p in _PACKAGES}
     record["load_average"] = load
     record["tolerance"] = {"min_cosine": MIN_COSINE, "max_abs": MAX_ABS, "margin": MARGIN}
+    path = cache_path(model_fingerprint)
+    if path.is_symlink() or (path.exists() and not path.is_file() and not path.is_dir()):
+        path.unlink()  # a link or a FIFO where the record goes: replaced, never followed or opened
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return choice
+
+
+def lossy_here(model_fingerprint: str, backend: str) -> bool:
+    """Whether this machine's probe found `backend`'s fp32 vectors of the model unlike torch's (then they key
+    vectors of their own: `registry.embedder_fingerprint`). A backend never probed here is lossless by its
+    export's recipe (measured: docs/backends.md); nothing is probed to answer (a poll must not)."""
+    choice, _ = kept(model_fingerprint)
+    return choice is not None and backend in choice.agreement and backend not in choice.lossless
 
 
 def on_gpu(device: str | None) -> bool:

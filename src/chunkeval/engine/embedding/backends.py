@@ -28,6 +28,7 @@ as they are, under the model's own fingerprint.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import logging
@@ -313,15 +314,28 @@ def export_hash(folder: Path) -> str:
     return hash_folder(folder, frozenset({RECORD, SEAL}))
 
 
-def backend_fingerprint(model_fingerprint: str, folder: Path, backend: str, quantize: str, model: str = "") -> str:
-    """The fingerprint that keys the vectors of a model run by a backend: the model's own for torch
-    (and for a static model, which every backend runs as it is), else a hash of the model's, the
-    backend, the quantisation, the sequence limit and the exported files."""
+_EXPORTERS = ("torch", "onnx", "onnxruntime", "openvino", "nncf")  # the packages an export is made and run with
+
+
+def backend_fingerprint(model_fingerprint: str, folder: Path, backend: str, quantize: str) -> str:
+    """The fingerprint that keys the vectors of a model run by an exported backend whose vectors are its own (int8
+    weights, or fp32 where this machine's probe found them unlike torch's: `registry.embedder_fingerprint`): the
+    model's own for a static model, which every backend runs as it is; else a hash of the model's, the backend,
+    the quantisation, the sequence limit, the export recipe and the versions of the packages that make and run
+    the export. What an export is made from, not its files: knowing it exports nothing (a poll never does)."""
     if backend == "torch" or not is_transformer(folder):
         return model_fingerprint
-    export = ensure_export(model or folder.name, folder, model_fingerprint, backend, quantize)
-    key = [model_fingerprint, backend, quantize, max_seq_length(folder), export_hash(export)]
-    return hashlib.sha256(json.dumps(key).encode()).hexdigest()
+    versions = {p: package_version(p) for p in _EXPORTERS}
+    key = [model_fingerprint, backend, quantize, max_seq_length(folder), RECIPE, versions]
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def package_version(package: str) -> str | None:
+    """An installed package's version, None where it is not installed."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 # --------------------------------------------------------------------------- running the model

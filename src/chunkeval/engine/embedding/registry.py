@@ -75,11 +75,21 @@ def model_fingerprint(model: str) -> str:
 
 def embedder_fingerprint(model: str, backend: str = "torch", quantize: str = "none", precision_: str = "fp32") -> str:
     """The fingerprint that keys a model's vectors when `backend` runs it (`chunkeval.engine.embedding.backends`)
-    in a precision (`chunkeval.engine.embedding.precision`): fp32's is the backend's own, byte for byte.
-    `auto` is the backend it resolves to for this model (`chunkeval.engine.embedding.auto`): never a key of its own."""
+    in a precision (`chunkeval.engine.embedding.precision`), and that says whether a run's model changed.
+
+    Lossless backends compute interchangeable vectors (every vector within a cosine of 0.99999 and 1e-4 a
+    component of torch fp32's: `chunkeval.engine.embedding.auto`), so they share the model's own fingerprint: a
+    switch between torch, onnx and openvino in fp32 (`auto` choosing another, a backend named) is no model change
+    and embeds nothing again. A backend this machine's probe found lossy, int8 weights and a lower precision key
+    vectors of their own. `auto` is never a key: in fp32 it is lossless by definition, so nothing is resolved (or
+    probed) to know its fingerprint; with a lower precision it means torch."""
+    fingerprint = model_fingerprint(model)
+    folder = resolve_model(model)
     if backend == "auto":
-        backend = auto_choice([model], quantize, precision_).backend
-    fingerprint = backends.backend_fingerprint(model_fingerprint(model), resolve_model(model), backend, quantize, model)
+        backend = "torch"  # auto's choice is lossless: torch's key (with bf16 or fp16, auto is torch)
+    lossless = quantize == "none" and precision_ == "fp32" and not auto.lossy_here(fingerprint, backend)
+    if backend != "torch" and not lossless:
+        fingerprint = backends.backend_fingerprint(fingerprint, folder, backend, quantize)
     return precision.precision_fingerprint(fingerprint, precision_)
 
 
