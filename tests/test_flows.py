@@ -141,16 +141,26 @@ def test_a_change_run_embeds_only_the_edited_corpus(tmp_path, own_home):
     assert new <= sourdough_only
 
 
-def test_watch_emits_change_events(tmp_path, own_home):
-    exp_file = small_experiment(tmp_path, "watched")
-    assert watch(experiments=[exp_file]) == {"watched": ["chunkeval.corpus.changed"]}  # never run yet
-    evaluate(experiment=exp_file)
-    assert watch(experiments=[exp_file]) == {"watched": []}  # backend auto: both name the backend it resolved to
-    from chunkeval.engine.embedding.registry import auto_choice
+def test_watch_emits_change_events(tmp_path, own_home, monkeypatch):
+    """One event per experiment and poll, naming everything that changed; a poll exports and probes nothing, even
+    where backend auto has chosen nothing yet (a lossless backend's vectors are the model's own)."""
+    from chunkeval.engine.embedding import auto
+    from chunkeval.flows.watch import change_events
 
-    chosen = auto_choice(["all-MiniLM-L6-v2"])  # the probe's cached choice on this machine
+    monkeypatch.delenv("CHUNKEVAL_AUTO_BACKEND")  # the suite's pin lifted: auto would probe if anyone asked it
+    monkeypatch.setenv("CHUNKEVAL_BACKENDS", str(tmp_path / "backends"))
+    exp_file = small_experiment(tmp_path, "watched")
+    probes = auto.probes_run
+    assert watch(experiments=[exp_file]) == {"watched": ["chunkeval.corpus.changed"]}  # never run yet: one event
+    assert auto.probes_run == probes and not (tmp_path / "backends").exists()  # nothing probed, nothing exported
+    monkeypatch.setenv("CHUNKEVAL_AUTO_BACKEND", "torch")
+    evaluate(experiment=exp_file)
+    monkeypatch.delenv("CHUNKEVAL_AUTO_BACKEND")
+    assert watch(experiments=[exp_file]) == {"watched": []}  # the same fingerprints whatever auto would choose
     settings = json.loads(Warehouse(own_home / "warehouse").last_completed("watched")["settings"])
-    assert settings["backend"] == chosen.backend != "auto" and settings["backend_auto"].startswith(chosen.line)
+    assert settings["backend"] == "torch" and "pinned by CHUNKEVAL_AUTO_BACKEND" in settings["backend_auto"]
+    last = {"corpus_fingerprint": "c", "gold_fingerprint": "g", "model_fingerprint": "m"}
+    assert change_events(last, {"corpus": "c2", "gold": "g", "model": "m2"}) == ["chunkeval.corpus.changed"]
     model = tmp_path / "model"
     from chunkeval.engine.embedding import resolve_model
 

@@ -144,6 +144,19 @@ def split_flags(values) -> list[str]:
 # at its offsets, found elsewhere word for word, placed approximately, or not placed (retired from the run)
 ANCHOR_STATUSES = ("exact", "reanchored", "approximate", "retired")
 
+# who is told (docs/loop.md, "Who is told"): the events an experiment's `alerts:` entry may ask for, each with the
+# Prefect event a run emits (resource `chunkeval.experiment.<name>`); `silence` is Prefect's own absence of a run
+ALERT_EVENTS = {
+    "completed": "chunkeval.run.completed",
+    "regression": "chunkeval.regression.detected",
+    "failed": "chunkeval.run.failed",
+    "gold_drift": "chunkeval.gold.drift",
+    "nothing_comparable": "chunkeval.nothing.comparable",
+    "silence": None,
+}
+DEFAULT_ALERTS = ("regression", "failed", "gold_drift", "nothing_comparable", "silence")  # all but `completed`
+GOLD_DRIFT = 0.1  # the share of questions retired or placed approximately at which a run emits `gold_drift`
+
 
 # --------------------------------------------------------------------------- one label per configuration
 

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from chunkeval import stats
 from chunkeval.errors import InputError, NothingComparable
 from chunkeval.stats.columns import numbers
-from chunkeval.stats.power import ceiling_share, detectable
+from chunkeval.stats.power import ceiling_share, detectable, t_quantile
 from chunkeval.vocabulary import CONFIG_KEYS as KEYS
 from chunkeval.vocabulary import MIN_SLICE_QUERIES, config_id, config_label
 
@@ -329,13 +329,18 @@ def paired_checks(
 
 
 def _fall(x: np.ndarray, y: np.ndarray, queries: list[str], worst: int, questions: dict[str, str] | None) -> dict:
-    """What one paired check of a regression says: the means, the change, the t-test, the queries that lost most."""
+    """What one paired check of a regression says: the means, the change with its 95 % interval (the paired t
+    interval, mean ± t₀.₉₇₅,ₙ₋₁ · s/√n: the t-test's own), the t-test, the queries that lost most."""
     diff = x - y
     order = np.argsort(diff, kind="stable")[:worst]
+    change = float(np.mean(diff))
+    half = t_quantile(0.975, len(diff) - 1) * float(np.std(diff, ddof=1)) / math.sqrt(len(diff))
     return {
         "before": float(np.mean(y)),
         "after": float(np.mean(x)),
-        "change": float(np.mean(diff)),
+        "change": change,
+        "ci_low": change - half,
+        "ci_high": change + half,
         "n_queries": len(queries),
         "p_ttest": stats.paired_ttest(x, y),
         "worst": [

@@ -22,6 +22,7 @@ from prefect.logging import get_run_logger
 from prefect.runtime import flow_run
 
 from chunkeval import progress
+from chunkeval.analysis.regression import NOTHING_COMPARABLE, verdict_line
 from chunkeval.cli.large_grid import check_grid
 from chunkeval.engine.chunking import ChunkerSpec
 from chunkeval.engine.embedding.embedders import Embedders
@@ -36,12 +37,15 @@ from chunkeval.engine.scoring.doc_metrics import write_doc_runs
 from chunkeval.engine.scoring.metrics import METRICS
 from chunkeval.errors import Fault, InputError
 from chunkeval.faults import checkpoint
+from chunkeval.flows.alerts import emit
 from chunkeval.paths import cache_dir
+from chunkeval.publish import alerts as A
 from chunkeval.publish.mlflow import check_uri, publish_run
 from chunkeval.report.html import report_path, write_report
 from chunkeval.run_result import RunResult
 from chunkeval.vocabulary import CONFIG_KEYS
 from chunkeval.warehouse import LockTimeout, Warehouse
+from chunkeval.warehouse.turns import Turn
 
 # Inputs are large arrays: no task caching (its keys would hash them), results stay in memory.
 TASK = dict(cache_policy=NO_CACHE, persist_result=False)
@@ -51,13 +55,14 @@ IO_TASK = dict(TASK, retries=2, retry_delay_seconds=2)
 class Prepared:
     """A run's state made by the command that calls the flow in its own process (`chunkeval run`: the experiment
     validated, its inputs fingerprinted and loaded before Prefect starts), so that the flow neither checks nor
-    reads them again. Prefect keeps a flow's parameters as JSON: this one has no fields it can read
-    (`__slots__`), so it is recorded as `<Prepared>` instead of a copy of the run's inputs."""
+    reads them again; and the experiment's turn the command took before it read them (`Turn`). Prefect keeps a
+    flow's parameters as JSON: this one has no fields it can read (`__slots__`), so it is recorded as `<Prepared>`
+    instead of a copy of the run's inputs."""
 
-    __slots__ = ("state",)
+    __slots__ = ("state", "turn")
 
-    def __init__(self, state: RunState):
-        self.state = state
+    def __init__(self, state: RunState, turn: Turn | None = None):
+        self.state, self.turn = state, turn
 
 
 def warehouse() -> Warehouse:
@@ -188,6 +193,69 @@ def summary_rows(summary: pa.Table) -> list[dict]:
     return rows
 
 
+def true_trigger(asked: str) -> str:
+    """What really started this flow run: `schedule` (the scheduler made it), `change` (an automation: a change
+    event's trigger), `manual` (a deployment run by hand, a command, the API). A run outside any deployment is
+    what its caller says (`chunkeval run` says manual); the `trigger` parameter of a deployment is not trusted."""
+    said = "change" if asked == "event" else asked  # `event`: what deployments files wrote before `change`
+    flow_run_id = flow_run.get_id()
+    if not flow_run_id:
+        return said
+    from prefect.client.orchestration import get_client
+
+    try:
+        with get_client(sync_client=True) as client:
+            run = client.read_flow_run(flow_run_id)
+    except Exception:  # the server does not answer: what the caller says
+        return said
+    if run.deployment_id is None:
+        return said
+    if run.auto_scheduled:
+        return "schedule"
+    if run.created_by is not None and str(run.created_by.type).upper() == "AUTOMATION":
+        return "change"
+    return "manual"
+
+
+def tell(wh: Warehouse, exp: Experiment, run_id: str, trigger: str, report: str | None, gold) -> str:
+    """After a completed run: its one verdict against its baseline (`Warehouse.verdict`, what the gate says), and
+    the events it emits (completed; regression or nothing comparable; gold drift past `gold_drift`), recorded
+    with the run (`alarms.json`). Returns the verdict's line."""
+    run = {"run_id": run_id, "trigger": trigger}
+    try:
+        found = wh.verdict(exp.name)
+        line = verdict_line(found) if found else "the first run: nothing to compare with yet"
+    except InputError as exc:  # runs scored otherwise (a run setting changed): never compared
+        found = {"verdict": NOTHING_COMPARABLE, "reason": str(exc), "run_id": run_id, "reference_run_id": None}
+        line = f"nothing comparable: {exc}"
+    payloads = A.verdict_payloads(exp.name, run, found, line, report)
+    drifted = A.drift(getattr(gold, "anchoring", ()), exp.gold_drift)
+    if drifted:
+        payloads.append(A.gold_drift_payload(exp.name, run, drifted, exp.questions or exp.qrels or exp.beir))
+    for payload in payloads:
+        emit(payload)
+    wh.record_alarms(
+        run_id,
+        {
+            "verdict": found["verdict"] if found else None,
+            "reference_run_id": found.get("reference_run_id") if found else None,
+            "line": line,
+            "events": [p["event"] for p in payloads],
+        },
+    )
+    return line
+
+
+def failed(exp_name: str, run_id: str | None, trigger: str, exc: BaseException) -> None:
+    """The `failed` event of a run that ended with `exc` (before its row was written too: a deployment whose
+    experiment file broke is heard of)."""
+    reason = "".join(traceback.format_exception_only(exc)).strip().splitlines()[-1] if str(exc) else type(exc).__name__
+    try:
+        emit(A.failed_payload(exp_name, {"run_id": run_id, "trigger": trigger}, reason))
+    except Exception:  # no server to tell: the run's own failure is what is raised
+        pass
+
+
 @flow(name="evaluate", log_prints=True)
 def evaluate(
     experiment: str | dict | Prepared = "demo",
@@ -203,10 +271,13 @@ def evaluate(
 
     `chunkeval run` passes the run's state it made instead (`Prepared`): the experiment is then not checked, and
     its inputs neither fingerprinted nor read, a second time (its `batch_size` and `device` are its embedders').
-    With `if_changed`, a run whose corpus, gold set and model are those of the last completed run is
-    recorded as `skipped` and embeds nothing. With `shards` (a Dask task runner: `with_task_runner`),
-    the texts the cache lacks are embedded by that many tasks on the cluster's workers first. A completed run
-    is published to the MLflow tracking server `mlflow` (else the experiment's `mlflow:` key) when one is given.
+    Runs of one experiment take turns (`chunkeval.warehouse.turns`): a run waits for the one running, and a
+    trigger that finds another already waiting is recorded `coalesced`. The trigger recorded is the true one
+    (`true_trigger`). With `if_changed`, a run whose corpus, gold set and model are those of the last completed run
+    is recorded as `skipped` and embeds nothing. With `shards` (a Dask task runner: `with_task_runner`), the texts
+    the cache lacks are embedded by that many tasks on the cluster's workers first. A completed run is compared
+    with its baseline (the one verdict) and emits its events (`tell`); a failed one emits `chunkeval.run.failed`.
+    It is published to the MLflow tracking server `mlflow` (else the experiment's `mlflow:` key) when one is given.
     A grid past `LARGE_GRID` configurations runs with `yes` or the experiment's `max_configurations`, its estimate
     logged first; else the flow run fails with one line saying so, before anything is recorded (a scheduled run
     has no terminal to ask on).
@@ -214,24 +285,54 @@ def evaluate(
     logger = get_run_logger()
     progress.one_line_input_errors()
     prepared = experiment.state if isinstance(experiment, Prepared) else None
-    if prepared is None:
-        exp, backend_choice = resolution(Experiment.resolve(experiment), device)  # backend auto: the one chosen
-        if mlflow:
-            check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
-        embedders = Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
-        check_grid(exp, yes, embedders, ask=False, remedy="the flow parameter yes: true", say=logger.info)
-    else:  # the command checked the experiment, its grid and the URI
-        exp = prepared.exp
-    wh = warehouse()
-    wh.reap()
+    trigger = true_trigger(trigger)
+    name = prepared.exp.name if prepared else experiment if isinstance(experiment, str) else "?"
+    try:
+        if prepared is None:
+            exp, backend_choice = resolution(Experiment.resolve(experiment), device)  # backend auto: the one chosen
+            name = exp.name
+            if mlflow:
+                check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
+            embedders = Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
+            check_grid(exp, yes, embedders, ask=False, remedy="the flow parameter yes: true", say=logger.info)
+        else:  # the command checked the experiment, its grid and the URI
+            exp = prepared.exp
+        wh = warehouse()
+        wh.reap()
+        turn = experiment.turn if isinstance(experiment, Prepared) and experiment.turn else wh.turn(exp.name)
+        if not turn.enter(say=logger.info):
+            run_id = wh.record_skipped(
+                exp.name, {}, trigger, exp.recorded_settings(), flow_run.get_id(), status="coalesced",
+                reason=f"another run of {exp.name} was running and one more waited to follow it: this trigger "
+                "is coalesced into that follow-up",
+            )  # fmt: skip
+            logger.info("experiment %s: a run waits already to follow %s; coalesced into it", exp.name, turn.holder())
+            return {"run_id": run_id, "status": "coalesced", "texts_embedded": 0}
+    except BaseException as exc:  # nothing recorded yet: still heard of
+        failed(name, None, trigger, exc)
+        raise
+    try:
+        return _run(exp, prepared, turn, trigger, if_changed, device, shards, mlflow, logger, wh,
+                    backend_choice if prepared is None else None, embedders if prepared is None else None)  # fmt: skip
+    finally:
+        if not (isinstance(experiment, Prepared) and experiment.turn):
+            turn.leave()
+
+
+def _run(exp, prepared, turn, trigger, if_changed, device, shards, mlflow, logger, wh, backend_choice, embedders):
+    """The body of `evaluate` once the run has its turn."""
     clock = progress.Stopwatch()  # each stage's seconds, returned with the run (`chunkeval run` prints them)
-    if prepared is None:
-        state = sweep.begin(exp, embedders, probe="none")  # the fingerprint task probes the served models
-        state.backend_auto = backend_choice
-        with clock.stage("checks"):  # a skipped run sends no request
-            state.fingerprints = fingerprint(exp, "none" if if_changed else "run")
-    else:
-        state = prepared
+    try:
+        if prepared is None:
+            state = sweep.begin(exp, embedders, probe="none")  # the fingerprint task probes the served models
+            state.backend_auto = backend_choice
+            with clock.stage("checks"):  # a skipped run sends no request
+                state.fingerprints = fingerprint(exp, "none" if if_changed else "run")
+        else:
+            state = prepared
+    except BaseException as exc:
+        failed(exp.name, None, trigger, exc)
+        raise
     state.clock = clock
     embedders, fps = state.embedders, state.fingerprints
     choice = {"backend_auto": state.backend_auto} if state.backend_auto else {}
@@ -239,14 +340,14 @@ def evaluate(
     flow_run_id = flow_run.get_id()
     last = wh.unchanged_since(exp.name, fps)
     if if_changed and last:
-        run_id = wh.record_skipped(exp.name, fps, trigger, settings, flow_run_id)
-        logger.info(
-            "experiment %s: corpus, gold set and model unchanged since run %s; skipped", exp.name, last["run_id"]
-        )
+        reason = f"corpus, gold set and model unchanged since run {last['run_id']}"
+        run_id = wh.record_skipped(exp.name, fps, trigger, settings, flow_run_id, reason=reason)
+        logger.info("experiment %s: %s; skipped", exp.name, reason)
         return {"run_id": run_id, "status": "skipped", "texts_embedded": 0}
     if if_changed:  # it runs: its served models are probed now
         fps["model"] = models_fingerprint(exp, "run")
     run_id = wh.begin_run(exp.name, fps, trigger, settings, flow_run_id)
+    turn.mark(f"run {run_id}")
     try:  # from here a run that ends (an error, ^C, SIGTERM) is recorded failed
         checkpoint("started")
         logger.info("experiment %s: run %s (%s)", exp.name, run_id, trigger)
@@ -293,6 +394,7 @@ def evaluate(
             raise LockTimeout(held)
     except BaseException as exc:
         wh.fail_run(run_id, "".join(traceback.format_exception_only(exc)).strip())
+        failed(exp.name, run_id, trigger, exc)
         raise
     create_table_artifact(
         key=artifact_key(exp.name, "summary"),
@@ -315,11 +417,15 @@ def evaluate(
         link_text=f"chunkeval report of run {run_id}",
         description=f"The HTML report of experiment {exp.name} at run {run_id} (a file on the machine that ran it)",
     )
+    with clock.stage("verdict"):
+        line = tell(wh, exp, run_id, trigger, str(page), state.inputs.gold)
+    logger.info("experiment %s: %s", exp.name, line)
     done = {
         "run_id": run_id,
         "status": "completed",
         "texts_embedded": embedders.texts_embedded,
         "report": str(page),
+        "verdict_line": line,
         "stage_seconds": clock.seconds,
         "stage_cpu_seconds": clock.cpu,
     }

@@ -21,6 +21,7 @@ from prefect.schedules import Cron, Interval
 
 from chunkeval.engine.settings.plugins import check_module_name
 from chunkeval.errors import InputError
+from chunkeval.flows.alerts import plan_alerts, say_run_ends, sync_automations
 from chunkeval.limits import yaml_load
 from chunkeval.paths import DEPLOYMENTS_FILE
 
@@ -199,13 +200,36 @@ def watch_schedules(names: list[str], wait: float, say=print, registered: float 
     return found
 
 
-def serve_all(prefect_file: Path = DEFAULT_FILE) -> None:
-    """Serve the file's deployments; meanwhile a thread reads back each scheduled one's next run and says it."""
-    served = deployments(prefect_file)
+def after_registration(served: list, plan: dict, say) -> None:
+    """Once `serve` has registered the deployments: the alarms' automations made on the server (`plan`), then each
+    scheduled deployment's next run said (`watch_schedules`)."""
+    names = [f"{d.flow_name}/{d.name}" for d in served]
     scheduled = [f"{d.flow_name}/{d.name}" for d in served if d.schedules]
+    if plan["routes"] or plan["silences"]:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # a silence alarm names its deployment's id: registered first
+            try:
+                if NOT_DEPLOYED not in next_runs(names).values():
+                    break
+            except Exception:  # the server not answering yet: ask again
+                pass
+            time.sleep(1)
+        try:
+            sync_automations(plan, say)
+        except Exception as exc:  # the server refused one: said, and the deployments are served all the same
+            say(f"chunkeval serve: WARNING: the alarms' automations were not made ({str(exc).splitlines()[0][:300]})")
     if scheduled:
-        say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-        threading.Thread(target=watch_schedules, args=(scheduled, scheduler_wait(), say), daemon=True).start()
+        watch_schedules(scheduled, scheduler_wait(), say)
+
+
+def serve_all(prefect_file: Path = DEFAULT_FILE) -> None:
+    """Serve the file's deployments. Meanwhile a thread makes the alarms' automations (`chunkeval.flows.alerts`)
+    and reads back each scheduled deployment's next run and says it, and another says each served run's end."""
+    served = deployments(prefect_file)
+    plan = plan_alerts(served)  # every destination named is defined: else one line, before anything is served
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    threading.Thread(target=after_registration, args=(served, plan, say), daemon=True).start()
+    say_run_ends(say)
     try:
         serve(*served)
     except PrefectHTTPStatusError as exc:  # the server refused a deployment, a schedule or a trigger

@@ -2,7 +2,7 @@
 
 The one verdict (`chunkeval.analysis.regression.verdict`, what `trend --fail-on-regression` without `--metric`
 gives) of the newest run against the pinned baseline (or the previous completed run): a regression emits
-`chunkeval.regression.detected`, writes the diff of the two runs (`reports/<experiment>/diff-<A>-<B>.html`, a
+`chunkeval.regression.detected` (unless the run announced that very verdict when it ran: told once), writes the diff of the two runs (`reports/<experiment>/diff-<A>-<B>.html`, a
 link artifact) and fails the flow run; runs that share nothing comparable fail it too (`NothingComparable`),
 never pass as "no regression".
 """
@@ -14,19 +14,21 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.artifacts import create_link_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.events import emit_event
 from prefect.logging import get_run_logger
 
 from chunkeval.analysis.regression import (
     DEFAULT_THRESHOLD,
     NO_REGRESSION,
     NOTHING_COMPARABLE,
+    REGRESSION,
     REGRESSION_METRICS,
     verdict_line,
 )
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.errors import Fault, InputError, NothingComparable
+from chunkeval.flows.alerts import emit
 from chunkeval.flows.evaluate import artifact_key, warehouse
+from chunkeval.publish import alerts as A
 from chunkeval.report.diff import diff_path, write_diff
 from chunkeval.report.html import report_path, write_report
 from chunkeval.report.terminal import regression_message
@@ -110,16 +112,12 @@ def trend_report(
         if written:
             logger.info("experiment %s: report written to %s", name, written)
         if falls:
-            emit_event(
-                event="chunkeval.regression.detected",
-                resource={"prefect.resource.id": f"chunkeval.experiment.{name}", "prefect.resource.name": name},
-                payload={
-                    "experiment": name,
-                    "threshold": threshold,
-                    # a null (the whole gold set's slice, a key a configuration lacks) stays null, not "None"
-                    "regressions": [{k: None if v is None else str(v) for k, v in r.items()} for r in falls],
-                },
-            )
+            told = warehouse().alarms(checked["run_id"]) or {}
+            if told.get("verdict") == REGRESSION and told.get("reference_run_id") == checked["reference_run_id"]:
+                logger.info("experiment %s: run %s announced this regression when it ran", name, checked["run_id"])
+            else:  # a verdict its run did not announce (other metrics, a baseline pinned since): told once, here
+                run = {"run_id": checked["run_id"], "trigger": "schedule"}
+                emit(A.regression_payload(name, run, checked, written))
             for r in falls:
                 logger.error("experiment %s: %s", name, regression_message(r))
             if link:

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval.errors import InputError
+from chunkeval.files import write_text
 from chunkeval.stats.columns import numbers
 from chunkeval.vocabulary import CONFIG_KEYS, NO_EXPAND, slice_name
 from chunkeval.warehouse.damage import DamagedResults, damaged_files, reading
@@ -140,6 +141,19 @@ class RunFiles(History):
         path.replace(path.with_name(path.name + ".corrupt"))
         logging.getLogger("chunkeval").warning("%s: damaged (%s); moved aside to %s.corrupt", path, problem, path.name)
         return None
+
+    def record_alarms(self, run_id: str, alarms: dict) -> None:
+        """What a run told (its verdict, the baseline it was against, the events it emitted: `alarms.json` in its
+        folder), so that the weekly flow never announces a second time the regression its run announced."""
+        write_text(self.results_dir / run_id / "alarms.json", json.dumps(alarms, sort_keys=True) + "\n")
+
+    def alarms(self, run_id: str) -> dict | None:
+        """What a run told (`record_alarms`); None where it recorded nothing or the file does not hold."""
+        try:
+            found = json.loads((self.results_dir / run_id / "alarms.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return found if isinstance(found, dict) else None
 
     def retrieved_file(self, run_id: str) -> Path:
         """The retrieved lists' file of a completed run; one line naming the run where it has none."""

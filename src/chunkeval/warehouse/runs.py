@@ -25,6 +25,7 @@ from chunkeval.vocabulary import CONFIG_KEYS
 from chunkeval.warehouse.db import LockTimeout
 from chunkeval.warehouse.history import History
 from chunkeval.warehouse.tables import MANIFEST_COLUMNS, TRIGGERS, utc_now
+from chunkeval.warehouse.turns import Turn
 
 
 class Lifecycle(History):
@@ -69,6 +70,7 @@ class Lifecycle(History):
         flow_run_id: str | None = None,
         status: str = "running",
         started_at: datetime | None = None,
+        reason: str | None = None,
     ) -> str:
         """A new run's catalogue row and manifest. `started_at` (UTC, naive) is for importing history;
         by default it is now."""
@@ -82,14 +84,14 @@ class Lifecycle(History):
             "status": status,
             "trigger": trigger,
             "started_at": now,
-            "finished_at": now if status == "skipped" else None,
+            "finished_at": now if status in ("skipped", "coalesced") else None,
             "corpus_fingerprint": fingerprints.get("corpus"),
             "gold_fingerprint": fingerprints.get("gold"),
             "model_fingerprint": fingerprints.get("model"),
             "chunkeval_version": __version__,
             "texts_embedded": 0,
             "settings": json.dumps(settings, sort_keys=True),
-            "error": None,
+            "error": reason,
             "pid": os.getpid(),
             "host": socket.gethostname(),
         }
@@ -110,9 +112,23 @@ class Lifecycle(History):
             con.execute(sql, [row[c] for c in MANIFEST_COLUMNS])
 
     def record_skipped(
-        self, experiment: str, fingerprints: dict, trigger: str, settings: dict, flow_run_id: str | None = None
+        self,
+        experiment: str,
+        fingerprints: dict,
+        trigger: str,
+        settings: dict,
+        flow_run_id: str | None = None,
+        status: str = "skipped",
+        reason: str | None = None,
     ) -> str:
-        return self.begin_run(experiment, fingerprints, trigger, settings, flow_run_id, status="skipped")
+        """A run that ran nothing, recorded with why (`reason`, in the `error` column `runs` shows): `skipped`
+        (inputs unchanged since the last completed run) or `coalesced` (another run waited to follow the running
+        one: `chunkeval.warehouse.turns`)."""
+        return self.begin_run(experiment, fingerprints, trigger, settings, flow_run_id, status=status, reason=reason)
+
+    def turn(self, experiment: str) -> Turn:
+        """The turn of the experiment's runs (`chunkeval.warehouse.turns`): one at a time, the rest coalesced."""
+        return Turn(self.root, experiment)
 
     def complete_run(self, run_id: str, result: RunResult) -> None:
         """Write the run's files (each whole or not at all), its manifest, then mark it completed. `result` is the

@@ -10,6 +10,8 @@ COMMANDS lists them in the order `chunkeval --help` shows them.
 """
 
 from chunkeval.cli.commands import (
+    alerts,
+    backends,
     baseline,
     compare,
     diff,
@@ -41,6 +43,8 @@ COMMANDS = (
     sql,
     warehouse,
     serve,
+    alerts,
+    backends,
     sweep,
     evaluate_run,
 )

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import sys
 
 from chunkeval.cli.large_grid import check_grid
 from chunkeval.cli.options import (
@@ -125,6 +126,32 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if mlflow:  # before anything is read or built: a URI where no server answers is bad input
         mlflow = check_server(mlflow, "--mlflow" if args.mlflow else "the experiment's mlflow")
     runner = check_task_runner(parse_task_runner(args.task_runner))
+    turn = warehouse(must_exist=False).turn(exp.name)  # runs of one experiment never overlap (warehouse.turns)
+    if not turn.enter(say=lambda line: print(f"chunkeval: {line}", file=sys.stderr, flush=True)):
+        return coalesced(exp, warehouse, turn)
+    try:
+        return _run(args, exp, mlflow, runner, turn, warehouse)
+    finally:
+        turn.leave()
+
+
+def coalesced(exp: Experiment, warehouse: WarehouseAccess, turn) -> int:
+    """A run of the experiment is running and another waits to follow it: this one is recorded as coalesced into
+    that follow-up, and runs nothing."""
+    reason = (
+        f"another run of {exp.name} was running and one more waited to follow it: this trigger is coalesced into "
+        "that follow-up"
+    )
+    run_id = warehouse().record_skipped(
+        exp.name, {}, "manual", exp.recorded_settings(), status="coalesced", reason=reason
+    )
+    print(f"experiment {exp.name}: {turn.holder()} is running and another run waits to follow it; run {run_id} "
+          "recorded as coalesced into that one")  # fmt: skip
+    return 0
+
+
+def _run(args, exp: Experiment, mlflow, runner, turn, warehouse: WarehouseAccess) -> int:
+    """`chunkeval run` once the experiment's turn is this process's."""
     clock = Stopwatch()
     with show_progress():
         with clock.stage("checks"):  # a model built on first use is a stage of its own, with a bar
@@ -147,7 +174,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
         with temporary_server(), show_progress():
             result = with_task_runner(runner)(
-                experiment=Prepared(state),
+                experiment=Prepared(state, turn),
                 if_changed=args.if_changed,
                 trigger="manual",
                 shards=shards,
@@ -171,6 +198,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         f"{result['texts_embedded']} text(s) embedded\n"
     )
     print(table)
+    print(f"\nverdict: {result['verdict_line']}")  # what the gate, the weekly flow and the alarms say of this run
     for line in run_lines(json.loads(wh.run(result["run_id"])["settings"] or "{}"), wh.gold_check(result["run_id"])):
         print(line)  # a generated or judged gold set, said (docs/gold.md)
     by_slice = wh.slice_summary(result["run_id"])

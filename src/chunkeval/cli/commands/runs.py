@@ -9,7 +9,7 @@ from chunkeval.cli.options import add_experiment, add_json, check_at_least_one
 from chunkeval.cli.output import iso, print_json_rows
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
-from chunkeval.report.terminal import format_rows
+from chunkeval.report.terminal import format_rows, printable
 
 WAREHOUSE_SESSION = True  # reads the catalogue, or removes runs in one short step
 
@@ -28,7 +28,9 @@ FIELDS = (  # of a run object of `runs --json`, in this order
     "chunkeval_version",
     "error",
 )
-COLUMNS = [*FIELDS[:6], "texts_embedded", "corpus", "model"]  # of the table; corpus and model are fingerprints
+# of the table, within 120 columns: started to the minute, the seconds it took, fingerprints by their first 8
+COLUMNS = ["run_id", "experiment", "status", "trigger", "started (UTC)", "seconds", "embedded", "corpus", "model"]
+REASON_WIDTH = 116  # a failed, skipped or coalesced run's reason, on the line below it, cut to fit
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -56,29 +58,49 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         return 0
     if args.experiment:
         wh.check_experiment(args.experiment)
+    rows = wh.runs(args.experiment)
     docs = [
         {**{f: (iso(r[f]) if f.endswith("_at") else r[f]) for f in FIELDS}, "skipped": r["status"] == "skipped"}
-        for r in wh.runs(args.experiment)
+        for r in rows
     ]
     if args.json:
         print_json_rows(docs)
         return 0
-    table = [
-        [
-            d["run_id"],
-            d["experiment"],
-            d["status"],
-            d["trigger"],
-            d["started_at"] or "",
-            d["finished_at"] or "",
-            str(d["texts_embedded"] or 0),
-            (d["corpus_fingerprint"] or "")[:12],
-            (d["model_fingerprint"] or "")[:12],
-        ]
-        for d in docs
-    ]
-    print(format_rows(COLUMNS, table) if table else "no runs recorded")
+    table, reasons = [], {}
+    for r, d in zip(rows, docs):
+        took = (r["finished_at"] - r["started_at"]).total_seconds() if r["finished_at"] and r["started_at"] else None
+        table.append(
+            [
+                d["run_id"],
+                d["experiment"],
+                d["status"],
+                d["trigger"],
+                r["started_at"].strftime("%Y-%m-%d %H:%M") if r["started_at"] else "",
+                "" if took is None else f"{took:.0f}",
+                str(d["texts_embedded"] or 0),
+                (d["corpus_fingerprint"] or "")[:8],
+                (d["model_fingerprint"] or "")[:8],
+            ]
+        )
+        if d["error"] and d["status"] != "completed":  # why it failed, was skipped, coalesced or quarantined
+            reasons[len(table) - 1] = _reason(d["error"])
+    if not table:
+        print("no runs recorded")
+        return 0
+    lines = format_rows(COLUMNS, table).splitlines()
+    out = lines[:2]
+    for i, line in enumerate(lines[2:]):
+        out.append(line)
+        if i in reasons:
+            out.append(f"  └ {reasons[i]}")
+    print("\n".join(out))
     return 0
+
+
+def _reason(text: str) -> str:
+    """A run's reason on one line of the table's width (its last line: an exception's message, not its type)."""
+    line = printable(" ".join(str(text).strip().splitlines()[-1].split())) if str(text).strip() else ""
+    return line if len(line) <= REASON_WIDTH else line[: REASON_WIDTH - 1] + "…"
 
 
 def delete(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:

@@ -37,6 +37,7 @@ from chunkeval.engine.retrieval.vectors import check_axis
 from chunkeval.engine.scoring.expansion import check_expand
 from chunkeval.engine.scoring.metrics import share_held
 from chunkeval.engine.settings import plugins
+from chunkeval.engine.settings.alerts import parse_alerts
 from chunkeval.engine.settings.table import (
     LARGE_GRID,
     MAX_CANDIDATES,
@@ -56,6 +57,7 @@ from chunkeval.paths import DEMO_DIR
 from chunkeval.vocabulary import (
     CONTEXTS,
     DEFAULT_MODEL,
+    GOLD_DRIFT,
     NO_CONTEXT,
     NO_EXPAND,
     NO_RERANKER,
@@ -392,6 +394,27 @@ class Experiment:
         flag=None,
         recorded=False,
     )
+    alerts: tuple = setting(  # chunkeval.engine.settings.alerts
+        (),
+        "alerts",
+        "who is told: a list of {to: DESTINATION, events: [...], grace: SECONDS}, each destination a name of your "
+        "endpoints.yaml; events of regression, failed, gold_drift, nothing_comparable, silence (the default) and "
+        "completed (docs/loop.md)",
+        "output",
+        flag=None,
+        recorded=False,
+    )
+    gold_drift: float = setting(
+        GOLD_DRIFT,
+        "number",
+        "the share of the gold set's questions retired or placed approximately at which a run emits gold_drift "
+        "(0 to 1; docs/loop.md)",
+        "output",
+        flag=None,
+        minimum=0,
+        maximum=1,
+        recorded=False,
+    )
     max_configurations: int = setting(
         0,
         "int",
@@ -436,6 +459,8 @@ class Experiment:
                 values[key] = _index_values(value, source)
             elif s.kind == "models":
                 values[key] = parse_models(value, source)
+            elif s.kind == "alerts":
+                values[key] = parse_alerts(value, source)
             else:
                 value = _listed(read_value, value, source, s)
                 if s.kind == "path" and base is not None:

@@ -14,6 +14,21 @@ hosts (127.0.0.0/8, ::1, localhost), which need no binding.
 
 `resolve_endpoint(name_or_url)` gives `(base_url, headers)` for any client of an OpenAI-compatible API
 (embeddings, chat completions); `mask` hides keys in any text that may quote a server.
+
+An entry with a `kind` is a destination of alarms instead (`destinations()`, docs/loop.md "Who is told"): its
+URL may hold a secret path or query (a Slack webhook's), so it lives here, never in an experiment file, and is
+shown masked (`Destination.shown`):
+
+    team-alerts:
+      base_url: https://hooks.slack.com/services/T000/B000/XXXX
+      kind: slack                 # webhook (a JSON body), slack, teams, or email
+    oncall-mail:
+      base_url: smtp://mail.example.com:587     # smtp:// (starttls: true to upgrade) or smtps://
+      kind: email
+      to: [oncall@example.com]
+      from: chunkeval@example.com
+      username: chunkeval          # optional, with password_env naming the variable that holds the password
+      password_env: SMTP_PASSWORD
 """
 
 from __future__ import annotations
@@ -46,6 +61,93 @@ class Endpoint:
     source: str  # the file that defines it, or "built in"
 
 
+ALERT_KINDS = ("webhook", "slack", "teams", "email")
+EMAIL = re.compile(r"[^@\s<>,;\"']+@[^@\s<>,;\"']+")
+_DESTINATION_KEYS = {"base_url", "kind", "api_key_env", "to", "from", "username", "password_env", "starttls"}
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where alarms go: a webhook (JSON body), Slack, Teams, or email over SMTP (`kind`), with what reaching it
+    takes. `url` may hold secrets: print `shown()`, never it."""
+
+    name: str
+    kind: str
+    url: str
+    source: str
+    api_key_env: str | None = None  # webhook kinds: the variable of a bearer token sent with each message
+    to: tuple[str, ...] = ()  # email
+    sender: str = ""  # email: the From address
+    username: str | None = None  # email: SMTP login
+    password_env: str | None = None
+    starttls: bool = False
+
+    def shown(self) -> str:
+        """The URL with its path and query hidden (a webhook's secret lives there): `https://hooks.slack.com/***`."""
+        scheme, host, port = origin(self.url)
+        hidden = "/***" if urlsplit(self.url).path.strip("/") or urlsplit(self.url).query else ""
+        return f"{scheme}://{host}:{port}{hidden}"
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret a message or an answer may quote: the URL's path and query, the token, the password."""
+        parts = urlsplit(self.url)
+        out = [parts.path, parts.query, self.url]
+        for env in (self.api_key_env, self.password_env):
+            if env:
+                out.append(os.environ.get(env, ""))
+        return tuple(x for x in out if x and len(x) >= 4 and x != "/")
+
+
+def _destination(name: str, entry: dict, path: Path) -> Destination:
+    where = f"destination {name}"
+    unknown = sorted(set(map(str, entry)) - _DESTINATION_KEYS)
+    if unknown:
+        raise InputError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_DESTINATION_KEYS))}", path
+        )
+    kind = entry["kind"]
+    if kind not in ALERT_KINDS:
+        raise InputError(f"{where}: kind must be {', '.join(ALERT_KINDS)}, got {short(kind)}", path)
+    url = str(entry.get("base_url", ""))
+    for key in ("api_key_env", "password_env"):
+        env = entry.get(key)
+        if env is not None and (not isinstance(env, str) or not ENV_NAME.fullmatch(env)):
+            raise InputError(f"{where}: {key} names an environment variable, not a secret", path)
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        raise InputError(f"{where}: base_url holds white space", path)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a port that is no number raises here)
+    except ValueError:
+        raise InputError(f"{where}: base_url {short(url)} is not a URL", path) from None
+    if kind != "email":
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+            raise InputError(f"{where}: a {kind} destination's base_url is http:// or https:// with a host", path)
+        if set(entry) & {"to", "from", "username", "password_env", "starttls"}:
+            raise InputError(f"{where}: to, from, username, password_env and starttls are an email's", path)
+        return Destination(name, kind, url, str(path), entry.get("api_key_env"))
+    if parts.scheme not in ("smtp", "smtps") or not parts.hostname or parts.path.strip("/") or parts.query:
+        raise InputError(f"{where}: an email destination's base_url is smtp://HOST:PORT or smtps://HOST:PORT", path)
+    to = entry.get("to")
+    to = [to] if isinstance(to, str) else to
+    if not isinstance(to, list) or not to or not all(isinstance(a, str) and EMAIL.fullmatch(a) for a in to):
+        raise InputError(f"{where}: to is a list of email addresses, got {short(entry.get('to'))}", path)
+    sender = entry.get("from", "chunkeval@localhost")
+    if not isinstance(sender, str) or not EMAIL.fullmatch(sender):
+        raise InputError(f"{where}: from is an email address, got {short(sender)}", path)
+    username = entry.get("username")
+    if username is not None and (not isinstance(username, str) or not username or "\n" in username):
+        raise InputError(f"{where}: username is one line of text", path)
+    if entry.get("api_key_env") is not None:
+        raise InputError(f"{where}: an email destination takes username and password_env, not api_key_env", path)
+    starttls = entry.get("starttls", False)
+    if not isinstance(starttls, bool):
+        raise InputError(f"{where}: starttls is true or false", path)
+    return Destination(
+        name, kind, url, str(path), None, tuple(to), sender, username, entry.get("password_env"), starttls
+    )
+
+
 def files() -> list[Path]:
     """The endpoints files, highest precedence first (whether they exist or not)."""
     config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config").expanduser()
@@ -72,7 +174,7 @@ def check_base_url(url: str, what: str, source: str | None = None) -> str:
     return url.rstrip("/")
 
 
-def _read(path: Path) -> dict[str, Endpoint]:
+def _read(path: Path) -> dict[str, Endpoint | Destination]:
     if not path.exists():
         return {}
     regular_file(path)
@@ -90,8 +192,14 @@ def _read(path: Path) -> dict[str, Endpoint]:
     for name, entry in data.items():
         if not isinstance(name, str) or not ENDPOINT_NAME.fullmatch(name):
             raise InputError(f"endpoint name {short(name)} must be one word of letters, digits, '.', '_', '-'", path)
+        if isinstance(entry, dict) and "kind" in entry:  # a destination of alarms
+            out[name] = _destination(name, entry, path)
+            continue
         if not isinstance(entry, dict) or "base_url" not in entry or set(entry) - {"base_url", "api_key_env"}:
-            raise InputError(f"endpoint {name}: give base_url and api_key_env, nothing else", path)
+            raise InputError(
+                f"endpoint {name}: give base_url and api_key_env (an endpoint), or kind (a destination of alarms)",
+                path,
+            )
         env = entry.get("api_key_env")
         if env is not None and (not isinstance(env, str) or not ENV_NAME.fullmatch(env)):
             raise InputError(f"endpoint {name}: api_key_env names an environment variable, not a key", path)
@@ -100,12 +208,35 @@ def _read(path: Path) -> dict[str, Endpoint]:
     return out
 
 
-def endpoints() -> dict[str, Endpoint]:
-    """Every endpoint the user defines, the home's over the config folder's over the built-in one."""
-    found = {OPENAI: Endpoint(OPENAI, OPENAI_BASE_URL, OPENAI_KEY_ENV, "built in")}
+def _entries() -> dict[str, Endpoint | Destination]:
+    found: dict[str, Endpoint | Destination] = {OPENAI: Endpoint(OPENAI, OPENAI_BASE_URL, OPENAI_KEY_ENV, "built in")}
     for path in reversed(files()):
         found.update(_read(path))
     return found
+
+
+def endpoints() -> dict[str, Endpoint]:
+    """Every endpoint the user defines, the home's over the config folder's over the built-in one."""
+    return {n: e for n, e in _entries().items() if isinstance(e, Endpoint)}
+
+
+def destinations() -> dict[str, Destination]:
+    """Every destination of alarms the user defines (entries with a `kind`), the home's over the config folder's."""
+    return {n: e for n, e in _entries().items() if isinstance(e, Destination)}
+
+
+def destination(name: str, what: str = "alerts", source=None) -> Destination:
+    """The destination of that name; one line naming the files and the destinations defined when there is none."""
+    found = destinations()
+    if name not in found:
+        where = " or ".join(str(p) for p in files())
+        defined = ", ".join(sorted(found)) or "none"
+        raise InputError(
+            f"{what}: no destination {short(name)} in {where} (destinations, entries with a kind: {defined}); "
+            "add `NAME: {base_url: URL, kind: webhook}` there (docs/loop.md)",
+            source,
+        )
+    return found[name]
 
 
 def origin(url: str) -> tuple[str, str, int]:

@@ -1,0 +1,47 @@
+"""`chunkeval alerts test`: one test message to each destination an experiment's alerts name, and what each
+answered (docs/loop.md, "Who is told")."""
+
+from __future__ import annotations
+
+import argparse
+
+from chunkeval.cli.session import WarehouseAccess
+from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.settings.endpoints import destination
+from chunkeval.errors import InputError
+from chunkeval.publish.alerts import send, test_payload
+
+WAREHOUSE_SESSION = False  # reads an experiment file and the user's endpoints, never the warehouse
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "alerts",
+        help="alarms: `alerts test` sends a test message to each destination of an experiment and says what answered",
+    )
+    asub = p.add_subparsers(dest="alerts_command", metavar="command", required=True)
+    t = asub.add_parser(
+        "test",
+        help="send one test message to each destination the experiment's alerts name; print what each answered",
+        description="Send one test message, as the alarms are sent (the same body per kind: webhook, Slack, Teams, "
+        "email), straight from this process to each destination of the experiment's alerts: entries, and print "
+        "what each answered. Exit 0 when every destination took it, 4 when one did not (a fault of the machine "
+        "or of the destination, not of the input).",
+    )
+    t.add_argument("--experiment", required=True, metavar="NAME|FILE", help="demo, or an experiment YAML file")
+    t.set_defaults(func=test)
+    return p
+
+
+def test(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+    exp = Experiment.resolve(args.experiment)
+    if not exp.alerts:
+        raise InputError(f"experiment {exp.name} names no alerts: destinations (docs/loop.md, 'Who is told')")
+    targets = [destination(route.to, f"experiment {exp.name}: alerts") for route in exp.alerts]  # all, or one line
+    missed = 0
+    for dest in targets:
+        payload = test_payload(exp.name, dest.name)
+        answer = send(dest, payload["event"], payload)
+        missed += not answer.startswith("delivered")
+        print(f"{dest.name} ({dest.kind}, {dest.shown()}): {answer}")
+    return 4 if missed else 0

@@ -1,0 +1,288 @@
+"""Alarms that reach people: what each chunkeval event says (a payload with a subject and a short text that reads on
+a phone: the experiment, the verdict, the worst fall, the command to see more), how each kind of destination
+receives it (a template per kind: a webhook's JSON body, Slack's, Teams', an email's subject and text), and its
+delivery straight from this process (`send`, what `chunkeval alerts test` does).
+
+When runs are served, Prefect's automations deliver the events instead (`chunkeval.flows.alerts`): they render
+the very templates below on the Prefect server, so a test message and an alarm look alike. Everything a
+destination answers is untrusted: it is cut short and masked before it is shown. Definitions: docs/loop.md,
+"Who is told".
+"""
+
+from __future__ import annotations
+
+import smtplib
+import ssl
+from email.message import EmailMessage
+from urllib.parse import urlsplit
+
+from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION
+from chunkeval.engine.settings.endpoints import Destination, mask, read_key
+from chunkeval.vocabulary import ALERT_EVENTS, config_id, config_label
+
+TIMEOUT = 10.0  # seconds a destination has to answer
+ANSWER_CHARS = 300  # of a destination's answer, at most, shown
+MAX_FALLS = 5  # falls a regression payload lists (the worst first); the diff has them all
+
+# What a destination receives, rendered with `{"event": {"event": name, "payload": payload}}`: the templates a
+# Prefect automation renders on the server (`chunkeval.flows.alerts`, where `event` is the real event) and
+# `render` renders here. `tojson` is Jinja's (Prefect's own is the same: HTML-safe JSON).
+TEMPLATES = {
+    "webhook": "{{ event.payload | tojson }}",
+    "slack": '{"text": {{ ("*" ~ event.payload.subject ~ "*\\n" ~ event.payload.text) | tojson }}}',
+    "teams": (
+        '{"type": "message", "attachments": [{"contentType": "application/vnd.microsoft.card.adaptive", '
+        '"content": {"type": "AdaptiveCard", "$schema": "http://adaptivecards.io/schemas/adaptive-card.json", '
+        '"version": "1.4", "body": [{"type": "TextBlock", "weight": "Bolder", "wrap": true, '
+        '"text": {{ event.payload.subject | tojson }}}, {"type": "TextBlock", "wrap": true, '
+        '"text": {{ event.payload.text | tojson }}}]}}]}'
+    ),
+}
+EMAIL_SUBJECT = "{{ event.payload.subject }}"
+EMAIL_BODY = "{{ event.payload.text }}"
+
+
+def _environment():
+    # here, not at the top: Jinja only where a message is rendered
+    import jinja2.sandbox
+
+    return jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.ChainableUndefined, autoescape=False)
+
+
+def render(kind: str, event: str, payload: dict) -> tuple[str, str]:
+    """(subject, body) that a destination of `kind` receives for `payload` (the subject is the email's; the body
+    the HTTP request's or the email's text)."""
+    env, context = _environment(), {"event": {"event": event, "payload": payload}}
+    subject = env.from_string(EMAIL_SUBJECT).render(context)
+    body = env.from_string(EMAIL_BODY if kind == "email" else TEMPLATES[kind]).render(context)
+    return subject, body
+
+
+# --------------------------------------------------------------------------- what each event says
+
+
+def _fall_line(f: dict) -> str:
+    where = f" in {f['slice']}" if f.get("slice") else ""
+    interval = f", 95% CI {f['ci_low']:+.3f}…{f['ci_high']:+.3f}" if f.get("ci_low") is not None else ""
+    return (
+        f"{f['metric']} of {config_label(f)} [{config_id(f)}]{where}: {f['before']:.3f} → {f['after']:.3f} "
+        f"({f['change']:+.3f}{interval}, adjusted p {f['p_adjusted']:.2g})"
+    )
+
+
+def falls(verdict: dict) -> list[dict]:
+    """The falls of a verdict as a payload lists them (the worst first, at most `MAX_FALLS`)."""
+    keep = ("metric", "slice", "before", "after", "change", "ci_low", "ci_high", "p_adjusted", "n_queries")
+    return [
+        {"configuration": config_label(f), "config_id": config_id(f), **{k: f.get(k) for k in keep}}
+        for f in verdict["regressions"][:MAX_FALLS]
+    ]
+
+
+def _base(event: str, experiment: str, run: dict | None) -> dict:
+    out = {"event": ALERT_EVENTS[event], "kind": event, "experiment": experiment}
+    if run:
+        out.update(run_id=run.get("run_id"), trigger=run.get("trigger"))
+    return out
+
+
+def completed_payload(experiment: str, run: dict, verdict: dict | None, line: str, report: str | None) -> dict:
+    """A run completed: its verdict in one line (none for a first run: nothing to compare with)."""
+    said = verdict["verdict"] if verdict else "first run"
+    text = f"{experiment}: run {run['run_id']} completed ({run.get('trigger')}): {line}"
+    if report:
+        text += f"\nreport: {report}"
+    return {
+        **_base("completed", experiment, run),
+        "verdict": said,
+        "verdict_line": line,
+        "report": report,
+        "subject": f"chunkeval {experiment}: run completed, {said}",
+        "text": text,
+    }
+
+
+def regression_payload(experiment: str, run: dict, verdict: dict, report: str | None) -> dict:
+    """A regression: the configurations and metrics that fell (worst first: each with its fall, interval and
+    adjusted p), and the commands that show why."""
+    listed = falls(verdict)
+    worst = verdict["regressions"][0]
+    diff = f"chunkeval diff --run {verdict['reference_run_id']} --run {verdict['run_id']}"
+    more = len(verdict["regressions"]) - 1
+    text = "\n".join(
+        [
+            f"{experiment}: REGRESSION in run {verdict['run_id']} against {verdict['reference_run_id']}",
+            f"worst: {_fall_line(worst)}",
+            *([f"and {more} more fall(s): {', '.join(f['metric'] + ' ' + f['configuration'] for f in listed[1:])}"
+               + ("…" if more >= MAX_FALLS else "")] if more else []),
+            f"see: {diff}",
+            *([f"report: {report}"] if report else []),
+        ]
+    )  # fmt: skip
+    return {
+        **_base("regression", experiment, run),
+        "verdict": REGRESSION,
+        "reference_run_id": verdict["reference_run_id"],
+        "regressions": listed,
+        "n_regressions": len(verdict["regressions"]),
+        "diff": diff,
+        "report": report,
+        "subject": f"chunkeval {experiment}: REGRESSION, {worst['metric']} {worst['change']:+.3f}",
+        "text": text,
+    }
+
+
+def failed_payload(experiment: str, run: dict, reason: str) -> dict:
+    reason = " ".join(str(reason).split())[:500]
+    return {
+        **_base("failed", experiment, run),
+        "reason": reason,
+        "subject": f"chunkeval {experiment}: run FAILED",
+        "text": f"{experiment}: run {run.get('run_id')} failed ({run.get('trigger')}): {reason}\n"
+        f"see: chunkeval runs --experiment {experiment}",
+    }
+
+
+def nothing_comparable_payload(experiment: str, run: dict, verdict: dict) -> dict:
+    return {
+        **_base("nothing_comparable", experiment, run),
+        "verdict": NOTHING_COMPARABLE,
+        "reason": verdict["reason"],
+        "subject": f"chunkeval {experiment}: nothing comparable",
+        "text": f"{experiment}: run {run['run_id']}: nothing comparable: {verdict['reason']}\n"
+        f"pin a new baseline: chunkeval baseline --experiment {experiment} --run {run['run_id']}",
+    }
+
+
+def drift(anchoring, threshold: float) -> dict | None:
+    """How far the gold set drifted from its corpus in a run (questions retired or placed approximately), where
+    that share reaches `threshold`, else None."""
+    anchoring = list(anchoring or ())
+    if not anchoring:
+        return None
+    retired = [a["query_id"] for a in anchoring if a["status"] == "retired"]
+    approx = [a["query_id"] for a in anchoring if a["status"] == "approximate"]
+    share = (len(retired) + len(approx)) / len(anchoring)
+    if not (retired or approx) or share < threshold:
+        return None
+    return {"questions": len(anchoring), "retired": retired, "approximate": approx, "share": share,
+            "threshold": threshold}  # fmt: skip
+
+
+def gold_drift_payload(experiment: str, run: dict, drifted: dict, questions: str) -> dict:
+    n = len(drifted["retired"]) + len(drifted["approximate"])
+    ids = ", ".join((drifted["retired"] + drifted["approximate"])[:8]) + ("…" if n > 8 else "")
+    return {
+        **_base("gold_drift", experiment, run),
+        **drifted,
+        "subject": f"chunkeval {experiment}: gold set drift, {n} of {drifted['questions']} questions",
+        "text": f"{experiment}: run {run['run_id']}: {len(drifted['retired'])} question(s) retired and "
+        f"{len(drifted['approximate'])} placed approximately of {drifted['questions']} ({ids})\n"
+        f"correct it: chunkeval gold update --questions {questions} --out NEW.csv (docs/gold.md)",
+    }
+
+
+def silence_payload(deployment: str, experiments: list[str], interval: float, grace: float) -> dict:
+    """No run of a scheduled deployment ended within its interval and grace: the scheduler or the server stopped."""
+    hours = (interval + grace) / 3600
+    said = f"{hours:.1f} h" if hours >= 1 else f"{interval + grace:.0f} s"
+    names = ", ".join(experiments)
+    return {
+        "event": "prefect.flow-run.Completed (absent)",
+        "kind": "silence",
+        "experiment": names,
+        "deployment": deployment,
+        "interval_seconds": interval,
+        "grace_seconds": grace,
+        "subject": f"chunkeval: no run of {deployment} in {said}",
+        "text": f"No run of {deployment} ({names}) ended within its interval plus {grace:.0f} s of grace ({said}). "
+        "Is `chunkeval serve` running, and its Prefect server?\nsee: chunkeval runs --experiment "
+        f"{experiments[0] if experiments else 'NAME'}",
+    }
+
+
+def test_payload(experiment: str, destination: str) -> dict:
+    return {
+        "event": "chunkeval.alerts.test",
+        "kind": "test",
+        "experiment": experiment,
+        "subject": f"chunkeval {experiment}: a test message to {destination}",
+        "text": f"{experiment}: this is a test of its alarms to {destination} (chunkeval alerts test). "
+        "Nothing is wrong.",
+    }
+
+
+def verdict_payloads(experiment: str, run: dict, verdict: dict | None, line: str, report: str | None) -> list[dict]:
+    """The events a completed run emits: `completed` always, and `regression` or `nothing_comparable` where its
+    verdict says so."""
+    out = [completed_payload(experiment, run, verdict, line, report)]
+    if verdict and verdict["verdict"] == REGRESSION:
+        out.append(regression_payload(experiment, run, verdict, report))
+    elif verdict and verdict["verdict"] == NOTHING_COMPARABLE:
+        out.append(nothing_comparable_payload(experiment, run, verdict))
+    return out
+
+
+# --------------------------------------------------------------------------- delivery from this process
+
+
+def send(destination: Destination, event: str, payload: dict) -> str:
+    """Deliver one message to `destination` now; what it answered, in a few words (masked). A destination that
+    cannot be reached or refuses raises nothing: the answer says so (the caller reports each)."""
+    subject, body = render(destination.kind, event, payload)
+    secrets = destination.secrets()
+    try:
+        if destination.kind == "email":
+            answer = _send_email(destination, subject, body)
+        else:
+            answer = _post(destination, body)
+    except Exception as exc:  # refused, timed out, a TLS or SMTP error, httpx's own: each said, none raised
+        answer = f"failed: {type(exc).__name__}: {exc}"
+    return short_answer(mask(answer, *secrets))
+
+
+def short_answer(text: str) -> str:
+    """An answer as one line of printable text, cut at `ANSWER_CHARS` (a server may answer anything)."""
+    line = " ".join(str(text).split())
+    line = "".join(c if c.isprintable() else "?" for c in line)
+    return line if len(line) <= ANSWER_CHARS else line[: ANSWER_CHARS - 1] + "…"
+
+
+def _post(destination: Destination, body: str) -> str:
+    import httpx  # here, not at the top: only where a message goes out
+
+    headers = {"Content-Type": "application/json", "User-Agent": "chunkeval-alerts"}
+    if destination.api_key_env:
+        key = read_key(destination.api_key_env, f"destination {destination.name}")
+        headers["Authorization"] = f"Bearer {key}"
+    with httpx.Client(timeout=TIMEOUT, follow_redirects=False) as client:
+        response = client.post(destination.url, content=body.encode("utf-8"), headers=headers)
+    text = response.text[:ANSWER_CHARS]
+    verdict = "delivered" if 200 <= response.status_code < 300 else "refused"
+    return f"{verdict}: HTTP {response.status_code}" + (f" {text}" if text.strip() else "")
+
+
+def _send_email(destination: Destination, subject: str, body: str) -> str:
+    parts = urlsplit(destination.url)
+    secure = parts.scheme == "smtps"
+    port = parts.port or (465 if secure else 25)
+    message = EmailMessage()
+    message["Subject"], message["From"], message["To"] = subject, destination.sender, ", ".join(destination.to)
+    message.set_content(body)
+    context = ssl.create_default_context()
+    cls = smtplib.SMTP_SSL if secure else smtplib.SMTP
+    kwargs = {"context": context} if secure else {}
+    with cls(parts.hostname, port, timeout=TIMEOUT, **kwargs) as server:
+        if destination.starttls and not secure:
+            server.starttls(context=context)
+        if destination.username:
+            password = (
+                read_key(destination.password_env, f"destination {destination.name}")
+                if destination.password_env
+                else ""
+            )
+            server.login(destination.username, password or "")
+        refused = server.send_message(message)
+    if refused:
+        return f"refused for {', '.join(refused)}"
+    return f"delivered: accepted by {parts.hostname}:{port} for {len(destination.to)} recipient(s)"
