@@ -36,8 +36,10 @@ def experiment_file(folder: Path, name: str, corpus_dir: Path, questions: Path, 
 
 
 def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, demo_first_run):
-    """In the home of the demo's first run (its models built, its vectors cached): the served nightly
-    and on-change deployments each record a run of the demo, with its flow run."""
+    """In the home of the demo's first run (its models built, its vectors cached): the served nightly deployment run
+    by hand and the on-change deployment fired by a change event each record a run of the demo, with its flow run and
+    its true trigger (`manual`, `change`: the deployment's own `trigger` parameter is not trusted), one after the
+    other (runs of one experiment never overlap)."""
     _, home = demo_first_run
     env = client_env(prefect_server, home)
     log = open(tmp_path / "serve.log", "wb")
@@ -65,10 +67,12 @@ def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, 
         wh = Warehouse(home / "warehouse")
         triggers = lambda: {r["trigger"] for r in wh.runs("demo", "completed")}  # noqa: E731
         wait_for(
-            lambda: {"schedule", "event"} <= triggers(), 400, "a nightly and an on-change run in the warehouse", serve
+            lambda: {"manual", "change"} <= triggers(), 400, "a nightly and an on-change run in the warehouse", serve
         )
         completed = wh.runs("demo", "completed")
         assert all(r["flow_run_id"] for r in completed)
+        later, earlier = completed[:2]
+        assert later["started_at"] >= earlier["finished_at"]  # the second waited for the first
     finally:
         os.killpg(serve.pid, signal.SIGTERM)
         serve.wait(30)

@@ -31,7 +31,7 @@ def test_the_docs_table_is_the_generated_one():
 
 
 def test_every_setting_has_a_section_help_and_a_readable_kind():
-    kinds = {"path", "text", "bool", "int", "number", "ints", "names", "index", "models"}
+    kinds = {"path", "text", "bool", "int", "number", "ints", "names", "index", "models", "alerts"}
     for s in SETTINGS:
         assert s.section in SECTIONS and s.help and s.kind in kinds, s.name
         assert (s.flag is None) or s.flag == "--" + s.name.replace("_", "-"), s.name

@@ -19,6 +19,7 @@ from datetime import UTC, timedelta
 
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.settings.endpoints import Destination, destination, read_key
+from chunkeval.flows.email_block import ChunkevalEmail
 from chunkeval.publish.alerts import EMAIL_BODY, EMAIL_SUBJECT, TEMPLATES, render, silence_payload
 from chunkeval.vocabulary import ALERT_EVENTS
 
@@ -56,8 +57,6 @@ def _block(dest: Destination):
 
     name = f"{PREFIX}-{_slug(dest.name)}"
     if dest.kind == "email":
-        from chunkeval.flows.email_block import ChunkevalEmail
-
         parts = urlsplit(dest.url)
         security = "ssl" if parts.scheme == "smtps" else "starttls" if dest.starttls else "none"
         password = read_key(dest.password_env, f"destination {dest.name}") if dest.password_env else None

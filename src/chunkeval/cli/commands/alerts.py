@@ -4,11 +4,14 @@ answered (docs/loop.md, "Who is told")."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from chunkeval.cli.commands.run import named_experiment
+from chunkeval.cli.options import add_experiment
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.settings.endpoints import destination
-from chunkeval.errors import InputError
+from chunkeval.errors import EXIT_FAULT, InputError
 from chunkeval.publish.alerts import send, test_payload
 
 WAREHOUSE_SESSION = False  # reads an experiment file and the user's endpoints, never the warehouse
@@ -28,13 +31,19 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "what each answered. Exit 0 when every destination took it, 4 when one did not (a fault of the machine "
         "or of the destination, not of the input).",
     )
-    t.add_argument("--experiment", required=True, metavar="NAME|FILE", help="demo, or an experiment YAML file")
+    t.add_argument("experiment_file", nargs="?", metavar="EXPERIMENT.yaml", help="an experiment file")
+    add_experiment(t, "the experiment's name: demo, $CHUNKEVAL_HOME/experiments/NAME.yaml, or its last run's settings")
     t.set_defaults(func=test)
     return p
 
 
 def test(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    exp = Experiment.resolve(args.experiment)
+    if bool(args.experiment_file) == bool(args.experiment):
+        raise InputError("alerts test takes an experiment: a file (EXPERIMENT.yaml) or --experiment NAME")
+    if args.experiment_file:
+        exp = Experiment.from_yaml(Path(args.experiment_file))
+    else:
+        exp = named_experiment(args.experiment, False, warehouse)
     if not exp.alerts:
         raise InputError(f"experiment {exp.name} names no alerts: destinations (docs/loop.md, 'Who is told')")
     targets = [destination(route.to, f"experiment {exp.name}: alerts") for route in exp.alerts]  # all, or one line
@@ -44,4 +53,4 @@ def test(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         answer = send(dest, payload["event"], payload)
         missed += not answer.startswith("delivered")
         print(f"{dest.name} ({dest.kind}, {dest.shown()}): {answer}")
-    return 4 if missed else 0
+    return EXIT_FAULT if missed else 0

@@ -126,13 +126,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if mlflow:  # before anything is read or built: a URI where no server answers is bad input
         mlflow = check_server(mlflow, "--mlflow" if args.mlflow else "the experiment's mlflow")
     runner = check_task_runner(parse_task_runner(args.task_runner))
-    turn = warehouse(must_exist=False).turn(exp.name)  # runs of one experiment never overlap (warehouse.turns)
-    if not turn.enter(say=lambda line: print(f"chunkeval: {line}", file=sys.stderr, flush=True)):
-        return coalesced(exp, warehouse, turn)
-    try:
-        return _run(args, exp, mlflow, runner, turn, warehouse)
-    finally:
-        turn.leave()
+    return _run(args, exp, mlflow, runner, warehouse)
 
 
 def coalesced(exp: Experiment, warehouse: WarehouseAccess, turn) -> int:
@@ -142,7 +136,7 @@ def coalesced(exp: Experiment, warehouse: WarehouseAccess, turn) -> int:
         f"another run of {exp.name} was running and one more waited to follow it: this trigger is coalesced into "
         "that follow-up"
     )
-    run_id = warehouse().record_skipped(
+    run_id = warehouse(must_exist=False).record_skipped(
         exp.name, {}, "manual", exp.recorded_settings(), status="coalesced", reason=reason
     )
     print(f"experiment {exp.name}: {turn.holder()} is running and another run waits to follow it; run {run_id} "
@@ -150,22 +144,42 @@ def coalesced(exp: Experiment, warehouse: WarehouseAccess, turn) -> int:
     return 0
 
 
-def _run(args, exp: Experiment, mlflow, runner, turn, warehouse: WarehouseAccess) -> int:
-    """`chunkeval run` once the experiment's turn is this process's."""
-    clock = Stopwatch()
+def _inputs(args, exp: Experiment, warehouse: WarehouseAccess, clock: Stopwatch):
+    """The run's state: the experiment resolved (backend auto), its inputs fingerprinted and, unless an --if-changed
+    run will be skipped (which reads nothing, nor says how its gold set met the corpus), read and checked: bad
+    input fails here, before Prefect starts or anything is written."""
     with show_progress():
         with clock.stage("checks"):  # a model built on first use is a stage of its own, with a bar
             exp, backend_choice = resolution(exp, args.device)  # backend auto: the one chosen (recorded, with why)
             embedders = Embedders(cache_dir(), args.batch_size, device=args.device).for_experiment(exp)
             state = preflight(exp, args.if_changed, embedders)
             state.backend_auto = backend_choice
-        # a run --if-changed will skip reads nothing (nor says how its gold set met the corpus): the flow records it
         skipped = args.if_changed and warehouse(must_exist=False).unchanged_since(exp.name, state.fingerprints)
         if not skipped:
             with clock.stage("loading"):  # said by no line of its own: bad input is then the one line
-                state = load(state)  # the inputs read and checked once: bad input fails here, before Prefect starts
+                state = load(state)
+    return exp, embedders, state
+
+
+def _run(args, exp: Experiment, mlflow, runner, warehouse: WarehouseAccess) -> int:
+    clock = Stopwatch()
+    exp, embedders, state = _inputs(args, exp, warehouse, clock)
     check_grid(exp, args.yes, embedders)
     shards = cluster_workers(runner) if runner.distributed else 0
+    turn = warehouse(must_exist=False).turn(exp.name)  # runs of one experiment never overlap (warehouse.turns)
+    if not turn.enter(say=lambda line: print(f"chunkeval: {line}", file=sys.stderr, flush=True)):
+        return coalesced(exp, warehouse, turn)
+    try:
+        if turn.waited:  # another run ended meanwhile: the inputs are read as they are now
+            exp, embedders, state = _inputs(args, exp, warehouse, clock)
+        return _flow(args, exp, mlflow, runner, warehouse, clock, state, shards, turn)
+    finally:
+        turn.leave()
+
+
+def _flow(args, exp, mlflow, runner, warehouse, clock, state, shards, turn) -> int:
+    """`chunkeval run` once its inputs are checked and the experiment's turn is this process's: the flow, then
+    what it made."""
 
     quiet_prefect(args.verbose)
     log.propagate = False  # Prefect's console handler sits on the root logger: say each thing once

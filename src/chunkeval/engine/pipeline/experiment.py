@@ -611,38 +611,8 @@ class Experiment:
         return {**self.to_dict(), **({"index_libraries": versions} if versions else {}), **gold_recorded(self)}
 
     def to_dict(self) -> dict:
-        data = asdict(self)
-        if tuple(data["index"]) == ("exact",):
-            del data["index"]  # settings of exact search stay as they were recorded before the key existed
-        for key, value in VECTOR_KEYS.items():
-            if tuple(data[key]) == (value,):
-                del data[key]  # runs of float32/full stay as they were recorded before the keys existed
-        if not data["plugins"]:
-            del data["plugins"]  # settings without plug-ins stay as they were recorded before the key existed
-        if data["reranker"] == [NO_RERANKER] and not data["candidates"]:
-            del data["reranker"], data["candidates"]  # as settings were recorded before reranking existed
-        data["models"] = {m.name: m.settings() for m in self.models}
-        if not data["models"]:
-            del data["models"]
-        if tuple(data["expand"]) == (NO_EXPAND,):  # as runs were recorded before the key existed
-            del data["expand"]
-        if data["relevance"] == RUN_SETTINGS["relevance"]:
-            del data["relevance"]  # runs of the default rule stay as they were recorded before the setting existed
-        for key in ("beir", "queries", "qrels", "strict", "slice_by"):
-            if not data[key]:
-                del data[key]  # runs of span gold stay as they were recorded before document gold existed
-        if data["anchor_similarity"] == ANCHOR_SIMILARITY:
-            del data["anchor_similarity"]  # runs of the default stay as they were recorded before the key existed
-        if data["context"] == (NO_CONTEXT,):
-            del data["context"]  # runs without headers stay as they were recorded before the axis existed
-        if data["html"] == "full":
-            del data["html"]  # runs of the default extraction stay as they were recorded before the key existed
-        if not self.beir:
-            del data["split"]
-        for s in SETTINGS:
-            if not s.recorded:  # where runs are published, not how they are evaluated: runs record them not
-                del data[s.name]
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+        """The settings as a run records them (`as_recorded`)."""
+        return as_recorded(self)
 
     def fingerprint(self) -> str:
         """Hash of the settings (not the data): two runs of the same experiment settings share it."""
@@ -769,6 +739,43 @@ def clamped_k_note(ks, chunkings) -> list[str]:
         f"{len(fewest.chunks)}, {spec.chunker} {spec.chunk_size}/{spec.chunk_overlap}): clamped, every chunk is "
         "ranked; metrics keep their definition at the requested k (precision@k still divides by k)"
     ]
+
+
+def as_recorded(exp: Experiment) -> dict:
+    """An experiment's settings as a run records them: each key at its default written as runs recorded before the
+    key existed (left out), where results go left out, tuples as lists."""
+    data = asdict(exp)
+    if tuple(data["index"]) == ("exact",):
+        del data["index"]  # settings of exact search stay as they were recorded before the key existed
+    for key, value in VECTOR_KEYS.items():
+        if tuple(data[key]) == (value,):
+            del data[key]  # runs of float32/full stay as they were recorded before the keys existed
+    if not data["plugins"]:
+        del data["plugins"]  # settings without plug-ins stay as they were recorded before the key existed
+    if data["reranker"] == [NO_RERANKER] and not data["candidates"]:
+        del data["reranker"], data["candidates"]  # as settings were recorded before reranking existed
+    data["models"] = {m.name: m.settings() for m in exp.models}
+    if not data["models"]:
+        del data["models"]
+    if tuple(data["expand"]) == (NO_EXPAND,):  # as runs were recorded before the key existed
+        del data["expand"]
+    if data["relevance"] == RUN_SETTINGS["relevance"]:
+        del data["relevance"]  # runs of the default rule stay as they were recorded before the setting existed
+    for key in ("beir", "queries", "qrels", "strict", "slice_by"):
+        if not data[key]:
+            del data[key]  # runs of span gold stay as they were recorded before document gold existed
+    if data["anchor_similarity"] == ANCHOR_SIMILARITY:
+        del data["anchor_similarity"]  # runs of the default stay as they were recorded before the key existed
+    if data["context"] == (NO_CONTEXT,):
+        del data["context"]  # runs without headers stay as they were recorded before the axis existed
+    if data["html"] == "full":
+        del data["html"]  # runs of the default extraction stay as they were recorded before the key existed
+    if not exp.beir:
+        del data["split"]
+    for s in SETTINGS:
+        if not s.recorded:  # where runs are published, not how they are evaluated: runs record them not
+            del data[s.name]
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
 
 if __name__ == "__main__":  # python -m chunkeval.engine.pipeline.experiment docs/settings.md: rewrite its table

@@ -7,7 +7,7 @@ docs/settings.md (`reference`). Adding a setting is one field plus its implement
 
 Kinds: `path` (one path; relative to an experiment file's folder), `text` (one value), `bool`, `int` (one
 whole number), `number` (one finite number), `ints` (whole numbers: a list or a comma-separated string), `names` (a list, or a string split
-on commas), and the settings with a reader of their own (`index`, `models`).
+on commas), and the settings with a reader of their own (`index`, `models`, `alerts`).
 """
 
 from __future__ import annotations
