@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import os
 import stat
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 
 from chunkeval.errors import InputError, as_fault
 from chunkeval.faults import checkpoint
+from chunkeval.limits import short
 from chunkeval.paths import home as chunkeval_home
 
 
@@ -86,6 +88,34 @@ _KINDS = (
 def _kind(mode: int) -> str | None:
     """What a file that is not a regular file is ('a FIFO', …); None for a regular file."""
     return next((name for test, name in _KINDS if test(mode)), None if stat.S_ISREG(mode) else "not a regular file")
+
+
+_SEPARATORS_ALWAYS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # line breaks of every line-based file
+
+
+def field(value, separators: str, what: str, path=None) -> str:
+    """`value` as a field of a file whose `separators` (and line breaks) cannot be escaped, such as a TSV file or
+    a TREC run: refused in one line naming the value and the file where it holds one, or is empty, so that no
+    value forges a row or a column."""
+    text = str(value)
+    if not text or any(c in separators or c in _SEPARATORS_ALWAYS for c in text):
+        said = "is empty" if not text else "holds a separator of the file (a tab, a space or a line break)"
+        raise InputError(f"{what} {short(text)} {said}: it would forge a row or a column", path)
+    return text
+
+
+class CsvRows:
+    """Rows written as CSV to a text stream, one line per row, fields quoted where they need it. Python's csv
+    quotes a field for the characters of its line ending only, so a lone carriage return (`\\r`), which ends a
+    row for most readers, would forge one: a row with one in a field has every field quoted."""
+
+    def __init__(self, stream):
+        self.minimal = csv.writer(stream, lineterminator="\n")
+        self.quoted = csv.writer(stream, lineterminator="\n", quoting=csv.QUOTE_ALL)
+
+    def writerow(self, values) -> None:
+        values = list(values)
+        (self.quoted if any(isinstance(v, str) and "\r" in v for v in values) else self.minimal).writerow(values)
 
 
 def _within(path: Path, folder: Path) -> bool:

@@ -64,6 +64,38 @@ def regular_file(path: Path) -> Path:
     return path
 
 
+def read_bytes(path: Path, max_bytes: int, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most `max_bytes`, read where a file is expected: opened without blocking
+    and checked as opened (so a FIFO or a device, even one swapped in after a check by name, is refused and never
+    waited on), and refused past `max_bytes` without reading further. One line (`InputError`) naming the file."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputError(f"{what} not found", path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read the {what} ({exc.strerror})", path) from None
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise InputError(f"cannot read the {what} (a folder)", path)
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+            raise InputError(f"the {what} is {kind}, not a regular file", path)
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise InputError(f"the {what} holds more than {max_bytes:,} bytes (docs/limits.md)", path)
+    return data
+
+
+def read_text(path: Path, max_bytes: int, what: str = "file") -> str:
+    """`read_bytes` as UTF-8 text (a file that is not UTF-8 is one line too)."""
+    try:
+        return read_bytes(path, max_bytes, what).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"the {what} is not UTF-8 text", path) from None
+
+
 def head(path: Path) -> bytes:
     """The first `HEADER_BYTES` bytes of a regular file."""
     with open(regular_file(path), "rb") as fh:

@@ -323,6 +323,7 @@ def update(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 def check(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     check_at_least_one(args.chunk_size, "--chunk-size")
+    check_at_least_one(args.limit, "--limit")
     exp = Experiment(
         corpus_dir=args.corpus_dir,
         questions=args.questions,

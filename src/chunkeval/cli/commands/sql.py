@@ -6,13 +6,13 @@ most `--timeout` seconds, and its rows stream out up to `--limit`."""
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import sys
 
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
+from chunkeval.files import CsvRows
 from chunkeval.limits import MAX_INT
 from chunkeval.report.terminal import format_table
 from chunkeval.warehouse.access import DEFAULT_SQL_TIMEOUT, MAX_SQL_TIMEOUT, check_sql_timeout
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         if args.json:
             _write_json(schema.names, shown)
         elif args.csv:
-            writer = csv.writer(sys.stdout, lineterminator="\n")
+            writer = CsvRows(sys.stdout)
             writer.writerow(schema.names)
             for values in _rows(shown):
                 writer.writerow(["" if v is None else v for v in values])

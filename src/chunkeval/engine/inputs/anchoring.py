@@ -11,6 +11,7 @@ from pathlib import Path
 
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, short
+from chunkeval.visible import visible
 from chunkeval.vocabulary import ANCHOR_STATUSES
 
 
@@ -118,7 +119,7 @@ def gold_summary(gold, examples: int = 3) -> list[str]:
         + (f" (lowest similarity {min(a['similarity'] for a in approx):g} of 100)" if approx else "")
     )
     parts.append(f"{counts['retired']} retired")
-    line = f"gold set {Path(gold.source).name}: {len(anchoring)} question(s): {', '.join(parts)}"
+    line = f"gold set {visible(Path(gold.source).name)}: {len(anchoring)} question(s): {', '.join(parts)}"
     if left_out:
         reasons = Counter(r["reason"] for r in left_out)
         line += f"; {len(left_out)} qrels row(s) left out ({', '.join(f'{n} {why}' for why, n in reasons.items())})"
@@ -131,11 +132,13 @@ def gold_summary(gold, examples: int = 3) -> list[str]:
     lines = [line]
     for a in shown:
         if a["status"] == "retired":
-            lines.append(f"  retired {a['query_id']} (row {a['row']}): {a['reason']}")
+            lines.append(f"  retired {visible(a['query_id'])} (row {a['row']}): {visible(a['reason'])}")
         else:
             moved = [r for r in a["references"] if r["status"] == "approximate"]
             spans = ", ".join(f"[{r['was'][0]}, {r['was'][1]}) → [{r['start']}, {r['end']})" for r in moved)
-            lines.append(f"  placed {a['query_id']} (row {a['row']}) at similarity {a['similarity']:g}: {spans}")
+            lines.append(
+                f"  placed {visible(a['query_id'])} (row {a['row']}) at similarity {a['similarity']:g}: {spans}"
+            )
     if counts["retired"] or approx:
         lines.append("  (`chunkeval gold update` writes the corrected gold set and a review file: docs/gold.md)")
     return lines

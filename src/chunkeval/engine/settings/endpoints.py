@@ -10,7 +10,9 @@ It is read from `$CHUNKEVAL_HOME/endpoints.yaml` and, beneath it in precedence (
 home's), from `$XDG_CONFIG_HOME/chunkeval/endpoints.yaml` (default `~/.config/chunkeval`). Built in, beneath
 both: `openai` (`https://api.openai.com/v1`, `OPENAI_API_KEY`). A key variable is bound to the origin
 (scheme, host, port) of each base URL it is listed with: a key is sent to no other origin, except loopback
-hosts (127.0.0.0/8, ::1, localhost), which need no binding.
+hosts, which need no binding: the literal addresses 127.0.0.0/8 and ::1, and the name `localhost` itself,
+resolved at connection time and connected to only where it resolves to loopback (no other name:
+`evil.localhost` is whatever a resolver answers).
 
 `resolve_endpoint(name_or_url)` gives `(base_url, headers)` for any client of an OpenAI-compatible API
 (embeddings, chat completions); `mask` hides keys in any text that may quote a server.
@@ -113,14 +115,45 @@ def origin(url: str) -> tuple[str, str, int]:
     return parts.scheme, (parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80)
 
 
-def is_loopback(url: str) -> bool:
-    host = origin(url)[1].strip("[]")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
+LOOPBACK_NAME = "localhost"  # the one name that counts as loopback, and only once resolved to loopback
+
+
+def loopback_address(host: str) -> bool:
+    """Whether `host` is a literal loopback address: 127.0.0.0/8, ::1 (or ::ffff:127.x.y.z)."""
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def is_loopback(url: str) -> bool:
+    """Whether `url`'s host is loopback: a literal loopback address, or the name `localhost` itself, which a
+    client then resolves at connection time and connects to only where every address is loopback
+    (`loopback_addresses`). No other name counts (`evil.localhost` is whatever a resolver answers)."""
+    host = origin(url)[1].strip("[]")
+    return host == LOOPBACK_NAME or loopback_address(host)
+
+
+def loopback_addresses(host: str, port: int) -> list[str]:
+    """The addresses `localhost` resolves to now, each checked to be loopback: what a request that carries a
+    key unbound by the user (the loopback exemption) connects to. One line, no connection, where the resolver
+    answers anything else."""
+    import socket
+
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise InputError(f"{host} does not resolve ({exc.strerror or exc}): no key is sent") from None
+    addresses = list(dict.fromkeys(info[4][0] for info in found))
+    stray = [a for a in addresses if not loopback_address(a)]
+    if not addresses or stray:
+        raise InputError(
+            f"{host} resolves to {short(stray[0] if stray else 'nothing')}, not a loopback address: no key is sent "
+            "to it (bind the endpoint in endpoints.yaml, docs/served.md)"
+        )
+    return addresses
 
 
 def named(name: str, what: str, source=None) -> Endpoint:
