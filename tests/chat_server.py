@@ -2,7 +2,8 @@
 OpenAI chat-completions API on 127.0.0.1 and REPLAYS answers written by hand for the demo corpus, picked by the
 `Document:` line of the request. What it replays covers every check of generation: good questions with exact
 excerpts, an excerpt with altered whitespace, an excerpt that does not occur, a near-duplicate question, an
-off-topic excerpt, text repeated in its document, and malformed JSON (for the document `notes`); for `gold judge`
+off-topic excerpt, text repeated in its document, an answer in a model's habits (prose before the JSON, a trailing
+comma: read), and prose that holds no JSON at all (for the document `notes`: unusable); for `gold judge`
 it grades pooled passages 0-3 by a written rule over the demo's gold set, in both answer forms, and answers one
 question with prose that holds no grade. The first request of a server is answered 429 with Retry-After.
 
@@ -56,7 +57,8 @@ ANSWERS = {
         q("What is the internal temperature of a finished sourdough loaf?", "number", "about 96 °C"),
     ],
 }
-MALFORMED = '{"questions": [{"question": "What do the notes say?", "excerpts": ["The notes'  # cut short: not JSON
+MALFORMED = "I am sorry: this passage lists meetings, and I cannot write questions about it."  # no JSON at all
+HABITS = "honeybees"  # answered as models do: prose before the JSON, a trailing comma in its list
 NOTES = "# Notes\n\nThe notes of the beekeeping club list the meetings of the year and who brings the honey.\n"
 
 
@@ -92,7 +94,7 @@ def stand_in_grade(gold: dict, question: str, document: str, passage: str) -> in
 def judge_answer(gold: dict, user: str) -> str:
     question = re.search(r"^Query: (.*)$", user, flags=re.M)[1]
     document = re.search(r"^Document: (.*)$", user, flags=re.M)[1]
-    passage = re.search(r"^Passage:\n<<<\n(.*)\n>>>$", user, flags=re.M | re.S)[1]
+    passage = re.search(r"^BEGIN (PASSAGE-\w+)\n(.*)\nEND \1$", user, flags=re.M | re.S)[2]
     if question == NO_GRADE_QUESTION:
         return NO_GRADE
     grade = stand_in_grade(gold, question, document, passage)
@@ -124,6 +126,8 @@ class ChatServer:
             content = judge_answer(self.gold, user)
         elif doc in ANSWERS:
             content = json.dumps({"questions": ANSWERS[doc]}, ensure_ascii=False)
+            if doc == HABITS:
+                content = "Here are the questions you asked for:\n" + content[: -len("]}")] + ",]}"
         else:
             content = MALFORMED
         with self._lock:

@@ -1679,6 +1679,16 @@ def gold_generate(t: Path, *extra, endpoint="http://127.0.0.1:9/v1", corpus=None
             "--endpoint", endpoint, "--chat-model", "m", "--max-retries", "0", *extra]  # fmt: skip
 
 
+def many(t: Path) -> Path:
+    """A corpus of 150 distinct paragraphs: passages enough for 2,000 questions at 20 a passage."""
+    (t / "many").mkdir(exist_ok=True)
+    write(
+        t / "many" / "doc.md",
+        "\n\n".join(f"Paragraph {i} tells of the number {i} and little else." for i in range(150)),
+    )
+    return t / "many"
+
+
 def blank(t: Path) -> Path:
     (t / "blank").mkdir(exist_ok=True)
     write(t / "blank" / "empty.md", " \n\n ")
@@ -1697,7 +1707,7 @@ CASES.update(
     {
         "gold generate: the endpoint answers nothing usable": (
             lambda w: gold_generate(w["t"], endpoint=chat_server("garbage")),
-            "/chat/completions answered nothing usable: 10 answer(s), none a JSON list of questions",
+            "/chat/completions answered nothing usable: 1 answer(s), none a JSON list of questions",  # 1 passage, once
         ),
         "gold generate: no server at the endpoint": (
             lambda w: gold_generate(w["t"]),
@@ -1720,8 +1730,22 @@ CASES.update(
             "--dedup-similarity takes a number from -1 to 1, got 78",
         ),
         "gold generate: more tokens than asked for without --yes": (
-            lambda w: gold_generate(w["t"], "--questions", "2000", endpoint=chat_server("garbage")),
+            lambda w: gold_generate(
+                w["t"],
+                "--questions",
+                "2000",
+                "--per-passage",
+                "20",
+                "--passage-chars",
+                "100",
+                endpoint=chat_server("garbage"),
+                corpus=many(w["t"]),
+            ),
             "pass --yes to go ahead",
+        ),
+        "gold generate: more questions than the passages can be asked for": (
+            lambda w: gold_generate(w["t"], "--questions", "2000", endpoint=chat_server("garbage")),
+            "--questions 2,000 is more than the corpus's 1 passage(s) can be asked for",
         ),
         "gold generate: the gold set inside its corpus folder": (
             lambda w: gold_generate(w["t"], out=w["t"] / "corpora" / "gen.csv"),
@@ -1997,13 +2021,17 @@ CASES.update(
 
 
 def snapshot(*roots: Path) -> dict:
-    """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes)."""
+    """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes), but the
+    chat response cache: every answer a chat model gave is kept there as it arrives, also by a command that then
+    refuses its answers (issue 41: a rerun pays for no request twice), and it is no output."""
     files = sorted(
         str(p.relative_to(root))
         for root in roots
         if root.exists()
         for p in root.rglob("*")
-        if p.is_file() and not p.name.startswith("chunkeval.duckdb")
+        if p.is_file()
+        and not p.name.startswith("chunkeval.duckdb")
+        and "cache/chat" not in p.relative_to(root).as_posix()
     )
     return {"files": files}
 

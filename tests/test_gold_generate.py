@@ -27,7 +27,7 @@ DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "corpora"
 
 
 def corpus(folder: Path) -> Path:
-    """The demo corpus and a document `notes`, whose answer the stand-in replays as malformed JSON."""
+    """The demo corpus and a document `notes`, whose answer the stand-in replays as prose without JSON."""
     shutil.copytree(DEMO, folder)
     (folder / "notes.md").write_text(NOTES, encoding="utf-8")
     return folder
@@ -60,12 +60,13 @@ def test_every_check_is_applied_to_the_replayed_answers(generated):
     prov = generated["prov"]
     counts = prov["counts"]
     assert counts["proposed"] == sum(len(a) for a in ANSWERS.values()) == 9
-    assert counts["kept"] == 6 and counts["rejected"] == 3 and counts["unusable_answers"] == 1  # notes' malformed JSON
+    assert counts["kept"] == 6 and counts["rejected"] == 3 and counts["unusable_answers"] == 1  # notes' prose
     assert counts["rejected_by_reason"] == {
-        "excerpt not found": 1,  # honeybees' excerpt that does not occur
+        "excerpt not found": 1,  # honeybees' excerpt that does not occur (an answer in a model's habits, read)
         "excerpt far from the question": 1,  # sourdough's off-topic excerpt
         "near-duplicate": 1,  # lighthouses' second question
         "no question or excerpt": 0,
+        "past a bound": 0,
     }
     rejected = {r["reason"]: r for r in prov["rejected"]}
     assert rejected["near-duplicate"]["nearest_similarity"] >= prov["settings"]["dedup_similarity"]
@@ -82,8 +83,8 @@ def test_every_check_is_applied_to_the_replayed_answers(generated):
 
 def test_a_resumed_run_pays_for_no_answer_twice(generated):
     again = generated["again"]
-    assert again["requests"] == {"made": 1, "from_cache": 3, "unusable": 1}  # the unusable answer is asked again
-    assert generated["resumed_calls"] == 1
+    assert again["requests"] == {"made": 0, "from_cache": 4, "unusable": 1}  # the unusable answer is cached too
+    assert generated["resumed_calls"] == 0
     assert again["counts"] == generated["prov"]["counts"]
     assert rows(generated["t"] / "again.csv") == rows(generated["t"] / "gen.csv")
 
@@ -148,8 +149,16 @@ def test_sampling_follows_length_and_seed():
     draws = [gg.sample(pool, 1, seed)[0].document for seed in range(200)]
     assert 0.8 < draws.count("long") / len(draws) < 0.98  # 10 of 11 of the text is in "long"
     assert gg.sample(pool, 5, 7) == gg.sample(pool, 5, 7)
-    cut = gg.passages({"d": "\n\n".join(["x" * 50] * 10)}, passage_chars=120)
+    cut = gg.passages({"d": "\n\n".join(c * 50 for c in "abcdefghij")}, passage_chars=120)
     assert all(p.end - p.start <= 120 for p in cut) and len(cut) == 5
+    # issue 41: a paragraph longer than --passage-chars is cut at sentence ends, a passage repeated is asked once
+    line = " ".join(f"Sentence number {i} of a document without blank lines." for i in range(400))
+    long = gg.passages({"wiki": line}, passage_chars=500)
+    text = line
+    assert len(long) > 40 and all(0 < p.end - p.start <= 500 for p in long)
+    assert all(text[p.end - 1] == "." and not text[p.start].isspace() for p in long)
+    assert gg.passages({"d": "\n\n".join(["x" * 50] * 10)}, passage_chars=120) == [gg.Passage("d", 0, 102)]
+    assert len(gg.sample(pool, 5, 7)) == 2  # distinct passages only: the same passage twice is the same request
 
 
 def test_the_generated_gold_set_runs_end_to_end(generated, prefect_server, shared_home, tmp_path):

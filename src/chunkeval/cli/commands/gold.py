@@ -21,6 +21,7 @@ from chunkeval.cli.output import print_json
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.embedding import Embedder
 from chunkeval.engine.gold import generate as gg
+from chunkeval.engine.gold.answers import ANSWER_CHARS
 from chunkeval.engine.gold.chat import Chat
 from chunkeval.engine.gold.check import check_gold
 from chunkeval.engine.gold.generate import accepted
@@ -155,9 +156,9 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     import datetime
     import json
 
-    check_at_least_one(args.questions, "--questions")
-    check_at_least_one(args.per_passage, "--per-passage")
-    check_at_least_one(args.passage_chars, "--passage-chars")
+    number_in(args.questions, 1, gg.MAX_QUESTIONS, "--questions")
+    number_in(args.per_passage, 1, gg.MAX_PER_PASSAGE, "--per-passage")
+    number_in(args.passage_chars, 100, gg.MAX_PASSAGE_CHARS, "--passage-chars")
     number_in(args.dedup_similarity, -1, 1, "--dedup-similarity")
     number_in(args.excerpt_similarity, -1, 1, "--excerpt-similarity")
     number_in(args.timeout, 0.001, 86400, "--timeout")
@@ -194,7 +195,7 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if tokens > gg.ASK_YES_TOKENS and not args.yes:
         raise InputError(f"about {tokens:,} tokens is more than {gg.ASK_YES_TOKENS:,}: pass --yes to go ahead")
     try:
-        proposals, unusable = gg.run_requests(requests, texts, chat)
+        proposals, unusable, beyond = gg.run_requests(requests, texts, chat)
     finally:
         chat.close()
     if not proposals:
@@ -204,7 +205,14 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         )
     embedder = Embedder(DEFAULT_MODEL, cache_dir=paths.cache_dir())
     outcome = gg.validate(proposals, texts, embedder.embed, similarity, args.excerpt_similarity, args.dedup_similarity)
-    outcome.unusable = unusable
+    outcome.unusable, outcome.beyond_asked = unusable, beyond
+    if not outcome.kept:  # an empty gold set is no gold set: nothing is written
+        c = outcome.counts()
+        reasons = ", ".join(f"{n} {why}" for why, n in c["rejected_by_reason"].items() if n)
+        raise InputError(
+            f"no question kept: all {c['proposed']} proposed by {chat.url} were rejected ({reasons}); "
+            f"{c['unusable_answers']} unusable answer(s)"
+        )
     rows = gg.gold_rows(outcome.kept)
     review = gg.review_rows(rows, outcome.kept)
     provenance = {
@@ -227,6 +235,13 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
             "embedding_model": DEFAULT_MODEL,
         },
         "requests": {"made": chat.requests, "from_cache": chat.cached, "unusable": len(unusable)},
+        "bounds": {
+            "questions_per_answer": args.per_passage,
+            "excerpts_per_question": gg.EXCERPTS_PER_QUESTION,
+            "question_chars": gg.QUESTION_CHARS,
+            "answer_chars": ANSWER_CHARS,
+            "align_seconds": gg.ALIGN_SECONDS,
+        },
         "tokens": {"sent": chat.sent_tokens, "received": chat.received_tokens},
         "counts": outcome.counts(),
         "rejected": [{k: v for k, v in r.items() if k != "excerpts"} for r in outcome.rejected],

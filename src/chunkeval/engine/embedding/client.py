@@ -29,7 +29,7 @@ import numpy as np
 
 from chunkeval.engine.chunking.tokens import get_encoding
 from chunkeval.engine.embedding.served import ServedModel
-from chunkeval.engine.settings.endpoints import LOOPBACK_NAME, loopback_addresses, mask
+from chunkeval.engine.settings.endpoints import LOOPBACK_NAME, known_keys, loopback_addresses, mask
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, json_loads
 
@@ -152,8 +152,12 @@ class Client:
     def close(self) -> None:
         self.http.close()
 
+    def masked(self, text: str) -> str:
+        """`text` (a server's words) with this client's key and every key the user defines masked."""
+        return mask(text, *known_keys(self.key))
+
     def _fail(self, what: str) -> ServedError:
-        text = " ".join(mask(what, self.key).split())  # masked first: a cut never leaves part of a key
+        text = " ".join(self.masked(what).split())  # masked first: a cut never leaves part of a key
         return ServedError(f"{self.served.name}: {self.url}: {text[:300]}")
 
     def _post(self, body: dict, n: int):
@@ -205,7 +209,7 @@ class Client:
                 hint = ""
                 if status in (401, 403) and not self.key:
                     hint = " (no key was sent: bind one to this host in endpoints.yaml, docs/served.md)"
-                said = " ".join(mask(server_message(headers, raw), self.key).split())[:200]  # masked, then cut
+                said = " ".join(self.masked(server_message(headers, raw)).split())[:200]  # masked, then cut
                 raise self._fail(f"HTTP {status}{tries}: {said}{hint}")
             return headers, raw
         raise AssertionError("unreachable")

@@ -228,11 +228,36 @@ def resolve_endpoint(name_or_url: str, api_key_env: str | None = None, what: str
     return url, ({"Authorization": f"Bearer {key}"} if key else {})
 
 
+def known_keys(*more: str | None) -> list[str]:
+    """Every key chunkeval could send: the values of the variables every endpoint names (`endpoints.yaml`, the
+    built-in `openai`), and `more` (a client's own). What an answer is searched for (`quotes_a_key`) and masked of
+    (`mask`) before anything is printed, written or cached; an endpoints file that does not read gives none of its
+    own (the command that needs it says why)."""
+    names = {OPENAI_KEY_ENV}
+    try:
+        names |= {e.api_key_env for e in endpoints().values() if e.api_key_env}
+    except InputError:
+        pass
+    found = [(os.environ.get(n) or "").strip() for n in sorted(names)] + [(k or "").strip() for k in more]
+    return sorted({k for k in found if len(k) >= MIN_KEY_CHARS}, key=len, reverse=True)
+
+
+MIN_KEY_CHARS = 8  # a shorter value is no key worth looking for (and would mask ordinary words)
+
+
+def quotes_a_key(text: str, keys: list[str]) -> bool:
+    """Whether `text` holds one of `keys`: as it is, in other letter case, or with white space put inside it."""
+    if not keys:
+        return False
+    folded = "".join(text.split()).casefold()
+    return any(k in text or k.casefold() in folded for k in keys)
+
+
 def mask(text: str, *keys: str | None) -> str:
-    """`text` with every key (and its stripped form) replaced by `***`: done before any cut, so that no part
-    of a key survives a truncation."""
+    """`text` with every key (and its stripped form, in any letter case) replaced by `***`: done before any cut,
+    so that no part of a key survives a truncation."""
     for key in keys:
         for form in {key, (key or "").strip()}:
             if form and len(form) >= 4:
-                text = text.replace(form, "***")
+                text = re.sub(re.escape(form), "***", text, flags=re.I)
     return text
