@@ -3,7 +3,6 @@ references and models (with the columns the views show), and the gold-set check 
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from chunkeval.errors import InputError
+from chunkeval.limits import json_loads, record_text
 from chunkeval.stats.columns import numbers
 from chunkeval.vocabulary import CONFIG_KEYS, NO_EXPAND, slice_name
 from chunkeval.warehouse.damage import DamagedResults, damaged_files, reading
@@ -129,7 +129,7 @@ class RunFiles(History):
         moved aside to `gold_check.json.corrupt` with one warning line, and reads as not recorded."""
         path = self.results_dir / run_id / "gold_check.json"
         try:
-            found = json.loads(path.read_text(encoding="utf-8"))
+            found = json_loads(record_text(path))
             if isinstance(found, dict) and all(isinstance(v, list) for v in found.values()):
                 return found
             problem = "not an object of lists"

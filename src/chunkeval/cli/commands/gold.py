@@ -38,7 +38,7 @@ from chunkeval.engine.inputs.readers import read_csv_rows
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import load_inputs
 from chunkeval.errors import InputError
-from chunkeval.files import check_output, check_writable_dir, write_text, write_texts
+from chunkeval.files import check_output, check_writable_dir, write_texts
 from chunkeval.report.gold_review import generated_html, review_html
 from chunkeval.report.terminal import format_rows
 from chunkeval.vocabulary import DEFAULT_MODEL, split_flags
@@ -277,10 +277,11 @@ def accept(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     kept = accepted(marks, rows, review, source)
     columns = list(rows[0][1]) if rows else ["query_id", "question", "references", "corpus_id"]
     prov = accepted_provenance(source, review, len(kept), len(rows))  # still a model's questions, now reviewed
+    written = {out: csv_text(columns, kept)}
     if prov is not None:
         prov_path = check_output(out.with_name(f"{out.stem}.provenance.json"), (source, review), what="its provenance")
-        write_text(prov_path, prov)
-    write_text(out, csv_text(columns, kept))
+        written[prov_path] = prov
+    write_texts(written)  # both, or neither
     print(f"wrote {len(kept)} of {len(rows)} question(s) to {out}: those the review accepts")
     return 0
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from chunkeval.errors import InputError
-from chunkeval.limits import regular_file, short, yaml_load
+from chunkeval.limits import read_text, short, yaml_load
 from chunkeval.paths import home
 
 FILE = "endpoints.yaml"
@@ -75,15 +75,9 @@ def check_base_url(url: str, what: str, source: str | None = None) -> str:
 
 
 def _read(path: Path) -> dict[str, Endpoint]:
-    if not path.exists():
+    if not os.path.lexists(path):
         return {}
-    regular_file(path)
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise InputError(f"an endpoints file holds at most {MAX_FILE_BYTES:,} bytes", path)
-    try:
-        data = yaml_load(path.read_text(encoding="utf-8"), path)
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text", path) from None
+    data = yaml_load(read_text(path, MAX_FILE_BYTES, "endpoints file"), path)  # never a FIFO, never unbounded
     if data is None:
         return {}
     if not isinstance(data, dict):
