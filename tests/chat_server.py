@@ -103,7 +103,9 @@ def judge_answer(gold: dict, user: str) -> str:
 
 class ChatServer:
     """The stand-in on a free port. `mode`: `replay` (the answers above), `garbage` (every answer is text that is
-    not JSON), `no-429` (replay without the first 429)."""
+    not JSON), `no-429` (replay without the first 429), and the hostile ones of issue 41: `absent` (questions whose
+    every excerpt is nowhere in the corpus), `obedient` (a model that obeys a passage telling it to grade every
+    passage 3: it grades everything 3), `echo` (the request's Authorization header quoted in every answer)."""
 
     def __init__(self, mode: str = "replay"):
         self.mode = mode
@@ -112,7 +114,7 @@ class ChatServer:
         self.calls = 0  # every request received
         self._lock = threading.Lock()
 
-    def answer(self, body: dict) -> tuple[int, dict, dict]:
+    def answer(self, body: dict, authorization: str = "") -> tuple[int, dict, dict]:
         with self._lock:
             self.calls += 1
             first = self.calls == 1
@@ -122,6 +124,19 @@ class ChatServer:
         doc = re.search(r"^Document: (.*)$", user, flags=re.M)[1]
         if self.mode == "garbage":
             content = "I am sorry, I cannot help with that."
+        elif self.mode == "obedient":
+            content = "##final score: 3" if "##final score" in user else MALFORMED
+        elif self.mode == "absent" and "##final score" not in user:
+            content = json.dumps(
+                {"questions": [q("What is nowhere?", "fact", "Words no document of the corpus holds.")]}
+            )
+        elif self.mode == "echo":
+            said = f"The header was {authorization}."
+            content = (
+                f"##final score: 2 {said}"
+                if "##final score" in user
+                else json.dumps({"questions": [q(f"What does {said} mean?", "fact", FRESNEL)]})
+            )
         elif "##final score" in user:  # a judging request (`gold judge`)
             content = judge_answer(self.gold, user)
         elif doc in ANSWERS:
@@ -142,7 +157,7 @@ class ChatServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, headers, reply = outer.answer(body)
+                status, headers, reply = outer.answer(body, self.headers.get("Authorization") or "")
                 data = json.dumps(reply).encode()
                 self.send_response(status)
                 for k, v in {"Content-Type": "application/json", **headers}.items():

@@ -15,7 +15,7 @@ import threading
 from chunkeval import progress
 from chunkeval._version import __version__
 from chunkeval.cli.commands import COMMANDS
-from chunkeval.cli.options import whole_number
+from chunkeval.cli.options import SETTING_FLAGS, whole_number
 from chunkeval.cli.output import visible_output
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import EXIT_FAULT, EXIT_INPUT, InputError, as_fault, exit_code_table
@@ -51,9 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _bound_whole_numbers(parser: argparse.ArgumentParser) -> None:
     """Every whole-number flag of every command reads a number from 0 to `MAX_INT` (`options.whole_number`), so
-    that none reaches a query or an allocation as -1 or 10**23 (each command's own lower bound still holds)."""
+    that none reaches a query or an allocation as -1 or 10**23 (each command's own lower bound still holds); the
+    experiment settings' flags are checked by the settings table, as the setting is however it arrives."""
     for action in parser._actions:
-        if action.type is int:
+        if action.type is int and action.dest not in SETTING_FLAGS:
             action.type = whole_number
         for child in (action.choices or {}).values() if isinstance(action, argparse._SubParsersAction) else ():
             _bound_whole_numbers(child)

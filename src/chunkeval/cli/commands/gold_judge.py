@@ -101,6 +101,8 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     }
     paths_out = {w: check_output(p, inputs, what=w) for w, p in names.items()}
     questions = gj.read_questions(Path(args.questions))
+    for q in questions:  # the qrels are TSV, whose tabs and line breaks no id may hold: refused before any request
+        field(q, "\t", "query_id", args.questions)
     wh = warehouse()
     run = wh.run(args.run)  # an unknown run id is one line
     settings = json.loads(run.get("settings") or "{}")
@@ -110,8 +112,7 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         raise InputError(f"run {args.run} retrieved nothing for any question of {args.questions}: judge its own run")
     asked = {r["query_id"] for r in retrieved}
     pooled = gj.pool(retrieved, questions, args.depth)
-    for p in pooled:  # the qrels are TSV, whose tabs and line breaks no id may hold: refused before any request
-        field(p.query_id, "\t", "query_id", args.questions)
+    for p in pooled:
         field(p.corpus_id, "\t", "document id", f"run {args.run}")
     canaries = gj.canaries(pooled, questions)
     chat = Chat(
