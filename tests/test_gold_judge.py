@@ -245,7 +245,7 @@ def test_a_run_over_judged_gold_says_so(judged, prefect_server, shared_home, tmp
     proc = subprocess.run([*argv, *grid], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     said = proc.stdout + proc.stderr
-    assert "gold set judged by a model (stand-in, prompt gold-judge/1)" in said
+    assert "gold set judged by a model (stand-in, prompt gold-judge/2)" in said
     assert "of the top 3 was judged" in said and "of the top 10 was judged" in said
     import re
 
