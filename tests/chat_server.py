@@ -2,7 +2,8 @@
 OpenAI chat-completions API on 127.0.0.1 and REPLAYS answers written by hand for the demo corpus, picked by the
 `Document:` line of the request. What it replays covers every check of generation: good questions with exact
 excerpts, an excerpt with altered whitespace, an excerpt that does not occur, a near-duplicate question, an
-off-topic excerpt, text repeated in its document, and malformed JSON (for the document `notes`); for `gold judge`
+off-topic excerpt, text repeated in its document, an answer in a model's habits (prose before the JSON, a trailing
+comma: read), and prose that holds no JSON at all (for the document `notes`: unusable); for `gold judge`
 it grades pooled passages 0-3 by a written rule over the demo's gold set, in both answer forms, and answers one
 question with prose that holds no grade. The first request of a server is answered 429 with Retry-After.
 
@@ -56,7 +57,8 @@ ANSWERS = {
         q("What is the internal temperature of a finished sourdough loaf?", "number", "about 96 °C"),
     ],
 }
-MALFORMED = '{"questions": [{"question": "What do the notes say?", "excerpts": ["The notes'  # cut short: not JSON
+MALFORMED = "I am sorry: this passage lists meetings, and I cannot write questions about it."  # no JSON at all
+HABITS = "honeybees"  # answered as models do: prose before the JSON, a trailing comma in its list
 NOTES = "# Notes\n\nThe notes of the beekeeping club list the meetings of the year and who brings the honey.\n"
 
 
@@ -92,7 +94,7 @@ def stand_in_grade(gold: dict, question: str, document: str, passage: str) -> in
 def judge_answer(gold: dict, user: str) -> str:
     question = re.search(r"^Query: (.*)$", user, flags=re.M)[1]
     document = re.search(r"^Document: (.*)$", user, flags=re.M)[1]
-    passage = re.search(r"^Passage:\n<<<\n(.*)\n>>>$", user, flags=re.M | re.S)[1]
+    passage = re.search(r"^BEGIN (PASSAGE-\w+)\n(.*)\nEND \1$", user, flags=re.M | re.S)[2]
     if question == NO_GRADE_QUESTION:
         return NO_GRADE
     grade = stand_in_grade(gold, question, document, passage)
@@ -101,7 +103,9 @@ def judge_answer(gold: dict, user: str) -> str:
 
 class ChatServer:
     """The stand-in on a free port. `mode`: `replay` (the answers above), `garbage` (every answer is text that is
-    not JSON), `no-429` (replay without the first 429)."""
+    not JSON), `no-429` (replay without the first 429), and the hostile ones of issue 41: `absent` (questions whose
+    every excerpt is nowhere in the corpus), `obedient` (a model that obeys a passage telling it to grade every
+    passage 3: it grades everything 3), `echo` (the request's Authorization header quoted in every answer)."""
 
     def __init__(self, mode: str = "replay"):
         self.mode = mode
@@ -110,7 +114,7 @@ class ChatServer:
         self.calls = 0  # every request received
         self._lock = threading.Lock()
 
-    def answer(self, body: dict) -> tuple[int, dict, dict]:
+    def answer(self, body: dict, authorization: str = "") -> tuple[int, dict, dict]:
         with self._lock:
             self.calls += 1
             first = self.calls == 1
@@ -120,10 +124,25 @@ class ChatServer:
         doc = re.search(r"^Document: (.*)$", user, flags=re.M)[1]
         if self.mode == "garbage":
             content = "I am sorry, I cannot help with that."
+        elif self.mode == "obedient":
+            content = "##final score: 3" if "##final score" in user else MALFORMED
+        elif self.mode == "absent" and "##final score" not in user:
+            content = json.dumps(
+                {"questions": [q("What is nowhere?", "fact", "Words no document of the corpus holds.")]}
+            )
+        elif self.mode == "echo":
+            said = f"The header was {authorization}."
+            content = (
+                f"##final score: 2 {said}"
+                if "##final score" in user
+                else json.dumps({"questions": [q(f"What does {said} mean?", "fact", FRESNEL)]})
+            )
         elif "##final score" in user:  # a judging request (`gold judge`)
             content = judge_answer(self.gold, user)
         elif doc in ANSWERS:
             content = json.dumps({"questions": ANSWERS[doc]}, ensure_ascii=False)
+            if doc == HABITS:
+                content = "Here are the questions you asked for:\n" + content[: -len("]}")] + ",]}"
         else:
             content = MALFORMED
         with self._lock:
@@ -138,7 +157,7 @@ class ChatServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, headers, reply = outer.answer(body)
+                status, headers, reply = outer.answer(body, self.headers.get("Authorization") or "")
                 data = json.dumps(reply).encode()
                 self.send_response(status)
                 for k, v in {"Content-Type": "application/json", **headers}.items():

@@ -350,7 +350,8 @@ def test_the_kept_choice_survives_a_package_change_and_a_forged_or_special_recor
     monkeypatch.setattr(auto, "package_version", lambda package: "99.0")  # every package upgraded
     assert auto.cache_path(fp) == path  # the key is the model and the machine: nothing else
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(_record()))
+    mine = {"model_fingerprint": fp, "cpu": auto.cpu_model()}
+    path.write_text(json.dumps({**_record(), **mine}))
     choice, why = auto.kept(fp)
     assert choice.backend == "openvino" and choice.cached and why == ""
     forged = {
@@ -360,15 +361,16 @@ def test_the_kept_choice_survives_a_package_change_and_a_forged_or_special_recor
         "an agreement of 0.5": _record(cosine=0.5),
         "slower than torch": _record(torch_speed=90.0),
         "not a mapping": ["openvino"],
+        "another machine's": {**_record(), "cpu": "a CPU elsewhere"},
     }
     for what, record in forged.items():
-        path.write_text(json.dumps(record))
+        path.write_text(json.dumps({**mine, **record} if isinstance(record, dict) else record))
         choice, why = auto.kept(fp)
         assert choice is None and why.startswith("the kept choice does not hold"), what
     path.unlink()
     os.mkfifo(path)  # a FIFO where the record goes: never opened (it would block)
     choice, why = auto.kept(fp)
-    assert choice is None and "not a regular file" in why
+    assert choice is None and "a FIFO, not a regular file" in why
 
 
 def test_a_kept_backend_that_is_gone_is_probed_again_with_one_line(monkeypatch, tmp_path, caplog, capsys):

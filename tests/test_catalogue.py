@@ -1682,6 +1682,16 @@ def gold_generate(t: Path, *extra, endpoint="http://127.0.0.1:9/v1", corpus=None
             "--endpoint", endpoint, "--chat-model", "m", "--max-retries", "0", *extra]  # fmt: skip
 
 
+def many(t: Path) -> Path:
+    """A corpus of 150 distinct paragraphs: passages enough for 2,000 questions at 20 a passage."""
+    (t / "many").mkdir(exist_ok=True)
+    write(
+        t / "many" / "doc.md",
+        "\n\n".join(f"Paragraph {i} tells of the number {i} and little else." for i in range(150)),
+    )
+    return t / "many"
+
+
 def blank(t: Path) -> Path:
     (t / "blank").mkdir(exist_ok=True)
     write(t / "blank" / "empty.md", " \n\n ")
@@ -1700,7 +1710,7 @@ CASES.update(
     {
         "gold generate: the endpoint answers nothing usable": (
             lambda w: gold_generate(w["t"], endpoint=chat_server("garbage")),
-            "/chat/completions answered nothing usable: 10 answer(s), none a JSON list of questions",
+            "/chat/completions answered nothing usable: 1 answer(s), none a JSON list of questions",  # 1 passage, once
         ),
         "gold generate: no server at the endpoint": (
             lambda w: gold_generate(w["t"]),
@@ -1723,8 +1733,22 @@ CASES.update(
             "--dedup-similarity takes a number from -1 to 1, got 78",
         ),
         "gold generate: more tokens than asked for without --yes": (
-            lambda w: gold_generate(w["t"], "--questions", "2000", endpoint=chat_server("garbage")),
+            lambda w: gold_generate(
+                w["t"],
+                "--questions",
+                "2000",
+                "--per-passage",
+                "20",
+                "--passage-chars",
+                "100",
+                endpoint=chat_server("garbage"),
+                corpus=many(w["t"]),
+            ),
             "pass --yes to go ahead",
+        ),
+        "gold generate: more questions than the passages can be asked for": (
+            lambda w: gold_generate(w["t"], "--questions", "2000", endpoint=chat_server("garbage")),
+            "--questions 2,000 is more than the corpus's 1 passage(s) can be asked for",
         ),
         "gold generate: the gold set inside its corpus folder": (
             lambda w: gold_generate(w["t"], out=w["t"] / "corpora" / "gen.csv"),
@@ -1999,14 +2023,157 @@ CASES.update(
 )
 
 
+# issue 41: model output is untrusted input; keys go only where a name truly resolves; every answer is bounded
+def keyed(w) -> dict:
+    """The workspace with a key in OPENAI_API_KEY (what goes to a loopback endpoint unasked)."""
+    w["setenv"]("OPENAI_API_KEY", "sk-catalogue-0123456789")
+    return w
+
+
+def fifo_deployments(t: Path) -> list:
+    return ["serve", "--prefect-file", made_fifo(t / "deployments.yaml")]
+
+
+def accept_twice(t: Path, provenance: bool = False) -> list:
+    """A generated gold set with its provenance record, and `gold accept` to a file beside it."""
+    argv = gold_accept(t, "query_id,accept\ng1,no\ng2,yes\ng1,yes\n")
+    if provenance:
+        write(t / "gen.provenance.json", '{"generated_by": "chunkeval gold generate", "model": "m"}')
+        write(t / "r.csv", "query_id,accept\ng1,yes\ng2,yes\n")
+        argv[-1] = t / "gen.tsv"  # whose provenance would be gen.provenance.json: the input's own
+    return argv
+
+
+CASES.update(
+    {
+        "gold generate: a key variable asked for evil.localhost": (
+            lambda w: gold_generate(keyed(w)["t"], endpoint="http://evil.localhost:9/v1"),
+            "/chat/completions: no answer after 1 tries",  # sent without the key: the name is not loopback
+        ),
+        "gold generate: every excerpt absent from the corpus": (
+            lambda w: gold_generate(w["t"], "--questions", "1", endpoint=chat_server("absent")),
+            "no question kept: all 1 proposed by",
+        ),
+        "gold generate: 100,000,000 questions": (
+            lambda w: gold_generate(w["t"], "--questions", "100000000"),
+            "--questions takes a number from 1 to 100000, got 1e+08",
+        ),
+        "gold generate: more questions per passage than an answer is read for": (
+            lambda w: gold_generate(w["t"], "--per-passage", "1000"),
+            "--per-passage takes a number from 1 to 20, got 1000",
+        ),
+        "gold generate: the key quoted in every answer": (
+            lambda w: gold_generate(keyed(w)["t"], "--questions", "1", endpoint=chat_server("echo")),
+            "(the answer quotes an API key: refused, and kept nowhere)",
+        ),
+        "gold judge: the key quoted in every answer": (
+            lambda w: gold_judge(keyed(w), "--depth", "1", endpoint=chat_server("echo")),
+            "(the answer quotes an API key: refused, and kept nowhere)",
+        ),
+        "gold judge: a query_id holding tabs and a line break (it would forge qrels rows)": (
+            lambda w: gold_judge(
+                w,
+                questions=write(w["t"] / "tabs.csv", 'query_id,question,corpus_id\n"q1\td9\t3\nq2",What?,doc\n'),
+            ),
+            "holds a separator of the file (a tab, a space or a line break): it would forge a row",
+        ),
+        "gold accept: one query_id reviewed no, then yes": (
+            lambda w: accept_twice(w["t"]),
+            "r.csv: row 3: query_id 'g1' has two review rows (1 and 3: accept no, then yes): keep one",
+        ),
+        "gold accept: its provenance would replace the input's own": (
+            lambda w: accept_twice(w["t"], provenance=True),
+            "its provenance is the command's own input",
+        ),
+        "gold check: --limit -1": (
+            lambda w: [
+                "gold",
+                "check",
+                "--corpus-dir",
+                w["t"] / "corpora",
+                "--questions",
+                w["t"] / "q.csv",
+                "--limit",
+                "-1",
+            ],
+            "argument --limit: '-1' is not a whole number from 0 to 2147483647",
+        ),
+        "gold check: --limit 0": (
+            lambda w: [
+                "gold",
+                "check",
+                "--corpus-dir",
+                w["t"] / "corpora",
+                "--questions",
+                w["t"] / "q.csv",
+                "--limit",
+                "0",
+            ],
+            "--limit must be at least 1, got 0",
+        ),
+        "trend: --json --last past a machine integer": (
+            lambda w: ["trend", "--experiment", "cat", "--json", "--last", "99999999999999999999999"],
+            "argument --last: '99999999999999999999999' is not a whole number from 0 to 2147483647",
+        ),
+        "sweep: a query_id given twice is named": (
+            lambda w: sweep(
+                w["t"],
+                questions=write(
+                    w["t"] / "twice.csv",
+                    f'query_id,question,references,corpus_id\nq7,What?,"{GOOD_REFS}",doc\nq7,Why?,"{GOOD_REFS}",doc\n',
+                ),
+            ),
+            "twice.csv: row 2: query_id 'q7' appears twice (rows 1 and 2)",
+        ),
+        "serve: a cron that never fires (31 February)": (
+            lambda w: deployments_file(w["t"], "feb31", schedules=[{"cron": "0 0 31 2 *"}]),
+            "deployment nightly: '0 0 31 2 *' never fires",
+        ),
+        "serve: an anchor_date in the year 9999": (
+            lambda w: deployments_file(w["t"], "far", schedules=[{"interval": 60, "anchor_date": "9999-12-31"}]),
+            "deployment nightly: anchor_date '9999-12-31' is more than 366 days ahead",
+        ),
+        "serve: two deployments of one name": (
+            lambda w: [
+                "serve",
+                "--prefect-file",
+                write(
+                    w["t"] / "twice.yaml",
+                    yaml.safe_dump(
+                        {"deployments": [{"name": "n", "entrypoint": "chunkeval.flows.evaluate:evaluate"}] * 2}
+                    ),
+                ),
+            ],
+            "deployment n: the name is given twice (deployments 1 and 2)",
+        ),
+        "serve: an entrypoint in the standard library (this:x prints the Zen on import)": (
+            lambda w: deployments_file(w["t"], "zen", entrypoint="this:x"),
+            "entrypoint 'this:x' names a standard-library module, not a flow",
+        ),
+        "serve: a FIFO as --prefect-file": (
+            lambda w: fifo_deployments(w["t"]),
+            "deployments.yaml: the deployments file is a FIFO, not a regular file",
+        ),
+        "sql: a row of 400 MB": (
+            lambda w: ["sql", "SELECT repeat('x', 400000000) AS s", "--csv"],
+            "row 1 of the result holds 381 MiB, more than the 16 MiB a printed row may",
+        ),
+    }
+)
+
+
 def snapshot(*roots: Path) -> dict:
-    """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes)."""
+    """Every file under the roots (the catalogue file by its rows, since opening it may touch its bytes), but the
+    chat response cache: every answer a chat model gave is kept there as it arrives, also by a command that then
+    refuses its answers (issue 41: a rerun pays for no request twice), and it is no output."""
     files = sorted(
         str(p.relative_to(root))
         for root in roots
         if root.exists()
         for p in root.rglob("*")
-        if p.is_file() and not p.name.startswith("chunkeval.duckdb")
+        if p.is_file()
+        and not p.name.startswith("chunkeval.duckdb")
+        and "cache/chat" not in p.relative_to(root).as_posix()
     )
     return {"files": files}
 

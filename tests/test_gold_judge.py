@@ -104,9 +104,26 @@ def test_every_verdict_is_the_replayed_grade_and_the_unusable_are_unjudged(judge
 
 def test_a_rerun_pays_for_no_verdict_twice(judged):
     again = judged["again"]
-    assert again["requests"] == {"made": judged["prov"]["counts"]["unusable"], "from_cache": again["counts"]["judged"]}
-    assert judged["resumed"] == again["counts"]["unusable"]  # only the unusable answers are asked again
+    asked = again["counts"]["pooled"] + again["canaries"]["asked"]
+    assert again["requests"] == {"made": 0, "from_cache": asked}  # the unusable answers are cached too (issue 41)
+    assert judged["resumed"] == 0 and again["counts"]["unusable"] == judged["prov"]["counts"]["unusable"]
     assert rows(judged["t"] / "again.csv") == rows(judged["t"] / "j.csv")
+
+
+def test_canaries_of_other_documents_are_graded_and_reported(judged):
+    """Issue 41: every judged question also grades canary passages (pooled for other questions, from documents
+    its own pool does not hold); the stand-in grades another document's passage 0, so none is graded relevant."""
+    canary = judged["prov"]["canaries"]
+    questions = {q: "" for q in dict.fromkeys(r["query_id"] for r in judged["retrieved"])}
+    pooled = gj.pool(judged["retrieved"], questions, DEPTH)
+    chosen = gj.canaries(pooled, questions)
+    own = {(p.query_id, p.corpus_id) for p in pooled}
+    assert chosen and all((c.query_id, c.corpus_id) not in own for c in chosen)
+    assert all(sum(c.query_id == q for c in chosen) <= gj.CANARIES for q in questions)
+    assert canary["per_question"] == gj.CANARIES and canary["asked"] == len(chosen)
+    prose = sum(c.query_id == "honeybees:28" for c in chosen)  # the question answered with prose: no grade
+    assert canary["graded"] == canary["asked"] - prose
+    assert canary["graded_relevant"] == 0 and canary["rate"] == 0 and canary["warning"] is False
 
 
 def test_document_qrels_are_the_best_passage_and_chunk_qrels_follow_the_rule(judged):
@@ -228,7 +245,7 @@ def test_a_run_over_judged_gold_says_so(judged, prefect_server, shared_home, tmp
     proc = subprocess.run([*argv, *grid], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     said = proc.stdout + proc.stderr
-    assert "gold set judged by a model (stand-in, prompt gold-judge/1)" in said
+    assert "gold set judged by a model (stand-in, prompt gold-judge/2)" in said
     assert "of the top 3 was judged" in said and "of the top 10 was judged" in said
     import re
 

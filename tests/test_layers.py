@@ -18,6 +18,7 @@ LAYERS = [
         [
             "chunkeval._version",
             "chunkeval.errors",
+            "chunkeval.visible",
             "chunkeval.vocabulary",
             "chunkeval.paths",
             "chunkeval.limits",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import errno
 
+from chunkeval.visible import visible
+
 # every command's exit status (`chunkeval --help` and docs/exit-codes.md show this table)
 EXIT_OK, EXIT_REGRESSION, EXIT_INPUT, EXIT_NOTHING_COMPARABLE, EXIT_FAULT = 0, 1, 2, 3, 4
 EXIT_CODES = (
@@ -21,14 +23,11 @@ def exit_code_table() -> str:
     return "exit status:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES)
 
 
-# the characters `str.splitlines` breaks a line at: a message that quotes input holding one is still one line
-_LINE_BREAKS = {c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
-
-
 def one_line(text: str) -> str:
-    """`text` with every character that breaks a line written as its escape (`\\x1e`): what an error message
-    that quotes hostile input (a file name, a CSV header) prints as one line."""
-    return text.translate(str.maketrans(_LINE_BREAKS))
+    """`text` with every control character written as its escape (`\\x1e`, `\\x1b`, `\\n`): what an error message
+    that quotes hostile input (a file name, a CSV header, a model's answer) prints as one line that a terminal
+    shows and never obeys (`chunkeval.visible.visible`)."""
+    return visible(text)
 
 
 class InputError(Exception):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import hashlib
 import os
 import stat
@@ -15,6 +17,7 @@ import pyarrow.parquet as pq
 
 from chunkeval.errors import InputError, as_fault
 from chunkeval.faults import checkpoint
+from chunkeval.limits import short
 from chunkeval.paths import home as chunkeval_home
 
 
@@ -88,6 +91,51 @@ def _kind(mode: int) -> str | None:
     return next((name for test, name in _KINDS if test(mode)), None if stat.S_ISREG(mode) else "not a regular file")
 
 
+_SEPARATORS_ALWAYS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # line breaks of every line-based file
+
+
+def field(value, separators: str, what: str, path=None) -> str:
+    """`value` as a field of a file whose `separators` (and line breaks) cannot be escaped, such as a TSV file or
+    a TREC run: refused in one line naming the value and the file where it holds one, or is empty, so that no
+    value forges a row or a column."""
+    text = str(value)
+    if not text or any(c in separators or c in _SEPARATORS_ALWAYS for c in text):
+        said = "is empty" if not text else "holds a separator of the file (a tab, a space or a line break)"
+        raise InputError(f"{what} {short(text)} {said}: it would forge a row or a column", path)
+    return text
+
+
+class CsvRows:
+    """Rows written as CSV to a text stream, one line per row, fields quoted where they need it. Python's csv
+    quotes a field for the characters of its line ending only, so a lone carriage return (`\\r`), which ends a
+    row for most readers, would forge one: a row with one in a field has every field quoted."""
+
+    def __init__(self, stream):
+        self.minimal = csv.writer(stream, lineterminator="\n")
+        self.quoted = csv.writer(stream, lineterminator="\n", quoting=csv.QUOTE_ALL)
+
+    def writerow(self, values) -> None:
+        values = list(values)
+        (self.quoted if any(isinstance(v, str) and "\r" in v for v in values) else self.minimal).writerow(values)
+
+
+# the files chunkeval writes and reads beside a file, named after it: its provenance record and review (the gold
+# commands), the judged qrels and queries (`gold judge`), a sweep's per-query, per-corpus and per-slice tables and
+# TREC runs. They belong to that file: an output that would replace one replaces part of an input.
+COMPANION_PARTS = ("provenance.json", "review.csv", "review.html", "qrels.tsv", "queries.jsonl", "chunk_qrels.jsonl")
+TABLE_PARTS = ("per_query", "by_corpus", "by_slice")
+
+
+def companions(path: Path | str) -> list[Path]:
+    """The companion files of `path` (`COMPANION_PARTS`, `TABLE_PARTS` with its suffix, its `.doc_runs` folder)."""
+    path, out = Path(path), []
+    stems = [path.name.rsplit(".", i)[0] for i in range(1, path.name.count(".") + 1)]  # j.qrels.tsv: j.qrels, j
+    for stem in stems:
+        out += [path.with_name(f"{stem}.{part}") for part in COMPANION_PARTS]
+    out += [path.with_name(f"{path.stem}.{part}{path.suffix}") for part in TABLE_PARTS]
+    return [*out, path.with_name(f"{path.stem}.doc_runs")]
+
+
 def _within(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
@@ -148,33 +196,145 @@ def check_output(
                 "($CHUNKEVAL_HOME): name a path elsewhere",
                 shown,
             )
-    for given in inputs:
-        if not given:
-            continue
+    for given in (c for i in inputs if i for c in (i, *companions(i))):
         source = Path(os.path.realpath(Path(given).expanduser()))
         inside = _within(real, source) if source.is_dir() else real == source
         if inside or (mode is not None and source.exists() and os.path.samefile(source, real)):
             where = "inside " if real != source and source.is_dir() else ""
             raise InputError(f"{what} is {where}the command's own input {source}: name a path elsewhere", shown)
+    _CHECKED[str(real.parent)] = _identity(os.stat(real.parent))
     return real
 
 
-def _replaceable(path: Path) -> None:
-    """Refuse a target that exists and is not a regular file (it may have changed since `check_output`):
-    `os.replace` would turn a device into a file."""
+# The folders of outputs as `check_output` saw them, by resolved path: (device, inode). Written later, an output's
+# folder is opened once, from `/` one component at a time without following any link, and must be that folder
+# still: a folder swapped meanwhile for a link (into the warehouse, say) or for another folder is refused.
+_CHECKED: dict[str, tuple[int, int]] = {}
+_DIR = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _walk(folder: Path, fd: int | None = None) -> int:
+    """A descriptor of `folder`, reached from `/` (or from the folder `fd` is, for a relative one) one component at
+    a time, none of them a link (O_NOFOLLOW); `fd` is closed."""
+    fd = os.open("/", _DIR) if fd is None else fd
     try:
-        mode = os.stat(path).st_mode
+        for part in folder.parts[1:] if folder.is_absolute() else folder.parts:
+            step = os.open(part, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = step
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_folder(folder: Path) -> int:
+    """A descriptor of the folder an output is written into: for a folder `check_output` checked (or a folder
+    below one), reached without following any link and checked to be the folder it checked (else one line,
+    nothing written); any other folder (chunkeval's own, under `$CHUNKEVAL_HOME`) opened as it is named."""
+    folder = Path(folder)
+    checked = next((f for f in (folder, *folder.parents) if str(f) in _CHECKED), None)
+    if checked is None:
+        return os.open(folder, _DIR)
+    try:
+        fd = _walk(checked)
+    except OSError:
+        raise InputError(
+            "output folder changed since it was checked (now a link, or gone): nothing written", checked
+        ) from None
+    if _identity(os.fstat(fd)) != _CHECKED[str(checked)]:
+        os.close(fd)
+        raise InputError("output folder changed since it was checked (now another folder): nothing written", checked)
+    try:
+        return _walk(folder.relative_to(checked), fd) if folder != checked else fd
+    except OSError:
+        raise InputError("output folder is a link, or changed since it was checked: nothing written", folder) from None
+
+
+@contextlib.contextmanager
+def output_folder(folder: Path):
+    """`open_folder(folder)` as a path through its descriptor (`/proc/self/fd/N`, Linux), for writers that take a
+    path (DuckDB, a folder written whole): what they write lands in the folder opened once, whatever happens to
+    its name meanwhile. Where there is no /proc, the folder's own path."""
+    fd = open_folder(folder)
+    try:
+        through = Path(f"/proc/self/fd/{fd}")
+        yield through if through.is_dir() else Path(folder)
+    finally:
+        os.close(fd)
+
+
+def _target(fd: int, name: str, shown: Path, checked: bool) -> None:
+    """Refuse, at the moment of writing, a name in the folder `fd` that exists and is not a regular file (a link,
+    in a folder `check_output` checked: `os.replace` would turn a device into a file, and a link swapped in is no
+    output anyone checked)."""
+    try:
+        mode = os.stat(name, dir_fd=fd, follow_symlinks=not checked).st_mode
     except FileNotFoundError:
         return
-    kind = _kind(mode)
+    kind = _kind(mode) if not stat.S_ISLNK(mode) else "a link (made after it was checked)"
     if kind is not None:
-        raise InputError(f"output is {kind}, not a regular file: chunkeval replaces only regular files", path)
+        raise InputError(f"output is {kind}, not a regular file: chunkeval replaces only regular files", shown)
+
+
+def _checked_folder(path: Path) -> bool:
+    return any(str(f) in _CHECKED for f in (path.parent, *path.parent.parents))
 
 
 def replace_file(tmp: Path, path: Path) -> None:
-    """Rename the finished temporary file `tmp` onto `path`, which may only be missing or a regular file."""
-    _replaceable(path)
-    os.replace(tmp, path)
+    """Rename the finished temporary file `tmp` (beside `path`) onto `path`, which may only be missing or a regular
+    file, within the folder opened once (`open_folder`)."""
+    path = Path(path)
+    fd = open_folder(path.parent)
+    try:
+        _target(fd, path.name, path, _checked_folder(path))
+        os.replace(Path(tmp).name, path.name, src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _write_staged(items: list[tuple[Path, object]], write, point: str | None = None) -> None:
+    """Write each item (path, content) with `write(file, content)` to a temporary file in its folder, each folder
+    opened once (`open_folder`), then check every target and rename them all: a failure on the way leaves none of
+    them half-written. `point` names the fault-injection point between the first rename and the others."""
+    folders: dict[Path, int] = {}
+    staged: list[tuple[int, str, Path]] = []
+    try:
+        for path, content in items:
+            path = Path(path)
+            if path.parent not in folders:
+                folders[path.parent] = open_folder(path.parent)
+            fd = folders[path.parent]
+            tmp = f".{path.name}.{uuid.uuid4().hex}.tmp"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+            staged.append((fd, tmp, path))
+            with os.fdopen(os.open(tmp, flags, 0o666, dir_fd=fd), "wb") as fh:
+                write(fh, content)
+        for fd, _, path in staged:
+            _target(fd, path.name, path, _checked_folder(path))
+        for i, (fd, tmp, path) in enumerate(staged):
+            os.replace(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd)
+            if i == 0 and point:
+                checkpoint(point)  # one file in place, the others not yet
+    except OSError as exc:
+        raise (as_fault(exc) or exc) from None
+    finally:
+        for fd, tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fd)
+        for fd in folders.values():
+            os.close(fd)
+
+
+def _write_table(fh, table: pa.Table, path: Path, compression: str | None, parquet: dict) -> None:
+    if path.suffix.lower() == ".parquet":
+        pq.write_table(table, fh, **({"compression": compression} if compression else {}), **parquet)
+    else:
+        pacsv.write_csv(table, fh)
 
 
 def write_tables(
@@ -184,27 +344,8 @@ def write_tables(
     `point` names the fault-injection point between the first rename and the others; `compression` is
     Parquet's codec (pyarrow's default, snappy, when None); `parquet`, more of `pyarrow.parquet.write_table`'s
     options (encodings)."""
-    staged = []
-    try:
-        for path, table in tables.items():
-            path = Path(path)
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-            staged.append((tmp, path))
-            if path.suffix.lower() == ".parquet":
-                pq.write_table(table, tmp, **({"compression": compression} if compression else {}), **parquet)
-            else:
-                pacsv.write_csv(table, tmp)
-        for _, path in staged:
-            _replaceable(path)
-        for i, (tmp, path) in enumerate(staged):
-            os.replace(tmp, path)
-            if i == 0 and point:
-                checkpoint(point)  # one file in place, the others not yet
-    except OSError as exc:
-        raise (as_fault(exc) or exc) from None
-    finally:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
+    items = [(Path(path), (Path(path), table)) for path, table in tables.items()]
+    _write_staged(items, lambda fh, pt: _write_table(fh, pt[1], pt[0], compression, parquet), point)
 
 
 def write_text(path: Path, text: str) -> None:
@@ -215,19 +356,4 @@ def write_text(path: Path, text: str) -> None:
 def write_texts(texts: dict[Path, str]) -> None:
     """Text files (UTF-8), each written under a temporary name first, then all renamed: a failure on the way
     leaves none of them half-written."""
-    staged = []
-    try:
-        for path, text in texts.items():
-            path = Path(path)
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-            staged.append((tmp, path))
-            tmp.write_text(text, encoding="utf-8")
-        for _, path in staged:
-            _replaceable(path)
-        for tmp, path in staged:
-            replace_file(tmp, path)
-    except OSError as exc:
-        raise (as_fault(exc) or exc) from None
-    finally:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
+    _write_staged([(Path(p), t) for p, t in texts.items()], lambda fh, text: fh.write(text.encode("utf-8")))

@@ -14,6 +14,8 @@ Each bound is documented in docs/limits.md; each is a one-line error (exit 2 at 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -62,6 +64,68 @@ def regular_file(path: Path) -> Path:
         kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
         raise InputError(f"is {kind}, not a regular file", path)
     return path
+
+
+RECORD_BYTES = 64 << 20  # the largest record chunkeval reads back of its own (a manifest, a cache entry, a seal)
+INPUT_BYTES = 1 << 30  # the largest text input read whole (an experiment file, a TREC run, a qrels file)
+
+
+class NotRegular(OSError):
+    """A file that is not a regular file where one is expected, or one past its bound: unreadable, as a missing
+    file is (an `OSError`, so that whoever reads a record of its own remakes it)."""
+
+
+def _regular_bytes(path: Path, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`: opened without blocking and checked as opened (a FIFO or
+    a device, even one swapped in after a check by name, is never waited on or read), read no further than the
+    bound. `NotRegular` otherwise; a missing file is FileNotFoundError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = (
+                "a folder"
+                if stat.S_ISDIR(mode)
+                else "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a socket"
+                if stat.S_ISSOCK(mode)
+                else "a device"
+            )
+            raise NotRegular(errno.EINVAL, f"{kind}, not a regular file", str(path))
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise NotRegular(errno.EFBIG, f"more than {max_bytes:,} bytes", str(path))
+    return data
+
+
+def record_text(path: Path, max_bytes: int = RECORD_BYTES) -> str:
+    """`Path.read_text(encoding="utf-8")` of a record chunkeval wrote itself (a manifest, a cache entry, a seal),
+    but never blocking on a FIFO and never past `max_bytes`: both raise an `OSError` (`NotRegular`), as an
+    unreadable file does, so that the record is treated as missing or damaged and made again."""
+    return _regular_bytes(Path(path), max_bytes).decode("utf-8")
+
+
+def read_bytes(path: Path, max_bytes: int, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most `max_bytes`, read where a file is expected (`_regular_bytes`); one
+    line (`InputError`) naming the file otherwise."""
+    path = Path(path)
+    try:
+        return _regular_bytes(path, max_bytes)
+    except FileNotFoundError:
+        raise InputError(f"{what} not found", path) from None
+    except NotRegular as exc:
+        raise InputError(f"the {what} is {exc.strerror} (docs/limits.md)", path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read the {what} ({exc.strerror})", path) from None
+
+
+def read_text(path: Path, max_bytes: int, what: str = "file") -> str:
+    """`read_bytes` as UTF-8 text (a file that is not UTF-8 is one line too)."""
+    try:
+        return read_bytes(path, max_bytes, what).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"the {what} is not UTF-8 text", path) from None
 
 
 def head(path: Path) -> bytes:
@@ -189,3 +253,36 @@ def json_loads(text: str):
     if text.count("[") + text.count("{") > JSON_DEPTH and json_depth(text) > JSON_DEPTH:
         raise json.JSONDecodeError(f"nested deeper than {JSON_DEPTH} levels", text, 0)
     return json.loads(text)
+
+
+def data_bytes() -> int | None:
+    """This process's private writable memory now (Linux's VmData: what RLIMIT_DATA counts), None where unknown."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+@contextlib.contextmanager
+def capped_memory(extra: int):
+    """While the block runs, this process may take at most `extra` bytes more private memory than it has now
+    (RLIMIT_DATA, Linux: DuckDB's allocations, Arrow's and Python's alike); past it an allocation fails (DuckDB's
+    Out of Memory Error, Python's MemoryError) instead of the machine's memory filling. The limit is put back
+    after. Nothing is capped where the platform cannot say how much the process has."""
+    import resource
+
+    now = data_bytes()
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    wanted = None if now is None else now + extra
+    if wanted is None or (hard != resource.RLIM_INFINITY and wanted > hard):
+        yield
+        return
+    resource.setrlimit(resource.RLIMIT_DATA, (wanted if soft == resource.RLIM_INFINITY else min(soft, wanted), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))

@@ -12,6 +12,7 @@ metric names. A module of its own, below everything, so that reading the warehou
 
 from chunkeval.errors import InputError
 from chunkeval.limits import short
+from chunkeval.visible import visible
 
 CONFIG_KEYS = [
     "model", "retriever", "index", "vectors", "dims", "reranker", "candidates", "expand", "chunker", "chunk_size",
@@ -269,7 +270,7 @@ def gold_kind_said(settings: dict) -> str:
     if kind not in ("generated", "judged"):
         return ""
     prov = settings.get("gold_provenance") or {}
-    by = f"{prov.get('model', 'a chat model')}, prompt {prov.get('prompt_version', '?')}"
+    by = f"{visible(prov.get('model', 'a chat model'))}, prompt {visible(prov.get('prompt_version', '?'))}"
     if kind == "judged":
         return f"judged by a model ({by}): unjudged chunks count as not relevant"
     reviewed = "; reviewed and accepted" if prov.get("reviewed") else ""

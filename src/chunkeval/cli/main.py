@@ -15,10 +15,13 @@ import threading
 from chunkeval import progress
 from chunkeval._version import __version__
 from chunkeval.cli.commands import COMMANDS
+from chunkeval.cli.options import SETTING_FLAGS, whole_number
+from chunkeval.cli.output import visible_output
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import EXIT_FAULT, EXIT_INPUT, InputError, as_fault, exit_code_table
 from chunkeval.limits import NAME_LENGTH, check_name, check_path_length
 from chunkeval.paths import home
+from chunkeval.visible import visible_lines
 
 log = logging.getLogger("chunkeval")
 
@@ -42,7 +45,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="command")
     for command in COMMANDS:
         command.add_parser(sub).set_defaults(warehouse_session=command.WAREHOUSE_SESSION)
+    _bound_whole_numbers(parser)
     return parser
+
+
+def _bound_whole_numbers(parser: argparse.ArgumentParser) -> None:
+    """Every whole-number flag of every command reads a number from 0 to `MAX_INT` (`options.whole_number`), so
+    that none reaches a query or an allocation as -1 or 10**23 (each command's own lower bound still holds); the
+    experiment settings' flags are checked by the settings table, as the setting is however it arrives."""
+    for action in parser._actions:
+        if action.type is int and action.dest not in SETTING_FLAGS:
+            action.type = whole_number
+        for child in (action.choices or {}).values() if isinstance(action, argparse._SubParsersAction) else ():
+            _bound_whole_numbers(child)
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -62,8 +77,8 @@ class _Formatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         if getattr(record, progress.NOTICE, False):
-            return f"chunkeval: {record.getMessage()}"
-        return super().format(record)
+            return visible_lines(f"chunkeval: {record.getMessage()}")
+        return visible_lines(super().format(record))
 
 
 def configure_logging(verbose: bool) -> None:
@@ -104,6 +119,11 @@ def internal_error(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with visible_output():  # no text from data drives the terminal, whatever prints it
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)

@@ -18,6 +18,7 @@ from chunkeval.engine.pipeline.experiment import SETTINGS, Experiment
 from chunkeval.engine.settings.plugins import check_plugin_modules
 from chunkeval.engine.settings.table import LARGE_GRID, Setting, parse_ints, read_flag
 from chunkeval.errors import InputError
+from chunkeval.limits import MAX_INT, short
 from chunkeval.vocabulary import CONFIG_KEYS, GOLD_FORMATS, NUMBER_KEYS, check_metric, check_metrics, split_flags
 
 # --------------------------------------------------------------------------- experiment settings
@@ -225,6 +226,20 @@ def number_in(value, least: float, most: float, flag: str) -> None:
     """A number given on the command line within [least, most] (`gold generate`, `gold judge`)."""
     if not least <= value <= most:
         raise InputError(f"{flag} takes a number from {least:g} to {most:g}, got {value:g}")
+
+
+def whole_number(text: str) -> int:
+    """A whole-number flag's value: 0 to `MAX_INT` (docs/limits.md); what argparse says otherwise is one line."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{short(text)} is not a whole number") from None
+    if not 0 <= value <= MAX_INT:
+        raise argparse.ArgumentTypeError(f"{short(text)} is not a whole number from 0 to {MAX_INT}")
+    return value
+
+
+whole_number.__name__ = "int"  # what the flags' type was, and is still (tests/data/cli_options.json records it)
 
 
 def check_at_least_one(value: int | None, flag: str) -> int | None:

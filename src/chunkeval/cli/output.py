@@ -1,10 +1,44 @@
-"""How commands print what is not a table: JSON documents, times and missing numbers."""
+"""How commands print what is not a table: JSON documents, times and missing numbers; and the net every line
+the command prints passes (`Visible`), so that no text from data drives the terminal."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
+
+from chunkeval.visible import visible_lines
+
+
+class Visible:
+    """A text stream that writes to `stream` with every control character but line breaks, carriage returns and
+    tabs made visible (`chunkeval.visible.visible_lines`): the net under the names each command already shows
+    with `visible`, for every line the command prints (JSON escapes its own: `json` writes `\\u001b`)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(visible_lines(text))
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):  # flush, fileno, isatty, encoding, buffer
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def visible_output():
+    """stdout and stderr wrapped in `Visible` while the block runs (a command), as they were after it."""
+    was = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Visible(was[0]), Visible(was[1])
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = was
 
 
 def print_json(doc, **options) -> None:

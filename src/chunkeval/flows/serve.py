@@ -10,7 +10,7 @@ import inspect
 import sys
 import threading
 import time
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -19,10 +19,10 @@ from prefect.events import DeploymentEventTrigger
 from prefect.exceptions import PrefectHTTPStatusError
 from prefect.schedules import Cron, Interval
 
-from chunkeval.engine.settings.plugins import check_module_name
+from chunkeval.engine.settings.plugins import check_module_name, is_stdlib
 from chunkeval.errors import InputError
 from chunkeval.flows.alerts import plan_alerts, say_run_ends, sync_automations
-from chunkeval.limits import yaml_load
+from chunkeval.limits import read_text, yaml_load
 from chunkeval.paths import DEPLOYMENTS_FILE
 
 DEFAULT_FILE = DEPLOYMENTS_FILE
@@ -35,6 +35,8 @@ def _flow(entrypoint, where: str):
     path, _, name = entrypoint.partition(":")
     module = path.removesuffix(".py").replace("/", ".")
     check_module_name(module, f"{where}: entrypoint")
+    if is_stdlib(module):  # refused by name: importing `this` or `antigravity` already does something
+        raise InputError(f"{where}: entrypoint {entrypoint!r} names a standard-library module, not a flow")
     try:
         found = getattr(importlib.import_module(module), name, None)
     except ImportError as exc:
@@ -56,11 +58,13 @@ def _schedule(spec, where: str):
         raise InputError(f"{where}: unknown timezone {timezone!r} (an IANA name such as UTC or Europe/Paris)") from None
     if "cron" in spec:
         try:
-            return Cron(str(spec["cron"]), timezone=timezone)
+            schedule = Cron(str(spec["cron"]), timezone=timezone)
         except ValueError:
             raise InputError(
                 f"{where}: {spec['cron']!r} is not a cron expression (minute hour day month weekday)"
             ) from None
+        _fires(str(spec["cron"]), where)
+        return schedule
     if "interval" in spec:  # anchor_date: an ISO time the intervals count from (default: when it is served)
         seconds, anchor = spec["interval"], spec.get("anchor_date")
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 1 <= seconds <= 366 * 86400:
@@ -69,26 +73,48 @@ def _schedule(spec, where: str):
             start = datetime.fromisoformat(str(anchor)) if anchor else None
         except ValueError:
             raise InputError(f"{where}: anchor_date must be an ISO time, got {anchor!r}") from None
+        if start is not None:  # a first run years ahead never comes: the server would hold a schedule that waits
+            aware = start if start.tzinfo else start.replace(tzinfo=ZoneInfo(str(timezone)))
+            if aware - datetime.now(aware.tzinfo) > MAX_ANCHOR_AHEAD:
+                raise InputError(
+                    f"{where}: anchor_date {anchor!r} is more than {MAX_ANCHOR_AHEAD.days} days ahead: the first "
+                    "run would wait that long (the intervals count from it)"
+                )
         return Interval(seconds, anchor_date=start, timezone=timezone if "timezone" in spec else None)
     raise InputError(f"{where}: a schedule needs cron or interval, got {spec!r}")
+
+
+MAX_ANCHOR_AHEAD = timedelta(days=366)  # the furthest an interval schedule's anchor_date may lie ahead
+DEPLOYMENTS_BYTES = 1 << 20  # a deployments file is a few lines
+
+
+def _fires(cron: str, where: str) -> None:
+    """Refuse a cron expression the server's scheduler (croniter, as Prefect vendors it) finds no next time for:
+    `0 0 31 2 *` reads, and never fires."""
+    from prefect._vendor.croniter import CroniterBadDateError, croniter
+
+    try:
+        croniter(cron, datetime.now(UTC), day_or=True).get_next(datetime)
+    except (CroniterBadDateError, ValueError, KeyError):
+        raise InputError(f"{where}: {cron!r} never fires: no date matches it (day, month and weekday)") from None
 
 
 def deployments(prefect_file: Path = DEFAULT_FILE) -> list:
     """The deployments of the file, as runner deployments of this process's flows: each checked in one line
     naming the file and the deployment (its entrypoint, schedules and triggers) before any is served."""
-    try:
-        text = Path(prefect_file).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read deployments ({exc})", prefect_file) from None
+    text = read_text(Path(prefect_file), DEPLOYMENTS_BYTES, "deployments file")  # never a FIFO, never unbounded
     spec = yaml_load(text, prefect_file)  # a key given twice is an error here too
     listed = spec.get("deployments") if isinstance(spec, dict) else None
     if not isinstance(listed, list) or not all(isinstance(d, dict) for d in listed):
         raise InputError("a deployments file holds a list of deployments (mappings) under deployments:", prefect_file)
-    out = []
+    out, seen = [], {}
     for n, d in enumerate(listed, start=1):
         where = f"{prefect_file}: deployment {d.get('name') or n}"
         if not isinstance(d.get("name"), str) or not d["name"]:
             raise InputError(f"{where}: needs a name")
+        if d["name"] in seen:  # the server keeps one deployment per flow and name: the other would vanish
+            raise InputError(f"{where}: the name is given twice (deployments {seen[d['name']]} and {n})")
+        seen[d["name"]] = n
         flow = _flow(d.get("entrypoint"), where)
         parameters = d.get("parameters") or {}
         if not isinstance(parameters, dict):

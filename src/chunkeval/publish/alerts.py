@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION
 from chunkeval.engine.settings.endpoints import Destination, mask, read_key
+from chunkeval.visible import visible
 from chunkeval.vocabulary import ALERT_EVENTS, config_id, config_label
 
 TIMEOUT = 10.0  # seconds a destination has to answer
@@ -243,8 +244,7 @@ def send(destination: Destination, event: str, payload: dict) -> str:
 
 def short_answer(text: str) -> str:
     """An answer as one line of printable text, cut at `ANSWER_CHARS` (a server may answer anything)."""
-    line = " ".join(str(text).split())
-    line = "".join(c if c.isprintable() else "?" for c in line)
+    line = visible(" ".join(str(text).split()))
     return line if len(line) <= ANSWER_CHARS else line[: ANSWER_CHARS - 1] + "…"
 
 

@@ -24,7 +24,8 @@ from chunkeval.report.inspect import (
     retrieved_items,
     run_references,
 )
-from chunkeval.report.terminal import measured, printable
+from chunkeval.report.terminal import measured
+from chunkeval.visible import visible
 from chunkeval.vocabulary import CONFIG_KEYS, SPAN_METRICS
 
 UNCHANGED = 1e-9  # a change of at most this much is no change
@@ -147,9 +148,7 @@ def format_diff(docs: list[dict], run_a: str, run_b: str, colour: bool = False) 
         )
         shown = d["queries"][:SHOWN_QUERIES]
         for q in shown:
-            lines.append(
-                f"  {printable(q['query_id'])} {printable(q['question'] or '')!r}: {q['a']:.3f} → {q['b']:.3f}"
-            )
+            lines.append(f"  {visible(q['query_id'])} {visible(q['question'] or '')!r}: {q['a']:.3f} → {q['b']:.3f}")
             lines.append("    a retrieved:")
             lines += format_items(q["retrieved_a"], colour, indent="      ")
             lines.append("    b retrieved:")

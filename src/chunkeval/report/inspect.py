@@ -16,7 +16,7 @@ from html import escape
 import pyarrow as pa
 
 from chunkeval.errors import InputError
-from chunkeval.report.terminal import printable
+from chunkeval.visible import visible
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS
 
 CONTEXT = 200  # characters of context on each side of a reference
@@ -179,7 +179,7 @@ def marked(text: str | None, offset: int, spans: list[list[int]], colour: bool) 
     if text is None:
         return "(text not kept: the run was recorded before corpus texts were kept)"
     opening, closing = COLOUR if colour else MARK
-    shown = lambda part: printable(part.replace("\n", "↵ "))  # noqa: E731 (one line per chunk)
+    shown = lambda part: visible(part.replace("\n", "↵ "))  # noqa: E731 (one line per chunk)
     out, at = [], 0
     for s, e in spans:
         s, e = max(s - offset, at), min(e - offset, len(text))
@@ -209,22 +209,22 @@ def format_items(items: list[dict], colour: bool, indent: str = "  ") -> list[st
         score = "–" if item["score"] is None else f"{item['score']:.3f}"
         verdict = f"relevant (grade {item['grade']:g})" if item["relevant"] else "not relevant"
         if "doc_id" in item:  # document gold: the chunk is judged by its document
-            verdict = f"document {printable(item['doc_id'])}, {verdict}"
-        lines.append(f"{indent}#{item['rank']} score {score}, {verdict}: {printable(item['chunk_id'])}{pages(item)}")
+            verdict = f"document {visible(item['doc_id'])}, {verdict}"
+        lines.append(f"{indent}#{item['rank']} score {score}, {verdict}: {visible(item['chunk_id'])}{pages(item)}")
         lines.append(f"{indent}   {marked(item['text'], item['start'], item['overlaps'], colour)}")
     return lines
 
 
 def format_inspect(doc: dict, colour: bool = False) -> str:
     """The terminal's view of `inspect_doc`."""
-    lines = [f"question {printable(doc['query_id'])}: {printable(doc['question'] or '(question text not recorded)')}"]
+    lines = [f"question {visible(doc['query_id'])}: {visible(doc['question'] or '(question text not recorded)')}"]
     items = [i for c in doc["configs"] for i in c["retrieved"]]
     documents = any("doc_id" in r for r in doc["references"] + items)  # document gold
     lines.append(f"{'relevant documents' if documents else 'references'} ({len(doc['references'])}):")
-    lines += [f"  {printable(r['doc_id'])} (grade {r['grade']:g})" for r in doc["references"] if documents]
+    lines += [f"  {visible(r['doc_id'])} (grade {r['grade']:g})" for r in doc["references"] if documents]
     for ref in () if documents else doc["references"]:
         start = max(0, ref["start"] - CONTEXT)
-        where = f"{printable(ref['corpus_id'])} [{ref['start']}, {ref['end']})"
+        where = f"{visible(ref['corpus_id'])} [{ref['start']}, {ref['end']})"
         lines.append(f"  {where}: …{marked(ref['context'], start, [[ref['start'], ref['end']]], colour)}…")
     for c in doc["configs"]:
         lines.append("")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,6 +13,7 @@ from chunkeval.analysis.power import against_best
 from chunkeval.errors import InputError
 from chunkeval.files import check_output
 from chunkeval.stats.power import CEILING, at_ceiling
+from chunkeval.visible import visible
 from chunkeval.vocabulary import (
     CONFIG_KEYS,
     DOC_METRICS,
@@ -260,19 +260,11 @@ def _cell(value) -> str:
     return str(value)
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """`text` with its control characters escaped (`\\x1b`): text from data never drives the terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
 LEFT = ("config_id",)  # columns left-aligned whatever their cells start with
 
 
 def format_rows(header: list[str], rows: list[list[str]]) -> str:
-    rows = [[printable(c) for c in r] for r in rows]
+    rows = [[visible(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
     lines += [

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from chunkeval.errors import InputError
-from chunkeval.files import check_output, replace_file
+from chunkeval.files import check_output, output_folder, replace_file
 from chunkeval.warehouse.damage import damaged_files
 from chunkeval.warehouse.migrations import RESULTS_VIEWS, Schema, results_view_sql
 from chunkeval.warehouse.tables import empty_results
@@ -226,7 +226,10 @@ class Access(Schema):
         if out.is_dir():
             raise InputError("the snapshot path is a folder: give a file name such as warehouse.duckdb", out)
         out = check_output(out, [self.root], what="the snapshot")  # never the warehouse's own files
-        partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
+        with output_folder(out.parent) as folder:  # opened once: a swap of its name meanwhile redirects nothing
+            return self._snapshot(out, folder / f".{out.name}.partial-{os.getpid()}")
+
+    def _snapshot(self, out: Path, partial: Path) -> dict:
         try:
             partial.unlink(missing_ok=True)
             partial.touch()

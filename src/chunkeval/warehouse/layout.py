@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from chunkeval.files import write_text
+from chunkeval.limits import json_loads, record_text
 from chunkeval.vocabulary import ANCHOR_STATUSES
 from chunkeval.warehouse.tables import MANIFEST_COLUMNS, STATUSES
 
@@ -53,7 +54,7 @@ class Layout:
         folder = self.results_dir / row["run_id"]
         folder.mkdir(parents=True, exist_ok=True)
         try:
-            check = json.loads((folder / "gold_check.json").read_text(encoding="utf-8"))
+            check = json_loads(record_text(folder / "gold_check.json"))
         except (OSError, ValueError):
             check = None
         if isinstance(check, dict):
@@ -69,7 +70,7 @@ class Layout:
     def read_manifest(self, run_id: str) -> dict | None:
         """A run's manifest, or None where it is missing or unreadable."""
         try:
-            doc = json.loads(self.manifest_path(run_id).read_text(encoding="utf-8"))
+            doc = json_loads(record_text(self.manifest_path(run_id)))
         except (OSError, ValueError):
             return None
         if not isinstance(doc, dict) or doc.get("run_id") != run_id or doc.get("status") not in STATUSES:
@@ -121,7 +122,7 @@ class Layout:
     @staticmethod
     def _read_pin(path: Path) -> dict | None:
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc = json_loads(record_text(path))
             return {
                 "experiment": str(doc["experiment"]),
                 "run_id": str(doc["run_id"]),
@@ -157,7 +158,7 @@ class Layout:
     def corpus_versions(self, run_id: str) -> dict[str, str]:
         """corpus id → SHA-256 of the text the run read (empty for runs recorded before texts were kept)."""
         try:
-            found = json.loads((self.results_dir / run_id / "corpora.json").read_text(encoding="utf-8"))
+            found = json_loads(record_text(self.results_dir / run_id / "corpora.json"))
         except (OSError, ValueError):
             return {}
         return found if isinstance(found, dict) else {}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from chunkeval.errors import Fault, InputError
 from chunkeval.files import pid_alive, write_text
+from chunkeval.limits import json_loads, record_text
 from chunkeval.warehouse.baselines import Baselines
 from chunkeval.warehouse.db import Damaged
 from chunkeval.warehouse.migrations import SUMMARY_TABLES
@@ -213,7 +214,7 @@ class Maintenance(Lifecycle, Baselines):
                 shutil.rmtree(folder, ignore_errors=True)
                 continue
             try:
-                if json.loads((folder / "manifest.json").read_text(encoding="utf-8")).get("status") == "deleted":
+                if json_loads(record_text(folder / "manifest.json")).get("status") == "deleted":
                     self._remove_folder(folder.name)
             except (OSError, ValueError):
                 pass

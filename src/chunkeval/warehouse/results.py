@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from chunkeval.errors import InputError
 from chunkeval.files import write_text
+from chunkeval.limits import json_loads, record_text
 from chunkeval.stats.columns import numbers
 from chunkeval.vocabulary import CONFIG_KEYS, NO_EXPAND, slice_name
 from chunkeval.warehouse.damage import DamagedResults, damaged_files, reading
@@ -130,7 +131,7 @@ class RunFiles(History):
         moved aside to `gold_check.json.corrupt` with one warning line, and reads as not recorded."""
         path = self.results_dir / run_id / "gold_check.json"
         try:
-            found = json.loads(path.read_text(encoding="utf-8"))
+            found = json_loads(record_text(path))
             if isinstance(found, dict) and all(isinstance(v, list) for v in found.values()):
                 return found
             problem = "not an object of lists"
@@ -150,7 +151,7 @@ class RunFiles(History):
     def alarms(self, run_id: str) -> dict | None:
         """What a run told (`record_alarms`); None where it recorded nothing or the file does not hold."""
         try:
-            found = json.loads((self.results_dir / run_id / "alarms.json").read_text(encoding="utf-8"))
+            found = json_loads(record_text(self.results_dir / run_id / "alarms.json", 1 << 20))
         except (OSError, ValueError):
             return None
         return found if isinstance(found, dict) else None

@@ -21,6 +21,7 @@ from chunkeval.cli.output import print_json
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.embedding import Embedder
 from chunkeval.engine.gold import generate as gg
+from chunkeval.engine.gold.answers import ANSWER_CHARS
 from chunkeval.engine.gold.chat import Chat
 from chunkeval.engine.gold.check import check_gold
 from chunkeval.engine.gold.generate import accepted
@@ -37,7 +38,7 @@ from chunkeval.engine.inputs.readers import read_csv_rows
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.sweep import load_inputs
 from chunkeval.errors import InputError
-from chunkeval.files import check_output, check_writable_dir, write_text, write_texts
+from chunkeval.files import check_output, check_writable_dir, write_texts
 from chunkeval.report.gold_review import generated_html, qrels_review_html, review_html
 from chunkeval.report.terminal import format_rows
 from chunkeval.vocabulary import DEFAULT_MODEL, split_flags
@@ -158,9 +159,9 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     import datetime
     import json
 
-    check_at_least_one(args.questions, "--questions")
-    check_at_least_one(args.per_passage, "--per-passage")
-    check_at_least_one(args.passage_chars, "--passage-chars")
+    number_in(args.questions, 1, gg.MAX_QUESTIONS, "--questions")
+    number_in(args.per_passage, 1, gg.MAX_PER_PASSAGE, "--per-passage")
+    number_in(args.passage_chars, 100, gg.MAX_PASSAGE_CHARS, "--passage-chars")
     number_in(args.dedup_similarity, -1, 1, "--dedup-similarity")
     number_in(args.excerpt_similarity, -1, 1, "--excerpt-similarity")
     number_in(args.timeout, 0.001, 86400, "--timeout")
@@ -197,7 +198,7 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if tokens > gg.ASK_YES_TOKENS and not args.yes:
         raise InputError(f"about {tokens:,} tokens is more than {gg.ASK_YES_TOKENS:,}: pass --yes to go ahead")
     try:
-        proposals, unusable = gg.run_requests(requests, texts, chat)
+        proposals, unusable, beyond = gg.run_requests(requests, texts, chat)
     finally:
         chat.close()
     if not proposals:
@@ -207,7 +208,14 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         )
     embedder = Embedder(DEFAULT_MODEL, cache_dir=paths.cache_dir())
     outcome = gg.validate(proposals, texts, embedder.embed, similarity, args.excerpt_similarity, args.dedup_similarity)
-    outcome.unusable = unusable
+    outcome.unusable, outcome.beyond_asked = unusable, beyond
+    if not outcome.kept:  # an empty gold set is no gold set: nothing is written
+        c = outcome.counts()
+        reasons = ", ".join(f"{n} {why}" for why, n in c["rejected_by_reason"].items() if n)
+        raise InputError(
+            f"no question kept: all {c['proposed']} proposed by {chat.url} were rejected ({reasons}); "
+            f"{c['unusable_answers']} unusable answer(s)"
+        )
     rows = gg.gold_rows(outcome.kept)
     review = gg.review_rows(rows, outcome.kept)
     provenance = {
@@ -230,6 +238,13 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
             "embedding_model": DEFAULT_MODEL,
         },
         "requests": {"made": chat.requests, "from_cache": chat.cached, "unusable": len(unusable)},
+        "bounds": {
+            "questions_per_answer": args.per_passage,
+            "excerpts_per_question": gg.EXCERPTS_PER_QUESTION,
+            "question_chars": gg.QUESTION_CHARS,
+            "answer_chars": ANSWER_CHARS,
+            "align_seconds": gg.ALIGN_SECONDS,
+        },
         "tokens": {"sent": chat.sent_tokens, "received": chat.received_tokens},
         "counts": outcome.counts(),
         "rejected": [{k: v for k, v in r.items() if k != "excerpts"} for r in outcome.rejected],
@@ -265,10 +280,11 @@ def accept(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     kept = accepted(marks, rows, review, source)
     columns = list(rows[0][1]) if rows else ["query_id", "question", "references", "corpus_id"]
     prov = accepted_provenance(source, review, len(kept), len(rows))  # still a model's questions, now reviewed
+    written = {out: csv_text(columns, kept)}
     if prov is not None:
         prov_path = check_output(out.with_name(f"{out.stem}.provenance.json"), (source, review), what="its provenance")
-        write_text(prov_path, prov)
-    write_text(out, csv_text(columns, kept))
+        written[prov_path] = prov
+    write_texts(written)  # both, or neither
     print(f"wrote {len(kept)} of {len(rows)} question(s) to {out}: those the review accepts")
     return 0
 
@@ -367,6 +383,7 @@ def update(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 def check(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     check_at_least_one(args.chunk_size, "--chunk-size")
+    check_at_least_one(args.limit, "--limit")
     exp = Experiment(
         corpus_dir=args.corpus_dir,
         questions=args.questions,

@@ -4,6 +4,7 @@ run retrieved for a file of questions (docs/gold.md, "Judge a run's passages")."
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from chunkeval import paths
@@ -16,7 +17,8 @@ from chunkeval.engine.inputs.corpus import load_documents
 from chunkeval.engine.inputs.document_gold import read_qrels
 from chunkeval.engine.inputs.span_gold import load_span_gold
 from chunkeval.errors import InputError
-from chunkeval.files import check_output, write_texts
+from chunkeval.files import check_output, field, write_texts
+from chunkeval.visible import visible
 
 
 def add_parser(gsub) -> None:
@@ -52,6 +54,7 @@ def add_parser(gsub) -> None:
 
 
 ASK_YES_REQUESTS = 5000  # a pool of more passages asks for --yes
+log = logging.getLogger("chunkeval")
 
 
 def _texts(wh, run_id: str, documents: set[str], corpus_dir: str | None) -> dict[str, str]:
@@ -98,6 +101,8 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     }
     paths_out = {w: check_output(p, inputs, what=w) for w, p in names.items()}
     questions = gj.read_questions(Path(args.questions))
+    for q in questions:  # the qrels are TSV, whose tabs and line breaks no id may hold: refused before any request
+        field(q, "\t", "query_id", args.questions)
     wh = warehouse()
     run = wh.run(args.run)  # an unknown run id is one line
     settings = json.loads(run.get("settings") or "{}")
@@ -107,6 +112,9 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         raise InputError(f"run {args.run} retrieved nothing for any question of {args.questions}: judge its own run")
     asked = {r["query_id"] for r in retrieved}
     pooled = gj.pool(retrieved, questions, args.depth)
+    for p in pooled:
+        field(p.corpus_id, "\t", "document id", f"run {args.run}")
+    canaries = gj.canaries(pooled, questions)
     chat = Chat(
         args.endpoint,
         args.chat_model,
@@ -116,16 +124,20 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     )
     chat.client()  # the endpoint and its key, checked before any work
     texts = _texts(wh, args.run, {p.corpus_id for p in pooled}, args.corpus_dir)
+    requests = len(pooled) + len(canaries)
     print(
         f"{len(pooled)} passage(s) pooled from run {args.run} at depth {args.depth} for {len(asked)} of "
-        f"{len(questions)} question(s): {len(pooled)} request(s) to {args.chat_model} at {chat.url}"
+        f"{len(questions)} question(s), and {len(canaries)} canary passage(s): {requests} request(s) to "
+        f"{visible(args.chat_model)} at {chat.url}"
     )
-    if len(pooled) > ASK_YES_REQUESTS and not args.yes:
-        raise InputError(f"{len(pooled):,} requests is more than {ASK_YES_REQUESTS:,}: pass --yes to go ahead")
+    if requests > ASK_YES_REQUESTS and not args.yes:
+        raise InputError(f"{requests:,} requests is more than {ASK_YES_REQUESTS:,}: pass --yes to go ahead")
     try:
         verdicts, unusable = gj.judge(pooled, questions, texts, chat)
+        canary_verdicts, _ = gj.judge(canaries, questions, texts, chat)
     finally:
         chat.close()
+    canary = gj.canary_report(canary_verdicts, len(canaries), args.min_grade)
     if not verdicts:
         raise InputError(
             f"{chat.url} answered nothing usable: {len(unusable)} answer(s), none a grade from 0 to 3 "
@@ -157,7 +169,14 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         "questions": str(Path(args.questions).resolve()),
         "run_id": args.run,
         "settings": {"depth": args.depth, "min_grade": args.min_grade, "relevance": relevance},
-        "counts": {"pooled": len(pooled), "judged": len(verdicts), "unusable": len(unusable), "by_grade": by_grade},
+        "counts": {
+            "pooled": len(pooled),
+            "judged": len(verdicts),
+            "unusable": len(unusable),
+            "by_grade": by_grade,
+            "flagged_instruction_like": sum(1 for v in verdicts if v["flag"]),
+        },
+        "canaries": canary,
         "requests": {"made": chat.requests, "from_cache": chat.cached},
         "tokens": {"sent": chat.sent_tokens, "received": chat.received_tokens},
         "agreement": agreement,
@@ -165,7 +184,9 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     }
     rows = [v | {"question": questions[v["query_id"]]} for v in gj.verdict_rows(verdicts, args.chat_model)]
     qrels_tsv = "query-id\tcorpus-id\tscore\n" + "".join(
-        f"{q}\t{d}\t{g}\n" for q, docs in qrels.items() for d, g in docs.items()
+        f"{field(q, chr(9), 'query_id')}\t{field(d, chr(9), 'document id')}\t{g}\n"
+        for q, docs in qrels.items()
+        for d, g in docs.items()
     )
     dumps = lambda obj: json.dumps(obj, ensure_ascii=False)  # noqa: E731
     write_texts(
@@ -189,6 +210,23 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         f"tokens: {chat.sent_tokens:,} sent, {chat.received_tokens:,} received in {chat.requests} request(s) "
         f"({chat.cached} answered from the cache)"
     )
+    flagged = provenance["counts"]["flagged_instruction_like"]
+    if flagged:
+        print(f"{flagged} judged passage(s) hold instruction-like text: flagged in {out} (column flag)")
+    if canary["graded"]:
+        print(
+            f"canaries: {canary['graded_relevant']} of {canary['graded']} canary passage(s) graded relevant "
+            f"({canary['rate']:.0%}; passages of other documents, known not relevant)"
+        )
+    if canary["warning"]:
+        log.warning(
+            "the judge graded %d of %d canary passages relevant (%.0f%%, more than %.0f%%): it may be obeying text in "
+            "the passages or grading everything high; do not trust these verdicts before looking (docs/gold.md)",
+            canary["graded_relevant"],
+            canary["graded"],
+            100 * canary["rate"],
+            100 * gj.CANARY_RATE,
+        )
     if agreement is not None:
         wk = "n/a (binary human gold)" if agreement["weighted_kappa"] is None else agreement["weighted_kappa"]
         print(

@@ -9,7 +9,8 @@ from chunkeval.cli.options import add_experiment, add_json, check_at_least_one
 from chunkeval.cli.output import iso, print_json_rows
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
-from chunkeval.report.terminal import format_rows, printable
+from chunkeval.report.terminal import format_rows
+from chunkeval.visible import visible
 
 WAREHOUSE_SESSION = True  # reads the catalogue, or removes runs in one short step
 
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 def _reason(text: str) -> str:
     """A run's reason on one line of the table's width (its last line: an exception's message, not its type)."""
-    line = printable(" ".join(str(text).strip().splitlines()[-1].split())) if str(text).strip() else ""
+    line = visible(" ".join(str(text).strip().splitlines()[-1].split())) if str(text).strip() else ""
     return line if len(line) <= REASON_WIDTH else line[: REASON_WIDTH - 1] + "…"
 
 

@@ -6,20 +6,29 @@ most `--timeout` seconds, and its rows stream out up to `--limit`."""
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import sys
 
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
-from chunkeval.limits import MAX_INT
+from chunkeval.files import CsvRows
+from chunkeval.limits import MAX_INT, capped_memory
 from chunkeval.report.terminal import format_table
 from chunkeval.warehouse.access import DEFAULT_SQL_TIMEOUT, MAX_SQL_TIMEOUT, check_sql_timeout
 
 WAREHOUSE_SESSION = False  # the query opens its own read-only connection, for as long as it runs
 DEFAULT_LIMIT = 10_000  # rows printed unless --limit says otherwise
 TABLE_ROWS = 100_000  # the most rows of the aligned table, which holds them all to size its columns
+# the Python side of the memory cap (docs/limits.md): rows become Python values and text at most BATCH_BYTES of
+# Arrow data at a time; one row of more than ROW_BYTES is refused, and the aligned table holds at most TABLE_BYTES
+BATCH_BYTES = 32 << 20
+ROW_BYTES = 16 << 20
+TABLE_BYTES = 64 << 20
+# the whole command's private memory (RLIMIT_DATA, Linux: it counts what DuckDB's and Arrow's allocators reserve,
+# about three times what they touch) beyond what it had: DuckDB's `memory_limit` does not account every scalar
+# function's intermediates (`SELECT range(0, 150000000)` took 13.5 GB before any row reached Python)
+COMMAND_BYTES = 4 << 30
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -94,9 +103,32 @@ def _cut(batches, limit: int, cut: list[bool]):
             return
 
 
+def _budgeted(batches, budget: int = BATCH_BYTES):
+    """The batches cut into slices of at most `budget` bytes of Arrow data, each made Python values only then: a
+    query's rows never take more than that at once outside DuckDB. A row of more than `ROW_BYTES` is refused in
+    one line (`SELECT repeat('x', 400000000)` once took 3.2 GB)."""
+    row = 0
+    for batch in batches:
+        pending = [batch]
+        while pending:
+            part = pending.pop()
+            if part.nbytes <= budget or part.num_rows <= 1:
+                if part.num_rows == 1 and part.nbytes > ROW_BYTES:
+                    raise InputError(
+                        f"row {row + 1} of the result holds {part.nbytes / (1 << 20):,.0f} MiB, more than the "
+                        f"{ROW_BYTES >> 20} MiB a printed row may (docs/limits.md): select less of it "
+                        "(substr, length, count)"
+                    )
+                row += part.num_rows
+                yield part
+                continue
+            half = part.num_rows // 2
+            pending += [part.slice(half), part.slice(0, half)]  # the first half first
+
+
 def _rows(batches):
     """Each row's values in column order (a name may repeat: `SELECT 1 AS a, 2 AS a`)."""
-    for batch in batches:
+    for batch in _budgeted(batches):
         yield from zip(*(column.to_pylist() for column in batch.columns))
 
 
@@ -113,20 +145,42 @@ def _write_json(names: list[str], batches) -> None:
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     check_sql_timeout(args.timeout)
     _check_limit(args)
+    try:
+        with capped_memory(COMMAND_BYTES):  # the whole command: DuckDB, Arrow and the rows printed
+            return _run(args, warehouse)
+    except (MemoryError, OSError) as exc:  # DuckDB's Arrow conversion says Out of Memory as an OSError
+        if not isinstance(exc, MemoryError) and "out of memory" not in str(exc).lower():
+            raise
+        raise InputError(
+            f"the query needs more memory than the {COMMAND_BYTES >> 30} GiB this command may take (docs/limits.md): "
+            "select fewer or smaller values"
+        ) from None
+
+
+def _run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     cut = [False]
     with warehouse().query(args.query, args.timeout) as (schema, batches):
         shown = _cut(batches, args.limit, cut)
         if args.json:
             _write_json(schema.names, shown)
         elif args.csv:
-            writer = csv.writer(sys.stdout, lineterminator="\n")
+            writer = CsvRows(sys.stdout)
             writer.writerow(schema.names)
             for values in _rows(shown):
                 writer.writerow(["" if v is None else v for v in values])
         else:
             import pyarrow as pa
 
-            table = pa.Table.from_batches(list(shown), schema=schema)
+            kept, size = [], 0
+            for batch in _budgeted(shown):
+                size += batch.nbytes
+                if size > TABLE_BYTES:
+                    raise InputError(
+                        f"the rows hold more than the {TABLE_BYTES >> 20} MiB a table aligns in memory: add --csv or "
+                        "--json, which stream"
+                    )
+                kept.append(batch)
+            table = pa.Table.from_batches(kept, schema=schema)
             print(format_table(table))
             print(f"({table.num_rows} row(s))")
     if cut[0]:

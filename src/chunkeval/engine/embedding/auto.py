@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import platform
-import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +45,7 @@ from chunkeval.engine.embedding.backends import (
 )
 from chunkeval.errors import InputError
 from chunkeval.files import write_text
-from chunkeval.limits import short
+from chunkeval.limits import json_loads, record_text, short
 from chunkeval.paths import DEMO_DIR, backends_dir
 
 AUTO = "auto"
@@ -253,16 +252,20 @@ def kept(model_fingerprint: str) -> tuple[Choice | None, str]:
     made, else why the record does not hold). Only a regular file is read (a FIFO would block)."""
     path = cache_path(model_fingerprint)
     try:
-        info = os.stat(path)
-    except OSError:
+        text = record_text(path, MAX_RECORD_BYTES)  # never waits on a FIFO, never reads past the bound
+    except FileNotFoundError:
         return None, ""
-    if not stat.S_ISREG(info.st_mode):
-        return None, f"{path} is not a regular file"
-    if info.st_size > MAX_RECORD_BYTES:
-        return None, f"{path} holds {info.st_size:,} bytes"
+    except OSError as exc:
+        return None, f"{path} is {exc.strerror}"
     try:
-        return check_record(json.loads(path.read_text(encoding="utf-8"))), ""
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        data = json_loads(text)
+        if isinstance(data, dict) and (data.get("model_fingerprint"), data.get("cpu")) != (
+            model_fingerprint,
+            cpu_model(),
+        ):
+            raise ValueError("it is another model's or another machine's")
+        return check_record(data), ""
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return None, f"the kept choice does not hold ({str(exc)[:120] or type(exc).__name__})"
 
 

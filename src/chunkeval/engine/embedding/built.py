@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from chunkeval.files import pid_alive
+from chunkeval.limits import json_loads, record_text
 
 RECORD = "chunkeval_model.json"
 
@@ -34,7 +35,7 @@ def _files(folder: Path) -> dict[str, int]:
 def folder_is_built(folder: Path, record: dict, needs: str | None = None) -> bool:
     """Whether `folder` was built whole from `record`: its record file names the recipe and its files."""
     try:
-        written = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+        written = json_loads(record_text(folder / RECORD))
         return (
             written.get("model") == record
             and written.get("files") == _files(folder)

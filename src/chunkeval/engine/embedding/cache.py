@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 import uuid
 from pathlib import Path
 
@@ -15,11 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from chunkeval.errors import InputError
 from chunkeval.faults import checkpoint
 from chunkeval.files import write_tables, write_text
+from chunkeval.limits import read_text
 from chunkeval.stats.columns import numbers
 
 log = logging.getLogger("chunkeval")
+MAX_WIDTH = 65_536  # the widest vector a recorded width may say (models give a few hundred to a few thousand)
 
 
 def text_hash(text: str) -> str:
@@ -52,6 +56,8 @@ class EmbeddingCache:
         new = sorted(p for p in self.dir.glob("part-*.parquet") if p.name not in self._seen)
         for path in new:
             try:
+                if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would hold the run: never opened
+                    raise ValueError("not a regular file")
                 hashes, vectors, truncated = self._read_part(path)
             except FileNotFoundError:  # renamed aside by a concurrent reader
                 continue
@@ -83,11 +89,19 @@ class EmbeddingCache:
         return hashes.to_pylist(), vectors, numbers(pc.cast(table.column("truncated"), pa.int8())).astype(bool)
 
     def width(self) -> int | None:
-        """The vector width of this model's cache, recorded with its first part."""
+        """The vector width of this model's cache, recorded with its first part: a record that does not hold (not
+        a regular file of a whole number from 1 to `MAX_WIDTH`) is not believed, and the parts' width is used."""
+        recorded = self._recorded_width()
+        if recorded is not None:
+            return recorded
+        return self._joined()[0].shape[1] if len(self) else None
+
+    def _recorded_width(self) -> int | None:
         try:
-            return int((self.dir / "width").read_text())
-        except (OSError, ValueError):
-            return self._joined()[0].shape[1] if len(self) else None
+            width = int(read_text(self.dir / "width", 32, "embedding cache width").strip())
+        except (InputError, ValueError):
+            return None
+        return width if 1 <= width <= MAX_WIDTH else None
 
     def _set_aside(self, path: Path, exc: Exception) -> None:
         aside = path.with_name(path.name + ".corrupt")
@@ -148,8 +162,11 @@ class EmbeddingCache:
             }
         )
 
-        if self.width() is None:
-            write_text(self.dir / "width", str(vectors.shape[1]))
+        if self._recorded_width() is None:  # none yet, or one that does not hold: written anew
+            record = self.dir / "width"
+            if record.is_symlink() or (record.exists() and not record.is_file()):
+                record.unlink()  # a FIFO or a link where the record was: only chunkeval writes here
+            write_text(record, str(vectors.shape[1]))
         name = f"part-{uuid.uuid4().hex}.parquet"
         write_tables({self.dir / name: table})
         checkpoint("embedding")  # a part is on disk and more may follow

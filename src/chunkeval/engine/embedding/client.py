@@ -29,7 +29,7 @@ import numpy as np
 
 from chunkeval.engine.chunking.tokens import get_encoding
 from chunkeval.engine.embedding.served import ServedModel
-from chunkeval.engine.settings.endpoints import mask
+from chunkeval.engine.settings.endpoints import LOOPBACK_NAME, known_keys, loopback_addresses, mask
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, json_loads
 
@@ -80,11 +80,16 @@ class _DeadlineStream:
 
 
 class _DeadlineBackend:
-    def __init__(self, backend):
-        self.backend = backend
+    """Connections within the request's deadline; with `keyed`, a connection to the name `localhost` (a key's
+    loopback exemption) goes only to the loopback address it resolves to now, checked (`loopback_addresses`)."""
+
+    def __init__(self, backend, keyed: bool = False):
+        self.backend, self.keyed = backend, keyed
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
         timeout = _DeadlineStream(None)._timeout(timeout)
+        if self.keyed and str(host).lower() == LOOPBACK_NAME:
+            host = loopback_addresses(LOOPBACK_NAME, port)[0]
         return _DeadlineStream(self.backend.connect_tcp(host, port, timeout, local_address, socket_options))
 
     def __getattr__(self, name):  # connect_unix_socket, sleep
@@ -138,7 +143,7 @@ class Client:
         limits = httpx.Limits(max_connections=served.concurrency + 1, max_keepalive_connections=served.concurrency)
         transport = httpx.HTTPTransport(limits=limits)
         pool = transport._pool  # httpx takes no network backend: the deadline wraps its connections
-        pool._network_backend = _DeadlineBackend(pool._network_backend)
+        pool._network_backend = _DeadlineBackend(pool._network_backend, keyed=bool(self.key))
         self.http = httpx.Client(headers=headers, timeout=served.timeout, transport=transport)
         self.retries = 0
         self.width: int | None = None  # of the vectors so far (the cache's, or the first answer's)
@@ -147,8 +152,12 @@ class Client:
     def close(self) -> None:
         self.http.close()
 
+    def masked(self, text: str) -> str:
+        """`text` (a server's words) with this client's key and every key the user defines masked."""
+        return mask(text, *known_keys(self.key))
+
     def _fail(self, what: str) -> ServedError:
-        text = " ".join(mask(what, self.key).split())  # masked first: a cut never leaves part of a key
+        text = " ".join(self.masked(what).split())  # masked first: a cut never leaves part of a key
         return ServedError(f"{self.served.name}: {self.url}: {text[:300]}")
 
     def _post(self, body: dict, n: int):
@@ -200,7 +209,7 @@ class Client:
                 hint = ""
                 if status in (401, 403) and not self.key:
                     hint = " (no key was sent: bind one to this host in endpoints.yaml, docs/served.md)"
-                said = " ".join(mask(server_message(headers, raw), self.key).split())[:200]  # masked, then cut
+                said = " ".join(self.masked(server_message(headers, raw)).split())[:200]  # masked, then cut
                 raise self._fail(f"HTTP {status}{tries}: {said}{hint}")
             return headers, raw
         raise AssertionError("unreachable")

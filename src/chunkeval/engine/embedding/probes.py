@@ -25,6 +25,7 @@ import numpy as np
 from chunkeval.engine.embedding.client import Client
 from chunkeval.engine.embedding.served import ServedModel
 from chunkeval.files import write_text
+from chunkeval.limits import json_loads, record_text
 from chunkeval.paths import home
 
 log = logging.getLogger("chunkeval")
@@ -47,7 +48,7 @@ def record_path(served: ServedModel) -> Path:
 
 def read_record(served: ServedModel) -> dict | None:
     try:
-        record = json.loads(record_path(served).read_text(encoding="utf-8"))
+        record = json_loads(record_text(record_path(served)))
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and isinstance(record.get("vectors"), list) else None

@@ -14,22 +14,24 @@ Pure functions but for the chat requests, which the caller hands in (`chunkeval.
 
 from __future__ import annotations
 
-import json
-import re
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from chunkeval import progress
+from chunkeval.engine.gold import answers
+from chunkeval.engine.gold.injection import delimited, instruction_like
 from chunkeval.engine.inputs.provenance import experiment_gold
 from chunkeval.engine.inputs.readers import read_csv_rows
 from chunkeval.engine.inputs.span_gold import span_query_id
 from chunkeval.engine.scoring.metrics import share_held
 from chunkeval.errors import InputError
+from chunkeval.visible import visible
 from chunkeval.vocabulary import CONFIG_KEYS, config_label
 from chunkeval.vocabulary import gold_kind_said as describe
 
-PROMPT_VERSION = "gold-judge/1"
+PROMPT_VERSION = "gold-judge/2"  # 2: the passage delimited as data (`injection.delimited`); canaries
 GRADES = {
     0: "the passage has nothing to do with the query",
     1: "the passage seems related to the query but does not answer it",
@@ -44,7 +46,7 @@ PROMPT = (
     + "\nAssign 1 if the passage is somewhat related to the topic but not completely, 2 if it presents something "
     "important for the query but also other information, 3 if it refers only and entirely to what is asked. If "
     "none of these holds, give 0.\n\n"
-    "Document: {document}\nQuery: {query}\nPassage:\n<<<\n{passage}\n>>>\n\n"
+    "Document: {document}\nQuery: {query}\n{passage}\n\n"
     "Split the problem into steps: consider the intent behind the query; measure how well the passage matches "
     "that intent; measure how trustworthy the passage is; weigh them and decide on a final score. The final score "
     "is an integer only. Give it in the form ##final score: N and no reasoning."
@@ -52,7 +54,24 @@ PROMPT = (
 DEPTH = 10  # how deep in each configuration's list the pool goes
 MIN_GRADE = 2  # the lowest grade that is relevant (TREC Deep Learning binarises its 0-3 passage grades at 2)
 QUESTION_COLUMNS = ("query_id", "question")
-VERDICT_COLUMNS = ("query_id", "corpus_id", "start", "end", "grade", "judge_model", "prompt_version", "judged_by")
+VERDICT_COLUMNS = (
+    "query_id",
+    "corpus_id",
+    "start",
+    "end",
+    "grade",
+    "judge_model",
+    "prompt_version",
+    "judged_by",
+    "flag",
+)
+# Canaries (docs/gold.md, "Prompt injection"): per judged question, passages of documents the run retrieved for
+# other questions and never for it, which are graded like the pool's and known not relevant. A judge that grades
+# more than `CANARY_RATE` of them relevant is not grading what it is shown (a passage told it what to say, or it
+# grades everything high): the command warns.
+CANARIES = 2  # canary passages per judged question
+CANARY_RATE = 0.10  # the share of canaries graded relevant above which the command warns
+PASSAGE_CHARS = 20_000  # the most characters of a passage shown to the judge (a chunk is rarely longer)
 
 
 @dataclass(frozen=True)
@@ -96,57 +115,81 @@ def pool(retrieved: list[dict], questions: dict[str, str], depth: int = DEPTH) -
 
 
 def messages(question: str, document: str, passage: str) -> list[dict]:
-    """The chat request for one pooled passage (prompt version `PROMPT_VERSION`)."""
-    user = PROMPT.format(document=document, query=question, passage=passage)
+    """The chat request for one pooled passage (prompt version `PROMPT_VERSION`): the passage delimited as data,
+    at most `PASSAGE_CHARS` of it."""
+    shown = delimited(passage[:PASSAGE_CHARS])
+    user = PROMPT.format(document=visible(document), query=visible(question), passage=shown)
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
+def canaries(pooled: list[Pooled], questions: dict[str, str], per_question: int = CANARIES) -> list[Pooled]:
+    """Per question of the pool, `per_question` canary passages: pooled passages of other questions from documents
+    the question's own pool does not hold (so known not relevant to it), chosen by a hash of the question's id
+    (the same canaries on a rerun). A question whose pool holds every document gets none."""
+    by_doc: dict[str, list[Pooled]] = {}
+    own: dict[str, set[str]] = {}
+    for p in pooled:
+        by_doc.setdefault(p.corpus_id, []).append(p)
+        own.setdefault(p.query_id, set()).add(p.corpus_id)
+    out = []
+    for q in questions:
+        if q not in own:
+            continue
+        others = sorted((d for d in by_doc if d not in own[q]), key=lambda d: _hash(q, d))[:per_question]
+        for d in others:
+            chosen = min(by_doc[d], key=lambda p: _hash(q, f"{p.corpus_id}:{p.start}-{p.end}"))
+            out.append(Pooled(q, chosen.corpus_id, chosen.start, chosen.end))
+    return out
+
+
+def _hash(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def parse_grade(content: str) -> int:
-    """The grade of an answer: `##final score: N` (UMBRELA's form), else JSON `{"grade": N}` or a lone digit.
-    Raises ValueError where there is no grade from 0 to 3."""
-    found = re.findall(r"final\s*score\s*[:=]?\s*\**\s*(-?\d+)", content, flags=re.I)
-    if found:
-        grade = int(found[-1])
-    else:
-        text = content.strip().strip("`")
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        if isinstance(data, dict) and isinstance(data.get("grade"), int) and not isinstance(data["grade"], bool):
-            grade = data["grade"]
-        elif re.fullmatch(r"\d", text):
-            grade = int(text)
-        else:
-            raise ValueError(f"no grade in the answer ({content.strip()[:80]!r})")
-    if grade not in GRADES:
-        raise ValueError(f"grade {grade} is not one of 0, 1, 2, 3")
-    return grade
+    """The grade of an answer (`answers.grade`: the one reader of both commands, strict about the value)."""
+    return answers.grade(content)
 
 
 def judge(pooled: list[Pooled], questions: dict[str, str], texts: dict[str, str], chat) -> tuple[list, list]:
-    """(verdicts, unusable answers) of asking `chat` to grade every pooled passage, with a progress bar. A usable
-    answer is kept in the chat's response cache as it arrives; an unusable one is not (a rerun asks again), and
-    its passage stays unjudged."""
+    """(verdicts, unusable answers) of asking `chat` to grade every pooled passage, with a progress bar. Every
+    answer is kept in the chat's response cache as it arrives, usable or not (a rerun counts the same unusable
+    answers and asks nothing again); an unusable answer's passage stays unjudged. A verdict carries a flag where its
+    passage holds instruction-like text (`injection.instruction_like`)."""
     verdicts, unusable = [], []
     for n, p in enumerate(pooled, start=1):
-        msgs = messages(questions[p.query_id], p.corpus_id, texts[p.corpus_id][p.start : p.end])
-        content, cached = chat.ask(msgs)
+        passage = texts[p.corpus_id][p.start : p.end]
+        answer = chat.ask(messages(questions[p.query_id], p.corpus_id, passage))
+        where = {"query_id": p.query_id, "corpus_id": p.corpus_id, "start": p.start, "end": p.end}
         try:
-            grade = parse_grade(content)
+            if answer.refused:
+                raise ValueError(answer.refused)
+            grade = parse_grade(answer.text)
         except ValueError as exc:
-            unusable.append(
-                {"query_id": p.query_id, "corpus_id": p.corpus_id, "start": p.start, "end": p.end}
-                | {"reason": str(exc)[:200]}
-            )
+            unusable.append(where | {"reason": visible(str(exc))[:200]})
         else:
-            if not cached:
-                chat.keep(msgs, content)
-            verdicts.append(
-                {"query_id": p.query_id, "corpus_id": p.corpus_id, "start": p.start, "end": p.end, "grade": grade}
-            )
+            steering = instruction_like(passage)
+            flag = f"the passage holds instruction-like text ({steering!r})" if steering else ""
+            verdicts.append(where | {"grade": grade, "flag": flag})
         progress.step("judging the pool", n, len(pooled))
     return verdicts, unusable
+
+
+def canary_report(verdicts: list[dict], asked: int, min_grade: int = MIN_GRADE) -> dict:
+    """How the canaries were graded: asked, graded (usable answers), graded relevant (at least `min_grade`), the
+    rate, the threshold, whether it is passed, and the questions whose canary was graded relevant."""
+    relevant = [v for v in verdicts if v["grade"] >= min_grade]
+    rate = len(relevant) / len(verdicts) if verdicts else None
+    return {
+        "per_question": CANARIES,
+        "asked": asked,
+        "graded": len(verdicts),
+        "graded_relevant": len(relevant),
+        "rate": None if rate is None else round(rate, 4),
+        "warn_above": CANARY_RATE,
+        "warning": rate is not None and rate > CANARY_RATE,
+        "questions": sorted({v["query_id"] for v in relevant}),
+    }
 
 
 def verdict_rows(verdicts: list[dict], model: str) -> list[dict]:

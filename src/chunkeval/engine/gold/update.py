@@ -13,13 +13,13 @@ a query whose every judged document is gone is retired. Pure functions: the comm
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from pathlib import Path
 
 from chunkeval.engine.inputs.readers import read_csv_rows, read_text
 from chunkeval.engine.inputs.span_gold import SpanGold, span_query_id
+from chunkeval.files import CsvRows
 
 REVIEW_COLUMNS = (
     "query_id",
@@ -89,9 +89,10 @@ def corrected(path: Path, gold: SpanGold, corpora: dict[str, str]) -> tuple[list
 def csv_text(columns, rows: list[dict]) -> str:
     """Rows as CSV text (a header, then one line per row; fields quoted where they need it)."""
     buf = io.StringIO(newline="")
-    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
+    writer = CsvRows(buf)
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(row.get(c, "") for c in columns)
     return buf.getvalue()
 
 

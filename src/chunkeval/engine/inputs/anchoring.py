@@ -6,11 +6,13 @@ do is said in one summary line (`gold_summary`), by the one caller that reads it
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, short
+from chunkeval.visible import visible
 from chunkeval.vocabulary import ANCHOR_STATUSES
 
 
@@ -62,23 +64,91 @@ def _best_edges(text: str, content: str, start: int, end: int) -> tuple[int, int
     return best
 
 
-def place_reference(text: str, content: str, start: int, end: int, similarity: float, document: str = "") -> dict:
+# Bounds on approximate placement (docs/limits.md): rapidfuzz's alignment costs about the content's length times
+# the text's, in C code that no signal interrupts, so each call is kept to about `ALIGN_CELLS` (a tenth of a
+# second or so): the search looks within `ALIGN_WINDOW` characters around the reference's offsets (the whole
+# document when it is that short), content that would cost more is aligned by its first and last pieces, and
+# content longer than `APPROX_CHARS` is placed only word for word. A caller may give a deadline (a model's
+# excerpts: `gold generate`), past which nothing more is aligned.
+ALIGN_WINDOW = 200_000  # characters searched around a reference's offsets
+ALIGN_CELLS = 50_000_000  # content characters × window characters of one alignment
+APPROX_CHARS = 20_000  # the longest content placed approximately
+EDGE_CHARS = 2_000  # the longest content whose edges are then tuned character by character
+
+
+def _window(text: str, start: int, end: int, window: tuple[int, int] | None) -> tuple[int, int]:
+    if window is not None:
+        return max(0, window[0]), min(len(text), window[1])
+    if len(text) <= ALIGN_WINDOW:
+        return 0, len(text)
+    middle = (max(0, min(start, len(text))) + max(0, min(end, len(text)))) // 2
+    lo = max(0, min(middle - ALIGN_WINDOW // 2, len(text) - ALIGN_WINDOW))
+    return lo, lo + ALIGN_WINDOW
+
+
+def _align(text: str, content: str, lo: int, hi: int, deadline: float | None):
+    """(start, end, score) of the span of text[lo:hi] most like `content`, its cost bounded (`ALIGN_CELLS`):
+    the whole content where that is cheap enough, else its first and last pieces, each aligned, and the span
+    between them scored whole. None where the deadline passed."""
+    from rapidfuzz import fuzz
+
+    def late() -> bool:
+        return deadline is not None and time.monotonic() > deadline
+
+    if late() or hi <= lo:
+        return None
+    if len(content) * (hi - lo) <= ALIGN_CELLS:
+        rough = fuzz.partial_ratio_alignment(content, text[lo:hi])
+        return lo + rough.dest_start, lo + rough.dest_end, rough.score
+    piece = max(32, min(len(content) // 2, ALIGN_CELLS // (hi - lo)))
+    head = fuzz.partial_ratio_alignment(content[:piece], text[lo:hi])
+    start = lo + head.dest_start
+    reach = min(hi, start + len(content) + len(content) // 10 + piece)
+    if late() or reach - start < piece:
+        return None
+    tail = fuzz.partial_ratio_alignment(content[-piece:], text[start:reach])
+    end = start + tail.dest_end
+    if end <= start or late():
+        return None
+    return start, end, fuzz.ratio(content, text[start:end])
+
+
+def place_reference(
+    text: str,
+    content: str,
+    start: int,
+    end: int,
+    similarity: float,
+    document: str = "",
+    window: tuple[int, int] | None = None,
+    deadline: float | None = None,
+) -> dict:
     """Where a reference's `content` is in its document's `text`: at its offsets (`exact`), elsewhere word for
     word (`reanchored`, the occurrence nearest its old start), or approximately (`approximate`: the span most
-    similar to it, by rapidfuzz, at least `similarity` of 100), else nowhere (`retired`, with the reason)."""
+    similar to it, by rapidfuzz, at least `similarity` of 100, searched within `window` or `ALIGN_WINDOW`
+    characters around its offsets, before the `deadline` of `time.monotonic`), else nowhere (`retired`, with the
+    reason)."""
     if 0 <= start < end <= len(text) and text[start:end] == content:
         return {"status": "exact", "start": start, "end": end, "similarity": 100.0}
     found = _reanchor(text, content, start)
     if found >= 0:
         return {"status": "reanchored", "start": found, "end": found + len(content), "similarity": 100.0}
-    from rapidfuzz import fuzz
-
-    rough = fuzz.partial_ratio_alignment(content, text) if text else None
-    if rough is not None and rough.score >= similarity:
-        s, e, score = _best_edges(text, content, rough.dest_start, rough.dest_end)
+    if len(content) > APPROX_CHARS:
+        why = (
+            f"content not found word for word in document {document!r}, and its {len(content):,} characters are "
+            f"more than the {APPROX_CHARS:,} placed approximately (docs/limits.md)"
+        )
+        return {"status": "retired", "start": start, "end": end, "similarity": 0.0, "reason": why}
+    lo, hi = _window(text, start, end, window)
+    rough = _align(text, content, lo, hi, deadline) if text and content else (0, 0, 0.0)
+    if rough is None:
+        why = f"content not found word for word in document {document!r}, and the time to align it was spent"
+        return {"status": "retired", "start": start, "end": end, "similarity": 0.0, "reason": why}
+    if rough[2] >= similarity:
+        s, e, score = _best_edges(text, content, rough[0], rough[1]) if len(content) <= EDGE_CHARS else rough
         if score >= similarity:
             return {"status": "approximate", "start": s, "end": e, "similarity": round(score, 1)}
-    score = round(rough.score, 1) if rough is not None else 0.0
+    score = round(rough[2], 1)
     why = f"content not found in document {document!r} (best match {score:g} < {similarity:g})"
     if not 0 <= start < end <= len(text):
         why += f"; its offsets [{start}, {end}) are out of range of the document's {len(text):,} characters"
@@ -175,7 +245,7 @@ def gold_summary(gold, examples: int = 3, remedy: bool = True) -> list[str]:
         + (f" (lowest similarity {min(a['similarity'] for a in approx):g} of 100)" if approx else "")
     )
     parts.append(f"{counts['retired']} retired")
-    line = f"gold set {Path(gold.source).name}: {len(anchoring)} question(s): {', '.join(parts)}"
+    line = f"gold set {visible(Path(gold.source).name)}: {len(anchoring)} question(s): {', '.join(parts)}"
     if left_out:
         reasons = Counter(r["reason"] for r in left_out)
         line += f"; {len(left_out)} qrels row(s) left out ({', '.join(f'{n} {why}' for why, n in reasons.items())})"
@@ -188,12 +258,14 @@ def gold_summary(gold, examples: int = 3, remedy: bool = True) -> list[str]:
     lines = [line]
     for a in shown:
         if a["status"] == "retired":
-            lines.append(f"  retired {a['query_id']} (row {a['row']}): {a['reason']}")
+            lines.append(f"  retired {visible(a['query_id'])} (row {a['row']}): {visible(a['reason'])}")
         else:
             edited = [r for r in a["references"] if r["status"] == "approximate"]
             spans = ", ".join(f"[{r['was'][0]}, {r['was'][1]}) → [{r['start']}, {r['end']})" for r in edited)
-            lines.append(f"  placed {a['query_id']} (row {a['row']}) at similarity {a['similarity']:g}: {spans}")
-    unshown = [a["query_id"] for a in anchoring if a["status"] == "retired" and a not in shown]
+            lines.append(
+                f"  placed {visible(a['query_id'])} (row {a['row']}) at similarity {a['similarity']:g}: {spans}"
+            )
+    unshown = [visible(a["query_id"]) for a in anchoring if a["status"] == "retired" and a not in shown]
     if unshown:  # every retired question is named, by id: the rest in one line
         lines.append(
             f"  retired too: {', '.join(unshown[:20])}" + (f", … ({len(unshown)} in all)" if len(unshown) > 20 else "")

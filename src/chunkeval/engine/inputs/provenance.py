@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from chunkeval.limits import json_loads, read_text
 from chunkeval.vocabulary import gold_kind_said as describe
 
 KINDS = ("human", "generated", "judged")
+PROVENANCE_BYTES = 16 << 20  # the largest provenance record read (one of a large generation is a few MiB)
 
 
 def provenance_path(gold_file) -> Path | None:
@@ -34,8 +36,8 @@ def read_provenance(gold_file) -> dict:
     if path is None:
         return {"kind": "human"}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json_loads(read_text(path, PROVENANCE_BYTES, "provenance record"))  # never a FIFO, never unbounded
+    except (ValueError, RecursionError):
         return {"kind": "human"}
     if not isinstance(data, dict):
         return {"kind": "human"}
@@ -73,7 +75,7 @@ def accepted_provenance(source, review, kept: int, of: int) -> str | None:
     path = provenance_path(source)
     if path is None or read_provenance(source)["kind"] == "human":
         return None
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = json_loads(read_text(path, PROVENANCE_BYTES, "provenance record"))
     data.update(reviewed=True, accepted_from=str(Path(source).resolve()), review=str(Path(review).resolve()))
     data["accepted"] = {"kept": kept, "of": of}
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from chunkeval.errors import InputError
-from chunkeval.limits import HEADER_BYTES, head, json_loads, regular_file, short
+from chunkeval.limits import HEADER_BYTES, INPUT_BYTES, head, json_loads, read_bytes, regular_file, short
 
 log = logging.getLogger("chunkeval")
 
@@ -24,10 +24,7 @@ log = logging.getLogger("chunkeval")
 def read_text(path: Path) -> str:
     """A UTF-8 text file, newlines normalized as Python's `open()` does (offsets are `str` positions)."""
     path = regular_file(path)  # a FIFO or a device is refused before it is opened
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read file ({exc.strerror})", path) from None
+    raw = read_bytes(path, INPUT_BYTES, "file")  # and when opened: one swapped in meanwhile is never waited on
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

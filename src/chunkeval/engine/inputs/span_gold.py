@@ -21,6 +21,7 @@ from chunkeval.engine.inputs.anchoring import (
 )
 from chunkeval.engine.inputs.readers import json_value, read_csv_rows
 from chunkeval.errors import InputError
+from chunkeval.limits import short
 
 log = logging.getLogger("chunkeval")
 
@@ -92,10 +93,14 @@ def load_span_gold(
     """
     path = Path(questions_csv)
     query_ids, questions, documents, rq, rs, re_ = [], [], [], [], [], []
-    anchoring, no_refs = [], 0
+    anchoring, no_refs, seen = [], 0, {}
     relocator = Relocator(corpora)
     for row, rec in read_csv_rows(path, ("question", "references", "corpus_id")):
         cid = rec["corpus_id"].strip()
+        qid = span_query_id(rec, row)
+        if qid in seen:
+            raise InputError(f"query_id {short(qid)} appears twice (rows {seen[qid]} and {row})", path, row)
+        seen[qid] = row
         gone = None  # why the question's document is not there to place its references in
         if cid not in corpora:
             if unreadable and cid in unreadable:
@@ -110,7 +115,6 @@ def load_span_gold(
         refs = json_value(rec["references"], path, row, "references")
         if not isinstance(refs, list):
             raise InputError("references must be a JSON list", path, row)
-        qid = span_query_id(rec, row)
         checked = [
             _reference(ref, f"reference {j} of question {question[:60]!r}", path, row)
             for j, ref in enumerate(refs, start=1)
@@ -169,8 +173,6 @@ def load_span_gold(
         )
     if not query_ids:
         raise InputError(f"no question refers to the corpora {listing(list(corpora))}", path)
-    if len(set(query_ids)) != len(query_ids):
-        raise InputError("query_id values are not unique", path)
     return SpanGold(
         query_ids,
         questions,

@@ -20,7 +20,7 @@ from chunkeval.engine.inputs.document_gold import DOC_DEPTH, DocGold
 from chunkeval.engine.retrieval.ties import trec_order
 from chunkeval.engine.scoring import metrics as M
 from chunkeval.engine.scoring.configuration import config_values, key_columns, tie_columns
-from chunkeval.files import write_text
+from chunkeval.files import field, write_text
 from chunkeval.vocabulary import CONFIG_KEYS, DOC_METRICS, OPTIONAL_KEYS, SPAN_METRICS, TIE_POLICIES, config_label
 
 if TYPE_CHECKING:
@@ -189,6 +189,11 @@ def trec_run_lines(
     tie policy `trec_eval`; else (no scores: a plug-in, the policy `retriever`, runs recorded before scores
     were kept) scores n, n-1, …, strictly decreasing in chunkeval's order."""
     scores = scores or [None] * len(query_ids)
+    for qid, docs in zip(query_ids, rankings):  # a TREC run is split at white space: no id may hold any
+        field(qid, " \t", "query_id", "a TREC run file")
+        for doc in docs:
+            field(doc, " \t", "document id", "a TREC run file")
+    field(tag, " \t", "run tag", "a TREC run file")
     return [
         f"{qid} Q0 {doc} {rank} {repr(float(raw[rank - 1])) if raw else len(docs) - rank + 1} {tag}"
         for qid, docs, raw in zip(query_ids, rankings, scores)

@@ -10,7 +10,9 @@ It is read from `$CHUNKEVAL_HOME/endpoints.yaml` and, beneath it in precedence (
 home's), from `$XDG_CONFIG_HOME/chunkeval/endpoints.yaml` (default `~/.config/chunkeval`). Built in, beneath
 both: `openai` (`https://api.openai.com/v1`, `OPENAI_API_KEY`). A key variable is bound to the origin
 (scheme, host, port) of each base URL it is listed with: a key is sent to no other origin, except loopback
-hosts (127.0.0.0/8, ::1, localhost), which need no binding.
+hosts, which need no binding: the literal addresses 127.0.0.0/8 and ::1, and the name `localhost` itself,
+resolved at connection time and connected to only where it resolves to loopback (no other name:
+`evil.localhost` is whatever a resolver answers).
 
 `resolve_endpoint(name_or_url)` gives `(base_url, headers)` for any client of an OpenAI-compatible API
 (embeddings, chat completions); `mask` hides keys in any text that may quote a server.
@@ -41,7 +43,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from chunkeval.errors import InputError
-from chunkeval.limits import regular_file, short, yaml_load
+from chunkeval.limits import read_text, short, yaml_load
 from chunkeval.paths import home
 
 FILE = "endpoints.yaml"
@@ -175,15 +177,9 @@ def check_base_url(url: str, what: str, source: str | None = None) -> str:
 
 
 def _read(path: Path) -> dict[str, Endpoint | Destination]:
-    if not path.exists():
+    if not os.path.lexists(path):
         return {}
-    regular_file(path)
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise InputError(f"an endpoints file holds at most {MAX_FILE_BYTES:,} bytes", path)
-    try:
-        data = yaml_load(path.read_text(encoding="utf-8"), path)
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text", path) from None
+    data = yaml_load(read_text(path, MAX_FILE_BYTES, "endpoints file"), path)  # never a FIFO, never unbounded
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -244,14 +240,45 @@ def origin(url: str) -> tuple[str, str, int]:
     return parts.scheme, (parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80)
 
 
-def is_loopback(url: str) -> bool:
-    host = origin(url)[1].strip("[]")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
+LOOPBACK_NAME = "localhost"  # the one name that counts as loopback, and only once resolved to loopback
+
+
+def loopback_address(host: str) -> bool:
+    """Whether `host` is a literal loopback address: 127.0.0.0/8, ::1 (or ::ffff:127.x.y.z)."""
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def is_loopback(url: str) -> bool:
+    """Whether `url`'s host is loopback: a literal loopback address, or the name `localhost` itself, which a
+    client then resolves at connection time and connects to only where every address is loopback
+    (`loopback_addresses`). No other name counts (`evil.localhost` is whatever a resolver answers)."""
+    host = origin(url)[1].strip("[]")
+    return host == LOOPBACK_NAME or loopback_address(host)
+
+
+def loopback_addresses(host: str, port: int) -> list[str]:
+    """The addresses `localhost` resolves to now, each checked to be loopback: what a request that carries a
+    key unbound by the user (the loopback exemption) connects to. One line, no connection, where the resolver
+    answers anything else."""
+    import socket
+
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise InputError(f"{host} does not resolve ({exc.strerror or exc}): no key is sent") from None
+    addresses = list(dict.fromkeys(info[4][0] for info in found))
+    stray = [a for a in addresses if not loopback_address(a)]
+    if not addresses or stray:
+        raise InputError(
+            f"{host} resolves to {short(stray[0] if stray else 'nothing')}, not a loopback address: no key is sent "
+            "to it (bind the endpoint in endpoints.yaml, docs/served.md)"
+        )
+    return addresses
 
 
 def named(name: str, what: str, source=None) -> Endpoint:
@@ -326,11 +353,36 @@ def resolve_endpoint(name_or_url: str, api_key_env: str | None = None, what: str
     return url, ({"Authorization": f"Bearer {key}"} if key else {})
 
 
+def known_keys(*more: str | None) -> list[str]:
+    """Every key chunkeval could send: the values of the variables every endpoint names (`endpoints.yaml`, the
+    built-in `openai`), and `more` (a client's own). What an answer is searched for (`quotes_a_key`) and masked of
+    (`mask`) before anything is printed, written or cached; an endpoints file that does not read gives none of its
+    own (the command that needs it says why)."""
+    names = {OPENAI_KEY_ENV}
+    try:
+        names |= {e.api_key_env for e in endpoints().values() if e.api_key_env}
+    except InputError:
+        pass
+    found = [(os.environ.get(n) or "").strip() for n in sorted(names)] + [(k or "").strip() for k in more]
+    return sorted({k for k in found if len(k) >= MIN_KEY_CHARS}, key=len, reverse=True)
+
+
+MIN_KEY_CHARS = 8  # a shorter value is no key worth looking for (and would mask ordinary words)
+
+
+def quotes_a_key(text: str, keys: list[str]) -> bool:
+    """Whether `text` holds one of `keys`: as it is, in other letter case, or with white space put inside it."""
+    if not keys:
+        return False
+    folded = "".join(text.split()).casefold()
+    return any(k in text or k.casefold() in folded for k in keys)
+
+
 def mask(text: str, *keys: str | None) -> str:
-    """`text` with every key (and its stripped form) replaced by `***`: done before any cut, so that no part
-    of a key survives a truncation."""
+    """`text` with every key (and its stripped form, in any letter case) replaced by `***`: done before any cut,
+    so that no part of a key survives a truncation."""
     for key in keys:
         for form in {key, (key or "").strip()}:
             if form and len(form) >= 4:
-                text = text.replace(form, "***")
+                text = re.sub(re.escape(form), "***", text, flags=re.I)
     return text

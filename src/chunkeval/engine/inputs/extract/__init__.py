@@ -14,7 +14,7 @@ from chunkeval.engine.inputs.extract import pdf
 from chunkeval.engine.inputs.extract.base import Extracted, Unreadable, page_span  # noqa: F401 (re-exported)
 from chunkeval.errors import InputError
 from chunkeval.files import write_text
-from chunkeval.limits import DOCUMENT_BYTES, regular_file
+from chunkeval.limits import DOCUMENT_BYTES, json_loads, record_text, regular_file
 from chunkeval.paths import cache_dir
 
 TEXT_SUFFIXES = (".md", ".txt")
@@ -144,7 +144,7 @@ class DocumentReader:
 def _cached(where: Path, ident: str) -> Extracted | None:
     """A cached text, where its file is whole and of this extractor (else it is extracted again)."""
     try:
-        entry = json.loads(where.read_text(encoding="utf-8"))
+        entry = json_loads(record_text(where))
     except (OSError, ValueError):
         return None
     if not isinstance(entry, dict) or entry.get("extractor") != ident or not isinstance(entry.get("text"), str):

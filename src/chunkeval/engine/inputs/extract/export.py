@@ -21,7 +21,7 @@ from urllib.parse import quote
 from chunkeval.engine.inputs.corpus import Documents
 from chunkeval.engine.inputs.extract import identity
 from chunkeval.errors import InputError, as_fault
-from chunkeval.files import check_output
+from chunkeval.files import check_output, output_folder
 
 SEGMENT_CHARS = 200  # a longer path segment is written encoded, and shortened
 
@@ -72,22 +72,26 @@ def export(docs: Documents, out: Path, html: str) -> list[dict]:
     """Write every document's text and `documents.jsonl` into `out` (whole, or nothing); the manifest's rows."""
     out = Path(out)
     rows = manifest_rows(docs, html)
-    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        for row in rows:
-            if row["file"] is None:
-                continue
-            path = tmp / row["file"]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(docs.texts[row["id"]], encoding="utf-8", newline="\n")
-        tmp.mkdir(exist_ok=True)
-        lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-        (tmp / "documents.jsonl").write_text(lines, encoding="utf-8")
-        if out.exists():
-            out.rmdir()  # empty, as checked
-        os.replace(tmp, out)
-    except OSError as exc:
-        raise (as_fault(exc) or exc) from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with output_folder(out.parent) as folder:  # opened once: a swap of its name meanwhile redirects nothing
+        tmp = folder / f".{out.name}.{uuid.uuid4().hex}.tmp"
+        final = folder / out.name
+        try:
+            for row in rows:
+                if row["file"] is None:
+                    continue
+                path = tmp / row["file"]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(docs.texts[row["id"]], encoding="utf-8", newline="\n")
+            tmp.mkdir(exist_ok=True)
+            lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+            (tmp / "documents.jsonl").write_text(lines, encoding="utf-8")
+            if final.is_symlink() or (final.exists() and not final.is_dir()):
+                raise InputError("--out is no longer an empty folder (changed since it was checked)", out)
+            if final.exists():
+                final.rmdir()  # empty, as checked
+            os.replace(tmp, final)
+        except OSError as exc:
+            raise (as_fault(exc) or exc) from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return rows

@@ -23,6 +23,7 @@ import numpy as np
 
 from chunkeval.engine.retrieval.indexes.spec import load_library
 from chunkeval.files import hash_file, write_text
+from chunkeval.limits import json_loads, record_text
 
 log = logging.getLogger("chunkeval")
 BLOCK = 1 << 22  # bytes faiss hands the writer at a time
@@ -100,7 +101,7 @@ def wait_all(path: Path | None = None) -> None:
 
 def read(path: Path, record: Path):
     """(index, build seconds) of a kept file; ValueError where its bytes are not what its record says."""
-    kept = json.loads(record.read_text()) if record.is_file() else {}
+    kept = json_loads(record_text(record)) if record.is_file() else {}
     if "xxh3_128" in kept:
         import xxhash
 
