@@ -319,23 +319,14 @@ class Night:
 
 
 def _scheduled_at(client, deployment_id) -> list:
-    """The deployment's scheduled flow runs (expected start, auto_scheduled), soonest first."""
-    from prefect.client.schemas.filters import (
-        DeploymentFilter,
-        DeploymentFilterId,
-        FlowRunFilter,
-        FlowRunFilterState,
-        FlowRunFilterStateType,
-    )
-    from prefect.client.schemas.objects import StateType
+    """The deployment's flow runs of the latest expected starts, in any state: the served runner claims a run
+    (Pending) up to its prefetch window before its time, so a run the scheduler made may be scheduled no longer."""
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
     from prefect.client.schemas.sorting import FlowRunSort
 
     return client.read_flow_runs(
         deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
-        flow_run_filter=FlowRunFilter(
-            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))
-        ),
-        sort=FlowRunSort.EXPECTED_START_TIME_ASC,
+        sort=FlowRunSort.EXPECTED_START_TIME_DESC,
         limit=5,
     )
 
@@ -361,8 +352,8 @@ def fire(client, deployment_id, schedule_id, say=print):
             if hit:
                 return hit[0]
             time.sleep(0.5)
-        times = ", ".join(f"{r.expected_start_time:%H:%M:%S}" for r in seen) or "none"
-        say(f"          the scheduler made no run at {anchor:%H:%M:%S} ({lead} s ahead; its scheduled runs: {times}): "
+        times = ", ".join(f"{r.expected_start_time:%H:%M:%S} ({r.state_name})" for r in seen) or "none"
+        say(f"          the scheduler made no run at {anchor:%H:%M:%S} ({lead} s ahead; its latest runs: {times}): "
             f"its loop came round too late; the anchor moves {2 * lead} s ahead")  # fmt: skip
         lead *= 2
     raise RuntimeError(f"the scheduler made no run at any of {FIRES} anchors up to {lead // 2} s ahead")

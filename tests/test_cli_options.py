@@ -9,7 +9,8 @@ with issue 29, `--anchor-similarity S` and `--ties trec_eval|retriever` to run a
 `gold check` too), the command `gold update`, `--threshold` and `--alpha` to diff (the one verdict), and trend's
 `--metric` no longer required (without it, the watched metrics); with issue 32, `--metrics M1,M2` and `--wide` to run,
 sweep and report; with issue 30, `--limit N` and `--timeout SECONDS`
-to sql."""
+to sql; with issue 40, the commands `alerts test` (a test message to each destination) and `backends` (backend auto's
+kept choice), and `--qrels`, `--queries`, `--beir` and `--split` to `gold update` (document gold corrected too)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def test_every_command_module_says_how_it_reaches_the_warehouse():
         assert callable(command.add_parser), command.__name__
         assert isinstance(command.WAREHOUSE_SESSION, bool), command.__name__
         sessions[command.__name__.rpartition(".")[2]] = command.WAREHOUSE_SESSION
-    assert len(sessions) == 15
+    assert len(sessions) == 17
     assert {name for name, held in sessions.items() if held} == {
         "runs",
         "trend",

@@ -80,7 +80,7 @@ def test_the_report_shows_the_check_recorded_with_the_run(tmp_path, caplog):
     text = "Alpha beta gamma. The same sentence. Delta epsilon. The same sentence. Zeta eta theta iota kappa."
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "doc.md").write_text(text, encoding="utf-8")
-    (tmp_path / "c" / "legacy.txt").write_bytes(b"caf\xe9 au lait")  # not UTF-8: left out, and recorded
+    (tmp_path / "c" / "legacy.txt").write_bytes(b"caf\xe9\x00\x01 au lait")  # no text at all: left out, and recorded
     rows = [
         f'q1,Which sentence repeats?,"[{ref("The same sentence.", text, 1)}]",doc',
         f'q2,Greek <b>letters</b>?,"[{ref("Alpha beta gamma.", text)}]",doc',

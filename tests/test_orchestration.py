@@ -37,9 +37,10 @@ def experiment_file(folder: Path, name: str, corpus_dir: Path, questions: Path, 
 
 def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, demo_first_run):
     """In the home of the demo's first run (its models built, its vectors cached): the served nightly deployment run
-    by hand and the on-change deployment fired by a change event each record a run of the demo, with its flow run and
-    its true trigger (`manual`, `change`: the deployment's own `trigger` parameter is not trusted), one after the
-    other (runs of one experiment never overlap)."""
+    by hand and the on-change deployment fired by a change event at the same moment each record a run of the demo,
+    with its flow run and its true trigger (`manual`, `change`: the deployment's own `trigger` parameter is not
+    trusted). Runs of one experiment never overlap: the second waits for the first, which read the very same inputs,
+    so it is recorded `coalesced` into it and computes nothing twice."""
     _, home = demo_first_run
     env = client_env(prefect_server, home)
     log = open(tmp_path / "serve.log", "wb")
@@ -65,14 +66,16 @@ def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, 
         emitted = prefect("event", "emit", "chunkeval.corpus.changed", "--resource-id", "chunkeval.experiment.demo")
         assert emitted.returncode == 0, emitted.stdout + emitted.stderr
         wh = Warehouse(home / "warehouse")
-        triggers = lambda: {r["trigger"] for r in wh.runs("demo", "completed")}  # noqa: E731
+        ended = lambda: [r for r in wh.runs("demo") if r["status"] in ("completed", "coalesced")]  # noqa: E731
+        triggers = lambda: {r["trigger"] for r in ended()}  # noqa: E731
         wait_for(
             lambda: {"manual", "change"} <= triggers(), 400, "a nightly and an on-change run in the warehouse", serve
         )
-        completed = wh.runs("demo", "completed")
-        assert all(r["flow_run_id"] for r in completed)
-        later, earlier = completed[:2]
-        assert later["started_at"] >= earlier["finished_at"]  # the second waited for the first
+        later, earlier = ended()[:2]
+        assert all(r["flow_run_id"] for r in (later, earlier))
+        assert (earlier["status"], later["status"]) == ("completed", "coalesced"), (earlier, later)
+        assert later["error"].endswith("which it waited for, read the same corpus, gold set and model")
+        assert earlier["run_id"] in later["error"] and later["finished_at"] >= earlier["finished_at"]
     finally:
         os.killpg(serve.pid, signal.SIGTERM)
         serve.wait(30)
@@ -92,9 +95,15 @@ def served(env: dict, log_path: Path, *args: str) -> subprocess.Popen:
         )
 
 
-def stop(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)
+def stop(proc: subprocess.Popen) -> int | None:
+    """Stop a process group started by `served`; its exit status where it had ended already (None otherwise)."""
+    ended = proc.poll()
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:  # the group is gone: nothing to stop
+        pass
     proc.wait(30)
+    return ended
 
 
 def test_a_served_schedule_fires_through_the_scheduler(prefect_server, prefect_api, tmp_path):
@@ -163,7 +172,10 @@ def test_serve_says_so_when_the_scheduler_creates_nothing(tmp_path):
     assert "SQLAlchemy" in line and "next run at" not in said()
 
 
-def test_four_runs_of_two_experiments_at_once_all_complete(prefect_server, tmp_path, shared_home):
+def test_four_runs_of_two_experiments_at_once_all_end_well(prefect_server, tmp_path, shared_home):
+    """Two `chunkeval run` of each of two experiments at once: the experiments run side by side, each recorded;
+    the two runs of one experiment take turns, and the second, whose inputs the first just read, is recorded
+    `coalesced` into it instead of computing the same numbers again (issue 40)."""
     env = client_env(prefect_server, shared_home)
     files = [
         experiment_file(
@@ -188,9 +200,9 @@ def test_four_runs_of_two_experiments_at_once_all_complete(prefect_server, tmp_p
     assert [p.returncode for p in procs] == [0, 0, 0, 0], outputs
     wh = Warehouse(shared_home / "warehouse")
     for i in range(2):
-        assert [r["status"] for r in wh.runs(f"twin{i}")] == ["completed", "completed"]
-        for run in wh.runs(f"twin{i}"):
-            assert wh.summary(run["run_id"]).num_rows == 1
+        assert sorted(r["status"] for r in wh.runs(f"twin{i}")) == ["coalesced", "completed"], outputs
+        (run,) = wh.runs(f"twin{i}", "completed")
+        assert wh.summary(run["run_id"]).num_rows == 1
 
 
 KILL_POINTS = ["started", "embedding", "results", "catalogue", "report"]

@@ -339,6 +339,11 @@ def _run(exp, prepared, turn, trigger, if_changed, device, shards, mlflow, logge
     settings = {**exp.recorded_settings(), **choice}
     flow_run_id = flow_run.get_id()
     last = wh.unchanged_since(exp.name, fps)
+    if turn.waited and last:  # the run it waited for read these very inputs: a second would only repeat it
+        reason = f"run {last['run_id']}, which it waited for, read the same corpus, gold set and model"
+        run_id = wh.record_skipped(exp.name, fps, trigger, settings, flow_run_id, status="coalesced", reason=reason)
+        logger.info("experiment %s: %s; coalesced into it", exp.name, reason)
+        return {"run_id": run_id, "status": "coalesced", "texts_embedded": 0}
     if if_changed and last:
         reason = f"corpus, gold set and model unchanged since run {last['run_id']}"
         run_id = wh.record_skipped(exp.name, fps, trigger, settings, flow_run_id, reason=reason)

@@ -129,18 +129,21 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     return _run(args, exp, mlflow, runner, warehouse)
 
 
-def coalesced(exp: Experiment, warehouse: WarehouseAccess, turn) -> int:
-    """A run of the experiment is running and another waits to follow it: this one is recorded as coalesced into
-    that follow-up, and runs nothing."""
-    reason = (
-        f"another run of {exp.name} was running and one more waited to follow it: this trigger is coalesced into "
-        "that follow-up"
-    )
+def coalesced(exp: Experiment, warehouse: WarehouseAccess, turn, reason: str | None = None) -> int:
+    """This run is coalesced into another and runs nothing, recorded so: a run of the experiment is running and
+    another waits to follow it, or (`reason`) the run it waited for read the same inputs."""
+    if reason is None:
+        reason = (
+            f"another run of {exp.name} was running and one more waited to follow it: this trigger is coalesced "
+            "into that follow-up"
+        )
+        said = f"{turn.holder()} is running and another run waits to follow it"
+    else:
+        said = reason
     run_id = warehouse(must_exist=False).record_skipped(
         exp.name, {}, "manual", exp.recorded_settings(), status="coalesced", reason=reason
     )
-    print(f"experiment {exp.name}: {turn.holder()} is running and another run waits to follow it; run {run_id} "
-          "recorded as coalesced into that one")  # fmt: skip
+    print(f"experiment {exp.name}: {said}; run {run_id} recorded as coalesced into that one")
     return 0
 
 
@@ -172,6 +175,10 @@ def _run(args, exp: Experiment, mlflow, runner, warehouse: WarehouseAccess) -> i
     try:
         if turn.waited:  # another run ended meanwhile: the inputs are read as they are now
             exp, embedders, state = _inputs(args, exp, warehouse, clock)
+            same = warehouse(must_exist=False).unchanged_since(exp.name, state.fingerprints)
+            if same:  # and that run read these very inputs: a second would only repeat it
+                return coalesced(exp, warehouse, turn, f"run {same['run_id']}, which it waited for, read the same "
+                                 "corpus, gold set and model")  # fmt: skip
         return _flow(args, exp, mlflow, runner, warehouse, clock, state, shards, turn)
     finally:
         turn.leave()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from chunkeval.cli.ages import parse_age
 from chunkeval.cli.options import add_experiment, add_json, check_at_least_one
@@ -99,9 +100,15 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
 
 
 def _reason(text: str) -> str:
-    """A run's reason on one line of the table's width (its last line: an exception's message, not its type)."""
-    line = visible(" ".join(str(text).strip().splitlines()[-1].split())) if str(text).strip() else ""
-    return line if len(line) <= REASON_WIDTH else line[: REASON_WIDTH - 1] + "…"
+    """A run's reason on one line of the table's width: its last line, chunkeval's own errors without their class
+    (`chunkeval.errors.InputError: `), and a line too long cut in its middle (a file's path is long, and what went
+    wrong is said at the end)."""
+    line = " ".join(str(text).strip().splitlines()[-1].split()) if str(text).strip() else ""
+    line = visible(re.sub(r"^chunkeval\.[\w.]+Error: ", "", line))
+    if len(line) <= REASON_WIDTH:
+        return line
+    head = REASON_WIDTH // 5
+    return line[:head] + "…" + line[len(line) - (REASON_WIDTH - head - 1) :]
 
 
 def delete(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
