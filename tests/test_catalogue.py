@@ -2188,6 +2188,43 @@ def catalogue_rows(home: Path) -> list:
         ).fetchall()
 
 
+# issue 43: production traces (`chunkeval traces import`, `traces sample`): a file that is not traces is one line
+# naming it and its line; with --strict, the first unusable span is one line naming the file, line and span
+ONE_SPAN = json.dumps(
+    {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "ab" * 16, "spanId": "cd" * 8, "attributes": [
+        {"key": "openinference.span.kind", "value": {"stringValue": "RETRIEVER"}}]}]}]}]}
+)  # fmt: skip
+CASES.update(
+    {
+        "traces import: a line that is not JSON": (
+            lambda w: ["traces", "import", write(w["t"] / "t.jsonl", '{"resourceSpans": []}\nnot json\n')],
+            "t.jsonl: line 2: not JSON",
+        ),
+        "traces import: a file that is not traces": (
+            lambda w: ["traces", "import", write(w["t"] / "t.jsonl", '{"hello": 1}\n')],
+            "not a trace file chunkeval reads",
+        ),
+        "traces import: a folder without trace files": (
+            lambda w: ["traces", "import", w["t"] / "corpora"],
+            "no trace file (.json, .jsonl, .ndjson, .parquet) in the folder",
+        ),
+        "traces import: --strict and a retrieval span without a query": (
+            lambda w: ["traces", "import", "--strict", write(w["t"] / "t.jsonl", ONE_SPAN + "\n")],
+            "t.jsonl: row 1: span 'cdcdcdcdcdcdcdcd': no query",
+        ),
+        "traces import: a FIFO": (lambda w: ["traces", "import", fifo(w["t"])], "is a FIFO"),
+        "traces sample: no production span in the window": (
+            lambda w: ["traces", "sample", "--out", w["t"] / "s.csv"],
+            "no production span in the window",
+        ),
+        "traces sample: a sample of no query": (
+            lambda w: ["traces", "sample", "--out", w["t"] / "s.csv", "--size", "0"],
+            "--size takes a number from 1 to 100000, got 0",
+        ),
+    }
+)
+
+
 def test_the_catalogue_is_large_enough():
     commands = {name.split(":")[0] for name in CASES}
     assert len(CASES) >= 40

@@ -54,7 +54,7 @@ def test_every_command_module_says_how_it_reaches_the_warehouse():
         assert callable(command.add_parser), command.__name__
         assert isinstance(command.WAREHOUSE_SESSION, bool), command.__name__
         sessions[command.__name__.rpartition(".")[2]] = command.WAREHOUSE_SESSION
-    assert len(sessions) == 17
+    assert len(sessions) == 18  # 15, then alerts and backends (issue 40), traces (issue 43)
     assert {name for name, held in sessions.items() if held} == {
         "runs",
         "trend",

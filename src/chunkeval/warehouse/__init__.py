@@ -25,6 +25,7 @@ Layout under `$CHUNKEVAL_HOME/warehouse/` (schema: docs/warehouse.md):
 | `baselines` | `Baselines` | pins, reference runs, compare and regressions (rules: `chunkeval.analysis.regression`) |
 | `maintenance` | `Maintenance` | repair, delete, prune |
 | `access` | `Access` | a read-only query for people (`chunkeval sql`), a self-contained snapshot |
+| `production` | `Production` | production's imported retrievals (traces) and its judged results beside the runs |
 
 Each job is a class that extends the jobs it uses (`Schema(Connections, Layout)`, `History(Schema)`, …,
 `Maintenance(Lifecycle, Baselines)`), as the package's layers do: a reader of one module sees in its
@@ -45,6 +46,7 @@ from chunkeval.warehouse.db import LockTimeout, lock_timeout_setting
 from chunkeval.warehouse.history import History
 from chunkeval.warehouse.maintenance import Maintenance
 from chunkeval.warehouse.migrations import MIGRATIONS, SCHEMA_VERSION, Schema
+from chunkeval.warehouse.production import Production
 from chunkeval.warehouse.results import RunFiles
 from chunkeval.warehouse.runs import Lifecycle
 from chunkeval.warehouse.tables import (
@@ -72,7 +74,7 @@ __all__ = [
 ]
 
 
-class Warehouse(Maintenance, Lifecycle, Baselines, RunFiles, Access, History, Schema):
+class Warehouse(Maintenance, Lifecycle, Baselines, RunFiles, Access, History, Production, Schema):
     """The warehouse under `root`: `chunkeval.duckdb`, `results/<run_id>/`, `baselines/<experiment>.json`.
     Every operation opens a short-lived connection, waiting up to `lock_timeout` seconds (by default
     `$CHUNKEVAL_LOCK_TIMEOUT`, else 120) while another process holds the file (a command that only reads asks

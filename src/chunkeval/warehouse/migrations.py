@@ -34,6 +34,7 @@ from chunkeval.warehouse.tables import (
     expand_key_sql,
     parquet,
     parquet_columns,
+    production_sql,
     projection,
     quote,
     run_setting_sql,
@@ -43,7 +44,7 @@ from chunkeval.warehouse.tables import (
     vector_keys_sql,
 )
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 SUMMARY_TABLES = ("summaries", "corpus_summaries", "slice_summaries")  # loaded from each completed run's files
 
 # Each step moves the schema up by one version; an older warehouse is brought up to date on open.
@@ -109,6 +110,9 @@ MIGRATIONS = [
     # v13: contextual chunk headers (`context`, a configuration key): the summary tables gain the column, older
     # rows read `none` (its default); results files without it read `none` in the views (`projection`)
     "CONTEXT",  # `context_key_sql()`
+    # v14: production as a source beside runs (`chunkeval traces import`, docs/warehouse.md "Production"): the
+    # tables of imported retrieval spans, their queries, documents and contents, and the judged results over time
+    "PRODUCTION",  # `chunkeval.warehouse.production.production_sql()`
 ]
 
 
@@ -159,6 +163,7 @@ class Schema(Connections, Layout):
                 "VECTOR_KEYS": vector_keys_sql,
                 "EXPAND": expand_key_sql,
                 "CONTEXT": context_key_sql,
+                "PRODUCTION": production_sql,
             }.get(MIGRATIONS[step])
             con.execute(step_sql() if step_sql else MIGRATIONS[step])
             if step == 5:  # the summaries of every completed run so far

@@ -25,6 +25,7 @@ from chunkeval.cli.commands import (
     serve,
     sql,
     sweep,
+    traces,
     trend,
     warehouse,
 )
@@ -39,6 +40,7 @@ COMMANDS = (
     baseline,
     compare,
     gold,
+    traces,
     extract,
     sql,
     warehouse,

@@ -1,0 +1,428 @@
+"""Production traces read as retrievals: the query, the ranked documents with their scores, the time, the session
+and the trace of every retrieval span (docs/traces.md).
+
+Three forms are read, each vectorised in DuckDB (one SQL pipeline over the whole file, no Python loop per span):
+
+- **OTLP JSON**, as an OpenTelemetry collector's file exporter writes it: one `ExportTraceServiceRequest` per
+  line (`resourceSpans[].scopeSpans[].spans[]`, attributes as `{key, value: {stringValue | intValue | …}}`), ids
+  in hex (base64, protobuf's own JSON, is read too).
+- **Phoenix's trace export**: the spans data frame (`context.span_id`, `context.trace_id`, `start_time`,
+  `span_kind`, `attributes.input.value`, `attributes.retrieval.documents` as a list of
+  `{document.id, document.content, document.score, document.metadata}`, …) as Parquet or JSON lines.
+- Spans of either convention: **OpenInference** (`openinference.span.kind` RETRIEVER, whose query is
+  `input.value` and documents `retrieval.documents.{i}.document.{id,content,score,metadata}`; RERANKER, whose query
+  is `reranker.query` and ranked documents `reranker.output_documents.{i}.document.*`) and the **OpenTelemetry
+  GenAI** retrieval span (`gen_ai.operation.name` `retrieval`, `gen_ai.retrieval.query.text`,
+  `gen_ai.retrieval.documents` as a JSON string or structured, each `{id, score, content?}`; its session
+  `gen_ai.conversation.id`).
+
+Traces are untrusted input. A file that is not what it says (a line that is not JSON, a Parquet file without the
+spans' columns) is one line naming the file and line. A span that is unusable is skipped and counted by reason
+(`SKIP_REASONS`), or with `strict` is one line naming the file, line and span: no query, a query or a document
+field of the wrong type, a query or content over its bound (`QUERY_CHARS`, `CONTENT_CHARS`), more documents than
+`DOCUMENTS_PER_SPAN`, a span id that is not one, a span id seen before in the same import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from chunkeval.errors import InputError
+from chunkeval.limits import regular_file, short
+
+FORMATS = ("auto", "otlp-json", "phoenix")
+LINE_BYTES = 256 << 20  # 256 MiB: the largest line of OTLP JSON (one export request of a collector's batch)
+QUERY_CHARS = 20_000  # a query longer than this is skipped (no retrieval query is a book)
+CONTENT_CHARS = 200_000  # a document's content longer than this skips its span
+DOCUMENTS_PER_SPAN = 1_000  # a retrieval of more documents than this skips its span
+FILE_BYTES = 64 << 30  # 64 GiB: the largest trace file read
+SKIP_REASONS = {
+    "no_query": "no query (input.value, reranker.query or gen_ai.retrieval.query.text)",
+    "query_type": "the query is not text",
+    "query_size": f"the query is over {QUERY_CHARS:,} characters",
+    "document_type": "a document's id, content or score is of the wrong type (or a score not finite)",
+    "content_size": f"a document's content is over {CONTENT_CHARS:,} characters",
+    "too_many_documents": f"more than {DOCUMENTS_PER_SPAN:,} documents",
+    "documents_type": "gen_ai.retrieval.documents is not a list of documents",
+    "span_id": "no span id, or one that is not 8 bytes (16 hex digits)",
+    "duplicate_span": "a span id seen before in this import",
+}
+# the attributes read: every other attribute of a span is left in the file
+KEYS_READ = (
+    "openinference.span.kind", "input.value", "session.id", "reranker.query", "gen_ai.operation.name",
+    "gen_ai.retrieval.query.text", "gen_ai.retrieval.documents", "gen_ai.conversation.id",
+)  # fmt: skip
+DOC_KEY = r"^(retrieval\.documents|reranker\.output_documents)\.([0-9]+)\.document\.(id|content|score|metadata)$"
+SPAN_KINDS = ("RETRIEVER", "RERANKER")
+
+
+@dataclass
+class Traces:
+    """What an import read: `spans` (one row per retrieval span kept: span_id, trace_id, session_id, time, kind,
+    query, query_hash, file, line) and `documents` (span_id, rank from 1, document_id, content, content_hash,
+    score, metadata), both Arrow; `skipped` counts the spans left out by reason and `examples` names the first
+    few (file, line, span, reason); `read` counts every span of the files, retrieval or not."""
+
+    spans: pa.Table
+    documents: pa.Table
+    read: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    examples: list[dict] = field(default_factory=list)
+
+    @property
+    def kept(self) -> int:
+        return self.spans.num_rows
+
+
+def text_hash(text: str) -> str:
+    """The hash that recognises a query or a document's content again: SHA-256 of its text with runs of white space
+    (space, tab, line breaks) made one space, trimmed and lower-cased, first 16 hex digits: what `_hash_sql`
+    computes in DuckDB, so that a text hashed here and there is recognised."""
+    folded = re.sub(r"[\t\n\f\r ]+", " ", text).strip(" ").lower()
+    return hashlib.sha256(folded.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _hash_sql(column: str) -> str:
+    return f"left(sha256(lower(trim(regexp_replace({column}, '[\\t\\n\\f\\r ]+', ' ', 'g')))), 16)"
+
+
+def sniff(path: Path) -> str:
+    """`otlp-json` or `phoenix` by a file's first bytes: Parquet's magic, or a first JSON object with
+    `resourceSpans` (OTLP) or `context.span_id` (Phoenix's JSON lines)."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    if head[:4] == b"PAR1":
+        return "phoenix"
+    if b'"resourceSpans"' in head:
+        return "otlp-json"
+    if b'"context.span_id"' in head or b'"context":' in head:
+        return "phoenix"
+    raise InputError("not a trace file chunkeval reads: neither OTLP JSON (resourceSpans) nor Phoenix's spans", path)
+
+
+def _json_error(exc: Exception, path: Path) -> InputError:
+    """The one line of a file DuckDB could not read: the first line that is not a JSON object, found by reading
+    the file again line by line (only on this path), else DuckDB's own first line."""
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    value = json.loads(raw)
+                except (ValueError, RecursionError) as bad:
+                    return InputError(f"line {number}: not JSON ({short(str(bad))[:80]})", path)
+                if not isinstance(value, dict):
+                    return InputError(f"line {number}: not a JSON object ({short(value)})", path)
+    except OSError as bad:
+        return InputError(f"cannot be read ({bad.strerror})", path)
+    return InputError(f"cannot be read as traces ({short(str(exc).splitlines()[0])[:160]})", path)
+
+
+def _otlp_sql(con, path: Path) -> None:
+    """The spans of an OTLP JSON file as `meta` and `flat` (see `_load`)."""
+    con.execute(
+        "CREATE TEMP TABLE raw AS SELECT row_number() OVER () AS line, json AS j FROM "
+        f"read_json_objects(?, format='newline_delimited', maximum_object_size={LINE_BYTES})",
+        [str(path)],
+    )
+    con.execute("""
+        CREATE TEMP TABLE spans AS
+        SELECT row_number() OVER () AS sid, line, span FROM (
+            SELECT line, unnest(json_extract(j, '$.resourceSpans[*].scopeSpans[*].spans[*]')) AS span FROM raw)""")
+    keys = ", ".join(f"'{k}'" for k in KEYS_READ)
+    con.execute(f"""
+        CREATE TEMP TABLE attrs AS
+        SELECT sid, a.key AS key, a.value AS value FROM (
+            SELECT sid, unnest(from_json(span->'attributes', '[{{"key":"VARCHAR","value":"JSON"}}]')) AS a
+            FROM spans)
+        WHERE a.key IN ({keys}) OR regexp_matches(a.key, '{DOC_KEY}')""")
+    con.execute("""
+        CREATE TEMP TABLE meta AS
+        SELECT s.sid, s.line, s.span->>'spanId' AS span_raw, s.span->>'traceId' AS trace_raw,
+               TRY_CAST(s.span->>'startTimeUnixNano' AS HUGEINT) AS start_ns,
+               max(value) FILTER (key = 'openinference.span.kind')->>'stringValue' AS oi_kind,
+               max(value) FILTER (key = 'gen_ai.operation.name')->>'stringValue' AS genai_op,
+               max(value) FILTER (key = 'input.value') AS input_value,
+               max(value) FILTER (key = 'reranker.query') AS reranker_query,
+               max(value) FILTER (key = 'gen_ai.retrieval.query.text') AS genai_query,
+               coalesce(max(value) FILTER (key = 'session.id'),
+                        max(value) FILTER (key = 'gen_ai.conversation.id'))->>'stringValue' AS session_id,
+               max(value) FILTER (key = 'gen_ai.retrieval.documents') AS genai_docs
+        FROM spans s LEFT JOIN attrs a USING (sid)
+        GROUP BY s.sid, s.line, s.span""")
+    # OpenInference's flattened documents: one row per (span, index, field); values still OTLP's typed JSON
+    con.execute(f"""
+        CREATE TEMP TABLE flat AS
+        SELECT sid, regexp_extract(key, '{DOC_KEY}', 1) AS list,
+               CAST(regexp_extract(key, '{DOC_KEY}', 2) AS BIGINT) AS i,
+               regexp_extract(key, '{DOC_KEY}', 3) AS field, value
+        FROM attrs WHERE regexp_matches(key, '{DOC_KEY}')""")
+
+
+def _phoenix_sql(con, path: Path) -> None:
+    """The spans of Phoenix's export (Parquet, or JSON lines) as `meta` and `flat`: its documents are lists of
+    `{document.id, document.content, document.score, document.metadata}` in `attributes.retrieval.documents` and
+    `attributes.reranker.output_documents`; each value is turned into OTLP's typed JSON so one pipeline checks
+    both."""
+    with open(path, "rb") as f:
+        parquet = f.read(4) == b"PAR1"
+    source = (
+        "read_parquet(?)" if parquet else f"read_json(?, format='newline_delimited', maximum_object_size={LINE_BYTES})"
+    )
+    con.execute(f"CREATE TEMP TABLE raw AS SELECT row_number() OVER () AS line, * FROM {source}", [str(path)])
+    have = {c for (c,) in con.execute("SELECT column_name FROM (DESCRIBE raw)").fetchall()}
+    need = {"context.span_id"}
+    if not need <= have:
+        raise InputError(f"Phoenix's span export has a column context.span_id; found {short(sorted(have))}", path)
+
+    def col(name: str, default: str = "NULL") -> str:
+        return f'"{name}"' if name in have else default
+
+    def typed(name: str) -> str:  # a value as OTLP's typed JSON: strings as stringValue, numbers as doubleValue
+        if name not in have:
+            return "NULL::JSON"
+        c = f'"{name}"'
+        return (
+            f"CASE WHEN {c} IS NULL THEN NULL "
+            f"WHEN json_type(to_json({c})) = 'VARCHAR' THEN json_object('stringValue', {c}) "
+            f"WHEN json_type(to_json({c})) IN ('DOUBLE', 'UBIGINT', 'BIGINT') THEN json_object('doubleValue', {c}) "
+            f"ELSE json_object('otherValue', to_json({c})) END"
+        )
+
+    start = col("start_time")
+    con.execute(f"""
+        CREATE TEMP TABLE meta AS
+        SELECT line AS sid, line, CAST({col("context.span_id")} AS VARCHAR) AS span_raw,
+               CAST({col("context.trace_id")} AS VARCHAR) AS trace_raw,
+               CAST(epoch_us(TRY_CAST({start} AS TIMESTAMPTZ)) AS HUGEINT) * 1000 AS start_ns,
+               coalesce(CAST({col("attributes.openinference.span.kind")} AS VARCHAR),
+                        CAST({col("span_kind")} AS VARCHAR)) AS oi_kind,
+               CAST({col("attributes.gen_ai.operation.name")} AS VARCHAR) AS genai_op,
+               {typed("attributes.input.value")} AS input_value,
+               {typed("attributes.reranker.query")} AS reranker_query,
+               {typed("attributes.gen_ai.retrieval.query.text")} AS genai_query,
+               CAST(coalesce({col("attributes.session.id")}, {col("attributes.gen_ai.conversation.id")}) AS VARCHAR)
+                   AS session_id,
+               {typed("attributes.gen_ai.retrieval.documents")} AS genai_docs
+        FROM raw""")
+    parts = []
+    for name, list_name in (("attributes.retrieval.documents", "retrieval.documents"),
+                            ("attributes.reranker.output_documents", "reranker.output_documents")):  # fmt: skip
+        if name not in have:
+            continue
+        for fld in ("id", "content", "score", "metadata"):
+            parts.append(f"""
+                SELECT line AS sid, '{list_name}' AS list, CAST(i - 1 AS BIGINT) AS i, '{fld}' AS field,
+                       CASE WHEN v IS NULL OR json_type(v) = 'NULL' THEN NULL
+                            WHEN json_type(v) = 'VARCHAR' THEN json_object('stringValue', v->>'$')
+                            WHEN json_type(v) IN ('DOUBLE', 'UBIGINT', 'BIGINT') THEN json_object('doubleValue', v)
+                            ELSE json_object('otherValue', v) END AS value
+                FROM (SELECT line, generate_subscripts(docs, 1) AS i, unnest(docs)->'document.{fld}' AS v
+                      FROM (SELECT line, CAST(to_json("{name}") AS JSON[]) AS docs FROM raw
+                            WHERE "{name}" IS NOT NULL))""")
+    empty = "SELECT NULL::BIGINT AS sid, NULL AS list, NULL::BIGINT AS i, NULL AS field, NULL::JSON AS value LIMIT 0"
+    con.execute("CREATE TEMP TABLE flat AS " + " UNION ALL ".join(parts or [empty]))
+
+
+# What each span is, checked, from `meta` and `flat` (both forms): kept spans and their documents, or a reason
+_CHECK_SQL = f"""
+CREATE TEMP TABLE kinds AS
+SELECT m.*,
+       CASE WHEN upper(oi_kind) IN ('RETRIEVER', 'RERANKER') THEN upper(oi_kind)
+            WHEN lower(genai_op) = 'retrieval' THEN 'GENAI' END AS kind
+FROM meta m;
+CREATE TEMP TABLE retrievals AS
+SELECT k.*,
+       CASE kind WHEN 'RERANKER' THEN coalesce(reranker_query, input_value)
+                 WHEN 'GENAI' THEN genai_query ELSE input_value END AS q,
+       CASE WHEN regexp_full_match(coalesce(span_raw, ''), '[0-9a-fA-F]{{16}}') THEN lower(span_raw)
+            WHEN length(coalesce(span_raw, '')) = 12 AND regexp_full_match(span_raw, '[A-Za-z0-9+/=]+')
+                 AND octet_length(from_base64(span_raw)) = 8 THEN lower(hex(from_base64(span_raw))) END AS span_id,
+       CASE WHEN regexp_full_match(coalesce(trace_raw, ''), '[0-9a-fA-F]{{32}}') THEN lower(trace_raw)
+            WHEN length(coalesce(trace_raw, '')) = 24 AND regexp_full_match(trace_raw, '[A-Za-z0-9+/=]+')
+                 AND octet_length(from_base64(trace_raw)) = 16 THEN lower(hex(from_base64(trace_raw)))
+            ELSE trace_raw END AS trace_id
+FROM kinds k WHERE kind IS NOT NULL;
+-- GenAI's documents: a JSON string, or OTLP's structured array of key-value lists
+CREATE TEMP TABLE genai_list AS
+SELECT sid,
+       CASE WHEN (genai_docs->>'stringValue') IS NOT NULL AND json_valid(genai_docs->>'stringValue')
+                 AND json_type(CAST(genai_docs->>'stringValue' AS JSON)) = 'ARRAY'
+            THEN CAST(CAST(genai_docs->>'stringValue' AS JSON) AS JSON[])
+            WHEN json_type(genai_docs->'arrayValue'->'values') = 'ARRAY'
+            THEN list_transform(CAST(genai_docs->'arrayValue'->'values' AS JSON[]),
+                    lambda e: CAST(map_from_entries(list_transform(
+                            CAST(coalesce(e->'kvlistValue'->'values', '[]') AS JSON[]),
+                            lambda kv: struct_pack(k := kv->>'key', v := kv->'value'))) AS JSON))
+            END AS docs,
+       genai_docs IS NOT NULL AS given
+FROM retrievals WHERE kind = 'GENAI';
+CREATE TEMP TABLE genai_flat AS
+SELECT sid, 'gen_ai' AS list, CAST(i - 1 AS BIGINT) AS i, f AS field,
+       CASE WHEN v IS NULL OR json_type(v) = 'NULL' THEN NULL
+            WHEN json_type(v) = 'OBJECT' AND ((v->'stringValue') IS NOT NULL OR (v->'doubleValue') IS NOT NULL
+                 OR (v->'intValue') IS NOT NULL) THEN v
+            WHEN json_type(v) = 'VARCHAR' THEN json_object('stringValue', v->>'$')
+            WHEN json_type(v) IN ('DOUBLE', 'UBIGINT', 'BIGINT') THEN json_object('doubleValue', v)
+            ELSE json_object('otherValue', v) END AS value
+FROM (SELECT sid, i, unnest(['id', 'content', 'score', 'metadata']) AS f, d FROM (
+        SELECT sid, generate_subscripts(docs, 1) AS i, unnest(docs) AS d FROM genai_list WHERE docs IS NOT NULL)),
+     LATERAL (SELECT d->f AS v);
+CREATE TEMP TABLE docs AS
+SELECT sid, i,
+       max(value) FILTER (field = 'id') AS id_v, max(value) FILTER (field = 'content') AS content_v,
+       max(value) FILTER (field = 'score') AS score_v, max(value) FILTER (field = 'metadata') AS meta_v
+FROM (SELECT f.* FROM flat f JOIN retrievals r USING (sid)
+      WHERE (r.kind = 'RERANKER') = (f.list = 'reranker.output_documents')
+      UNION ALL SELECT * FROM genai_flat)
+GROUP BY sid, i;
+CREATE TEMP TABLE docs_checked AS
+SELECT sid, i,
+       coalesce(id_v->>'stringValue', id_v->>'intValue',
+                CASE WHEN TRY_CAST(id_v->>'doubleValue' AS DOUBLE) = round(TRY_CAST(id_v->>'doubleValue' AS DOUBLE))
+                     THEN CAST(CAST(TRY_CAST(id_v->>'doubleValue' AS DOUBLE) AS BIGINT) AS VARCHAR) END)
+           AS document_id,
+       content_v->>'stringValue' AS content,
+       coalesce(TRY_CAST(score_v->>'doubleValue' AS DOUBLE), TRY_CAST(score_v->>'intValue' AS DOUBLE)) AS score,
+       coalesce(meta_v->>'stringValue', CAST(meta_v->'otherValue' AS VARCHAR)) AS metadata,
+       (id_v IS NOT NULL AND coalesce(id_v->>'stringValue', id_v->>'intValue', id_v->>'doubleValue') IS NULL)
+       OR (content_v IS NOT NULL AND (content_v->>'stringValue') IS NULL)
+       OR (score_v IS NOT NULL AND NOT isfinite(coalesce(TRY_CAST(score_v->>'doubleValue' AS DOUBLE),
+                                                          TRY_CAST(score_v->>'intValue' AS DOUBLE), 'nan'::DOUBLE)))
+       OR (id_v IS NULL AND content_v IS NULL) AS bad_type,
+       length(content_v->>'stringValue') > {CONTENT_CHARS} AS too_long
+FROM docs;
+CREATE TEMP TABLE per_span AS
+SELECT sid, count(*) AS n_docs, bool_or(bad_type) AS bad_type, bool_or(coalesce(too_long, false)) AS too_long
+FROM docs_checked GROUP BY sid;
+CREATE TEMP TABLE verdicts AS
+SELECT r.*, p.n_docs,
+       CASE WHEN r.span_id IS NULL THEN 'span_id'
+            WHEN r.q IS NULL THEN 'no_query'
+            WHEN (r.q->>'stringValue') IS NULL THEN 'query_type'
+            WHEN trim(r.q->>'stringValue') = '' THEN 'no_query'
+            WHEN length(r.q->>'stringValue') > {QUERY_CHARS} THEN 'query_size'
+            WHEN r.kind = 'GENAI' AND g.given AND g.docs IS NULL THEN 'documents_type'
+            WHEN coalesce(p.n_docs, 0) > {DOCUMENTS_PER_SPAN} THEN 'too_many_documents'
+            WHEN p.bad_type THEN 'document_type'
+            WHEN p.too_long THEN 'content_size'
+            WHEN row_number() OVER (PARTITION BY r.span_id ORDER BY r.sid) > 1 THEN 'duplicate_span'
+       END AS reason
+FROM retrievals r LEFT JOIN per_span p USING (sid) LEFT JOIN genai_list g USING (sid);
+"""
+
+_SPANS_SQL = f"""
+SELECT span_id, trace_id, session_id,
+       make_timestamp(CAST(start_ns // 1000 AS BIGINT)) AS time,
+       lower(kind) AS kind, q->>'stringValue' AS query, {_hash_sql("q->>'stringValue'")} AS query_hash,
+       CAST(? AS VARCHAR) AS file, CAST(line AS BIGINT) AS line
+FROM verdicts WHERE reason IS NULL ORDER BY sid"""
+_DOCUMENTS_SQL = f"""
+SELECT v.span_id, CAST(row_number() OVER (PARTITION BY d.sid ORDER BY d.i) AS INTEGER) AS rank, d.document_id,
+       d.content, CASE WHEN d.content IS NOT NULL THEN {_hash_sql("d.content")} END AS content_hash, d.score,
+       d.metadata
+FROM docs_checked d JOIN verdicts v USING (sid) WHERE v.reason IS NULL ORDER BY d.sid, d.i"""
+
+
+def read_traces(path: Path, fmt: str = "auto", strict: bool = False, examples: int = 10) -> Traces:
+    """The retrieval spans of one trace file (`FORMATS`), checked (module docstring). With `strict`, the first
+    span that would be skipped is one line naming the file, its line and the span."""
+    import duckdb
+
+    path = regular_file(Path(path))
+    if path.stat().st_size > FILE_BYTES:
+        raise InputError(f"a trace file is at most {FILE_BYTES >> 30} GiB", path)
+    if fmt not in FORMATS:
+        raise InputError(f"unknown trace format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    fmt = sniff(path) if fmt == "auto" else fmt
+    con = duckdb.connect(config={"preserve_insertion_order": True})
+    try:
+        try:
+            (_otlp_sql if fmt == "otlp-json" else _phoenix_sql)(con, path)
+        except duckdb.Error as exc:
+            if fmt == "phoenix" and sniff(path) == "phoenix" and open(path, "rb").read(4) == b"PAR1":
+                raise InputError(
+                    f"cannot be read as Phoenix's Parquet ({short(str(exc).splitlines()[0])[:160]})", path
+                ) from None
+            raise _json_error(exc, path) from None
+        read = con.execute("SELECT count(*) FROM meta").fetchone()[0]
+        con.execute(_CHECK_SQL)
+        bad = con.execute(
+            "SELECT reason, count(*) FROM verdicts WHERE reason IS NOT NULL GROUP BY reason ORDER BY reason"
+        ).fetchall()
+        shown = con.execute(
+            f"SELECT line, span_raw, reason FROM verdicts WHERE reason IS NOT NULL ORDER BY sid LIMIT {examples}"
+        ).fetchall()
+        if strict and shown:
+            line, span, reason = shown[0]
+            raise InputError(
+                f"span {short(span)}: {SKIP_REASONS[reason]} (or leave out --strict to skip it)", path, line
+            )
+        spans = con.sql(_SPANS_SQL, params=[str(path)]).to_arrow_table()
+        documents = con.sql(_DOCUMENTS_SQL).to_arrow_table()
+    finally:
+        con.close()
+    return Traces(
+        spans=_table(spans),
+        documents=_table(documents),
+        read=int(read),
+        skipped={r: int(n) for r, n in bad},
+        examples=[{"file": str(path), "line": int(line), "span_id": str(span), "reason": r} for line, span, r in shown],
+    )
+
+
+def _table(result) -> pa.Table:
+    return result.read_all() if hasattr(result, "read_all") else result
+
+
+def combine(parts: list[Traces]) -> Traces:
+    """The traces of several files as one import: a span id seen in an earlier file is a duplicate too."""
+    if not parts:
+        raise InputError("no trace file to import")
+    spans = pa.concat_tables([p.spans for p in parts])
+    documents = pa.concat_tables([p.documents for p in parts])
+    skipped: dict[str, int] = {}
+    for p in parts:
+        for r, n in p.skipped.items():
+            skipped[r] = skipped.get(r, 0) + n
+    ids = spans.column("span_id").to_pylist()
+    seen: set[str] = set()
+    keep = []
+    for sid in ids:
+        keep.append(sid not in seen)
+        seen.add(sid)
+    if not all(keep):
+        dup = len(keep) - sum(keep)
+        skipped["duplicate_span"] = skipped.get("duplicate_span", 0) + dup
+        mask = pa.array(keep)
+        spans = spans.filter(mask)
+        first = {}
+        for i, (sid, f) in enumerate(zip(ids, keep)):
+            if f:
+                first[sid] = i
+        # documents of a dropped duplicate: those after the first file that held the span id
+        documents = _documents_of_kept(parts, seen_first=first)
+    examples = [e for p in parts for e in p.examples][:10]
+    return Traces(spans, documents, sum(p.read for p in parts), skipped, examples)
+
+
+def _documents_of_kept(parts: list[Traces], seen_first: dict[str, int]) -> pa.Table:
+    out, offset = [], 0
+    for p in parts:
+        ids = p.spans.column("span_id").to_pylist()
+        mine = {sid for n, sid in enumerate(ids) if seen_first.get(sid) == offset + n}
+        offset += len(ids)
+        docs = p.documents
+        if docs.num_rows:
+            mask = pa.array([s in mine for s in docs.column("span_id").to_pylist()])
+            docs = docs.filter(mask)
+        out.append(docs)
+    return pa.concat_tables(out)

@@ -1,0 +1,158 @@
+"""`chunkeval traces import` and `traces sample` (issue 43, docs/traces.md): production's retrievals read from traces
+made by the real OpenTelemetry SDK with the OpenInference semantic conventions package and written through the SDK's
+own OTLP exporter to a collector-like receiver that writes OTLP JSON (`otel_traces`), from a small retriever over the
+demo corpus. No mock: the SDK, DuckDB and the warehouse are real."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from chunkeval.cli import main
+from chunkeval.engine.inputs.placement import place_documents
+from chunkeval.engine.inputs.trace_sample import sample_queries
+from chunkeval.engine.inputs.traces import read_traces, text_hash
+from chunkeval.warehouse import Warehouse
+from otel_traces import DEMO_CORPORA, Collector, make_traces, retrieve
+
+DEMO_QUESTIONS = DEMO_CORPORA.parent / "questions.csv"
+
+
+def questions() -> list[str]:
+    with open(DEMO_QUESTIONS, newline="", encoding="utf-8") as f:
+        return [r["question"] for r in csv.DictReader(f)]
+
+
+def edit(doc: str, start: int, end: int, text: str) -> tuple[str, str]:
+    """Production's view of a paragraph: its own ids, and a third of the texts edited or foreign."""
+    kind = start % 3
+    if kind == 0:
+        return f"kb-{doc}-{start}", text  # another id, the same text: placed exactly
+    if kind == 1:
+        return f"kb-{doc}-{start}", text.replace(" the ", " teh ", 1)  # a typo: placed approximately
+    return f"kb-{doc}-{start}", "A passage from an old wiki that the corpus never held. " * 3  # not placed
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """Two trace files of the real SDK: day one (OpenInference ids = chunk ids, GenAI spans and rerankers), day
+    two (production's own ids and edited texts)."""
+    t = tmp_path_factory.mktemp("traces")
+    qs = questions()
+    with Collector(t / "day1.jsonl") as endpoint:
+        made1 = make_traces(endpoint, qs, genai_every=5, reranker_every=7)
+    with Collector(t / "day2.jsonl") as endpoint:
+        made2 = make_traces(endpoint, qs, edit=edit, start_ns=1_767_312_000 * 10**9, sessions=2)
+    return {"t": t, "made": (made1, made2), "questions": qs}
+
+
+def test_every_retrieval_span_is_read_with_its_ranked_documents(traced):
+    got = read_traces(traced["t"] / "day1.jsonl")
+    qs = traced["questions"]
+    assert got.kept == traced["made"][0] and not got.skipped
+    kinds = got.spans.column("kind").to_pylist()
+    assert kinds.count("genai") == len(qs) // 5 and kinds.count("reranker") == len(qs) // 7
+    docs = got.documents.to_pylist()
+    for span in got.spans.to_pylist():
+        mine = [d for d in docs if d["span_id"] == span["span_id"]]
+        expected = retrieve(span["query"])
+        if span["kind"] == "reranker":
+            expected = expected[::-1]  # the reranker's output: the retriever's list reversed
+        assert [d["rank"] for d in mine] == [1, 2, 3]
+        assert [d["document_id"] for d in mine] == [f"{doc}:{s}-{e}" for doc, s, e, _, _ in expected]
+        assert [d["content"] for d in mine] == [text for *_, text, _ in expected]
+        if span["kind"] != "reranker":
+            assert [d["score"] for d in mine] == pytest.approx([score for *_, score in expected])
+        assert span["query_hash"] == text_hash(span["query"]) and len(span["trace_id"]) == 32
+        assert span["session_id"].startswith("session-") and span["time"].year == 2026
+    assert {d["content_hash"] for d in docs} == {text_hash(d["content"]) for d in docs}
+
+
+def test_documents_are_placed_by_id_content_or_alignment_and_the_rest_counted(traced):
+    texts = {p.stem: p.read_text(encoding="utf-8") for p in DEMO_CORPORA.glob("*.md")}
+    day1 = place_documents(read_traces(traced["t"] / "day1.jsonl").documents.to_pylist(), texts)
+    assert {d["placement"] for d in day1} == {"id"}
+    for d in day1:
+        assert texts[d["corpus_id"]][d["start"] : d["end"]] == d["content"]
+    day2 = place_documents(read_traces(traced["t"] / "day2.jsonl").documents.to_pylist(), texts)
+    for d in day2:
+        start = int(d["document_id"].rsplit("-", 1)[1])
+        want = {0: "exact", 1: "approximate", 2: "unplaced"}[start % 3]
+        assert d["placement"] == want, d
+        if want != "unplaced":
+            assert d["start"] == start and d["similarity"] >= 90
+
+
+def test_import_records_production_once_and_samples_by_day_and_session(traced, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
+    argv = ["traces", "import", str(traced["t"]), "--corpus-dir", str(DEMO_CORPORA)]
+    assert main(argv) == 0
+    said = capsys.readouterr().out
+    total = sum(traced["made"])
+    assert f"{total} retrieval span(s) kept" in said and f"{total} new, 0 imported before" in said
+    assert "unplaced" in said and "not placed (listed in the import's record)" in said
+    assert main(argv) == 0  # the same files again: nothing new
+    assert f"0 new, {total} imported before" in capsys.readouterr().out
+    wh = Warehouse(tmp_path / "home" / "warehouse")
+    imports = wh.production_imports()
+    assert [i["spans_kept"] for i in imports] == [total, 0]
+    assert json.loads(imports[0]["placements"])["unplaced"] > 0 and json.loads(imports[0]["unplaced"])
+    spans = wh.production_spans().to_pylist()
+    assert len(spans) == total and len({s["query_hash"] for s in spans}) == len(traced["questions"])
+    # the sample: seeded, one span per distinct query, every (day, session) stratum represented
+    a, b = sample_queries(spans, 10, seed=1), sample_queries(spans, 10, seed=1)
+    assert [s["span_id"] for s in a] == [s["span_id"] for s in b] and len(a) == 10
+    assert len({s["query_hash"] for s in a}) == 10
+    assert [s["span_id"] for s in sample_queries(spans, 10, seed=2)] != [s["span_id"] for s in a]
+    strata = {(s["time"].date(), s["session_id"]) for s in spans if s["query_hash"] in {x["query_hash"] for x in spans}}
+    firsts = {}
+    for s in spans:
+        firsts.setdefault(s["query_hash"], s)
+    first_strata = {(s["time"].date(), s["session_id"]) for s in firsts.values()}
+    assert {(s["time"].date(), s["session_id"]) for s in sample_queries(spans, len(first_strata), 0)} == first_strata
+    assert strata >= first_strata
+    out = tmp_path / "q.csv"
+    assert main(["traces", "sample", "--out", str(out), "--size", "12", "--since", "2025-12-31"]) == 0
+    rows = list(csv.DictReader(open(out, newline="", encoding="utf-8")))
+    assert len(rows) == 12 and all(r["references"] == "[]" and r["query_id"].startswith("prod-") for r in rows)
+    production = [json.loads(x) for x in open(out.with_name("q.production.jsonl"), encoding="utf-8")]
+    assert {p["query_id"] for p in production} == {r["query_id"] for r in rows}
+    assert all(p["corpus_id"].startswith("production:") == (p["placement"] == "unplaced") for p in production)
+
+
+def bad_lines(t: Path) -> Path:
+    """One export request with one span of each kind of trouble, beside good spans."""
+    with Collector(t / "good.jsonl") as endpoint:
+        make_traces(endpoint, questions()[:6])
+    line = json.loads((t / "good.jsonl").read_text().splitlines()[0])
+    spans = line["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    retrievers = [s for s in spans if any(a["value"].get("stringValue") == "RETRIEVER" for a in s["attributes"])]
+    retrievers[0]["attributes"] = [a for a in retrievers[0]["attributes"] if a["key"] != "input.value"]
+    for a in retrievers[1]["attributes"]:
+        if a["key"].endswith("document.score"):
+            a["value"] = {"stringValue": "high"}
+    for a in retrievers[2]["attributes"]:
+        if a["key"].endswith("0.document.content"):
+            a["value"] = {"stringValue": "x" * 300_000}
+    retrievers[3]["attributes"].append({"key": "input.value", "value": {"intValue": "7"}})
+    retrievers[3]["attributes"] = [
+        a for a in retrievers[3]["attributes"] if a["value"] != {"stringValue": questions()[3]}
+    ]
+    spans.append(json.loads(json.dumps(retrievers[4])))  # its span id twice
+    (t / "bad.jsonl").write_text(json.dumps(line) + "\n")
+    return t / "bad.jsonl"
+
+
+def test_bad_spans_are_skipped_and_counted_or_one_line_with_strict(tmp_path, monkeypatch, capsys):
+    path = bad_lines(tmp_path)
+    got = read_traces(path)
+    assert got.skipped == {"no_query": 1, "document_type": 1, "content_size": 1, "query_type": 1, "duplicate_span": 1}
+    assert got.kept == 2 and len(got.examples) == 5
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
+    assert main(["traces", "import", "--strict", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad.jsonl: row 1: span " in err and "no query" in err
+    assert not (tmp_path / "home" / "warehouse").exists()  # nothing written
