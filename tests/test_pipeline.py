@@ -1,5 +1,6 @@
-"""One pipeline (issue 31): `chunkeval sweep`, the Python API and the `evaluate` flow run the same steps
-(`sweep.STEPS`) on one run's state; the flow's tasks are those steps, and its tables are the sweep's."""
+"""One pipeline (issues 31 and 42): `chunkeval sweep`, the Python API and the `evaluate` flow prepare a run once
+(`prepare`) and run the same steps (`sweep.STEPS`) on its state; the flow's tasks run those very functions (a step
+that fans out: its jobs mapped, then its merge), in STEPS' order, and its tables are the sweep's."""
 
 from __future__ import annotations
 
@@ -23,7 +24,12 @@ from chunkeval.warehouse import Warehouse
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
-STEPS = [step.__name__ for step in sweep.STEPS]
+STEPS = [step.name for step in sweep.STEPS]
+
+
+def flow_tasks(steps=sweep.STEPS) -> list[str]:
+    """The tasks the flow runs for `steps`, in order: a step's jobs (mapped) before its merge."""
+    return [name for s in steps for name in ((f"{s.name}_job",) if s.name == "chunk" else ()) + (s.name,)]
 TIMES = {"index_build_seconds", "latency_p50_ms", "latency_p95_ms", "batch_ms_per_query"}  # measured, not computed
 
 
@@ -74,7 +80,13 @@ def test_the_flow_runs_the_steps_as_tasks_and_records_the_sweeps_tables(tmp_path
     done = evaluate(experiment=exp_file)
     wh = Warehouse.at_home()
     flow_run_id = str(wh.run(done["run_id"])["flow_run_id"])
-    assert task_names(flow_run_id) == ["fingerprint", *STEPS, "store", "report"]
+    # the flow runs the steps' own functions: no choreography of its own (each task wraps its step's function)
+    from chunkeval.flows.evaluate import JOB_TASKS, STEP_TASKS
+
+    assert [STEP_TASKS[s.name].fn for s in sweep.STEPS] == [s.run or s.merge for s in sweep.STEPS]
+    assert {name: t.fn for name, t in JOB_TASKS.items()} == {s.name: s.job for s in sweep.STEPS if s.job}
+    # prepared (and loaded) once, as `chunkeval run` prepares it; in one process, embed has no jobs
+    assert task_names(flow_run_id) == [*flow_tasks(sweep.STEPS[1:]), "store", "report"]
     folder = wh.results_dir / done["run_id"]
     for part, rows in (("summary", 16), ("per_query", 16 * 28), ("by_corpus", 16 * 3)):  # 16 configurations
         swept = pq.read_table(out.with_name(f"sweep{'' if part == 'summary' else '.' + part}.parquet"))
@@ -102,7 +114,7 @@ def test_run_checks_fingerprints_and_loads_the_inputs_once(tmp_path, monkeypatch
     assert counts == {"load_inputs": 1, "input_fingerprints": 1}
     wh = Warehouse.at_home()
     (run,) = wh.runs("one-load")
-    assert task_names(str(run["flow_run_id"])) == [*STEPS[1:], "store", "report"]
+    assert task_names(str(run["flow_run_id"])) == [*flow_tasks(sweep.STEPS[1:]), "store", "report"]
 
 
 def test_complete_run_takes_a_run_result_whole():

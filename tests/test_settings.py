@@ -156,8 +156,8 @@ def test_a_large_grid_through_the_python_api_needs_yes_or_max_configurations(tmp
     """chunkeval.evaluate never asks: a grid past 500 configurations is refused with its estimate (a probe of the
     model on a first run) until `yes=True` or `max_configurations` says it is intended; allowed, the estimate is
     still said first. bm25's grid embeds nothing: no probe, no time."""
-    from chunkeval.cli.large_grid import check_grid
     from chunkeval.engine.embedding.embedders import Embedders
+    from chunkeval.engine.pipeline.grid import Consent, check_grid
     from chunkeval.paths import DEMO_DIR
 
     monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))  # no warehouse: no past run to measure by
@@ -177,7 +177,7 @@ def test_a_large_grid_through_the_python_api_needs_yes_or_max_configurations(tmp
     for yes, intended in ((True, 0), (False, 510)):
         exp = Experiment.from_dict({**Experiment().to_dict(), **grid, "retriever": ["bm25"]})
         exp = exp.with_overrides(max_configurations=intended)
-        check_grid(exp, yes, Embedders(tmp_path / "cache"), ask=False, say=said.append)
+        check_grid(exp, Embedders(tmp_path / "cache"), Consent(yes, None, say=said.append))
     assert said == ["this grid scores 510 configurations (each at each k) and embeds about 0 texts"] * 2
 
 

@@ -34,19 +34,17 @@ import pyarrow as pa
 from chunkeval.analysis import comparisons as C
 from chunkeval.analysis.comparisons import check_alpha, check_threshold
 from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION_METRICS, verdict_line
-from chunkeval.cli.large_grid import check_grid
 from chunkeval.cli.options import config_filter
 from chunkeval.engine.embedding import check_batch_size, check_device
-from chunkeval.engine.embedding.embedders import Embedders
-from chunkeval.engine.embedding.resolution import resolved
 from chunkeval.engine.gold.check import check_gold as check
 from chunkeval.engine.inputs.run_files import Qrels, RankedLists
 from chunkeval.engine.pipeline.experiment import SETTINGS, Experiment
-from chunkeval.engine.pipeline.sweep import load_inputs, run_sweep
+from chunkeval.engine.pipeline.grid import Consent
+from chunkeval.engine.pipeline.prepare import prepare
+from chunkeval.engine.pipeline.sweep import load_inputs, run_steps
 from chunkeval.engine.scoring.metrics import score_run
 from chunkeval.engine.settings.table import check_k
 from chunkeval.errors import InputError, NothingComparable
-from chunkeval.paths import cache_dir as default_cache
 from chunkeval.report.inspect import MARK, format_inspect, inspect_doc
 from chunkeval.report.notebook import comparisons_html, comparisons_text, results_html, results_text
 from chunkeval.vocabulary import check_metric, check_metrics, split_list
@@ -209,21 +207,19 @@ def evaluate(
             values["corpus_dir"] = _corpus_folder(corpus_dir, scratch)
         if questions is not None:
             values["questions"] = _questions_file(questions, scratch)
-        exp = Experiment.from_dict({**base.to_dict(), **values}).checked_for_device(device)
-        exp = resolved(exp, device)  # backend auto: the one chosen, said in one line
-        embedders = Embedders(Path(cache_dir) if cache_dir else default_cache(), batch_size, device=device)
-        check_grid(
-            exp,
-            yes,
-            embedders.for_experiment(exp),
-            ask=False,
-            remedy="yes=True",
-            say=logging.getLogger("chunkeval").warning,
-        )
-        result = run_sweep(exp, embedders)
+        exp = Experiment.from_dict({**base.to_dict(), **values})
+        consent = Consent(yes, None, "yes=True", logging.getLogger("chunkeval").warning, _past_throughput)
+        cache = Path(cache_dir) if cache_dir else None
+        state = prepare(exp, batch_size=batch_size, device=device, consent=consent, cache=cache)
+        result = run_steps(state)
     return Results(
         result.summary, result.per_query, result.by_corpus, result.models, result.texts_embedded, result.by_slice
     )
+
+
+def _past_throughput() -> dict[str, float]:
+    """Texts per second of each model in the runs $CHUNKEVAL_HOME's warehouse recorded (for a large grid's estimate)."""
+    return Warehouse.at_home().model_throughput()
 
 
 def _with_settings(fn):

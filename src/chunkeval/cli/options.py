@@ -11,6 +11,7 @@ the layer below: metric names in `chunkeval.stats.aggregate`, alpha and the regr
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 from chunkeval.engine.embedding import check_batch_size, check_device
@@ -103,16 +104,32 @@ def experiment_inputs(args: argparse.Namespace, exp: Experiment) -> list[str]:
     return [f for f in found if f]
 
 
-def experiment_from_args(
-    args: argparse.Namespace, default: Experiment | None = None, name: str | None = None
-) -> Experiment:
-    """The experiment of the file given (else `default`, else the built-in one) changed by the flags given."""
+def experiment_from_args(args: argparse.Namespace, named: Sources | None = None, name: str | None = None) -> Experiment:
+    """The experiment of the file given (else the `named` one's settings, else the built-in defaults) changed by
+    the flags given, read and validated once (`Experiment.from_dict`)."""
     check_batch_size(args.batch_size)
     check_device(args.device)
     allow = tuple(check_plugin_modules(args.plugin or (), "--plugin"))
-    exp = Experiment.from_yaml(Path(args.experiment_file), allow) if args.experiment_file else (default or Experiment())
+    if args.experiment_file:
+        path = Path(args.experiment_file)
+        named = Sources(Experiment.file_settings(path), path.parent, str(path), trusted=False)
+    named = named or Sources({})
     flags = {s.name: read_flag(s, getattr(args, s.dest)) for s in SETTINGS if s.flag}
-    return exp.with_overrides(name=name, **flags).checked_for_device(args.device)
+    flags = {k: v for k, v in flags.items() if v not in (None, (), [])}
+    if name:
+        flags["name"] = name
+    return Experiment.from_dict(named.data, named.base, named.source, named.trusted, allow, overrides=flags)
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Settings as written where they come from, not yet read: an experiment file's (relative paths from its
+    folder `base`), or a recorded run's; `trusted` where no plug-in check applies (settings typed by the user)."""
+
+    data: dict
+    base: Path | None = None
+    source: str | None = None
+    trusted: bool = True
 
 
 def add_strict(p) -> None:

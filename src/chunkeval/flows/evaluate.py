@@ -1,11 +1,13 @@
-"""The `evaluate` flow: the run's steps (`chunkeval.engine.pipeline.sweep.STEPS`: load → chunk → embed → score →
-summarise → check_gold) as Prefect tasks, each wrapping its step, then store → report → publish.
+"""The `evaluate` flow: a run prepared once (`chunkeval.engine.pipeline.prepare`), its steps
+(`chunkeval.engine.pipeline.sweep.STEPS`: load → chunk → embed → score → summarise → check_gold) run in that order as
+Prefect tasks, then store → report → tell → publish.
 
-The flow re-implements none of a step: each task calls it on the run's state (`RunState`). The chunking jobs
-fan out with `.map` (on a Dask task runner, over its workers), and so do the embedding's shards; scoring every
-configuration is one task (a task per configuration cost more in orchestration than it scored). `chunkeval run`
-hands the flow the state it made before Prefect started (`Prepared`: the experiment validated, its inputs
-fingerprinted and loaded once); a deployment passes settings, and the flow makes that state itself.
+The flow writes no order of its own and re-implements none of a step: it runs `STEPS` in a loop, a task per step
+(`STEP_TASKS`); a step that carries its own fan-out (`Step.jobs`: the chunkings, the embedding's shards on a
+cluster) has its jobs mapped over the task runner (a Dask cluster's workers with `--task-runner dask`), then its
+`merge` as a task. Scoring every configuration is one task (a task per configuration cost more in orchestration
+than it scored). `chunkeval run` hands the flow the state it prepared before Prefect started (`Prepared`); a
+deployment passes settings, and the flow prepares the state itself, the same way.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import traceback
 from pathlib import Path
 
 import pyarrow as pa
-from prefect import flow, task, unmapped
+from prefect import flow, task
 from prefect.artifacts import create_link_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
@@ -23,14 +25,11 @@ from prefect.runtime import flow_run
 
 from chunkeval import progress
 from chunkeval.analysis.regression import NOTHING_COMPARABLE, verdict_line
-from chunkeval.cli.large_grid import check_grid
-from chunkeval.engine.chunking import ChunkerSpec
-from chunkeval.engine.embedding.embedders import Embedders
-from chunkeval.engine.embedding.embedders import embed_shard as embed_texts
-from chunkeval.engine.embedding.resolution import resolution
 from chunkeval.engine.pipeline import sweep
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.fingerprints import input_fingerprints, models_fingerprint
+from chunkeval.engine.pipeline.grid import Consent
+from chunkeval.engine.pipeline.prepare import prepare
 from chunkeval.engine.pipeline.records import RunState
 from chunkeval.engine.pipeline.runners import TaskRunner
 from chunkeval.engine.scoring.doc_metrics import write_doc_runs
@@ -38,7 +37,6 @@ from chunkeval.engine.scoring.metrics import METRICS
 from chunkeval.errors import Fault, InputError
 from chunkeval.faults import checkpoint
 from chunkeval.flows.alerts import emit
-from chunkeval.paths import cache_dir
 from chunkeval.publish import alerts as A
 from chunkeval.publish.mlflow import check_uri, publish_run
 from chunkeval.report.html import report_path, write_report
@@ -75,57 +73,31 @@ def fingerprint(exp: Experiment, probe: str = "run") -> dict:
     return input_fingerprints(exp, probe)
 
 
-# --------------------------------------------------------------------------- the steps, one task each
-@task(**IO_TASK)
-def load(state: RunState) -> RunState:
-    return sweep.load(state)
+# --------------------------------------------------------------------------- the steps, as tasks
 
 
-@task(**TASK)
-def chunk(corpora: dict, spec: ChunkerSpec, model: str | None, embedders: Embedders) -> tuple:
-    """One job of the chunk step (`sweep.chunk_one`), and what its semantic chunker embedded (counted by the flow
-    when it ran on a worker)."""
-    before = embedders.counters()
-    chunking = sweep.chunk_one(corpora, spec, model, embedders)
-    after = embedders.counters()
-    return chunking, {m: tuple(a - b for a, b in zip(c, before.get(m, (0, 0, 0.0, 0)))) for m, c in after.items()}
+def _step_task(fn, name: str, io: bool):
+    return task(fn, name=name, **(IO_TASK if io else TASK))
 
 
-@task(**IO_TASK)
-def embed_shard(model: str, kind: str, texts: list, embedders: Embedders) -> dict:
-    """One worker's share of the embedding, written into the shared cache as its own part files."""
-    return embed_texts(
-        model,
-        kind,
-        texts,
-        embedders.cache_dir,
-        embedders.batch_size,
-        embedders.device,
-        embedders.backend,
-        embedders.quantize,
-        embedders.precision,
-        embedders[model].served,
-    )
+# a task per step of STEPS: its `run`, or for a step that fans out its `job` (mapped) and its `merge`
+STEP_TASKS = {s.name: _step_task(s.run or s.merge, s.name, s.io) for s in sweep.STEPS}
+JOB_TASKS = {s.name: _step_task(s.job, f"{s.name}_job", s.io) for s in sweep.STEPS if s.job is not None}
 
 
-@task(**IO_TASK)
-def embed(state: RunState) -> RunState:
-    return sweep.embed(state)
-
-
-@task(**TASK)
-def score(state: RunState) -> RunState:
-    return sweep.score(state)
-
-
-@task(**TASK)
-def summarise(state: RunState) -> RunState:
-    return sweep.summarise(state)
-
-
-@task(**TASK)
-def check_gold(state: RunState) -> RunState:
-    return sweep.check_gold(state)
+def run_steps(state: RunState, clock: progress.Stopwatch) -> RunState:
+    """Every step of `STEPS`, in its order, as tasks (the load of a state `chunkeval run` prepared is done)."""
+    for step in sweep.STEPS:
+        if step.run is sweep.load and state.inputs is not None:
+            continue
+        with clock.stage(step.stage, show=True):
+            if step.run is not None:
+                state = STEP_TASKS[step.name](state)
+                continue
+            jobs = step.jobs(state)
+            done = JOB_TASKS[step.name].map(*map(list, zip(*jobs))).result() if jobs else []
+            state = STEP_TASKS[step.name](state, done)
+    return state
 
 
 @task(**IO_TASK)
@@ -288,52 +260,52 @@ def evaluate(
     trigger = true_trigger(trigger)
     name = prepared.exp.name if prepared else experiment if isinstance(experiment, str) else "?"
     try:
-        if prepared is None:
-            exp, backend_choice = resolution(Experiment.resolve(experiment), device)  # backend auto: the one chosen
-            name = exp.name
-            if mlflow:
-                check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
-            embedders = Embedders(cache_dir(), batch_size, device=device).for_experiment(exp)
-            check_grid(exp, yes, embedders, ask=False, remedy="the flow parameter yes: true", say=logger.info)
-        else:  # the command checked the experiment, its grid and the URI
-            exp = prepared.exp
+        if mlflow and prepared is None:
+            check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
         wh = warehouse()
         wh.reap()
-        turn = experiment.turn if isinstance(experiment, Prepared) and experiment.turn else wh.turn(exp.name)
+        if prepared is None:
+            exp = Experiment.resolve(experiment)
+            name = exp.name
+            state = _prepare(exp, wh, if_changed, batch_size, device, yes, logger)
+        else:  # the command prepared it: the experiment checked, its inputs fingerprinted and read, its grid let go
+            state = prepared
+        turn = experiment.turn if isinstance(experiment, Prepared) and experiment.turn else wh.turn(state.exp.name)
         if not turn.enter(say=logger.info):
             run_id = wh.record_skipped(
-                exp.name, {}, trigger, exp.recorded_settings(), flow_run.get_id(), status="coalesced",
-                reason=f"another run of {exp.name} was running and one more waited to follow it: this trigger "
-                "is coalesced into that follow-up",
+                state.exp.name, {}, trigger, state.exp.recorded_settings(), flow_run.get_id(), status="coalesced",
+                reason=f"another run of {state.exp.name} was running and one more waited to follow it: this "
+                "trigger is coalesced into that follow-up",
             )  # fmt: skip
-            logger.info("experiment %s: a run waits already to follow %s; coalesced into it", exp.name, turn.holder())
+            logger.info("experiment %s: a run waits already to follow %s; coalesced into it", name, turn.holder())
             return {"run_id": run_id, "status": "coalesced", "texts_embedded": 0}
+        if turn.waited and prepared is None:  # another run ended meanwhile: the inputs are read as they are now
+            state = _prepare(state.exp, wh, if_changed, batch_size, device, yes, logger)
     except BaseException as exc:  # nothing recorded yet: still heard of
         failed(name, None, trigger, exc)
         raise
     try:
-        return _run(exp, prepared, turn, trigger, if_changed, device, shards, mlflow, logger, wh,
-                    backend_choice if prepared is None else None, embedders if prepared is None else None)  # fmt: skip
+        return _run(state, turn, trigger, if_changed, shards, mlflow, logger, wh)
     finally:
         if not (isinstance(experiment, Prepared) and experiment.turn):
             turn.leave()
 
 
-def _run(exp, prepared, turn, trigger, if_changed, device, shards, mlflow, logger, wh, backend_choice, embedders):
-    """The body of `evaluate` once the run has its turn."""
+def _prepare(exp: Experiment, wh: Warehouse, if_changed, batch_size, device, yes, logger) -> RunState:
+    """A deployment's run prepared as `chunkeval run` prepares its own (`prepare`): a large grid logs its estimate
+    and needs the flow parameter `yes` (a scheduled run has no terminal to ask on)."""
+    consent = Consent(yes, None, "the flow parameter yes: true", logger.info, wh.model_throughput)
+    skip = lambda state: if_changed and wh.unchanged_since(state.exp.name, state.fingerprints)  # noqa: E731
+    return prepare(exp, batch_size=batch_size, device=device, consent=consent, record=True, if_changed=if_changed,
+                   skip=skip)  # fmt: skip
+
+
+def _run(state: RunState, turn, trigger, if_changed, shards, mlflow, logger, wh) -> dict:
+    """The body of `evaluate` once the run has its turn: skipped or coalesced where nothing changed, else begun,
+    its steps run, stored, reported, told and published."""
+    exp = state.exp
     clock = progress.Stopwatch()  # each stage's seconds, returned with the run (`chunkeval run` prints them)
-    try:
-        if prepared is None:
-            state = sweep.begin(exp, embedders, probe="none")  # the fingerprint task probes the served models
-            state.backend_auto = backend_choice
-            with clock.stage("checks"):  # a skipped run sends no request
-                state.fingerprints = fingerprint(exp, "none" if if_changed else "run")
-        else:
-            state = prepared
-    except BaseException as exc:
-        failed(exp.name, None, trigger, exc)
-        raise
-    state.clock = clock
+    state.clock, state.shards = clock, shards
     embedders, fps = state.embedders, state.fingerprints
     choice = {"backend_auto": state.backend_auto} if state.backend_auto else {}
     settings = {**exp.recorded_settings(), **choice}
@@ -356,43 +328,17 @@ def _run(exp, prepared, turn, trigger, if_changed, device, shards, mlflow, logge
     try:  # from here a run that ends (an error, ^C, SIGTERM) is recorded failed
         checkpoint("started")
         logger.info("experiment %s: run %s (%s)", exp.name, run_id, trigger)
-        if state.inputs is None:
-            with clock.stage("loading", show=True):
-                state = load(state)
-        said = len(state.notes)
         for note in state.notes:
             logger.info(note)
-        with clock.stage("chunking", show=True):
-            if not shards:  # on a cluster the workers embed: this process loads no model
-                sweep.load_cold_models(state)
-            jobs = sweep.chunking_jobs(exp)
-            done = chunk.map(
-                unmapped(state.inputs.corpora), [s for s, _ in jobs], [m for _, m in jobs], unmapped(embedders)
-            ).result()
-            state = sweep.chunked(state, [c for c, _ in done])
-            for note in state.notes[said:]:
-                logger.info(note)
-        with clock.stage("embedding"):
-            if shards:  # tasks ran on workers, each with its own copy of the embedders: count what they embedded
-                for _, counted in done:
-                    for model, counters in counted.items():
-                        embedders.count(model, counters)
-                work = sweep.embedding_shards(state.inputs, state.chunkings, state.configs, embedders, shards)
-                logger.info("embedding %d shard(s) on the cluster's workers", len(work))
-                for result in [embed_shard.submit(m, kind, texts, embedders) for m, kind, texts in work]:
-                    found = result.result()
-                    embedders.count(found["model"], found["counters"])
-            state = embed(state)
+        said = len(state.notes)
+        state = run_steps(state, clock)
+        for note in state.notes[said:]:
+            logger.info(note)
         logger.info(
             "%d text(s) embedded, %d chunk(s) truncated to the model's input",
             embedders.texts_embedded,
             sum(state.embedded.truncated.values()),
         )
-        progress.step("scoring")
-        state = score(state)  # its retrieval and scoring seconds go into the clock
-        with clock.stage("scoring"):
-            state = summarise(state)
-            state = check_gold(state)
         with clock.stage("storing", show=True):
             held = store(run_id, sweep.result(state))
         if held:

@@ -82,6 +82,21 @@ class History(Schema):
         rows = self.runs(experiment, "completed", limit=1)
         return rows[0] if rows else None
 
+    def model_throughput(self) -> dict[str, float]:
+        """Texts per second of each model, the median over the runs recorded (empty without a warehouse): what the
+        estimate of a large grid reads (`chunkeval.engine.pipeline.grid`). An estimate never stops a run: a
+        warehouse that cannot be read gives nothing, and the estimate probes instead."""
+        try:
+            if not self.exists():
+                return {}
+            with self.connect() as con:
+                rows = con.execute(
+                    "SELECT model, median(texts_per_second) FROM run_models WHERE texts_per_second > 0 GROUP BY model"
+                ).fetchall()
+        except Exception:  # noqa: BLE001 - without the warehouse, a probe measures
+            return {}
+        return {model: float(rate) for model, rate in rows}
+
     def unchanged_since(self, experiment: str, fingerprints: dict) -> dict | None:
         """The experiment's last completed run where its corpus, gold set and model are those of `fingerprints`
         (what `--if-changed` skips for), else None."""

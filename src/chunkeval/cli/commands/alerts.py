@@ -43,7 +43,8 @@ def test(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if args.experiment_file:
         exp = Experiment.from_yaml(Path(args.experiment_file))
     else:
-        exp = named_experiment(args.experiment, False, warehouse)
+        named = named_experiment(args.experiment, False, warehouse)
+        exp = Experiment.from_dict(named.data, named.base, named.source, named.trusted)
     if not exp.alerts:
         raise InputError(f"experiment {exp.name} names no alerts: destinations (docs/loop.md, 'Who is told')")
     targets = [destination(route.to, f"experiment {exp.name}: alerts") for route in exp.alerts]  # all, or one line

@@ -8,8 +8,8 @@ import logging
 import os
 import sys
 
-from chunkeval.cli.large_grid import check_grid
 from chunkeval.cli.options import (
+    Sources,
     add_experiment,
     add_experiment_flags,
     add_metric_flags,
@@ -17,18 +17,17 @@ from chunkeval.cli.options import (
     gives_settings,
 )
 from chunkeval.cli.session import WarehouseAccess
-from chunkeval.engine.embedding.embedders import Embedders
-from chunkeval.engine.embedding.resolution import resolution
 from chunkeval.engine.gold.judge import run_lines
 from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.pipeline.grid import Consent, terminal_confirm
+from chunkeval.engine.pipeline.prepare import prepare
 from chunkeval.engine.pipeline.records import RunState
 from chunkeval.engine.pipeline.runners import check_task_runner, cluster_workers, parse_task_runner
-from chunkeval.engine.pipeline.sweep import begin, load
 from chunkeval.errors import InputError
 from chunkeval.files import check_writable_dir
 from chunkeval.flows.temporary_server import check_folders, temporary_server
 from chunkeval.limits import check_name
-from chunkeval.paths import cache_dir, home
+from chunkeval.paths import DEMO_DIR, home
 from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
 from chunkeval.publish.mlflow import check_server, check_uri
 from chunkeval.report.terminal import approximate, format_index_costs, format_slices, summary_block
@@ -77,38 +76,28 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
-def named_experiment(name: str, defining: bool, warehouse: WarehouseAccess, allow=()) -> Experiment:
-    """The experiment NAME: `demo`, `$CHUNKEVAL_HOME/experiments/NAME.yaml`, or the settings of its last
-    recorded run. An unknown name with settings on the command line (`defining`) is a new experiment.
-    A file or recorded settings run plug-ins only as `chunkeval.engine.settings.plugins` allows (`allow`: --plugin)."""
+def named_experiment(name: str, defining: bool, warehouse: WarehouseAccess) -> Sources:
+    """The settings of the experiment NAME, not yet read: `demo`, `$CHUNKEVAL_HOME/experiments/NAME.yaml`, or the
+    settings of its last recorded run. An unknown name with settings on the command line (`defining`) is a new
+    experiment. A file or recorded settings run plug-ins only as `chunkeval.engine.settings.plugins` allows."""
     check_name(name)  # before it becomes a path: never outside $CHUNKEVAL_HOME/experiments
 
     if name == "demo":
-        return Experiment.demo()
+        path = DEMO_DIR / "experiment.yaml"
+        return Sources(Experiment.file_settings(path), path.parent, str(path), trusted=False)
     path = home() / "experiments" / f"{name}.yaml"
     if path.is_file():
-        return Experiment.from_yaml(path, allow).with_overrides(name=name)
+        return Sources({**Experiment.file_settings(path), "name": name}, path.parent, str(path), trusted=False)
     wh = warehouse(must_exist=False)
     runs = wh.runs(name, limit=1) if wh.exists() else []
     if runs:
-        settings = json.loads(runs[0]["settings"])
-        return Experiment.from_dict(
-            settings, source=f"the settings of run {runs[0]['run_id']}", trusted=False, allow=allow
-        )
+        return Sources(json.loads(runs[0]["settings"]), None, f"the settings of run {runs[0]['run_id']}", False)
     if defining:
-        return Experiment(name=name)
+        return Sources({"name": name})
     raise InputError(
         f"no experiment named {name!r}: not demo, not {path}, and no recorded run; "
         "give its settings (--corpus-dir, --questions, --chunker, …) to define it"
     )
-
-
-def preflight(exp: Experiment, if_changed: bool, embedders: Embedders) -> RunState:
-    """The run's state, made once before Prefect starts or a catalogue row is written: the home writable, the
-    inputs fingerprinted (served models answer their probes; with --if-changed, a run that may be skipped sends
-    them no request). The flow goes on from it (`Prepared`) and does not check them again."""
-    check_writable_dir(home(), "the cache and warehouse ($CHUNKEVAL_HOME)")
-    return begin(exp, embedders, "none" if if_changed else "run", fingerprint=True)
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
@@ -120,7 +109,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if args.experiment_file:
         exp = experiment_from_args(args, name=args.experiment)
     else:
-        named = named_experiment(args.experiment or "demo", gives_settings(args), warehouse, tuple(args.plugin or ()))
+        named = named_experiment(args.experiment or "demo", gives_settings(args), warehouse)
         exp = experiment_from_args(args, named, name=args.experiment)
     mlflow = args.mlflow or exp.mlflow
     if mlflow:  # before anything is read or built: a URI where no server answers is bad input
@@ -147,39 +136,42 @@ def coalesced(exp: Experiment, warehouse: WarehouseAccess, turn, reason: str | N
     return 0
 
 
-def _inputs(args, exp: Experiment, warehouse: WarehouseAccess, clock: Stopwatch):
-    """The run's state: the experiment resolved (backend auto), its inputs fingerprinted and, unless an --if-changed
-    run will be skipped (which reads nothing, nor says how its gold set met the corpus), read and checked: bad
-    input fails here, before Prefect starts or anything is written."""
+def _prepared(args, exp: Experiment, warehouse: WarehouseAccess, clock: Stopwatch) -> RunState:
+    """The run's state, made once before Prefect starts or a catalogue row is written (`prepare`): the home
+    writable, the inputs fingerprinted and, unless an --if-changed run will be skipped (which reads nothing, nor
+    says how its gold set met the corpus), read and checked, the grid let start: bad input fails here."""
+    check_writable_dir(home(), "the cache and warehouse ($CHUNKEVAL_HOME)")
+    consent = Consent(
+        args.yes, terminal_confirm(), "--yes", throughput=lambda: warehouse(must_exist=False).model_throughput()
+    )
+    unchanged = lambda state: (
+        args.if_changed
+        and warehouse(must_exist=False).unchanged_since(  # noqa: E731
+            state.exp.name, state.fingerprints
+        )
+    )
     with show_progress():
-        with clock.stage("checks"):  # a model built on first use is a stage of its own, with a bar
-            exp, backend_choice = resolution(exp, args.device)  # backend auto: the one chosen (recorded, with why)
-            embedders = Embedders(cache_dir(), args.batch_size, device=args.device).for_experiment(exp)
-            state = preflight(exp, args.if_changed, embedders)
-            state.backend_auto = backend_choice
-        skipped = args.if_changed and warehouse(must_exist=False).unchanged_since(exp.name, state.fingerprints)
-        if not skipped:
-            with clock.stage("loading"):  # said by no line of its own: bad input is then the one line
-                state = load(state)
-    return exp, embedders, state
+        return prepare(
+            exp, batch_size=args.batch_size, device=args.device, consent=consent, record=True,
+            if_changed=args.if_changed, skip=unchanged, clock=clock,
+        )  # fmt: skip
 
 
 def _run(args, exp: Experiment, mlflow, runner, warehouse: WarehouseAccess) -> int:
     clock = Stopwatch()
-    exp, embedders, state = _inputs(args, exp, warehouse, clock)
-    check_grid(exp, args.yes, embedders)
+    state = _prepared(args, exp, warehouse, clock)
     shards = cluster_workers(runner) if runner.distributed else 0
-    turn = warehouse(must_exist=False).turn(exp.name)  # runs of one experiment never overlap (warehouse.turns)
+    turn = warehouse(must_exist=False).turn(state.exp.name)  # runs of one experiment never overlap (warehouse.turns)
     if not turn.enter(say=lambda line: print(f"chunkeval: {line}", file=sys.stderr, flush=True)):
-        return coalesced(exp, warehouse, turn)
+        return coalesced(state.exp, warehouse, turn)
     try:
         if turn.waited:  # another run ended meanwhile: the inputs are read as they are now
-            exp, embedders, state = _inputs(args, exp, warehouse, clock)
-            same = warehouse(must_exist=False).unchanged_since(exp.name, state.fingerprints)
+            state = _prepared(args, exp, warehouse, clock)
+            same = warehouse(must_exist=False).unchanged_since(state.exp.name, state.fingerprints)
             if same:  # and that run read these very inputs: a second would only repeat it
-                return coalesced(exp, warehouse, turn, f"run {same['run_id']}, which it waited for, read the same "
-                                 "corpus, gold set and model")  # fmt: skip
-        return _flow(args, exp, mlflow, runner, warehouse, clock, state, shards, turn)
+                return coalesced(state.exp, warehouse, turn, f"run {same['run_id']}, which it waited for, read the "
+                                 "same corpus, gold set and model")  # fmt: skip
+        return _flow(args, state.exp, mlflow, runner, warehouse, clock, state, shards, turn)
     finally:
         turn.leave()
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from chunkeval.cli.large_grid import check_grid
 from chunkeval.cli.options import add_experiment_flags, add_metric_flags, experiment_from_args, experiment_inputs
 from chunkeval.cli.session import WarehouseAccess
-from chunkeval.engine.embedding.embedders import Embedders
-from chunkeval.engine.embedding.resolution import resolved
-from chunkeval.engine.pipeline.sweep import run_sweep
+from chunkeval.engine.pipeline.grid import Consent, terminal_confirm
+from chunkeval.engine.pipeline.prepare import prepare
+from chunkeval.engine.pipeline.sweep import run_steps
 from chunkeval.engine.scoring.doc_metrics import write_doc_runs
 from chunkeval.errors import InputError
 from chunkeval.files import check_output, check_writable_dir, write_tables
@@ -25,8 +24,9 @@ from chunkeval.report.terminal import (
     summary_block,
 )
 from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.warehouse import Warehouse
 
-WAREHOUSE_SESSION = False  # a sweep never opens the warehouse
+WAREHOUSE_SESSION = False  # a sweep records nothing (a large grid's estimate reads past throughput, if any)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -47,7 +47,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     check_table_path(args.out)  # its suffix and folder, before the experiment is read
-    exp = resolved(experiment_from_args(args), args.device)  # backend auto: the one chosen, said in one line
+    exp = experiment_from_args(args)
     inputs = experiment_inputs(args, exp)
     out = check_table_path(args.out, inputs)  # each file resolved apart: a link replaces the file it names
     named = Path(args.out)
@@ -56,9 +56,9 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if len({out, *beside_out.values()}) < 1 + len(beside_out):  # links that make two of them one file
         raise InputError("--out and its companion files (.per_query, .by_corpus, .by_slice) name one file twice", out)
     check_writable_dir(cache_dir(), "the embedding cache ($CHUNKEVAL_HOME)")
-    embedders = Embedders(cache_dir(), args.batch_size, device=args.device)
-    check_grid(exp, args.yes, embedders.for_experiment(exp))
-    result = run_sweep(exp, embedders)
+    consent = Consent(args.yes, terminal_confirm(), "--yes", throughput=lambda: Warehouse.at_home().model_throughput())
+    state = prepare(exp, batch_size=args.batch_size, device=args.device, consent=consent)
+    result = run_steps(state)
     tables = {
         out: result.summary,
         beside_out["per_query"]: result.per_query,

@@ -45,6 +45,7 @@ from chunkeval.engine.settings.table import (
     MAX_K,
     Setting,
     check_bounds,
+    did_you_mean,
     read_value,
     reference,
     renamed,
@@ -434,11 +435,19 @@ class Experiment:
 
     @classmethod
     def from_dict(
-        cls, data: dict, base: Path | None = None, source: str | None = None, trusted: bool = True, allow=()
+        cls,
+        data: dict,
+        base: Path | None = None,
+        source: str | None = None,
+        trusted: bool = True,
+        allow=(),
+        overrides: dict | None = None,
     ) -> Experiment:
-        """Settings from a mapping, each read as the settings table says. From a file or a recorded run
-        (`trusted=False`), a `module:function` chunker or retriever must name a module of the mapping's
-        `plugins:` or of `allow` (`--plugin`), checked before anything is imported (`chunkeval.engine.settings.plugins`)."""
+        """Settings from a mapping, each read as the settings table says, then `overrides` (settings already read,
+        as flags give them: a path is the caller's, never joined to `base`), validated once. From a file or a
+        recorded run (`trusted=False`), a `module:function` chunker or retriever of the mapping must name a module
+        of its `plugins:` or of `allow` (`--plugin`), checked before anything is imported
+        (`chunkeval.engine.settings.plugins`); one given in `overrides` (a flag) needs none."""
         table = {s.name: s for s in SETTINGS}
         data = {k: v for k, v in data.items() if k not in RECORDED}  # what a run recorded beside its settings
         odd = [k for k in data if not isinstance(k, str)]
@@ -447,9 +456,7 @@ class Experiment:
         data = renamed(data, SETTINGS, source, _note)
         unknown = sorted(set(data) - set(table))
         if unknown:
-            raise InputError(
-                f"unknown experiment key(s) {', '.join(unknown)}; known: {', '.join(sorted(table))}", source
-            )
+            raise InputError(f"unknown experiment key {did_you_mean(unknown[0], table)}", source)
         values = {}
         for key, value in data.items():
             if value is None:
@@ -472,18 +479,24 @@ class Experiment:
         if not trusted:  # names only; the registries refuse the standard library when they resolve
             specs = {"chunker": values.get("chunker", ()), "retriever": values.get("retriever", ())}
             plugins.check_allowed(specs, set(values.get("plugins", ())) | set(allow), source)
+        values.update(overrides or {})
         return cls(**values).validate(source)
+
+    @staticmethod
+    def file_settings(path: Path) -> dict:
+        """The settings of an experiment file, as written (read by `from_dict`): its name, by default the file's."""
+        data = yaml_load(read_text(path), path)
+        if not isinstance(data, dict):
+            raise InputError("an experiment file is a YAML mapping of settings", path)
+        data.setdefault("name", Path(path).stem)
+        return data
 
     @classmethod
     def from_yaml(cls, path: Path, allow=()) -> Experiment:
         """An experiment file: relative paths are read from its folder, and it may run only the plug-ins it
         lists under `plugins:` (or `allow`, the modules given with --plugin)."""
         path = Path(path)
-        data = yaml_load(read_text(path), path)
-        if not isinstance(data, dict):
-            raise InputError("an experiment file is a YAML mapping of settings", path)
-        data.setdefault("name", path.stem)
-        return cls.from_dict(data, base=path.parent, source=str(path), trusted=False, allow=allow)
+        return cls.from_dict(cls.file_settings(path), base=path.parent, source=str(path), trusted=False, allow=allow)
 
     @classmethod
     def demo(cls) -> Experiment:

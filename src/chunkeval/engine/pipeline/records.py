@@ -109,3 +109,4 @@ class RunState:
     notes: list[str] = field(default_factory=list)
     clock: Stopwatch = field(default_factory=Stopwatch)
     backend_auto: str | None = None  # with backend auto, the line saying which backend was chosen and why
+    shards: int = 0  # the workers of a cluster that embed (the flow's Dask task runner): 0 in one process

@@ -12,7 +12,8 @@ a grid whose chunkers and retrievers need no vectors loads no model, and its row
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ import pyarrow as pa
 
 from chunkeval.engine.chunking import ChunkerSpec, chunk_corpora, needs_embeddings
 from chunkeval.engine.embedding import Embedder, probes
-from chunkeval.engine.embedding.embedders import Embedders, probe_models
+from chunkeval.engine.embedding.embedders import Embedders, embed_shard, probe_models
 from chunkeval.engine.gold.check import check_gold as gold_report
 from chunkeval.engine.gold.judge import judged_lines, run_judged_share
 from chunkeval.engine.inputs.corpus import corpus_names, load_documents, skipped_notes
@@ -144,30 +145,6 @@ def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
     configs = [replace(c, vectors=v, dims=d) for c in configs for v, d in vector_grid(exp, c)]
     reranked = [replace(c, reranker=r, candidates=n) for c in configs for r, n in exp.rerank_grid()]
     return [replace(c, expand=e) for c in reranked for e in expand_keys(exp.expand)]
-
-
-def grid_size(exp: Experiment) -> int:
-    """The configurations a sweep of `exp` scores, each at each k (what `LARGE_GRID` and the experiment
-    key `max_configurations` count), from the settings alone."""
-    chunkings = [Chunking(spec, model, None) for spec, model in chunking_jobs(exp)]
-    return len(plan(exp, with_contexts(exp, chunkings))) * len(exp.k)
-
-
-CHARS_PER_TOKEN = 4  # about, for English text: what turns a corpus's bytes into a number of chunks
-
-
-def texts_to_embed(exp: Experiment, corpus_bytes: int) -> int:
-    """About how many texts a sweep of `exp` embeds over a corpus of `corpus_bytes` (each model embeds
-    each chunking's chunks once; nothing when no chunker, retriever or reranker reads vectors)."""
-    if not exp.needs_model():
-        return 0
-    models = len(exp.model) if exp.first_stage_embeds() else 0
-    models += len(exp.embedding_rerankers())
-    total = 0
-    for spec in exp.grid():
-        step = max(spec.chunk_size - spec.chunk_overlap, 1) * (1 if spec.chunker == "fixed_char" else CHARS_PER_TOKEN)
-        total += -(-corpus_bytes // step) if spec.chunker != "none" else 1
-    return total * models
 
 
 def check_indexes_fit(
@@ -466,26 +443,58 @@ def load_cold_models(state: RunState) -> None:
             state.embedders[model].load_if_cold()
 
 
-def chunk(state: RunState) -> RunState:
-    """Every chunking job (`chunk_one`; the flow runs them in shards), then `chunked`."""
-    jobs = chunking_jobs(state.exp)
-    load_cold_models(state)
-    return chunked(state, [chunk_one(state.inputs.corpora, spec, model, state.embedders) for spec, model in jobs])
+def chunk_jobs(state: RunState) -> list[tuple]:
+    """The chunk step's jobs: each chunking to make (`chunking_jobs`), with what every job reads; a first run's
+    model starts loading meanwhile (not on a cluster, whose workers embed)."""
+    if not state.shards:
+        load_cold_models(state)
+    return [(state.inputs.corpora, spec, model, state.embedders) for spec, model in chunking_jobs(state.exp)]
 
 
-def chunked(state: RunState, chunkings: list[Chunking]) -> RunState:
+def chunk_job(corpora: dict, spec: ChunkerSpec, model: str | None, embedders: Embedders) -> tuple:
+    """One chunking (`chunk_one`), and what its semantic chunker embedded meanwhile (counted by the state when the
+    job ran on a worker, with its own copy of the embedders)."""
+    before = embedders.counters()
+    chunking = chunk_one(corpora, spec, model, embedders)
+    after = embedders.counters()
+    return chunking, {m: tuple(a - b for a, b in zip(c, before.get(m, (0, 0, 0.0, 0)))) for m, c in after.items()}
+
+
+def chunked(state: RunState, done: list[tuple]) -> RunState:
     """The chunkings kept (each with its context headers, `with_contexts`), every configuration planned on them,
-    and every index checked to fit its vectors."""
-    chunkings = with_contexts(state.exp, chunkings, state.inputs)
+    and every index checked to fit its vectors; what jobs on workers embedded, counted."""
+    if state.shards:
+        for _, counted in done:
+            for model, counters in counted.items():
+                state.embedders.count(model, counters)
+    chunkings = with_contexts(state.exp, [c for c, _ in done], state.inputs)
     state.chunkings, state.configs = chunkings, plan(state.exp, chunkings)
     check_indexes_fit(state.inputs, chunkings, state.configs, state.embedders, state.exp.own_corpus)
     state.notes += clamped_k_note(state.exp.k, chunkings)
     return state
 
 
-def embed(state: RunState) -> RunState:
-    """Every vector the configurations read (`embed_all`; the flow first embeds the cache's missing texts in shards
-    on its workers: `embedding_shards`)."""
+def embed_jobs(state: RunState) -> list[tuple]:
+    """The embed step's jobs on a cluster (`shards` of them): what the cache lacks, split for the workers to embed
+    into the shared cache (`embedding_shards`); none in one process, where `embed` embeds it all."""
+    if not state.shards:
+        return []
+    work = embedding_shards(state.inputs, state.chunkings, state.configs, state.embedders, state.shards)
+    return [(model, kind, texts, state.embedders) for model, kind, texts in work]
+
+
+def embed_job(model: str, kind: str, texts: list, embedders: Embedders) -> dict:
+    """One worker's share of the embedding, written into the shared cache as its own part files."""
+    return embed_shard(
+        model, kind, texts, embedders.cache_dir, embedders.batch_size, embedders.device, embedders.backend,
+        embedders.quantize, embedders.precision, embedders[model].served,
+    )  # fmt: skip
+
+
+def embedded(state: RunState, done: list[dict]) -> RunState:
+    """Every vector the configurations read (`embed_all`: what jobs on workers embedded, the cache answers)."""
+    for found in done:
+        state.embedders.count(found["model"], found["counters"])
     state.embedded = embed_all(state.inputs, state.chunkings, state.configs, state.embedders)
     return state
 
@@ -523,7 +532,41 @@ def check_gold(state: RunState) -> RunState:
     return state
 
 
-STEPS = (load, chunk, embed, score, summarise, check_gold)  # the order a run's state is filled in
+@dataclass(frozen=True)
+class Step:
+    """One step of a run: `name` (its stage in the seconds a run reports), and either `run` (the whole step, on the
+    run's state) or its fan-out: `jobs` (the independent jobs it splits into, each a tuple of arguments), `job` (one
+    of them: what a task runner may run on a worker) and `merge` (their results folded into the state). Whoever
+    runs the steps runs them alike (`run_step`): `run_sweep` in one process, the `evaluate` flow as tasks, the jobs
+    mapped over its task runner."""
+
+    name: str
+    stage: str  # where its seconds go (`RunState.clock`): `scoring` holds summarising and the gold check too
+    run: Callable[[RunState], RunState] | None = None
+    jobs: Callable[[RunState], list[tuple]] | None = None
+    job: Callable | None = None
+    merge: Callable[[RunState, list], RunState] | None = None
+    io: bool = False  # reads or writes files (the flow retries its task)
+
+
+STEPS = (
+    Step("load", "loading", load, io=True),
+    Step("chunk", "chunking", jobs=chunk_jobs, job=chunk_job, merge=chunked),
+    Step("embed", "embedding", jobs=embed_jobs, job=embed_job, merge=embedded, io=True),
+    Step("score", "scoring", score),
+    Step("summarise", "scoring", summarise),
+    Step("check_gold", "scoring", check_gold),
+)  # the order a run's state is filled in
+
+
+def run_step(step: Step, state: RunState, map_jobs=None) -> RunState:
+    """One step on the state: `run`, or its jobs (through `map_jobs(job, jobs)` where given: a task runner's map;
+    else one after the other here) then `merge`."""
+    if step.run is not None:
+        return step.run(state)
+    jobs = step.jobs(state)
+    done = map_jobs(step.job, jobs) if map_jobs is not None and jobs else [step.job(*j) for j in jobs]
+    return step.merge(state, done)
 
 
 def result(state: RunState) -> RunResult:
@@ -547,10 +590,18 @@ def result(state: RunState) -> RunResult:
     )
 
 
-def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> RunResult:
-    """The whole sweep of an experiment in one process: every step of `STEPS` in order (the flow runs the same
-    steps as tasks)."""
-    state = begin(exp, embedders)
+def run_steps(state: RunState) -> RunResult:
+    """Every step of `STEPS` in order in one process, from where the state is (`load` done already by
+    `chunkeval.engine.pipeline.prepare`), then the run's result. The flow runs the same steps as tasks."""
     for step in STEPS:
-        state = step(state)
+        if step.run is load and state.inputs is not None:
+            continue
+        with state.clock.stage(step.stage):
+            state = run_step(step, state)
     return result(state)
+
+
+def run_sweep(exp: Experiment, embedders: Embedders | Embedder) -> RunResult:
+    """The whole sweep of a validated experiment in one process, with the embedders given (what the tests and
+    benches call; the commands and the API prepare a run first: `prepare`, then `run_steps`)."""
+    return run_steps(begin(exp, embedders))

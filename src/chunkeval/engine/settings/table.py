@@ -174,6 +174,15 @@ def check_k(k: int, what: str = "k", source: str | None = None) -> int:
     return k
 
 
+def did_you_mean(name: str, known) -> str:
+    """`name`, and the known names it most looks like (`chunk_szes; did you mean chunk_sizes?`), else where to look."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), sorted(known), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}?" if close else "docs/settings.md lists every key"
+    return f"{short(name)}; {hint}"
+
+
 def renamed(data: dict, table: tuple[Setting, ...], source=None, warn=None) -> dict:
     """`data` with each old spelling of a key read as its new name (a one-line note through `warn`); an old
     and a new spelling of the same setting together are refused."""
