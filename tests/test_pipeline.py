@@ -30,6 +30,8 @@ STEPS = [step.name for step in sweep.STEPS]
 def flow_tasks(steps=sweep.STEPS) -> list[str]:
     """The tasks the flow runs for `steps`, in order: a step's jobs (mapped) before its merge."""
     return [name for s in steps for name in ((f"{s.name}_job",) if s.name == "chunk" else ()) + (s.name,)]
+
+
 TIMES = {"index_build_seconds", "latency_p50_ms", "latency_p95_ms", "batch_ms_per_query"}  # measured, not computed
 
 
