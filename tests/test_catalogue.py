@@ -417,7 +417,7 @@ CASES = {
     "run: experiment file not UTF-8": (lambda w: ["run", experiment(w["t"], b"name: caf\xe9\n")], "not UTF-8"),
     "run: experiment file unknown key": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "chunk_size: 3\n")],
-        "unknown experiment key(s) chunk_size",
+        "unknown experiment key 'chunk_size'; did you mean chunk_sizes",
     ),
     "run: experiment file wrong type": (
         lambda w: ["run", experiment(w["t"], "corpus_dir: corpora\nquestions: q.csv\nchunk_sizes: [fifty]\n")],

@@ -271,8 +271,9 @@ def test_a_scheduled_large_grid_fails_in_one_line_with_its_estimate_from_a_probe
     tmp_path, own_home
 ):
     """Off a terminal, as a deployment runs it: a grid past 500 configurations without max_configurations fails
-    before anything is recorded or embedded, its one line the estimate (a probe on a first run, past runs once
-    the warehouse has one) and what to set; with max_configurations its estimate is logged and it would run."""
+    before anything is embedded, recorded as a failed run whose reason is its one line: the estimate (a probe on a
+    first run, past runs once the warehouse has one) and what to set (a scheduled night that cannot start is seen
+    in `runs`, and heard of); with max_configurations its estimate is logged and it would run."""
     from chunkeval.errors import InputError
 
     large = small_experiment(tmp_path, "large", **LARGE)
@@ -284,13 +285,19 @@ def test_a_scheduled_large_grid_fails_in_one_line_with_its_estimate_from_a_probe
         "more than 500 configurations need the flow parameter yes: true, or the experiment key max_configurations: "
         "510 (docs/settings.md)"
     )
-    assert "\n" not in str(first.value) and not Warehouse.at_home().exists()
+    assert "\n" not in str(first.value)
+    (refused,) = Warehouse.at_home().runs("large")
+    assert refused["status"] == "failed" and str(first.value) in refused["error"]
     assert not any((own_home / "cache" / "embeddings").rglob("*.parquet"))
 
     assert evaluate(experiment=small_experiment(tmp_path, "measured"))["status"] == "completed"
     with pytest.raises(InputError, match=r"of embedding \(from past runs\); more than 500 configurations need"):
         evaluate(experiment=large)
-    assert [r["experiment"] for r in Warehouse.at_home().runs()] == ["measured"]
+    assert [(r["experiment"], r["status"]) for r in Warehouse.at_home().runs()] == [
+        ("large", "failed"),
+        ("measured", "completed"),
+        ("large", "failed"),
+    ]
 
 
 def test_a_checkouts_deployments_name_its_flows_folder_and_equal_the_packages(monkeypatch):

@@ -418,7 +418,7 @@ def test_runs_recorded_before_the_index_axis_read_exact_and_none(tmp_path, share
         old._materialize(con, ["old-run"])
     wh = Warehouse(tmp_path / "wh")
     with wh.connect() as con:
-        assert wh.schema_version(con) == SCHEMA_VERSION == 13
+        assert wh.schema_version(con) == SCHEMA_VERSION == 14
         rows = con.execute("SELECT DISTINCT retriever, index FROM config_summary ORDER BY 1").fetchall()
         assert rows == [("bm25", "none"), ("dense", "exact")]
         assert con.execute("SELECT DISTINCT index FROM query_results WHERE retriever = 'dense'").fetchall() == [

@@ -81,30 +81,44 @@ class Stopwatch:
         for name, value in seconds.items():
             self.add(name, value, (cpu or {}).get(name, 0.0))
 
-    def line(self) -> str:
-        """The one line a command prints: `stage seconds: loading 1.20 (cpu 1.15), chunking 3.41 (cpu 3.30), …`."""
-        return "stage seconds: " + ", ".join(
+    def line(self, width: int = 120) -> str:
+        """What a command prints of its stages: `stage seconds: loading 1.20 (cpu 1.15), chunking 3.41 (cpu 3.30), …`,
+        folded at `width` columns (the stages continue on indented lines)."""
+        import textwrap
+
+        text = "stage seconds: " + ", ".join(
             f"{name} {value:.2f} (cpu {self.cpu.get(name, 0.0):.2f})" for name, value in self.seconds.items()
         )
+        return "\n".join(textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False))
+
+
+OFF_TERMINAL_EVERY = 10.0  # seconds: off a terminal, a long step says where it is at least this often
 
 
 class TerminalProgress:
+    """Progress of the long steps on `stream`: a bar redrawn in place on a terminal; off one (a log, CI), one line
+    when a step begins, one at least every `OFF_TERMINAL_EVERY` seconds while it lasts and one when a bar is full
+    (never one per update)."""
+
     def __init__(self, stream=None, width: int = 28):
         self.stream = stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.width = width
         self.current: str | None = None
         self.started = time.monotonic()
+        self.said = 0.0  # when the last line off a terminal was written
         self.lock = threading.Lock()
 
     def __call__(self, name: str, done: int | None, total: int | None) -> None:
         with self.lock:
-            if name != self.current:
+            began = name != self.current
+            if began:
                 if self.current is not None and self.tty:
                     self.stream.write("\n")
                 self.current = name
                 self.started = time.monotonic()
-            elapsed = time.monotonic() - self.started
+            now = time.monotonic()
+            elapsed = now - self.started
             if total:
                 filled = int(self.width * min(done or 0, total) / total)
                 line = f"{name:<10} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}  {elapsed:4.0f} s"
@@ -114,8 +128,9 @@ class TerminalProgress:
                 line = f"{name}…"
             if self.tty:
                 self.stream.write("\r" + line)
-            elif not total or done in (0, total) or done is None:
+            elif began or (total and done == total) or now - self.said >= OFF_TERMINAL_EVERY:
                 self.stream.write(line + "\n")
+                self.said = now
             self.stream.flush()
 
     def close(self) -> None:

@@ -87,10 +87,12 @@ JOB_TASKS = {s.name: _step_task(s.job, f"{s.name}_job", s.io) for s in sweep.STE
 
 def run_steps(state: RunState, clock: progress.Stopwatch) -> RunState:
     """Every step of `STEPS`, in its order, as tasks (the load of a state `chunkeval run` prepared is done)."""
+    shown = None
     for step in sweep.STEPS:
         if step.run is sweep.load and state.inputs is not None:
             continue
-        with clock.stage(step.stage, show=True):
+        with clock.stage(step.stage, show=step.stage != shown):  # one progress line per stage, not per step
+            shown = step.stage
             if step.run is not None:
                 state = STEP_TASKS[step.name](state)
                 continue
@@ -258,7 +260,7 @@ def evaluate(
     progress.one_line_input_errors()
     prepared = experiment.state if isinstance(experiment, Prepared) else None
     trigger = true_trigger(trigger)
-    name = prepared.exp.name if prepared else experiment if isinstance(experiment, str) else "?"
+    name = prepared.exp.name if prepared else Path(experiment).stem if isinstance(experiment, str) else "?"
     try:
         if mlflow and prepared is None:
             check_uri(mlflow, "mlflow")  # the key's URI is checked with the experiment
@@ -281,14 +283,27 @@ def evaluate(
             return {"run_id": run_id, "status": "coalesced", "texts_embedded": 0}
         if turn.waited and prepared is None:  # another run ended meanwhile: the inputs are read as they are now
             state = _prepare(state.exp, wh, if_changed, batch_size, device, yes, logger)
-    except BaseException as exc:  # nothing recorded yet: still heard of
-        failed(name, None, trigger, exc)
+    except BaseException as exc:  # before its run began: recorded failed where the flow prepared it, and heard of
+        run_id = None
+        if prepared is None:  # a deployment's run (a scheduled night): `runs` shows it failed, and why
+            run_id = _failed_before(name, trigger, exc)
+        failed(name, run_id, trigger, exc)
         raise
     try:
         return _run(state, turn, trigger, if_changed, shards, mlflow, logger, wh)
     finally:
         if not (isinstance(experiment, Prepared) and experiment.turn):
             turn.leave()
+
+
+def _failed_before(name: str, trigger: str, exc: BaseException) -> str | None:
+    """A deployment's run that failed before it began (a broken experiment file, bad input, a refused grid),
+    recorded `failed` with its reason and nothing else; None where even that cannot be written."""
+    reason = "".join(traceback.format_exception_only(exc)).strip() or type(exc).__name__
+    try:
+        return warehouse().record_skipped(name, {}, trigger, {}, flow_run.get_id(), status="failed", reason=reason)
+    except Exception:  # the warehouse itself is what failed: the event still says it
+        return None
 
 
 def _prepare(exp: Experiment, wh: Warehouse, if_changed, batch_size, device, yes, logger) -> RunState:

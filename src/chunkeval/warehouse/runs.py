@@ -84,7 +84,7 @@ class Lifecycle(History):
             "status": status,
             "trigger": trigger,
             "started_at": now,
-            "finished_at": now if status in ("skipped", "coalesced") else None,
+            "finished_at": now if status in ("skipped", "coalesced", "failed") else None,
             "corpus_fingerprint": fingerprints.get("corpus"),
             "gold_fingerprint": fingerprints.get("gold"),
             "model_fingerprint": fingerprints.get("model"),
@@ -122,8 +122,8 @@ class Lifecycle(History):
         reason: str | None = None,
     ) -> str:
         """A run that ran nothing, recorded with why (`reason`, in the `error` column `runs` shows): `skipped`
-        (inputs unchanged since the last completed run) or `coalesced` (another run waited to follow the running
-        one: `chunkeval.warehouse.turns`)."""
+        (inputs unchanged since the last completed run), `coalesced` (another run waited to follow the running
+        one: `chunkeval.warehouse.turns`) or `failed` (a deployment's run that failed before it began)."""
         return self.begin_run(experiment, fingerprints, trigger, settings, flow_run_id, status=status, reason=reason)
 
     def turn(self, experiment: str) -> Turn:

@@ -241,19 +241,19 @@ def slice_table_sql() -> str:
 def production_sql() -> str:
     """v14: production's tables."""
     return """
-    CREATE TABLE production_imports (
+    CREATE TABLE IF NOT EXISTS production_imports (
         import_id VARCHAR NOT NULL, imported_at TIMESTAMP NOT NULL, files VARCHAR, spans_read BIGINT,
         spans_kept BIGINT, spans_skipped VARCHAR, already_imported BIGINT, corpus VARCHAR, placements VARCHAR,
         unplaced VARCHAR);
-    CREATE TABLE production_spans (
+    CREATE TABLE IF NOT EXISTS production_spans (
         span_id VARCHAR NOT NULL, import_id VARCHAR NOT NULL, trace_id VARCHAR, session_id VARCHAR,
         time TIMESTAMP, kind VARCHAR, query_hash VARCHAR NOT NULL, file VARCHAR, line BIGINT);
-    CREATE TABLE production_queries (query_hash VARCHAR NOT NULL, query VARCHAR NOT NULL, first_seen TIMESTAMP);
-    CREATE TABLE production_documents (
+    CREATE TABLE IF NOT EXISTS production_queries (query_hash VARCHAR NOT NULL, query VARCHAR NOT NULL, first_seen TIMESTAMP);
+    CREATE TABLE IF NOT EXISTS production_documents (
         span_id VARCHAR NOT NULL, rank INTEGER NOT NULL, document_id VARCHAR, content_hash VARCHAR, score DOUBLE,
         metadata VARCHAR, placement VARCHAR, corpus_id VARCHAR, start BIGINT, "end" BIGINT, similarity DOUBLE);
-    CREATE TABLE production_contents (content_hash VARCHAR NOT NULL, content VARCHAR NOT NULL);
-    CREATE TABLE production_results (
+    CREATE TABLE IF NOT EXISTS production_contents (content_hash VARCHAR NOT NULL, content VARCHAR NOT NULL);
+    CREATE TABLE IF NOT EXISTS production_results (
         result_id VARCHAR NOT NULL, experiment VARCHAR NOT NULL, recorded_at TIMESTAMP NOT NULL,
         window_start TIMESTAMP, window_end TIMESTAMP, source VARCHAR NOT NULL, label VARCHAR, metric VARCHAR NOT NULL,
         value DOUBLE, ci_low DOUBLE, ci_high DOUBLE, n_queries BIGINT, judged_by VARCHAR, details VARCHAR);
