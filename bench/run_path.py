@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TRACE = r'''
+TRACE = r"""
 import json, sys, threading, time
 from pathlib import Path
 
@@ -69,7 +69,7 @@ finally:
     threading.setprofile(None)
 edges.sort()
 Path(sys.argv[3]).write_text(json.dumps({"code": code, "modules": [m for _, m in edges]}))
-'''
+"""
 
 
 def walk(modules: list[str]) -> dict:
