@@ -7,13 +7,14 @@ A trace of calls (`sys.setprofile`, and `threading.setprofile` for Prefect's tas
 with `--base`, in another commit checked out beside it (a git worktree), each in a fresh `CHUNKEVAL_HOME` with the
 suite's pin of backend auto. What it counts is the code a reader walks, not how often a loop runs:
 
-- a call counts once per (calling function, called function) edge, in the order edges first occur, and only calls
-  from one chunkeval module into another;
+- from the command's handler on (`chunkeval.cli.commands.run.run`: the arguments parsed), a call counts once per
+  (calling function, called function) edge, in the order edges first occur, and only calls from one chunkeval
+  module into another, made by a function (a module's own code as it is imported is no walk);
 - a *stay* is a run of those calls into one module; *modules* the modules stayed in; *returns* the stays in a module
   already left once; *before the first input* the stays before the first call into the corpus reader
   (`engine.inputs.corpus`, or `engine.corpus` in trees of before the engine's packages).
 
-Prints one row per tree. Exit 0.
+Prints one row per tree (`RUN_PATH_KEEP=FILE` keeps a tree's raw edges as JSON). Exit 0.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import json, sys, threading, time
 from pathlib import Path
 
 src = Path(sys.argv[1]).resolve()
-edges, seen, lock = [], set(), threading.Lock()
+edges, seen, lock, begun = [], set(), threading.Lock(), []
 
 
 def module_of(frame):
@@ -48,14 +49,18 @@ def profile(frame, event, arg):
     caller = frame.f_back
     if callee is None or caller is None:
         return
+    if not begun:  # the walk starts at the command's handler, its arguments parsed
+        if callee == "chunkeval.cli.commands.run" and frame.f_code.co_name == "run":
+            begun.append(True)
+        return
     source = module_of(caller)
-    if source is None or source == callee:
+    if source is None or source == callee or caller.f_code.co_name == "<module>":  # imports are no walk
         return
     edge = (source, caller.f_code.co_qualname, callee, frame.f_code.co_qualname)
     with lock:
         if edge not in seen:
             seen.add(edge)
-            edges.append((time.perf_counter(), callee))
+            edges.append((time.perf_counter(), callee, source, caller.f_code.co_qualname, frame.f_code.co_qualname))
 
 
 threading.setprofile(profile)
@@ -68,7 +73,7 @@ finally:
     sys.setprofile(None)
     threading.setprofile(None)
 edges.sort()
-Path(sys.argv[3]).write_text(json.dumps({"code": code, "modules": [m for _, m in edges]}))
+Path(sys.argv[3]).write_text(json.dumps({"code": code, "modules": [e[1] for e in edges], "edges": edges}))
 """
 
 
@@ -103,7 +108,10 @@ def trace(tree: Path, argv: list[str], work: Path) -> dict:
     )  # fmt: skip
     if done.returncode != 0 or not out.exists():
         raise SystemExit(f"the traced run failed in {tree}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
-    return walk(json.loads(out.read_text())["modules"])
+    found = json.loads(out.read_text())
+    if os.environ.get("RUN_PATH_KEEP"):
+        Path(os.environ["RUN_PATH_KEEP"]).write_text(json.dumps(found))
+    return walk(found["modules"])
 
 
 def main() -> int:

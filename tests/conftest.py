@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,45 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
+# The test servers' own venvs (an infinity-emb server, an MLflow server: each pins what the project cannot) are
+# built by the tests themselves, once per machine (kept under ~/.cache/chunkeval), and only where a selected test
+# needs one: in the background from the start of the session, so that other tests run meanwhile.
+_VENVS: dict[str, threading.Thread] = {}
+_VENV_ERRORS: dict[str, BaseException] = {}
+
+
+def _build_in_background(name: str, build) -> None:
+    def run():
+        try:
+            build()
+        except BaseException as exc:  # said by the fixture that needs it, in its own test
+            _VENV_ERRORS[name] = exc
+
+    _VENVS[name] = threading.Thread(target=run, name=f"venv-{name}", daemon=True)
+    _VENVS[name].start()
+
+
+def pytest_collection_finish(session):
+    needed = {f for item in session.items for f in getattr(item, "fixturenames", ())}
+    if needed & {"infinity_servers", "infinity_server"}:
+        from served_server import ensure_venv
+
+        _build_in_background("infinity", ensure_venv)
+    if "mlflow_uri" in needed or "mlflow_python" in needed:
+        from mlflow_server import ensure_venv as ensure_mlflow
+
+        _build_in_background("mlflow", ensure_mlflow)
+
+
+def built_venv(name: str) -> None:
+    """Wait for the venv the session builds for `name` (the build runs once per machine; afterwards, at once)."""
+    thread = _VENVS.get(name)
+    if thread is not None:
+        thread.join()
+    if name in _VENV_ERRORS:
+        raise RuntimeError(f"the {name} test server's venv could not be built: {_VENV_ERRORS[name]}")
+
+
 @pytest.fixture(scope="session")
 def chroma() -> Path:
     """The shared Chroma general evaluation data set (never copied into the repository)."""
@@ -52,11 +92,23 @@ def chroma() -> Path:
     return CHROMA
 
 
+def _runs_folder(tmp_path_factory, name: str) -> Path:
+    """A folder every worker of this pytest run shares (xdist's workers have base temps side by side): what is
+    built once for the run (minilm-static: each builder locks the folder, so one builds and the other reads)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if base.name.startswith("popen-gw") else base
+    folder = shared / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def shared_home(tmp_path_factory) -> Path:
     """One CHUNKEVAL_HOME for the session, so the embedding cache is shared between tests. Its backends folder
-    (exports, and `backend: auto`'s probe, once per model and machine) serves every home of the session."""
+    (exports, and `backend: auto`'s probe, once per model and machine) serves every home of the session; its models
+    folder (minilm-static) every worker of the run."""
     home = tmp_path_factory.mktemp("chunkeval_home")
+    (home / "models").symlink_to(_runs_folder(tmp_path_factory, "built-models"), target_is_directory=True)
     os.environ["CHUNKEVAL_BACKENDS"] = str(home / "backends")
     # backend auto means torch in the suite, whatever a probe on a busy machine would say: its numbers are then
     # those of the published tables; the tests of auto itself lift the pin (test_backends)
@@ -170,6 +222,7 @@ def infinity_servers(tmp_path_factory):
     from chunkeval.engine.embedding.folders import bundled_folder
     from served_server import Infinity, perturbed_minilm
 
+    built_venv("infinity")
     folder = tmp_path_factory.mktemp("infinity")
     other = perturbed_minilm(bundled_folder(), folder / "swapped-minilm")
     servers = [Infinity(bundled_folder(), folder / "server.log"), Infinity(other, folder / "swapped.log")]

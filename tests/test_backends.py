@@ -289,12 +289,15 @@ def test_auto_resolves_to_an_installed_lossless_backend_that_the_run_records(tmp
 
     monkeypatch.delenv("CHUNKEVAL_AUTO_BACKEND")  # the suite's pin (conftest) lifted: auto probes
     monkeypatch.setattr(resolution, "_said", set())
+    auto.cache_path(model_fingerprint("all-MiniLM-L6-v2")).unlink(missing_ok=True)  # no choice kept yet: a probe
     exp = Experiment(name="auto", chunk_sizes=(200,), k=(5,))
     assert exp.backend == "auto"
-    ran, line = resolution.resolution(exp)
-    choice = auto_choice(["all-MiniLM-L6-v2"])
+    ran, line, fresh = resolution.resolution(exp)
+    resolution.say_choice(line, fresh)  # what a run's preparation says, once its inputs are checked
+    choice = auto_choice(["all-MiniLM-L6-v2"])  # now the kept choice: said no more
     assert ran.backend == choice.backend in choice.lossless and backends.check_backend(ran.backend) is None
-    assert line.startswith(choice.line) and line in caplog.text  # said, in one line
+    assert fresh and line.startswith(choice.line) and line in caplog.text  # said, in one line
+    assert resolution.resolution(exp)[2] is False  # a kept choice is recorded with each run, not said again
     assert set(choice.texts_per_s) == {"torch", "onnx", "openvino"}  # all installed here: each probed
     for b in choice.lossless[1:]:
         assert auto.lossless(choice.agreement[b]) and choice.agreement[b]["max_abs"] < 1e-5

@@ -114,7 +114,8 @@ def test_inspect_gives_the_question_its_references_and_what_each_configuration_r
     assert main(["inspect", "--run", a, "--query", "lighthouses:1", "--config", "k=3"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("question lighthouses:1: When was") and "[[" in out and "]]" in out
-    assert "k=3: 3 retrieved" in out and "k=1:" not in out
+    assert "/k=3 [" in out and "]: 3 retrieved" in out and "/k=1 [" not in out  # named by label and config_id
+    assert max(map(len, out.splitlines())) <= 120
 
 
 def test_inspect_from_python(kept):

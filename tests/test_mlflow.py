@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import urllib.request
 
@@ -57,13 +56,13 @@ def test_batches_keep_within_mlflows_limits():
 
 @pytest.fixture(scope="session")
 def mlflow_python():
-    """The python of the mlflow venv; absent, the tests skip, but not in CI, which builds it (.ci/run)."""
+    """The python of the mlflow venv, which the session builds where the machine has none (conftest's `built_venv`:
+    once per machine, in the background from the session's start)."""
+    from conftest import built_venv
+
+    built_venv("mlflow")
     python = venv_python()
-    if python is None:
-        where = f"no complete mlflow venv at {venv_dir()}: python tests/mlflow_server.py builds it"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(where)
-        pytest.skip(where)
+    assert python is not None, f"no complete mlflow venv at {venv_dir()} after its build"
     return python
 
 

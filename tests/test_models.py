@@ -52,7 +52,8 @@ def test_tiny_builds_and_loads(tiny, shared_home):
     assert models.is_built(TINY.name)
     vectors = SentenceTransformer(str(tiny), device="cpu").encode(["the cat sat on the mat", "a"])
     assert vectors.shape == (2, 32) and np.isfinite(vectors).all()
-    assert not [p for p in (shared_home / "models").iterdir() if p.name.endswith((".tmp", ".old"))]
+    # its build leaves nothing behind (the folder is the run's: another worker may be building minilm-static in it)
+    assert not [p for p in (shared_home / "models").iterdir() if "tiny" in p.name and p.name.endswith((".tmp", ".old"))]
 
 
 def test_second_call_does_not_rebuild(tiny, capfd):

@@ -118,6 +118,22 @@ def internal_error(exc: BaseException) -> str:
     return f"chunkeval: error: an internal error ({what}): please report it; {where}"
 
 
+def _did_you_mean(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> str:
+    """`; did you mean --chunk-sizes?` for the first unknown flag like a flag of the command given, else nothing."""
+    import difflib
+
+    command = parser
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        chosen = getattr(args, action.dest, None)
+        command = action.choices.get(chosen, parser) if chosen else parser
+    flags = [f for a in command._actions for f in a.option_strings if f.startswith("--")]
+    for token in (t.split("=", 1)[0] for t in extra if t.startswith("--")):
+        close = difflib.get_close_matches(token, flags, n=2, cutoff=0.7)
+        if close:
+            return f"; did you mean {' or '.join(close)}?"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     with visible_output():  # no text from data drives the terminal, whatever prints it
         return _main(argv)
@@ -125,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # an unknown flag: what it looks like, among the flags of the command it was given to
+        parser.error(f"unrecognized arguments: {' '.join(extra)}{_did_you_mean(parser, args, extra)}")
     configure_logging(args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()

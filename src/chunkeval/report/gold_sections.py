@@ -239,7 +239,7 @@ def section_failures(chosen: dict, per_query: pa.Table, refs: pa.Table, drilldow
         "references to check.</p>"
     )
     return (
-        f'<section id="failures"><h2>6. Failure analysis at {escape(label(chosen))}</h2>'
+        f'<section id="failures"><h2>6. Failure analysis at {escape(label(chosen, with_id=True))}</h2>'
         f"<h3>Questions with zero recall ({len(zero)} of {len(rows)})</h3>{zero_html}"
         f"<h3>References that straddle a chunk boundary ({len(straddling)} of {len(mine)})</h3>"
         f"<p>No single chunk holds these whole: the usual reason for partial recall.</p>{straddle_html}{drilldown}</section>"
@@ -268,4 +268,4 @@ def section_doc_gold(qrels: pa.Table | None, check: dict | None, settings: dict)
 
 def section_doc_failures(chosen: dict, drilldown: str) -> str:
     """Under document gold (no span recall, no reference to straddle a chunk): the drill-down alone."""
-    return f'<section id="failures"><h2>6. Failure analysis at {escape(label(chosen))}</h2>{drilldown}</section>'
+    return f'<section id="failures"><h2>6. Failure analysis at {escape(label(chosen, with_id=True))}</h2>{drilldown}</section>'

@@ -13,7 +13,7 @@ from html import escape
 import numpy as np
 
 from chunkeval.report.svg import CYCLE, Axes, Svg, legend, padded
-from chunkeval.vocabulary import CONFIG_KEYS, approximate_index
+from chunkeval.vocabulary import CONFIG_KEYS, approximate_index, config_id, config_label
 
 
 def _deepest(summary: list[dict]) -> list[dict]:
@@ -49,10 +49,7 @@ def recall_latency_chart(rows: list[dict]) -> str:
     color = {kind: CYCLE[i % len(CYCLE)] for i, kind in enumerate(kinds)}
     for r, x, y in zip(rows, ax.px(latency), ax.py(recall)):
         kind = str(r["index"]).split(":")[0]
-        tip = (
-            f"{r['index']} · {r['model']} {r['retriever']} {r['chunker']} {r['chunk_size']}/{r['chunk_overlap']} "
-            f"k={r['k']}: ann_recall_at_k {r['ann_recall_at_k_mean']:.3f}, p95 {r.get('latency_p95_ms') or 0:.3f} ms"
-        )
+        tip = f"{config_label(r)} [{config_id(r)}]: ann_recall_at_k {r['ann_recall_at_k_mean']:.3f}, p95 {r.get('latency_p95_ms') or 0:.3f} ms"
         svg.circle(x, y, 5, color[kind], "#000", tip)
     legend(svg, ax.left + ax.width + 20, ax.top + 12, [(k, color[k], "box") for k in kinds])
     return svg.render()
@@ -67,7 +64,7 @@ def section_indexes(summary: list[dict]) -> str:
         size = r.get("index_bytes")
         cells = [
             escape(str(r["index"])),
-            escape(f"{r['model']} {r['retriever']} {r['chunker']} {r['chunk_size']}/{r['chunk_overlap']}"),
+            escape(f"{config_label(r)} [{config_id(r)}]"),
             str(r["k"]),
             f"{r['ann_recall_at_k_mean']:.3f}",
             "–" if r.get("index_build_seconds") is None else f"{r['index_build_seconds']:.2f}",

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from chunkeval.errors import InputError
 from chunkeval.visible import visible
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS
+from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, config_id, config_label
 
 CONTEXT = 200  # characters of context on each side of a reference
 ITEM_STYLE = (  # retrieved chunks in HTML (the report's drill-down, the diff page)
@@ -192,7 +192,21 @@ def marked(text: str | None, offset: int, spans: list[list[int]], colour: bool) 
 
 
 def config_line(c: dict) -> str:
-    return " ".join(f"{k}={c[k]}" for k in CONFIG_KEYS if k in c)
+    """A configuration as every command names it: its label and its config_id (`size=200/k=5 [4f2a9c01]`)."""
+    return f"{config_label(c)} [{config_id(c)}]"
+
+
+WIDTH = 120  # columns of a terminal view: a chunk's text wraps under its line
+SHOWN_CONFIGS = 8  # configurations shown by `inspect` without --all (the rest counted, and in --json)
+
+
+def _wrapped(text: str, indent: str) -> list[str]:
+    """A chunk's marked text in lines of at most `WIDTH` columns, each under `indent`."""
+    import textwrap
+
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False) or [
+        indent
+    ]
 
 
 def pages(item: dict) -> str:
@@ -211,12 +225,13 @@ def format_items(items: list[dict], colour: bool, indent: str = "  ") -> list[st
         if "doc_id" in item:  # document gold: the chunk is judged by its document
             verdict = f"document {visible(item['doc_id'])}, {verdict}"
         lines.append(f"{indent}#{item['rank']} score {score}, {verdict}: {visible(item['chunk_id'])}{pages(item)}")
-        lines.append(f"{indent}   {marked(item['text'], item['start'], item['overlaps'], colour)}")
+        lines += _wrapped(marked(item["text"], item["start"], item["overlaps"], colour), indent + "   ")
     return lines
 
 
-def format_inspect(doc: dict, colour: bool = False) -> str:
-    """The terminal's view of `inspect_doc`."""
+def format_inspect(doc: dict, colour: bool = False, every: bool = False) -> str:
+    """The terminal's view of `inspect_doc`, within `WIDTH` columns: at most `SHOWN_CONFIGS` configurations
+    (`every` for all), the rest counted."""
     lines = [f"question {visible(doc['query_id'])}: {visible(doc['question'] or '(question text not recorded)')}"]
     items = [i for c in doc["configs"] for i in c["retrieved"]]
     documents = any("doc_id" in r for r in doc["references"] + items)  # document gold
@@ -225,11 +240,16 @@ def format_inspect(doc: dict, colour: bool = False) -> str:
     for ref in () if documents else doc["references"]:
         start = max(0, ref["start"] - CONTEXT)
         where = f"{visible(ref['corpus_id'])} [{ref['start']}, {ref['end']})"
-        lines.append(f"  {where}: …{marked(ref['context'], start, [[ref['start'], ref['end']]], colour)}…")
-    for c in doc["configs"]:
+        context = marked(ref["context"], start, [[ref["start"], ref["end"]]], colour)
+        lines += _wrapped(f"{where}: …{context}…", "  ")
+    shown = doc["configs"] if every else doc["configs"][:SHOWN_CONFIGS]
+    for c in shown:
         lines.append("")
         lines.append(f"{config_line(c)}: {len(c['retrieved'])} retrieved")
         lines += format_items(c["retrieved"], colour)
+    if len(shown) < len(doc["configs"]):
+        lines += ["", f"… and {len(doc['configs']) - len(shown)} more configuration(s): --config narrows, --all shows "
+                  "every one, --json gives them all"]  # fmt: skip
     return "\n".join(lines)
 
 

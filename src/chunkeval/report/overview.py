@@ -9,7 +9,7 @@ from html import escape
 
 from chunkeval.analysis.regression import NO_REGRESSION, NOTHING_COMPARABLE, verdict_line
 from chunkeval.report import charts
-from chunkeval.report.sections import _num, _table, best_rows, label, trend_series
+from chunkeval.report.sections import _num, _table, best_rows, label_html, trend_series
 from chunkeval.vocabulary import CONFIG_KEYS
 
 # the metrics a reader looks at first, per kind of gold (the rest are in the grid)
@@ -65,7 +65,7 @@ def section_overview(
         rows.append(
             [
                 escape(m),
-                escape(label(r)),
+                label_html(r),
                 f"{_num(r[f'{m}_mean'])}<small>{interval}</small>",
                 f"{n_tied} of {len(summary) - 1}",
             ]

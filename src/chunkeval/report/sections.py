@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from datetime import datetime
 from html import escape
-from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -16,7 +15,7 @@ import pyarrow as pa
 from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION_METRICS, verdict_line
 from chunkeval.errors import Fault, InputError
 from chunkeval.report import charts
-from chunkeval.report.terminal import detectable_sentence, rerank_label
+from chunkeval.report.terminal import detectable_sentence
 from chunkeval.stats import bootstrap_ci_groups
 from chunkeval.stats.aggregate import MICRO, MICRO_F1
 from chunkeval.stats.columns import numbers
@@ -24,9 +23,11 @@ from chunkeval.stats.power import at_ceiling
 from chunkeval.vocabulary import (
     CONFIG_KEYS,
     INDEX_METRICS,
+    LABEL_DEFAULTS,
     METRICS,
-    NO_CONTEXT,
     approximate_index,
+    config_id,
+    config_label,
     gold_kind_said,
     shown_keys,
     split_list,
@@ -36,16 +37,17 @@ from chunkeval.warehouse import Warehouse
 BOX_METRICS = ["span_precision", "span_recall", "span_f1"]
 
 
-def label(row: dict, with_k: bool = True) -> str:
-    """`model retriever [index] chunker size/overlap k=K` (a model folder by its name; the index where it approximates)."""
-    model = Path(str(row.get("model", ""))).name
-    index = row.get("index")
-    searched = f" {index}" if approximate_index(index) else ""
-    retriever = f"{row.get('retriever', '')}{searched}{rerank_label(row)}"
-    text = f"{model} {retriever} {row['chunker']} {row['chunk_size']}/{row['chunk_overlap']}".strip()
-    context = row.get("context") or NO_CONTEXT  # contextual chunk headers, where a row has them
-    text += f" context={context}" if context != NO_CONTEXT else ""
-    return f"{text} k={row['k']}" if with_k else text
+def label(row: dict, with_k: bool = True, with_id: bool = False) -> str:
+    """A configuration as every command names it (`chunkeval.vocabulary.config_label`); `with_id`, with its config_id
+    (where the page names it in text, as the terminal does); without `with_k`, across its depths (k left out)."""
+    if not with_k:
+        return config_label({**row, "k": LABEL_DEFAULTS["k"]})
+    return f"{config_label(row)} [{config_id(row)}]" if with_id else config_label(row)
+
+
+def label_html(row: dict) -> str:
+    """`label(row, with_id=True)` escaped for a page, free to wrap after each `/` (a label has no spaces)."""
+    return escape(label(row, with_id=True)).replace("/", "/<wbr>")
 
 
 def _num(value, digits: int = 3) -> str:
@@ -216,7 +218,7 @@ def section_summary(run: dict, settings: dict, summary: list[dict], models: list
     rows = []
     for m, r in best_rows(summary).items():
         micro = _num(r.get(f"{m}_micro")) if (m in MICRO or m in MICRO_F1) else "–"
-        rows.append([escape(m), escape(label(r)), f"{_num(r[f'{m}_mean'])} ± {_num(r[f'{m}_std'])}", micro])
+        rows.append([escape(m), label_html(r), f"{_num(r[f'{m}_mean'])} ± {_num(r[f'{m}_std'])}", micro])
     speed = (
         _table(
             ["model", "fingerprint", "texts embedded", "texts per second", "tokens sent", "cost", "identity"],
@@ -433,7 +435,7 @@ def section_trend(
     flagged = [
         [
             escape(f["metric"]),
-            escape(label(f)),
+            label_html(f),
             escape(f.get("slice") or "all questions"),
             escape(f["run_id"]),
             escape(f["reference_run_id"]),

@@ -27,7 +27,7 @@ def _verdict(name: str, small: bool, falls: list[dict], checked: bool) -> str:
     if mine:
         worst = min(mine, key=lambda f: f["change"])
         return escape(
-            f"regression in {len(mine)} configuration × metric(s); most: {worst['metric']} of {label(worst)} "
+            f"regression in {len(mine)} configuration × metric(s); most: {worst['metric']} of {label(worst, with_id=True)} "
             f"{worst['before']:.3f} → {worst['after']:.3f}"
         )
     return "no regression" if checked else "tested in the regression check of the newest run"
@@ -61,7 +61,7 @@ def section_slices(rows: list[dict], chosen: dict, watched, falls: list[dict], c
     return (
         '<section id="slices"><h2>2a. Slices of the gold set</h2><p>The questions of each slice (a value of a column '
         "named with --slice-by; a question with a list of tags is in the slice of each), the chosen configuration "
-        f"({escape(label(chosen))})'s macro means over them with 95 % bootstrap intervals, and the best configuration "
+        f"({escape(label(chosen, with_id=True))})'s macro means over them with 95 % bootstrap intervals, and the best configuration "
         f"within the slice. * fewer than {MIN_SLICE_QUERIES} questions: too small to test, so no regression is tested "
         "on it. Regressions of the others are checked with the whole gold set's, under one Holm correction.</p>"
         f'<div class="scroll">{_table(header, body, "sortable")}</div></section>'

@@ -16,11 +16,14 @@ from chunkeval.stats.power import CEILING, at_ceiling
 from chunkeval.visible import visible
 from chunkeval.vocabulary import (
     CONFIG_KEYS,
+    DEFAULT_LABEL,
     DOC_METRICS,
     INDEX_METRICS,
+    LABEL_DEFAULTS,
     METRICS,
     MIN_SLICE_QUERIES,
     NO_RERANKER,
+    OPTIONAL_KEYS,
     RERANK_KEYS,
     SPAN_METRICS,
     approximate_index,
@@ -321,6 +324,18 @@ def format_summary(
     return format_rows(["configuration", "config_id"] + extra + present, rows)
 
 
+# what the label `default` means, said under a table that shows it (a label leaves out every key at its default)
+DEFAULT_NOTE = (
+    "default: every key at its default: "
+    + ", ".join(f"{k} {v}" for k, v in LABEL_DEFAULTS.items() if v is not None and k not in OPTIONAL_KEYS)
+    + " (a label names only the keys that differ)"
+)
+
+
+def _present(table: pa.Table) -> list[str]:
+    return [k for k in CONFIG_KEYS if k in table.column_names]
+
+
 def summary_block(summary: pa.Table, per_query: pa.Table, metrics=None, wide: bool = False) -> str:
     """What `run`, `sweep` and `report` print of a run's macro means: the table of `chosen_metrics`, the ties
     starred where they are a minority, and a line per metric whose ties or ceiling say more (`tie_lines`)."""
@@ -329,6 +344,8 @@ def summary_block(summary: pa.Table, per_query: pa.Table, metrics=None, wide: bo
     out = [format_summary(summary, CONFIG_KEYS, metrics=shown, tied=tied)]
     if any(tied.values()):
         out.append(TIE_NOTE.format(alpha=0.05))
+    if any(config_label(row) == DEFAULT_LABEL for row in summary.select(_present(summary)).to_pylist()):
+        out.append(DEFAULT_NOTE)
     import textwrap
 
     notes = [textwrap.fill(line, TERMINAL_WIDTH, subsequent_indent="  ") for line in out[1:] + lines]

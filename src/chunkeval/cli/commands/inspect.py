@@ -25,6 +25,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_run(p, "a completed run", required=True)
     p.add_argument("--query", required=True, metavar="QUERY_ID", help="the question's query_id")
     add_config(p, "only configurations with these settings, e.g. chunk_size=200,k=5")
+    p.add_argument(
+        "--all", action="store_true", help="show every configuration (by default the first 8, the rest counted)"
+    )
     add_json(p, "print the question, its references and the retrieved chunks as one JSON object")
     p.set_defaults(func=run)
     return p
@@ -35,5 +38,5 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if args.json:
         print_json(doc)
     else:
-        print(format_inspect(doc, colour=sys.stdout.isatty()))
+        print(format_inspect(doc, colour=sys.stdout.isatty(), every=args.all))
     return 0

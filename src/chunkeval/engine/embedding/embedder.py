@@ -35,6 +35,7 @@ from chunkeval.engine.embedding.registry import (
     prompt_for,
     resolve_model,
 )
+from chunkeval.engine.embedding.resolution import say_pending
 from chunkeval.errors import InputError
 from chunkeval.limits import short
 
@@ -247,6 +248,7 @@ class Embedder:
                 raise InputError(
                     f"model {self.model!r} cannot be loaded as a sentence-transformers model ({reason})"
                 ) from None
+            say_pending()  # a pinned backend, said once a model has loaded on it
             if is_transformer(resolve_model(self.model)):  # a static model has one precision: no advice
                 tell(self.precision, self.backend, self.quantize, device)
         return self._st

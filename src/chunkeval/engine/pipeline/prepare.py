@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from chunkeval.engine.embedding.embedders import Embedders
-from chunkeval.engine.embedding.resolution import resolution
+from chunkeval.engine.embedding.resolution import resolution, say_choice
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.grid import Consent, check_grid
 from chunkeval.engine.pipeline.records import RunState
@@ -45,7 +45,7 @@ def prepare(
     clock = clock or Stopwatch()
     with clock.stage("checks"):
         exp = exp.checked_for_device(device)
-        exp, backend_line = resolution(exp, device)  # backend auto: the one chosen, recorded with why
+        exp, backend_line, fresh = resolution(exp, device)  # backend auto: the one chosen, recorded with why
         made = embedders or Embedders(cache or cache_dir(), batch_size, device=device)
         state = begin(exp, made.for_experiment(exp), "none" if if_changed else "run", fingerprint=record)
         state.backend_auto = backend_line
@@ -53,5 +53,6 @@ def prepare(
         with clock.stage("loading"):  # said by no line of its own: bad input is then the one line
             state = load(state)
     check_grid(exp, state.embedders, consent)
+    say_choice(backend_line, fresh)  # once the inputs are checked: bad input is the one line a mistake prints
     state.clock = clock
     return state
