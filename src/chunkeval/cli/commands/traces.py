@@ -87,17 +87,17 @@ def trace_files(paths: list[str]) -> list[Path]:
     return out
 
 
-def import_traces(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-
-    files = trace_files(args.paths)
-    traces = combine([read_traces(f, args.format, args.strict) for f in files])
+def import_files(files: list[Path], fmt: str, strict: bool, corpus_dir, similarity, warehouse) -> dict:
+    """Read `files`, place their documents in `corpus_dir` (where given) and record them in the warehouse
+    `warehouse()` gives, opened only once everything is read and checked: what
+    `traces import` and the `production` deployment do. The import's row, with what was read."""
+    traces = combine([read_traces(f, fmt, strict) for f in files])
     docs = traces.documents.to_pylist()
     corpus = None
-    if args.corpus_dir:
-        texts = load_documents(Path(args.corpus_dir), "full").texts
-        similarity = ANCHOR_SIMILARITY if args.anchor_similarity is None else args.anchor_similarity
-        docs = place_documents(docs, texts, similarity)
-        corpus = str(Path(args.corpus_dir).resolve())
+    if corpus_dir:
+        texts = load_documents(Path(corpus_dir), "full").texts
+        docs = place_documents(docs, texts, ANCHOR_SIMILARITY if similarity is None else similarity)
+        corpus = str(Path(corpus_dir).resolve())
     else:
         docs = [d | {"placement": "unplaced", "corpus_id": None, "start": None, "end": None, "similarity": None}
                 for d in docs]  # fmt: skip
@@ -112,7 +112,18 @@ def import_traces(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         "placements": counts,
         "unplaced": [{"document_id": d, "content_hash": h} for d, h in unplaced[:UNPLACED_LISTED]],
     }
-    row = warehouse(must_exist=False).import_production(traces.spans, documents, record)
+    row = warehouse().import_production(traces.spans, documents, record)
+    return {"row": row, "traces": traces, "docs": docs, "counts": counts, "unplaced": unplaced, "corpus": corpus}
+
+
+def import_traces(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+
+    files = trace_files(args.paths)
+    got = import_files(files, args.format, args.strict, args.corpus_dir, args.anchor_similarity,
+                       lambda: warehouse(must_exist=False))  # fmt: skip
+    row, traces, docs, counts, unplaced, corpus = (
+        got[k] for k in ("row", "traces", "docs", "counts", "unplaced", "corpus")
+    )
     kinds = {}
     for k in traces.spans.column("kind").to_pylist():
         kinds[k] = kinds.get(k, 0) + 1
@@ -172,22 +183,17 @@ def production_rows(docs: list[dict], texts: dict[str, str] | None) -> list[dict
     return out
 
 
-def sample(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-
-    number_in(args.size, 1, 100_000, "--size")
-    now = datetime.now(UTC).replace(tzinfo=None)
-    since, until = parse_when(args.since, "--since", now), parse_when(args.until, "--until", now)
-    out = Path(args.out)
-    beside = out.with_name(f"{out.stem}.production.jsonl")
-    paths = {"--out": check_output(out, [args.corpus_dir]), "production": check_output(beside, [args.corpus_dir])}
-    wh = warehouse()
+def draw_sample(wh, since, until, size: int, seed: int, corpus_dir, paths: dict) -> dict:
+    """Sample production's queries of [since, until) and write the questions (`paths["--out"]`) and what
+    production retrieved for them (`paths["production"]`): what `traces sample` and the `production` deployment
+    do. What was drawn."""
     spans = wh.production_spans(since, until).to_pylist()
     if not spans:
         raise InputError(f"no production span in the window {since or 'the beginning'} to {until or 'now'}: "
                          "import traces first (chunkeval traces import)")  # fmt: skip
-    chosen = sample_queries(spans, args.size, args.seed)
+    chosen = sample_queries(spans, size, seed)
     docs = wh.production_documents([s["span_id"] for s in chosen])
-    texts = load_documents(Path(args.corpus_dir), "full").texts if args.corpus_dir else None
+    texts = load_documents(Path(corpus_dir), "full").texts if corpus_dir else None
     by_span: dict[str, list[dict]] = {}
     for row in production_rows(docs, texts):
         by_span.setdefault(row["span_id"], []).append(row)
@@ -202,6 +208,19 @@ def sample(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         lines.extend(json.dumps({"query_id": qid, **r}, ensure_ascii=False) for r in mine)
     columns = ("query_id", "question", "corpus_id", "references", "span_id", "time", "session_id")
     write_texts({paths["--out"]: csv_text(columns, rows), paths["production"]: "".join(x + "\n" for x in lines)})
+    return {"spans": spans, "chosen": chosen}
+
+
+def sample(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+
+    number_in(args.size, 1, 100_000, "--size")
+    now = datetime.now(UTC).replace(tzinfo=None)
+    since, until = parse_when(args.since, "--since", now), parse_when(args.until, "--until", now)
+    out = Path(args.out)
+    beside = out.with_name(f"{out.stem}.production.jsonl")
+    paths = {"--out": check_output(out, [args.corpus_dir]), "production": check_output(beside, [args.corpus_dir])}
+    got = draw_sample(warehouse(), since, until, args.size, args.seed, args.corpus_dir, paths)
+    spans, chosen = got["spans"], got["chosen"]
     days = ", ".join(f"{d}: {n}" for d, n in strata_counts(chosen).items())
     distinct = len({s["query_hash"] for s in spans})
     print(f"sampled {len(chosen)} of {distinct:,} distinct production quer(ies) ({len(spans):,} span(s)) with seed "
