@@ -149,3 +149,15 @@ def test_what_holds_for_any_judge(endpoint, replayed, monkeypatch, capsys):
     assert all(0 <= r["value"] <= 1 and r["judged_by"] == "model" for r in newest)
     per_query = json.loads(next(r for r in newest if r["source"] == "production")["details"])["per_query"]
     assert all(0 <= v <= 1 for m in per_query.values() for v in m.values())
+
+
+def test_trend_and_the_report_show_production_beside_the_runs(replayed, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(replayed["home"]))
+    assert compare(replayed, "--judged", str(replayed["t"] / "j.csv")) == 0
+    capsys.readouterr()
+    assert main(["trend", "--experiment", "prod", "--metric", "ndcg_at_k"]) == 0
+    out = capsys.readouterr().out
+    assert "production, judged by a model on its own sampled queries (ndcg_at_k" in out and "best offline" in out
+    assert main(["report", "--experiment", "prod", "--html", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "Production beside the runs" in page and "judged by" in page

@@ -153,6 +153,24 @@ class Production(Schema):
             names = [d[0] for d in cur.description]
             return [dict(zip(names, r)) for r in cur.fetchall()]
 
+    def production_trend(self, experiment: str, metric: str, last: int = 30) -> list[dict]:
+        """Production beside the runs: per recorded judged result of `experiment` (the last `last`, oldest
+        first), production's mean of `metric` and the best offline configuration's, with when, how many queries
+        and who judged (`trend` and the report show it)."""
+        sql = """
+            SELECT result_id, any_value(recorded_at) AS recorded_at, any_value(window_start) AS window_start,
+                   any_value(window_end) AS window_end,
+                   max(value) FILTER (source = 'production') AS production,
+                   max(n_queries) FILTER (source = 'production') AS n_queries,
+                   max(value) FILTER (source = 'offline') AS best_offline,
+                   arg_max(label, value) FILTER (source = 'offline') AS best_label, any_value(judged_by) AS judged_by
+            FROM production_results WHERE experiment = ? AND metric = ?
+            GROUP BY result_id ORDER BY recorded_at DESC, result_id DESC LIMIT ?"""
+        with self.connect() as con:
+            cur = con.execute(sql, [experiment, metric, last])
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r)) for r in cur.fetchall()][::-1]
+
 
 def _window(since, until) -> tuple[str, list]:
     parts, params = [], []
