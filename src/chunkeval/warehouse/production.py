@@ -37,9 +37,9 @@ PRODUCTION_TABLES = (
 class Production(Schema):
     """Production's retrievals and its judged results, beside the runs."""
 
-    def import_production(self, spans: pa.Table, documents: pa.Table, record: dict) -> dict:
+    def import_production(self, spans: pa.Table, documents: pa.Table, record: dict, contents: pa.Table) -> dict:
         """Record one import in one transaction: its spans not already in the warehouse (by span id), their
-        queries and document contents once each (by hash), and the import's row (`record`: files, read, skipped,
+        queries and document contents (`contents`: content_hash, content) once each (by hash), and the import's row (`record`: files, read, skipped,
         corpus, placements, unplaced). The import's row as written, with `import_id`, `spans_kept` and
         `already_imported`."""
         import_id = record.get("import_id") or f"{utc_now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
@@ -47,6 +47,7 @@ class Production(Schema):
             con.execute("BEGIN TRANSACTION")
             con.register("new_spans", spans)
             con.register("new_documents", documents)
+            con.register("new_contents", contents)
             con.execute("""
                 CREATE TEMP TABLE fresh AS SELECT * FROM new_spans
                 WHERE span_id NOT IN (SELECT span_id FROM production_spans)""")
@@ -64,8 +65,9 @@ class Production(Schema):
                 CREATE TEMP TABLE fresh_docs AS SELECT d.* FROM new_documents d SEMI JOIN fresh f USING (span_id)""")
             con.execute("""
                 INSERT INTO production_contents
-                SELECT content_hash, any_value(content) FROM fresh_docs
-                WHERE content_hash IS NOT NULL AND content_hash NOT IN (SELECT content_hash FROM production_contents)
+                SELECT content_hash, any_value(content) FROM new_contents
+                WHERE content_hash IN (SELECT content_hash FROM fresh_docs)
+                  AND content_hash NOT IN (SELECT content_hash FROM production_contents)
                 GROUP BY content_hash""")
             con.execute("""
                 INSERT INTO production_documents
@@ -92,6 +94,7 @@ class Production(Schema):
             con.execute("COMMIT")
             con.unregister("new_spans")
             con.unregister("new_documents")
+            con.unregister("new_contents")
         return row
 
     def production_imports(self) -> list[dict]:
