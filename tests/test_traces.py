@@ -17,6 +17,8 @@ from chunkeval.engine.inputs.trace_sample import sample_queries
 from chunkeval.engine.inputs.traces import read_traces, text_hash
 from chunkeval.warehouse import Warehouse
 from otel_traces import DEMO_CORPORA, Collector, make_traces, retrieve
+from phoenix_server import ensure_venv, export, phoenix_server
+from prefect_server import wait_for
 
 DEMO_QUESTIONS = DEMO_CORPORA.parent / "questions.csv"
 
@@ -170,3 +172,18 @@ def test_a_file_read_in_pieces_reads_the_same_and_finds_duplicates_across_them(t
     again = read_traces(tmp_path / "twice.jsonl", piece_bytes=1)
     (tmp_path / "first.jsonl").write_text(lines[0] + "\n")
     assert again.kept == whole.kept and again.skipped == {"duplicate_span": read_traces(tmp_path / "first.jsonl").kept}
+
+
+def test_phoenix_s_own_export_is_read(tmp_path):
+    """Traces of the SDK sent to a real Phoenix server over OTLP/HTTP, exported by Phoenix's own client as its
+    spans data frame (Parquet), are read: every retrieval span, with its ranked documents."""
+    python = ensure_venv()
+    qs = questions()[:8]
+    with phoenix_server(python, tmp_path) as url:
+        made = make_traces(url + "/v1/traces", qs, genai_every=3, reranker_every=4)
+        wait_for(lambda: read_traces(export(python, url, tmp_path / "spans.parquet")).kept == made, 60, "phoenix")
+    got = read_traces(tmp_path / "spans.parquet")
+    assert got.kept == made and not got.skipped
+    docs = got.documents_with_content().to_pylist()
+    assert len(docs) == 3 * made and {d["rank"] for d in docs} == {1, 2, 3} and all(d["content"] for d in docs)
+    assert {s["query"] for s in got.spans.to_pylist()} == set(qs)
