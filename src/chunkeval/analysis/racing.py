@@ -115,7 +115,7 @@ class Racer:
         return self.pairs.pvalue().reshape(self.arms, self.arms)
 
     def look(self) -> None:
-        """Drop every configuration Holm's step-down over the drop tests rejects (never the leader)."""
+        """Drop every configuration the closure of the drop tests' e-values rejects (never the leader)."""
         lead = self.leader()
         rejected = closed_rejects(self.drops.evalue(), self.alpha["drops"])
         for c in self.configs():

@@ -30,7 +30,7 @@ class LowerTests:
     """Anytime-valid one-sided tests, by betting, of the nulls μ_a − μ_b ≥ θ (a's mean over all `n` questions is at
     least θ above b's), for many (a, b) at once, questions drawn without replacement (docs/statistics.md,
     "Racing"). Each test is a capital process (Waudby-Smith and Ramdas, "Estimating means of bounded random
-    variables by betting", JRSS B 2023, section 6, sampling without replacement; Shafer and Vovk's testing by
+    variables by betting", JRSS B 2023, its section on sampling without replacement; Shafer and Vovk's testing by
     betting): before question t the mean of the differences d = x_a − x_b still to come is, under the null,
     at least m_t = (θ·n − D_{t−1}) / (n − t + 1), D_{t−1} the sum of the differences seen; the capital is
     multiplied by 1 + λ_t (m_t − d_t), a bet against the null that wins when d falls below it. Under the null its
@@ -40,9 +40,9 @@ class LowerTests:
     aGRAPA bet (ĝ / (v̂ + ĝ²), ĝ and v̂ the mean and variance of the gain m − d as the past predicts it), at most
     `CAP` / (1 − m_t) so that no question can take the capital to 0.
 
-    `pairs` (a, b) index arrays and `theta` one bound per pair; `comparator` lets b change from question to
-    question (the race's leader, chosen before each question: still predictable, so still a test); `sums` the
-    sums of every arm over the questions seen, passed in by the caller (each pair's two arms seen on all of them).
+    `count` tests, `theta` one bound each. The caller hands in each question's differences and the sums of the
+    differences seen before it, so b may change from question to question (the race's leader, chosen before each
+    question: still predictable, so still a test), each pair's two arms seen on every question so far.
     """
 
     def __init__(self, n: int, count: int, theta):
