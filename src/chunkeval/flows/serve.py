@@ -233,7 +233,9 @@ def after_registration(served: list, plan: dict, say) -> None:
     """Once `serve` has registered the deployments: the alarms' automations made on the server (`plan`), then each
     scheduled deployment's next run said (`watch_schedules`)."""
     names = [f"{d.flow_name}/{d.name}" for d in served]
-    scheduled = [f"{d.flow_name}/{d.name}" for d in served if d.schedules]
+    scheduled = [  # a paused schedule (active: false) gets no run to wait for
+        f"{d.flow_name}/{d.name}" for d in served if any(getattr(x, "active", True) for x in d.schedules or [])
+    ]
     if plan["routes"] or plan["silences"]:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # a silence alarm names its deployment's id: registered first
