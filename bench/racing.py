@@ -175,13 +175,14 @@ def main() -> int:
         rng = np.random.default_rng(args.seed)
         batch = max(1, min(args.batch, n // 10))
         t0 = time.perf_counter()
-        wrong, shares, winners, bounds = 0, [], 0, []
+        wrong, wrong_leader, shares, winners, stops = 0, 0, [], 0, {}
         for _ in range(args.replays):
             res = race(x, rng.permutation(n), args.alpha, args.delta, batch)
             wrong += wrong_drops(res, truth, args.delta) > 0
+            wrong_leader += truth[res.leader] < truth.max() - args.delta  # a stop that named a leader not δ-good
             shares.append(res.share)
             winners += res.winner is not None
-            bounds.append(res.bound)
+            stops[res.stopped] = stops.get(res.stopped, 0) + 1
         race_s = time.perf_counter() - t0
         n_fixed = max(2, round(float(np.mean(shares)) * n))
         fixed_wrong = 0
@@ -199,7 +200,8 @@ def main() -> int:
         row = {
             "set": name, "questions": n, "configurations": k, "within_delta_of_best": within, "batch": batch,
             "race_wrong_drop_rate": wrong / args.replays, "race_cells": float(np.mean(shares)),
-            "race_one_left": winners / args.replays, "race_mean_bound": float(np.mean(bounds)),
+            "race_one_left": winners / args.replays, "race_wrong_leader_rate": wrong_leader / args.replays,
+            "race_stopped": stops, "race_cells_p90": float(np.quantile(shares, 0.9)),
             "race_seconds_per_replay": race_s / args.replays,
             "fixed_questions": n_fixed, "fixed_wrong_drop_rate": fixed_wrong / args.replays,
             "fixed_cells": n_fixed / n,
@@ -209,12 +211,14 @@ def main() -> int:
         }  # fmt: skip
         results.append(row)
         print(json.dumps(row), flush=True)
-    print("\n| set | questions × configurations | within δ of best | racing: wrong drops | racing: cells | fixed sample: "
-          "wrong drops | fixed: cells | WilcoxonPruner: wrong drops | WilcoxonPruner: cells |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| set | questions × configurations | within δ of best | racing: wrong drops | racing: wrong leader | "
+          "racing: cells | fixed sample: wrong drops | fixed: cells | WilcoxonPruner: wrong drops | "
+          "WilcoxonPruner: cells |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         print(f"| {r['set']} | {r['questions']} × {r['configurations']} | {r['within_delta_of_best']} | "
-              f"{r['race_wrong_drop_rate']:.3f} | {r['race_cells']:.1%} | {r['fixed_wrong_drop_rate']:.3f} | "
+              f"{r['race_wrong_drop_rate']:.3f} | {r['race_wrong_leader_rate']:.3f} | {r['race_cells']:.1%} | "
+              f"{r['fixed_wrong_drop_rate']:.3f} | "
               f"{r['fixed_cells']:.1%} | {r['wilcoxon_wrong_drop_rate']:.3f} | {r['wilcoxon_cells']:.1%} |")  # fmt: skip
     (args.out / "racing.json").write_text(json.dumps(results, indent=2) + "\n")
     return 0

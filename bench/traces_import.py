@@ -5,7 +5,9 @@ Writes `--spans` OpenInference RETRIEVER spans (3 documents each, ~300-character
 sessions and days spread) as OTLP JSON lines of 512 spans each, the shape an OpenTelemetry collector's file exporter
 writes (the tests make the same shape with the real SDK and its exporter: tests/otel_traces.py), then reads them
 with `read_traces` in a child process and reports spans per second and the child's peak resident memory (its
-`ru_maxrss`), reading only (no warehouse) and then importing into a fresh warehouse.
+`ru_maxrss`), reading only (no warehouse) and then importing into a fresh warehouse as `traces import` does
+(`import_files`: read, each distinct document placed once, recorded). A file of JSON lines is read in pieces of
+`PIECE_BYTES`, so memory holds one piece's parsed JSON and what is kept, not the whole file.
 
     python bench/traces_import.py --out /tmp/traces-bench --spans 1000000
 """
@@ -51,16 +53,13 @@ import resource, sys, time
 from pathlib import Path
 from chunkeval.engine.inputs.traces import read_traces
 t0 = time.perf_counter()
-got = read_traces(Path(sys.argv[1]))
-read_s = time.perf_counter() - t0
 if sys.argv[2] == "import":
+    from chunkeval.cli.commands.traces import import_files
     from chunkeval.warehouse import Warehouse
-    Warehouse(Path(sys.argv[3])).import_production(
-        got.spans, got.documents.append_column("placement", __import__("pyarrow").array(["unplaced"] * got.documents.num_rows))
-        .append_column("corpus_id", __import__("pyarrow").nulls(got.documents.num_rows, "string"))
-        .append_column("start", __import__("pyarrow").nulls(got.documents.num_rows, "int64"))
-        .append_column("end", __import__("pyarrow").nulls(got.documents.num_rows, "int64"))
-        .append_column("similarity", __import__("pyarrow").nulls(got.documents.num_rows, "double")), {})
+    got = import_files([Path(sys.argv[1])], "auto", False, None, None, lambda: Warehouse(Path(sys.argv[3])))["traces"]
+else:
+    got = read_traces(Path(sys.argv[1]))
+read_s = time.perf_counter() - t0
 print("RESULT", got.kept, read_s, time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 

@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
-# The test servers' own venvs (an infinity-emb server, an MLflow server: each pins what the project cannot) are
+# The test servers' own venvs (an infinity-emb server, an MLflow server, a Phoenix server: each pins what the project cannot) are
 # built by the tests themselves, once per machine (kept under ~/.cache/chunkeval), and only where a selected test
 # needs one: in the background from the start of the session, so that other tests run meanwhile.
 _VENVS: dict[str, threading.Thread] = {}
@@ -73,6 +73,10 @@ def pytest_collection_finish(session):
         from mlflow_server import ensure_venv as ensure_mlflow
 
         _build_in_background("mlflow", ensure_mlflow)
+    if "phoenix_python" in needed:
+        from phoenix_server import ensure_venv as ensure_phoenix
+
+        _build_in_background("phoenix", ensure_phoenix)
 
 
 def built_venv(name: str) -> None:
@@ -82,6 +86,15 @@ def built_venv(name: str) -> None:
         thread.join()
     if name in _VENV_ERRORS:
         raise RuntimeError(f"the {name} test server's venv could not be built: {_VENV_ERRORS[name]}")
+
+
+@pytest.fixture(scope="session")
+def phoenix_python() -> Path:
+    """The python of the Phoenix server's own venv (tests/phoenix_server.py), built in the background."""
+    from phoenix_server import ensure_venv
+
+    built_venv("phoenix")
+    return ensure_venv()
 
 
 @pytest.fixture(scope="session")

@@ -2221,8 +2221,34 @@ CASES.update(
             lambda w: ["traces", "sample", "--out", w["t"] / "s.csv", "--size", "0"],
             "--size takes a number from 1 to 100000, got 0",
         ),
+        "traces compare: neither the judged pool nor a judge": (
+            lambda w: traces_compare(w),
+            "give the judged pool (--judged) or a judge (--endpoint and --chat-model)",
+        ),
+        "traces compare: a budget on grades already made": (
+            lambda w: traces_compare(w, "--judged", write(w["t"] / "j.csv", "x\n"), "--budget", "10"),
+            "--budget caps what is judged here",
+        ),
+        "traces compare: production's file is not JSON lines": (
+            lambda w: traces_compare(w, "--judged", write(w["t"] / "j.csv", "x\n"), production="{oops\n"),
+            "p.production.jsonl: row 1: not JSON",
+        ),
+        "traces compare: a production row without its span": (
+            lambda w: traces_compare(w, "--judged", write(w["t"] / "j.csv", "x\n"), production='{"query_id": "q"}\n'),
+            "a production row has query_id, rank (from 1), corpus_id, start < end",
+        ),
+        "gold judge: production's file is not JSON lines": (
+            lambda w: gold_judge(w, "--production", write(w["t"] / "p.production.jsonl", "[1, 2]\n")),
+            "p.production.jsonl: row 1: a production row has query_id",
+        ),
     }
 )
+
+
+def traces_compare(w, *extra, production='{"query_id": "q", "rank": 1, "corpus_id": "d", "start": 0, "end": 1}\n'):
+    demo = Path(__file__).resolve().parents[1] / "src" / "chunkeval" / "data" / "demo" / "questions.csv"
+    return ["traces", "compare", "--questions", demo, "--run", w["run_id"], "--production",
+            write(w["t"] / "p.production.jsonl", production), *extra]  # fmt: skip
 
 
 def test_the_catalogue_is_large_enough():

@@ -1,10 +1,11 @@
-"""Racing (issue 43, docs/statistics.md "Racing"): the confidence sequences of `chunkeval.stats.racing` held to a
-plain loop of Waudby-Smith and Ramdas's formulas and to the worked example of the docs, their coverage over every
-look checked by shuffling a fixed population, and the race's decisions (`chunkeval.analysis.racing`). The
-1,000-replay check of the guarantee on recorded runs is bench/racing.py."""
+"""Racing (issue 43, docs/statistics.md "Racing"): the tests by betting of `chunkeval.stats.racing` held to a plain
+loop of their formulas and to the worked example of the docs, their error over every look checked by shuffling a
+population at the null's edge, the closure of e-values against its definition, and the race's decisions
+(`chunkeval.analysis.racing`). The 1,000-replay check of the guarantee on recorded runs is bench/racing.py."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -12,72 +13,89 @@ import pytest
 
 from chunkeval.analysis.racing import race, wrong_drops
 from chunkeval.errors import InputError
-from chunkeval.stats.racing import TRUNCATION, sequence
+from chunkeval.stats.racing import CAP, VARIANCE_PRIOR, LowerTests, closed_rejects
 
-WORKED = np.array([0.2] * 60 + [0.0] * 40)  # docs/statistics.md's example: mean 0.12
+WORKED = np.array([-0.4, 0.0] * 30 + [0.0] * 40)  # docs/statistics.md's example: mean −0.12
 
 
-def plain(d, n: int, alpha: float = 0.05, pairs: int = 1):
-    """The formulas of the module docstring, one question at a time, in plain Python."""
-    ell = math.log(2 * pairs / alpha)
-    s = a = b = c = v = sq = 0.0
-    mu = 0.5
-    out = []
+def plain(d, n: int, theta: float):
+    """The capital of one test, one question at a time, in plain Python (the formulas of `LowerTests`)."""
+    log_cap, past, squares, out = 0.0, 0.0, 0.0, []
     for t, di in enumerate(d, start=1):
-        y = (di + 1) / 2
-        sigma2 = (0.25 + sq) / t
-        lam = min(math.sqrt(2 * ell / (sigma2 * t * math.log(1 + t))), TRUNCATION)
-        z, w = s / (n - t + 1), (t - 1) / (n - t + 1)
-        a, b, c = a + lam * y, b + lam * z, c + lam * (1 + w)
-        v += (y - mu) ** 2 * (-math.log(1 - lam) - lam)
-        s += y
-        mu = (0.5 + s) / (t + 1)
-        sq += (y - mu) ** 2
-        centre, margin = (a + b) / c, (ell + v) / c
-        low, high = min(max(centre - margin, 0), 1) * 2 - 1, min(max(centre + margin, 0), 1) * 2 - 1
-        if t == n:
-            low = high = 2 * s / t - 1
-        out.append((low, high))
+        m = (theta * n - past) / (n - t + 1)
+        lam = 0.0
+        if t > 1:
+            seen = t - 1
+            mean = m - past / seen
+            var = (squares - past**2 / seen + VARIANCE_PRIOR) / (seen + 1)
+            lam = max(mean / (var + mean**2), 0.0) if m < 1 else 0.0
+            lam = min(lam, CAP / (1 - m)) if m < 1 else 0.0
+        log_cap += math.log1p(lam * (m - di))
+        past, squares = past + di, squares + di * di
+        out.append(log_cap)
     return np.array(out)
 
 
-def test_the_sequence_is_the_formula_and_the_worked_example():
-    low, high = sequence(WORKED, 100)
-    expected = plain(WORKED, 100)
-    assert np.allclose(low, expected[:, 0], atol=1e-12) and np.allclose(high, expected[:, 1], atol=1e-12)
-    said = {25: (-0.1449, 0.5449), 50: (0.0567, 0.3433), 75: (0.0996, 0.2464), 99: (0.1129, 0.1619), 100: (0.12, 0.12)}
-    for t, (lo, hi) in said.items():
-        assert (round(low[t - 1], 4), round(high[t - 1], 4)) == (lo, hi)
-    assert (low <= 0.12 + 1e-12).all() and (high >= 0.12 - 1e-12).all()
+def capital(d, n: int, theta: float):
+    tests, past, squares, out = LowerTests(n, 1, theta), 0.0, 0.0, []
+    for t, di in enumerate(d, start=1):
+        tests.add(t, np.array([di]), np.array([past]), np.array([True]), np.array([squares]))
+        past, squares = past + di, squares + di * di
+        out.append((tests.log_capital[0], tests.pvalue()[0]))
+    return np.array(out)
 
 
-def test_every_look_covers_the_population_mean_at_the_stated_level():
+def test_the_test_is_the_formula_and_the_worked_example():
+    got = capital(WORKED, 100, -0.01)
+    assert np.allclose(got[:, 0], plain(WORKED, 100, -0.01), atol=1e-12)
+    said = {10: 0.2892, 20: 0.0499, 30: 0.0065, 40: 0.0006}  # the p-value after t questions
+    for t, p in said.items():
+        assert round(got[t - 1, 1], 4) == p
+    assert got[-1, 1] == 0.0  # every question in: the mean difference −0.12 < −0.01 is known
+
+
+def test_at_the_null_s_edge_every_look_together_errs_at_most_alpha():
     rng = np.random.default_rng(7)
-    population = np.clip(rng.normal(0.05, 0.3, 120), -1, 1)
-    truth, missed = population.mean(), 0
+    population = np.clip(rng.normal(0.0, 0.3, 120), -1, 1)
+    population -= population.mean() - (-0.01)  # the mean difference is exactly θ: the null holds, at its edge
+    errors = 0
     for _ in range(300):
-        low, high = sequence(population[rng.permutation(120)], 120, alpha=0.2)
-        missed += bool(((low > truth + 1e-12) | (high < truth - 1e-12)).any())
-    assert missed / 300 <= 0.2  # anytime: over every one of the 120 looks at once
+        got = capital(population[rng.permutation(120)], 120, -0.01)
+        errors += bool((got[:, 1] <= 0.2).any())
+    assert errors / 300 <= 0.2  # anytime: over every one of the 120 looks at once
+
+
+def test_the_closure_rejects_what_every_intersection_s_mean_rejects():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        e = np.exp(rng.normal(2, 2, 6))
+        want = [
+            all(np.mean(e[list(s)]) >= 20 for r in range(1, 7) for s in itertools.combinations(range(6), r) if c in s)
+            for c in range(6)
+        ]
+        assert closed_rejects(e, 0.05).tolist() == want
 
 
 def test_a_race_finds_the_best_drops_the_rest_and_reports_its_bound():
     rng = np.random.default_rng(1)
     n = 300
-    means = np.array([0.8, 0.5, 0.45, 0.3, 0.79])
+    means = np.array([0.8, 0.5, 0.45, 0.3, 0.795])
     x = np.clip(means + rng.normal(0, 0.1, (n, 5)), 0, 1)
-    res = race(x, rng.permutation(n), batch=10)
-    assert 0 in res.tied and 4 in res.tied and res.leader in (0, 4)  # 0.8 and 0.79 differ by 0.01: tied
-    assert {d["config"] for d in res.dropped} == {1, 2, 3} and res.share < 0.7
-    assert wrong_drops(res, x.mean(0)) == 0 and res.bound >= 0
+    res = race(x, rng.permutation(n), batch=10, certify=False)
+    assert 0 in res.tied and 4 in res.tied and res.leader in (0, 4)  # 0.8 and 0.795: within δ, never dropped
+    assert {d["config"] for d in res.dropped} == {1, 2, 3} and res.share < 0.5
+    assert wrong_drops(res, x.mean(0)) == 0 and res.stopped == "all questions" and res.bound == 0.0
+    sure = race(x, rng.permutation(n), batch=10)
+    assert sure.stopped == "certified" and sure.bound == 0.01 and sure.share < res.share
     one = race(x[:, :4], rng.permutation(n), batch=10)
     assert one.winner == 0 and one.stopped == "one left" and one.bound == 0
     poor = race(x, rng.permutation(n), batch=10, budget=100)
-    assert poor.stopped == "budget" and poor.cells <= 100 and poor.questions == 20
+    assert poor.stopped == "budget" and poor.cells <= 100 and poor.questions == 20 and poor.bound is None
     vs = race(x[:, 1:4], rng.permutation(n), batch=10, reference=x[:, 0], stop_when_decided=True)
     assert vs.stopped == "decided" and vs.reference["verdict"] == "production holds"
     beat = race(x[:, [0, 4]], rng.permutation(n), batch=10, reference=x[:, 1], stop_when_decided=True)
-    assert beat.reference["verdict"] == "an offline configuration beats production" and beat.reference["low"] > 0
+    assert beat.reference["verdict"] == "an offline configuration beats production" and beat.stopped == "decided"
+    assert beat.alpha == {"drops": 0.025, "certify": 0.0125, "reference": 0.0125}
 
 
 def test_a_race_refuses_values_that_are_no_metric():

@@ -17,6 +17,8 @@ from chunkeval.engine.inputs.trace_sample import sample_queries
 from chunkeval.engine.inputs.traces import read_traces, text_hash
 from chunkeval.warehouse import Warehouse
 from otel_traces import DEMO_CORPORA, Collector, make_traces, retrieve
+from phoenix_server import export, phoenix_server
+from prefect_server import wait_for
 
 DEMO_QUESTIONS = DEMO_CORPORA.parent / "questions.csv"
 
@@ -55,7 +57,7 @@ def test_every_retrieval_span_is_read_with_its_ranked_documents(traced):
     assert got.kept == traced["made"][0] and not got.skipped
     kinds = got.spans.column("kind").to_pylist()
     assert kinds.count("genai") == len(qs) // 5 and kinds.count("reranker") == len(qs) // 7
-    docs = got.documents.to_pylist()
+    docs = got.documents_with_content().to_pylist()
     for span in got.spans.to_pylist():
         mine = [d for d in docs if d["span_id"] == span["span_id"]]
         expected = retrieve(span["query"])
@@ -73,11 +75,11 @@ def test_every_retrieval_span_is_read_with_its_ranked_documents(traced):
 
 def test_documents_are_placed_by_id_content_or_alignment_and_the_rest_counted(traced):
     texts = {p.stem: p.read_text(encoding="utf-8") for p in DEMO_CORPORA.glob("*.md")}
-    day1 = place_documents(read_traces(traced["t"] / "day1.jsonl").documents.to_pylist(), texts)
+    day1 = place_documents(read_traces(traced["t"] / "day1.jsonl").documents_with_content().to_pylist(), texts)
     assert {d["placement"] for d in day1} == {"id"}
     for d in day1:
         assert texts[d["corpus_id"]][d["start"] : d["end"]] == d["content"]
-    day2 = place_documents(read_traces(traced["t"] / "day2.jsonl").documents.to_pylist(), texts)
+    day2 = place_documents(read_traces(traced["t"] / "day2.jsonl").documents_with_content().to_pylist(), texts)
     for d in day2:
         start = int(d["document_id"].rsplit("-", 1)[1])
         want = {0: "exact", 1: "approximate", 2: "unplaced"}[start % 3]
@@ -156,3 +158,32 @@ def test_bad_spans_are_skipped_and_counted_or_one_line_with_strict(tmp_path, mon
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bad.jsonl: row 1: span " in err and "no query" in err
     assert not (tmp_path / "home" / "warehouse").exists()  # nothing written
+
+
+def test_a_file_read_in_pieces_reads_the_same_and_finds_duplicates_across_them(traced, tmp_path):
+    """A file of JSON lines is read a piece of lines at a time (memory bounded whatever its size): pieces of a
+    line each give what one piece gives, and a span id repeated in a later piece is a duplicate."""
+    path = traced["t"] / "day1.jsonl"
+    whole, split = read_traces(path), read_traces(path, piece_bytes=1)
+    assert split.spans.equals(whole.spans) and split.documents.equals(whole.documents) and split.read == whole.read
+    assert sorted(split.contents.to_pylist(), key=str) == sorted(whole.contents.to_pylist(), key=str)
+    lines = path.read_text().splitlines()
+    (tmp_path / "twice.jsonl").write_text("\n".join([*lines, lines[0]]) + "\n")
+    again = read_traces(tmp_path / "twice.jsonl", piece_bytes=1)
+    (tmp_path / "first.jsonl").write_text(lines[0] + "\n")
+    assert again.kept == whole.kept and again.skipped == {"duplicate_span": read_traces(tmp_path / "first.jsonl").kept}
+
+
+def test_phoenix_s_own_export_is_read(tmp_path, phoenix_python):
+    """Traces of the SDK sent to a real Phoenix server over OTLP/HTTP, exported by Phoenix's own client as its
+    spans data frame (Parquet), are read: every retrieval span, with its ranked documents."""
+    python = phoenix_python
+    qs = questions()[:8]
+    with phoenix_server(python, tmp_path) as url:
+        made = make_traces(url + "/v1/traces", qs, genai_every=3, reranker_every=4)
+        wait_for(lambda: read_traces(export(python, url, tmp_path / "spans.parquet")).kept == made, 60, "phoenix")
+    got = read_traces(tmp_path / "spans.parquet")
+    assert got.kept == made and not got.skipped
+    docs = got.documents_with_content().to_pylist()
+    assert len(docs) == 3 * made and {d["rank"] for d in docs} == {1, 2, 3} and all(d["content"] for d in docs)
+    assert {s["query"] for s in got.spans.to_pylist()} == set(qs)

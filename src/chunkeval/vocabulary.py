@@ -153,9 +153,13 @@ ALERT_EVENTS = {
     "failed": "chunkeval.run.failed",
     "gold_drift": "chunkeval.gold.drift",
     "nothing_comparable": "chunkeval.nothing.comparable",
+    "production_fell": "chunkeval.production.fell",  # production's judged quality fell (the `production` deployment)
+    "production_beaten": "chunkeval.production.beaten",  # an offline configuration beats production, judged
     "silence": None,
 }
-DEFAULT_ALERTS = ("regression", "failed", "gold_drift", "nothing_comparable", "silence")  # all but `completed`
+DEFAULT_ALERTS = (
+    "regression", "failed", "gold_drift", "nothing_comparable", "production_fell", "production_beaten", "silence",
+)  # all but `completed` # fmt: skip
 GOLD_DRIFT = 0.1  # the share of questions retired or placed approximately at which a run emits `gold_drift`
 
 

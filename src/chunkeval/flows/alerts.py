@@ -144,6 +144,8 @@ def plan_alerts(deployments) -> dict:
                     routes.setdefault(route.to, {})[exp.name] = wanted
         listen = [(r, exp) for exp in experiments for r in exp.alerts if "silence" in r.events]
         for schedule in deployment.schedules or []:
+            if getattr(schedule, "active", True) is False:  # a paused schedule runs nothing: no silence to watch
+                continue
             interval = interval_seconds(schedule)
             if interval is None or not listen:
                 continue

@@ -52,13 +52,16 @@ def _schedule(spec, where: str):
     if not isinstance(spec, dict):
         raise InputError(f"{where}: a schedule is a mapping with cron or interval, got {spec!r}")
     timezone = spec.get("timezone", "UTC")
+    active = spec.get("active", True)
+    if not isinstance(active, bool):
+        raise InputError(f"{where}: active is true or false, got {active!r}")
     try:
         ZoneInfo(str(timezone))
     except (ZoneInfoNotFoundError, ValueError):
         raise InputError(f"{where}: unknown timezone {timezone!r} (an IANA name such as UTC or Europe/Paris)") from None
     if "cron" in spec:
         try:
-            schedule = Cron(str(spec["cron"]), timezone=timezone)
+            schedule = Cron(str(spec["cron"]), timezone=timezone, active=active)
         except ValueError:
             raise InputError(
                 f"{where}: {spec['cron']!r} is not a cron expression (minute hour day month weekday)"
@@ -80,7 +83,7 @@ def _schedule(spec, where: str):
                     f"{where}: anchor_date {anchor!r} is more than {MAX_ANCHOR_AHEAD.days} days ahead: the first "
                     "run would wait that long (the intervals count from it)"
                 )
-        return Interval(seconds, anchor_date=start, timezone=timezone if "timezone" in spec else None)
+        return Interval(seconds, anchor_date=start, timezone=timezone if "timezone" in spec else None, active=active)
     raise InputError(f"{where}: a schedule needs cron or interval, got {spec!r}")
 
 
@@ -230,7 +233,9 @@ def after_registration(served: list, plan: dict, say) -> None:
     """Once `serve` has registered the deployments: the alarms' automations made on the server (`plan`), then each
     scheduled deployment's next run said (`watch_schedules`)."""
     names = [f"{d.flow_name}/{d.name}" for d in served]
-    scheduled = [f"{d.flow_name}/{d.name}" for d in served if d.schedules]
+    scheduled = [  # a paused schedule (active: false) gets no run to wait for
+        f"{d.flow_name}/{d.name}" for d in served if any(getattr(x, "active", True) for x in d.schedules or [])
+    ]
     if plan["routes"] or plan["silences"]:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # a silence alarm names its deployment's id: registered first

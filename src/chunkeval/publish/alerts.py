@@ -202,6 +202,63 @@ def silence_payload(deployment: str, experiments: list[str], interval: float, gr
     }
 
 
+def _production_base(event: str, experiment: str, result_id: str) -> dict:
+    return _base(event, experiment, None) | {"result_id": result_id, "trigger": "schedule"}
+
+
+def production_beaten_payload(experiment: str, result_id: str, verdict: dict, judge: str) -> dict:
+    """An offline configuration beats production on the judged sample of production's own queries (the one
+    verdict, production the newest and each configuration its baseline: the worst 'fall' of production is the
+    configuration that beats it most)."""
+    listed = falls(verdict)
+    worst = verdict["regressions"][0]
+    lead = (
+        f"{worst['metric']} of production {worst['after']:.3f} against {worst['before']:.3f} for {config_label(worst)}"
+    )
+    text = "\n".join(
+        [
+            f"{experiment}: an offline configuration BEATS PRODUCTION on production's judged queries ({result_id})",
+            f"largest: {lead} ({-worst['change']:+.3f}, adjusted p {worst['p_adjusted']:.2g}; judged by {judge})",
+            f"see: chunkeval trend {experiment} (production beside runs)",
+        ]
+    )
+    return {
+        **_production_base("production_beaten", experiment, result_id),
+        "configurations": sorted({f["configuration"] for f in listed}),
+        "regressions": listed,
+        "n_checks": len(verdict["checks"]),
+        "judged_by": judge,
+        "subject": f"chunkeval {experiment}: {config_label(worst)} beats production, {worst['metric']} "
+        f"{-worst['change']:+.3f}",
+        "text": text,
+    }
+
+
+def production_fell_payload(experiment: str, result_id: str, verdict: dict, judge: str) -> dict:
+    """Production's judged quality fell against its previous judged result, on the queries asked in both."""
+    worst = verdict["regressions"][0]
+    text = (
+        f"{experiment}: PRODUCTION's judged quality FELL ({result_id} against {verdict['reference_run_id']}): "
+        f"{worst['metric']} {worst['before']:.3f} → {worst['after']:.3f} ({worst['change']:+.3f}, adjusted p "
+        f"{worst['p_adjusted']:.2g}) on {worst['n_queries']} quer(ies) asked both times; judged by {judge}\n"
+        f"see: chunkeval trend {experiment} (production beside runs)"
+    )
+    return {
+        **_production_base("production_fell", experiment, result_id),
+        "reference_result_id": verdict["reference_run_id"],
+        "falls": [
+            {
+                k: f.get(k)
+                for k in ("metric", "before", "after", "change", "ci_low", "ci_high", "p_adjusted", "n_queries")
+            }
+            for f in verdict["regressions"][:MAX_FALLS]
+        ],  # fmt: skip
+        "judged_by": judge,
+        "subject": f"chunkeval {experiment}: production fell, {worst['metric']} {worst['change']:+.3f}",
+        "text": text,
+    }
+
+
 def test_payload(experiment: str, destination: str) -> dict:
     return {
         "event": "chunkeval.alerts.test",

@@ -491,5 +491,24 @@ def section_trend(
         f"at {alpha} after Holm over the configurations × metrics checked (and × the slices of the gold set large enough "
         f"to test, where the run recorded slices). A dashed grey line marks a run whose gold set changed since the "
         f"run before it (`chunkeval gold update`, or an edited file).</p>{charts.trend_lines(series, marks)}"
-        f"<h3>Regressions</h3>{regress}<details><summary>Runs</summary>{legend}</details></section>"
+        f"<h3>Regressions</h3>{regress}{_production(wh, experiment)}<details><summary>Runs</summary>{legend}"
+        "</details></section>"
+    )
+
+
+def _production(wh: Warehouse, experiment: str) -> str:
+    """Production beside the runs: its judged results (docs/traces.md), where any was recorded."""
+    rows = wh.production_trend(experiment, "ndcg_at_k")
+    if not rows:
+        return ""
+    body = [
+        [escape(r["result_id"]), _when(r["recorded_at"]), str(r["n_queries"]), _num(r["production"]),
+         _num(r["best_offline"]), escape(r["best_label"] or ""), escape(r["judged_by"] or "")]
+        for r in rows
+    ]  # fmt: skip
+    return (
+        "<h3>Production beside the runs</h3><p>nDCG at k of what production retrieved for a sample of its own queries, "
+        "and of the best offline configuration on the same queries, judged by a model (`chunkeval traces compare`, "
+        "the production deployment): not the gold set's numbers above.</p>"
+        + _table(["result", "recorded", "queries", "production", "best offline", "configuration", "judged by"], body)
     )

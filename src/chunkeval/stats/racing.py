@@ -1,36 +1,17 @@
-"""Anytime-valid confidence sequences for paired differences of configurations, questions drawn without replacement
-(docs/statistics.md, "Racing").
+"""Anytime-valid tests by betting for paired differences of configurations, questions drawn without replacement
+(docs/statistics.md, "Racing"): `LowerTests` (one-sided tests of μ_a − μ_b ≥ θ, for many pairs at once, against a
+fixed or a predictable comparator), and how a race combines its tests of every configuration into one family-wise guarantee,
+`closed_rejects` (the closure of the mean of e-values).
 
-The method is the predictable-plug-in empirical-Bernstein confidence sequence for sampling without replacement of
-Waudby-Smith and Ramdas ("Confidence sequences for sampling without replacement", NeurIPS 2020; the betting form in
-"Estimating means of bounded random variables by betting", JRSS B 2023, Theorem 2 and its section on sampling
-without replacement). For one pair of configurations (a, b), question i's paired difference d_i = x_a,i − x_b,i of
-metrics in [0, 1] is mapped to y_i = (d_i + 1) / 2 in [0, 1]; questions come in a uniformly random order from the
-N questions of the set, and the target is the mean over all N (what a full evaluation gives). With
-S_{t} = y_1 + … + y_t, Z_t = S_{t−1} / (N − t + 1), W_t = (t − 1) / (N − t + 1), the regularised running mean
-μ̂_t = (1/2 + S_t) / (t + 1) and variance σ̂²_t = (1/4 + Σ_{i≤t} (y_i − μ̂_i)²) / (t + 1), the bet
-λ_t = min(√(2ℓ / (σ̂²_{t−1} · t · log(1 + t))), 3/4) and v_t = (y_t − μ̂_{t−1})², ψ(λ) = −log(1 − λ) − λ:
-
-    centre_t = Σ λ_i (y_i + Z_i) / Σ λ_i (1 + W_i)
-    margin_t = (ℓ + Σ v_i ψ(λ_i)) / Σ λ_i (1 + W_i)
-    y-mean ∈ [centre_t − margin_t, centre_t + margin_t] for every t at once, with probability ≥ 1 − 2e^{−ℓ}
-
-ℓ = log(2M/α) for M pairs (both sides of every pair under one union bound): every interval of every pair holds at
-every look together with probability at least 1 − α. Once all N questions are in, the mean is known exactly and the
-interval is that point. The state of every pair is updated one question at a time (arrays over pairs), so a look
-costs nothing beyond its questions.
+The questions come in a uniformly random order from the N of the set, and the target is the mean over all N: what
+a full evaluation gives. Once all N are in, every mean is known exactly.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from chunkeval.errors import InputError
-
-TRUNCATION = 0.75  # the largest bet (Waudby-Smith and Ramdas take 1/2; any λ < 1 keeps the guarantee, and 3/4 left
-# 12 % fewer cells on the shared set in bench/racing.py, whose paired differences are mostly 0)
 
 
 def check_level(alpha: float, delta: float | None = None) -> None:
@@ -40,92 +21,87 @@ def check_level(alpha: float, delta: float | None = None) -> None:
         raise InputError(f"delta takes a number from 0 to below 1, got {delta!r}")
 
 
-class PairedSequences:
-    """Confidence sequences for the mean paired difference of every pair of `k` arms (metrics in [0, 1]) over a
-    population of `n` questions, taken without replacement; `pairs` is M of the union bound (default: every pair
-    of the `k` arms). `add(row)` takes one question's values of the arms still compared (`active`, a boolean mask;
-    the pairs of a dropped arm keep their last state). `bounds()`: (low, high) matrices of x_a − x_b, NaN on the
-    diagonal and where a pair has no question yet."""
+CAP = 0.9  # the largest bet, as a share of what keeps the capital nonnegative (1 / the largest possible loss)
+EXACT = 1e-9  # below θ by more than rounding: a mean known once every question is in
+VARIANCE_PRIOR = 0.0025  # the variance a bet assumes before any question (a paired difference of ±0.05)
 
-    def __init__(self, k: int, n: int, alpha: float = 0.05, pairs: int | None = None):
-        check_level(alpha)
-        if k < 1 or n < 1:
-            raise InputError("a race needs at least one arm and one question")
-        self.k, self.n, self.alpha = k, n, alpha
-        self.pairs = pairs if pairs is not None else max(1, k * (k - 1) // 2)
-        self.ell = math.log(2 * self.pairs / alpha)
-        shape = (k, k)
-        self.t = np.zeros(shape)  # questions seen by each pair
-        self.s = np.zeros(shape)  # Σ y
-        self.a = np.zeros(shape)  # Σ λ y
-        self.b = np.zeros(shape)  # Σ λ Z
-        self.c = np.zeros(shape)  # Σ λ (1 + W)
-        self.v = np.zeros(shape)  # Σ v ψ(λ)
-        self.mu = np.full(shape, 0.5)  # μ̂_{t}
-        self.sq = np.zeros(shape)  # Σ (y_i − μ̂_i)²
-        self.sums = np.zeros(k)  # Σ x per arm (the exact means at the end)
-        self.seen = np.zeros(k)
 
-    def add(self, row, active=None) -> None:
-        x = np.asarray(row, dtype=np.float64)
-        on = np.ones(self.k, bool) if active is None else np.asarray(active, bool)
-        both = np.outer(on, on)
-        np.fill_diagonal(both, False)
-        y = (x[:, None] - x[None, :] + 1.0) / 2.0
-        t = self.t + 1
-        sigma2 = (0.25 + self.sq) / t  # σ̂²_{t−1} = (1/4 + Σ_{i<t}) / t
-        lam = np.minimum(np.sqrt(2 * self.ell / (sigma2 * t * np.log1p(t))), TRUNCATION)
+class LowerTests:
+    """Anytime-valid one-sided tests, by betting, of the nulls μ_a − μ_b ≥ θ (a's mean over all `n` questions is at
+    least θ above b's), for many (a, b) at once, questions drawn without replacement (docs/statistics.md,
+    "Racing"). Each test is a capital process (Waudby-Smith and Ramdas, "Estimating means of bounded random
+    variables by betting", JRSS B 2023, its section on sampling without replacement; Shafer and Vovk's testing by
+    betting): before question t the mean of the differences d = x_a − x_b still to come is, under the null,
+    at least m_t = (θ·n − D_{t−1}) / (n − t + 1), D_{t−1} the sum of the differences seen; the capital is
+    multiplied by 1 + λ_t (m_t − d_t), a bet against the null that wins when d falls below it. Under the null its
+    expectation is at most 1 whatever λ_t ≥ 0 is chosen before the question, so the capital is a nonnegative
+    supermartingale and by Ville's inequality P(it ever reaches 1/a) ≤ a: `pvalue` (1 / the largest capital so
+    far) is valid at every look at once, and the capital itself is an e-value at any look (`evalue`). λ_t is the
+    aGRAPA bet (ĝ / (v̂ + ĝ²), ĝ and v̂ the mean and variance of the gain m − d as the past predicts it), at most
+    `CAP` / (1 − m_t) so that no question can take the capital to 0.
+
+    `count` tests, `theta` one bound each. The caller hands in each question's differences and the sums of the
+    differences seen before it, so b may change from question to question (the race's leader, chosen before each
+    question: still predictable, so still a test), each pair's two arms seen on every question so far.
+    """
+
+    def __init__(self, n: int, count: int, theta):
+        self.n = n
+        self.theta = np.broadcast_to(np.asarray(theta, dtype=np.float64), (count,)).copy()
+        self.log_capital = np.zeros(count)
+        self.best = np.zeros(count)  # the largest log capital so far
+        self.gains = np.zeros(count)
+        self.squares = np.zeros(count)
+        self.bets = np.zeros(count)  # bets placed (questions each test has seen)
+        self.sure = np.zeros(count, bool)  # rejected for certain: the null cannot hold whatever is left
+
+    def add(self, t: int, d, past, on, squares=None) -> None:
+        """Question t (from 1): the pairs' differences `d`, the sums of their differences over questions 1…t−1
+        `past`, and which tests take part (`on`). `squares`, where given, the sums of the squared differences
+        over those questions: the bet then reads the pair's own past (whatever comparator each test had then)."""
         remaining = self.n - t + 1
-        z, w = self.s / remaining, (t - 1) / remaining
-        psi = -np.log1p(-lam) - lam
-        vt = (y - self.mu) ** 2
-        s = self.s + y
-        mu = (0.5 + s) / (t + 1)
-        updates = {
-            "a": self.a + lam * y,
-            "b": self.b + lam * z,
-            "c": self.c + lam * (1 + w),
-            "v": self.v + vt * psi,
-            "sq": self.sq + (y - mu) ** 2,
-            "s": s,
-            "mu": mu,
-            "t": t,
-        }
-        for name, value in updates.items():
-            setattr(self, name, np.where(both, value, getattr(self, name)))
-        self.sums = np.where(on, self.sums + x, self.sums)
-        self.seen = np.where(on, self.seen + 1, self.seen)
+        m = (self.theta * self.n - past) / remaining
+        g = m - d
+        if squares is None:
+            mean = self.gains / (self.bets + 1)
+            var = (self.squares - self.gains * mean + VARIANCE_PRIOR) / (self.bets + 1)
+        else:  # the gain the pair's past differences would give now, and their variance
+            seen = t - 1
+            mean = m - past / max(seen, 1)
+            var = (squares - past**2 / max(seen, 1) + VARIANCE_PRIOR) / (seen + 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lam = np.clip(mean / (var + mean**2), 0.0, None)
+            lam = np.where(m < 1, np.minimum(lam, CAP / (1 - m)), 0.0)
+        lam = np.where(self.bets > 0, lam, 0.0)
+        self.log_capital = np.where(on, self.log_capital + np.log1p(lam * g), self.log_capital)
+        self.best = np.maximum(self.best, self.log_capital)
+        self.gains = np.where(on, self.gains + g, self.gains)
+        self.squares = np.where(on, self.squares + g * g, self.squares)
+        self.bets = np.where(on, self.bets + 1, self.bets)
+        # after question t: the most the full mean can be is (D_t + (n − t)) / n (each difference at most 1)
+        self.sure |= on & ((past + d + (self.n - t)) / self.n < self.theta - EXACT)
 
-    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            centre = (self.a + self.b) / self.c
-            margin = (self.ell + self.v) / self.c
-            low = np.clip(centre - margin, 0.0, 1.0) * 2 - 1
-            high = np.clip(centre + margin, 0.0, 1.0) * 2 - 1
-        done = self.t >= self.n  # every question in: the mean is known
-        exact = (self.s / np.maximum(self.t, 1)) * 2 - 1
-        low, high = np.where(done, exact, low), np.where(done, exact, high)
-        none = self.t == 0
-        low[none], high[none] = np.nan, np.nan
-        np.fill_diagonal(low, np.nan)
-        np.fill_diagonal(high, np.nan)
-        return low, high
+    def evalue(self) -> np.ndarray:
+        """The capital of each test now (infinite where rejected for certain): an e-value at any look."""
+        return np.where(self.sure, np.inf, np.exp(self.log_capital))
 
-    def means(self) -> np.ndarray:
-        """Each arm's mean over the questions it has seen."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self.sums / self.seen
+    def pvalue(self) -> np.ndarray:
+        """The anytime-valid p-value of each test: 1 / its largest capital so far (0 where rejected for certain)."""
+        return np.where(self.sure, 0.0, np.minimum(1.0, np.exp(-self.best)))
 
 
-def sequence(differences, n: int, alpha: float = 0.05, pairs: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """The confidence sequence (low, high after each question) of one pair's paired differences in [−1, 1], in
-    the order given, over a population of `n` questions: `PairedSequences` for two arms, kept whole."""
-    d = np.asarray(differences, dtype=np.float64)
-    seqs = PairedSequences(2, n, alpha, pairs)
-    lows, highs = [], []
-    for value in d:
-        seqs.add([value, 0.0])
-        low, high = seqs.bounds()
-        lows.append(low[0, 1])
-        highs.append(high[0, 1])
-    return np.array(lows), np.array(highs)
+def closed_rejects(evalues, alpha: float) -> np.ndarray:
+    """Which hypotheses the closure of the mean of e-values rejects at `alpha` (Vovk and Wang, "E-values:
+    calibration, combination, and applications", Annals of Statistics 2021): H_c is rejected when every
+    intersection of hypotheses holding it has a mean e-value of at least 1/α. The mean of test supermartingales of
+    the same questions is one under their intersection, so by Ville's inequality the family-wise error is at most α
+    over every look at once. The intersection that binds for c is c with the others of smallest e-value, as many
+    as lower the mean."""
+    e = np.asarray(evalues, dtype=np.float64)
+    out = np.zeros(len(e), bool)
+    order = np.sort(e)
+    for c in range(len(e)):
+        others = np.delete(order, np.searchsorted(order, e[c]))  # the others, smallest first
+        means = (e[c] + np.concatenate([[0.0], np.cumsum(others)])) / np.arange(1, len(e) + 1)
+        out[c] = means.min() >= 1 / alpha
+    return out

@@ -37,9 +37,9 @@ PRODUCTION_TABLES = (
 class Production(Schema):
     """Production's retrievals and its judged results, beside the runs."""
 
-    def import_production(self, spans: pa.Table, documents: pa.Table, record: dict) -> dict:
+    def import_production(self, spans: pa.Table, documents: pa.Table, record: dict, contents: pa.Table) -> dict:
         """Record one import in one transaction: its spans not already in the warehouse (by span id), their
-        queries and document contents once each (by hash), and the import's row (`record`: files, read, skipped,
+        queries and document contents (`contents`: content_hash, content) once each (by hash), and the import's row (`record`: files, read, skipped,
         corpus, placements, unplaced). The import's row as written, with `import_id`, `spans_kept` and
         `already_imported`."""
         import_id = record.get("import_id") or f"{utc_now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
@@ -47,6 +47,7 @@ class Production(Schema):
             con.execute("BEGIN TRANSACTION")
             con.register("new_spans", spans)
             con.register("new_documents", documents)
+            con.register("new_contents", contents)
             con.execute("""
                 CREATE TEMP TABLE fresh AS SELECT * FROM new_spans
                 WHERE span_id NOT IN (SELECT span_id FROM production_spans)""")
@@ -64,8 +65,9 @@ class Production(Schema):
                 CREATE TEMP TABLE fresh_docs AS SELECT d.* FROM new_documents d SEMI JOIN fresh f USING (span_id)""")
             con.execute("""
                 INSERT INTO production_contents
-                SELECT content_hash, any_value(content) FROM fresh_docs
-                WHERE content_hash IS NOT NULL AND content_hash NOT IN (SELECT content_hash FROM production_contents)
+                SELECT content_hash, any_value(content) FROM new_contents
+                WHERE content_hash IN (SELECT content_hash FROM fresh_docs)
+                  AND content_hash NOT IN (SELECT content_hash FROM production_contents)
                 GROUP BY content_hash""")
             con.execute("""
                 INSERT INTO production_documents
@@ -92,6 +94,7 @@ class Production(Schema):
             con.execute("COMMIT")
             con.unregister("new_spans")
             con.unregister("new_documents")
+            con.unregister("new_contents")
         return row
 
     def production_imports(self) -> list[dict]:
@@ -152,6 +155,24 @@ class Production(Schema):
             cur = con.execute(sql + " ORDER BY recorded_at, result_id, source, label", params)
             names = [d[0] for d in cur.description]
             return [dict(zip(names, r)) for r in cur.fetchall()]
+
+    def production_trend(self, experiment: str, metric: str, last: int = 30) -> list[dict]:
+        """Production beside the runs: per recorded judged result of `experiment` (the last `last`, oldest
+        first), production's mean of `metric` and the best offline configuration's, with when, how many queries
+        and who judged (`trend` and the report show it)."""
+        sql = """
+            SELECT result_id, any_value(recorded_at) AS recorded_at, any_value(window_start) AS window_start,
+                   any_value(window_end) AS window_end,
+                   max(value) FILTER (source = 'production') AS production,
+                   max(n_queries) FILTER (source = 'production') AS n_queries,
+                   max(value) FILTER (source = 'offline') AS best_offline,
+                   arg_max(label, value) FILTER (source = 'offline') AS best_label, any_value(judged_by) AS judged_by
+            FROM production_results WHERE experiment = ? AND metric = ?
+            GROUP BY result_id ORDER BY recorded_at DESC, result_id DESC LIMIT ?"""
+        with self.connect() as con:
+            cur = con.execute(sql, [experiment, metric, last])
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r)) for r in cur.fetchall()][::-1]
 
 
 def _window(since, until) -> tuple[str, list]:

@@ -16,6 +16,7 @@ from chunkeval.engine.gold.update import csv_text
 from chunkeval.engine.inputs.corpus import load_documents
 from chunkeval.engine.inputs.document_gold import read_qrels
 from chunkeval.engine.inputs.span_gold import load_span_gold
+from chunkeval.engine.inputs.trace_sample import read_production
 from chunkeval.errors import InputError
 from chunkeval.files import check_output, field, write_texts
 from chunkeval.visible import visible
@@ -47,6 +48,11 @@ def add_parser(gsub) -> None:
     )
     j.add_argument("--human", help="human gold for the same questions: a span gold CSV, or qrels (BEIR TSV or TREC)")
     j.add_argument("--corpus-dir", help="read documents here where the run kept no copy of its texts")
+    j.add_argument(
+        "--production",
+        help="what production retrieved for the questions (`traces sample`'s <out>.production.jsonl): its passages "
+        "join the pool (docs/traces.md)",
+    )
     j.add_argument("--timeout", type=float, default=120.0, help="seconds per request, its whole answer included")
     j.add_argument("--max-retries", type=int, default=6, help="tries again after 429, 5xx or a dropped connection")
     j.add_argument("--yes", action="store_true", help="go ahead over the estimate's limit of requests")
@@ -91,7 +97,7 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     number_in(args.timeout, 0.001, 86400, "--timeout")
     number_in(args.max_retries, 0, 100, "--max-retries")
     out = Path(args.out)
-    inputs = [args.questions] + [p for p in (args.human, args.corpus_dir) if p]
+    inputs = [args.questions] + [p for p in (args.human, args.corpus_dir, args.production) if p]
     names = {
         "--out": out,
         "the document qrels": out.with_name(f"{out.stem}.qrels.tsv"),
@@ -110,8 +116,9 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     retrieved = wh.retrieved(args.run, list(questions)).to_pylist()
     if not retrieved:
         raise InputError(f"run {args.run} retrieved nothing for any question of {args.questions}: judge its own run")
-    asked = {r["query_id"] for r in retrieved}
-    pooled = gj.pool(retrieved, questions, args.depth)
+    production, production_texts = read_production(args.production, questions) if args.production else ([], {})
+    asked = {r["query_id"] for r in retrieved + production}
+    pooled = gj.pool(retrieved + production, questions, args.depth)
     for p in pooled:
         field(p.corpus_id, "\t", "document id", f"run {args.run}")
     canaries = gj.canaries(pooled, questions)
@@ -123,7 +130,8 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         max_retries=args.max_retries,
     )
     chat.client()  # the endpoint and its key, checked before any work
-    texts = _texts(wh, args.run, {p.corpus_id for p in pooled}, args.corpus_dir)
+    texts = _texts(wh, args.run, {p.corpus_id for p in pooled} - set(production_texts), args.corpus_dir)
+    texts |= production_texts
     requests = len(pooled) + len(canaries)
     print(
         f"{len(pooled)} passage(s) pooled from run {args.run} at depth {args.depth} for {len(asked)} of "
@@ -168,9 +176,13 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "questions": str(Path(args.questions).resolve()),
         "run_id": args.run,
+        "production": str(Path(args.production).resolve()) if args.production else None,
         "settings": {"depth": args.depth, "min_grade": args.min_grade, "relevance": relevance},
         "counts": {
             "pooled": len(pooled),
+            "pooled_from_production": len(
+                {(p["query_id"], p["corpus_id"], p["start"], p["end"]) for p in production if p["rank"] <= args.depth}
+            ),  # fmt: skip
             "judged": len(verdicts),
             "unusable": len(unusable),
             "by_grade": by_grade,

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from chunkeval.cli.ages import parse_age
 from chunkeval.cli.commands import traces_compare
@@ -18,7 +19,7 @@ from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.gold.update import csv_text
 from chunkeval.engine.inputs.anchoring import ANCHOR_SIMILARITY
 from chunkeval.engine.inputs.corpus import load_documents
-from chunkeval.engine.inputs.placement import place_documents, placement_counts
+from chunkeval.engine.inputs.placement import PLACEMENTS, place_documents
 from chunkeval.engine.inputs.trace_sample import sample_queries, strata_counts
 from chunkeval.engine.inputs.traces import SKIP_REASONS, combine, read_traces
 from chunkeval.errors import InputError
@@ -87,32 +88,80 @@ def trace_files(paths: list[str]) -> list[Path]:
     return out
 
 
-def import_traces(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-
-    files = trace_files(args.paths)
-    traces = combine([read_traces(f, args.format, args.strict) for f in files])
-    docs = traces.documents.to_pylist()
-    corpus = None
-    if args.corpus_dir:
-        texts = load_documents(Path(args.corpus_dir), "full").texts
-        similarity = ANCHOR_SIMILARITY if args.anchor_similarity is None else args.anchor_similarity
-        docs = place_documents(docs, texts, similarity)
-        corpus = str(Path(args.corpus_dir).resolve())
-    else:
-        docs = [d | {"placement": "unplaced", "corpus_id": None, "start": None, "end": None, "similarity": None}
-                for d in docs]  # fmt: skip
-    counts = placement_counts(docs)
-    unplaced = sorted({(d["document_id"] or "", d["content_hash"] or "") for d in docs if d["placement"] == "unplaced"})
-    documents = pa.Table.from_pylist(docs, schema=_placed_schema(traces.documents.schema))
+def import_files(files: list[Path], fmt: str, strict: bool, corpus_dir, similarity, warehouse) -> dict:
+    """Read `files`, place their documents in `corpus_dir` (where given) and record them in the warehouse
+    `warehouse()` gives, opened only once everything is read and checked: what `traces import` and the
+    `production` deployment do. Each distinct (document id, content) is placed once, whatever the number of spans
+    that retrieved it. The import's row, with what was read."""
+    traces = combine([read_traces(f, fmt, strict) for f in files])
+    placed = placements(traces, corpus_dir, similarity)
+    none = lambda col, fill: pc.fill_null(col, fill)  # noqa: E731 (a join matches no null key)
+    docs = traces.documents
+    keyed = docs.append_column("_id", none(docs.column("document_id"), NO_ID)).append_column(
+        "_hash", none(docs.column("content_hash"), "")
+    )
+    documents = keyed.join(placed, ["_id", "_hash"], join_type="left outer").sort_by(
+        [("span_id", "ascending"), ("rank", "ascending")]
+    )
+    documents = documents.select([*docs.column_names, "placement", "corpus_id", "start", "end", "similarity"])
+    counts = {k: 0 for k in PLACEMENTS}
+    for v in pc.value_counts(documents.column("placement")).to_pylist():
+        counts[v["values"]] = v["counts"]
+    gone = placed.filter(pc.equal(placed.column("placement"), "unplaced"))
+    unplaced = sorted({(d if d != NO_ID else "", h) for d, h in zip(gone.column("_id").to_pylist(),
+                                                                    gone.column("_hash").to_pylist())})  # fmt: skip
     record = {
         "files": [str(f.resolve()) for f in files],
         "spans_read": traces.read,
         "spans_skipped": traces.skipped,
-        "corpus": corpus,
+        "corpus": str(Path(corpus_dir).resolve()) if corpus_dir else None,
         "placements": counts,
         "unplaced": [{"document_id": d, "content_hash": h} for d, h in unplaced[:UNPLACED_LISTED]],
     }
-    row = warehouse(must_exist=False).import_production(traces.spans, documents, record)
+    row = warehouse().import_production(traces.spans, documents, record, traces.contents)
+    return {"row": row, "traces": traces, "documents": documents, "counts": counts, "unplaced": unplaced,
+            "corpus": record["corpus"]}  # fmt: skip
+
+
+NO_ID = "\x00"  # a document without an id, as a join key
+
+
+def placements(traces, corpus_dir, similarity) -> pa.Table:
+    """Where each distinct (document id, content hash) of `traces` is placed in the corpus of `corpus_dir`
+    (unplaced everywhere without one): _id, _hash (the join keys), placement, corpus_id, start, end, similarity."""
+    docs = traces.documents
+    distinct = docs.select(["document_id", "content_hash"]).group_by(["document_id", "content_hash"]).aggregate([])
+    pairs = sorted(zip(distinct.column("document_id").to_pylist(), distinct.column("content_hash").to_pylist()),
+                   key=lambda p: (p[0] or "", p[1] or ""))  # fmt: skip
+    content = dict(
+        zip(traces.contents.column("content_hash").to_pylist(), traces.contents.column("content").to_pylist())
+    )
+    rows = [{"document_id": d, "content": content.get(h)} for d, h in pairs]
+    if corpus_dir:
+        texts = load_documents(Path(corpus_dir), "full").texts
+        rows = place_documents(rows, texts, ANCHOR_SIMILARITY if similarity is None else similarity)
+    else:
+        rows = [r | {"placement": "unplaced", "corpus_id": None, "start": None, "end": None, "similarity": None}
+                for r in rows]  # fmt: skip
+    return pa.table({
+        "_id": pa.array([d if d is not None else NO_ID for d, _ in pairs], pa.string()),
+        "_hash": pa.array([h or "" for _, h in pairs], pa.string()),
+        "placement": pa.array([r["placement"] for r in rows], pa.string()),
+        "corpus_id": pa.array([r["corpus_id"] for r in rows], pa.string()),
+        "start": pa.array([r["start"] for r in rows], pa.int64()),
+        "end": pa.array([r["end"] for r in rows], pa.int64()),
+        "similarity": pa.array([r["similarity"] for r in rows], pa.float64()),
+    })  # fmt: skip
+
+
+def import_traces(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+
+    files = trace_files(args.paths)
+    got = import_files(files, args.format, args.strict, args.corpus_dir, args.anchor_similarity,
+                       lambda: warehouse(must_exist=False))  # fmt: skip
+    row, traces, documents, counts, unplaced, corpus = (
+        got[k] for k in ("row", "traces", "documents", "counts", "unplaced", "corpus")
+    )
     kinds = {}
     for k in traces.spans.column("kind").to_pylist():
         kinds[k] = kinds.get(k, 0) + 1
@@ -128,8 +177,9 @@ def import_traces(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
                 f"  e.g. {visible(e['file'])}: line {e['line']}: span {visible(e['span_id'])}: {SKIP_REASONS[e['reason']]}"
             )
     queries = len(set(traces.spans.column("query_hash").to_pylist()))
-    contents = len({d["content_hash"] for d in docs if d["content_hash"]})
-    print(f"{queries:,} distinct quer(ies), {len(docs):,} retrieved document(s) of {contents:,} distinct content(s)")
+    contents = traces.contents.num_rows
+    print(f"{queries:,} distinct quer(ies), {documents.num_rows:,} retrieved document(s) of {contents:,} distinct "
+          "content(s)")  # fmt: skip
     if corpus:
         print("placed in the corpus: " + ", ".join(f"{n:,} {s}" for s, n in counts.items()))
         if unplaced:
@@ -172,22 +222,17 @@ def production_rows(docs: list[dict], texts: dict[str, str] | None) -> list[dict
     return out
 
 
-def sample(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-
-    number_in(args.size, 1, 100_000, "--size")
-    now = datetime.now(UTC).replace(tzinfo=None)
-    since, until = parse_when(args.since, "--since", now), parse_when(args.until, "--until", now)
-    out = Path(args.out)
-    beside = out.with_name(f"{out.stem}.production.jsonl")
-    paths = {"--out": check_output(out, [args.corpus_dir]), "production": check_output(beside, [args.corpus_dir])}
-    wh = warehouse()
+def draw_sample(wh, since, until, size: int, seed: int, corpus_dir, paths: dict) -> dict:
+    """Sample production's queries of [since, until) and write the questions (`paths["--out"]`) and what
+    production retrieved for them (`paths["production"]`): what `traces sample` and the `production` deployment
+    do. What was drawn."""
     spans = wh.production_spans(since, until).to_pylist()
     if not spans:
         raise InputError(f"no production span in the window {since or 'the beginning'} to {until or 'now'}: "
                          "import traces first (chunkeval traces import)")  # fmt: skip
-    chosen = sample_queries(spans, args.size, args.seed)
+    chosen = sample_queries(spans, size, seed)
     docs = wh.production_documents([s["span_id"] for s in chosen])
-    texts = load_documents(Path(args.corpus_dir), "full").texts if args.corpus_dir else None
+    texts = load_documents(Path(corpus_dir), "full").texts if corpus_dir else None
     by_span: dict[str, list[dict]] = {}
     for row in production_rows(docs, texts):
         by_span.setdefault(row["span_id"], []).append(row)
@@ -202,6 +247,19 @@ def sample(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         lines.extend(json.dumps({"query_id": qid, **r}, ensure_ascii=False) for r in mine)
     columns = ("query_id", "question", "corpus_id", "references", "span_id", "time", "session_id")
     write_texts({paths["--out"]: csv_text(columns, rows), paths["production"]: "".join(x + "\n" for x in lines)})
+    return {"spans": spans, "chosen": chosen}
+
+
+def sample(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+
+    number_in(args.size, 1, 100_000, "--size")
+    now = datetime.now(UTC).replace(tzinfo=None)
+    since, until = parse_when(args.since, "--since", now), parse_when(args.until, "--until", now)
+    out = Path(args.out)
+    beside = out.with_name(f"{out.stem}.production.jsonl")
+    paths = {"--out": check_output(out, [args.corpus_dir]), "production": check_output(beside, [args.corpus_dir])}
+    got = draw_sample(warehouse(), since, until, args.size, args.seed, args.corpus_dir, paths)
+    spans, chosen = got["spans"], got["chosen"]
     days = ", ".join(f"{d}: {n}" for d, n in strata_counts(chosen).items())
     distinct = len({s["query_hash"] for s in spans})
     print(f"sampled {len(chosen)} of {distinct:,} distinct production quer(ies) ({len(spans):,} span(s)) with seed "

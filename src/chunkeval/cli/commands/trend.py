@@ -24,6 +24,7 @@ from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import Fault, InputError, NothingComparable
 from chunkeval.report.diff import diff_path, write_diff
 from chunkeval.report.terminal import SPAN_HEADLINE, chosen_metrics, format_rows, regression_message
+from chunkeval.stats.judged import METRICS as PRODUCTION_METRICS
 from chunkeval.vocabulary import MIN_SLICE_QUERIES, slice_name
 
 WAREHOUSE_SESSION = True  # only reads
@@ -135,9 +136,23 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         if in_slice and any(r["too_small"] for r in rows):
             print(f"(* fewer than {MIN_SLICE_QUERIES} queries: too small to test; no regression is tested on it)")
         _left_out(wh, args.experiment, shown, sys.stdout)
+        _production(wh, args.experiment, metrics)
     if args.fail_on_regression:
         return _verdict(wh, args, config, in_slice)
     return 0
+
+
+def _production(wh, experiment: str, metrics: list[str]) -> None:
+    """Production beside the runs: its judged results (`traces compare`, the `production` deployment)."""
+    for metric in [m for m in metrics if m in PRODUCTION_METRICS]:
+        rows = wh.production_trend(experiment, metric)
+        if not rows:
+            continue
+        print(f"\nproduction, judged by a model on its own sampled queries ({metric}; not the gold set's numbers):")
+        for r in rows:
+            best = "" if r["best_offline"] is None else f"; best offline {r['best_offline']:.3f} ({r['best_label']})"
+            print(f"  {r['result_id']}  {r['recorded_at']:%Y-%m-%d %H:%M}  production {r['production']:.3f} on "
+                  f"{r['n_queries']} quer(ies){best}")  # fmt: skip
 
 
 def _left_out(wh, experiment: str, shown: int | None, out) -> None:

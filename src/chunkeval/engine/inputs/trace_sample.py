@@ -11,8 +11,12 @@ more traffic changes it little.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections import defaultdict
+from pathlib import Path
+
+from chunkeval.errors import InputError
 
 
 def _order(seed: int, key: str) -> str:
@@ -61,3 +65,33 @@ def strata_counts(sample: list[dict]) -> dict[str, int]:
     for s in sample:
         out[s["time"].date().isoformat() if s.get("time") is not None else "?"] += 1
     return dict(sorted(out.items()))
+
+
+def read_production(path, questions: dict[str, str]) -> tuple[list[dict], dict[str, str]]:
+    """What production retrieved for the sampled questions, as `traces sample` wrote it (`<out>.production.jsonl`):
+    rows of query_id, rank, corpus_id, start, end (a placed document's span of the corpus, or `production:<hash>`
+    with its content), and the texts of the unplaced ones (`production:<hash>` → content). The file may have been
+    edited: a line that is not such a row is one line naming it; a query not among `questions` is left out."""
+    rows, texts = [], {}
+    with open(Path(path), encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except ValueError:
+                raise InputError("not JSON", path, number) from None
+            ok = isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("query_id", "corpus_id"))
+            ok = ok and all(
+                isinstance(r.get(k), int) and not isinstance(r.get(k), bool) for k in ("rank", "start", "end")
+            )
+            if not ok or not 0 <= r["start"] < r["end"] or r["rank"] < 1:
+                raise InputError("a production row has query_id, rank (from 1), corpus_id, start < end", path, number)
+            if r["corpus_id"].startswith("production:"):
+                content = r.get("content")
+                if not isinstance(content, str) or len(content) != r["end"] or r["start"] != 0:
+                    raise InputError("an unplaced document carries its content, 0 to its length", path, number)
+                texts[r["corpus_id"]] = content
+            if r["query_id"] in questions:
+                rows.append({k: r[k] for k in ("query_id", "rank", "corpus_id", "start", "end")})
+    return sorted(rows, key=lambda r: (r["query_id"], r["rank"])), texts

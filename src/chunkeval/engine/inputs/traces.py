@@ -64,12 +64,15 @@ SPAN_KINDS = ("RETRIEVER", "RERANKER")
 @dataclass
 class Traces:
     """What an import read: `spans` (one row per retrieval span kept: span_id, trace_id, session_id, time, kind,
-    query, query_hash, file, line) and `documents` (span_id, rank from 1, document_id, content, content_hash,
-    score, metadata), both Arrow; `skipped` counts the spans left out by reason and `examples` names the first
-    few (file, line, span, reason); `read` counts every span of the files, retrieval or not."""
+    query, query_hash, file, line), `documents` (span_id, rank from 1, document_id, content_hash, score,
+    metadata) and `contents` (content_hash, content: each distinct content once, so that a million spans that
+    retrieve the same passages hold each text once), all Arrow; `skipped` counts the spans left out by reason and
+    `examples` names the first few (file, line, span, reason); `read` counts every span of the files, retrieval or
+    not."""
 
     spans: pa.Table
     documents: pa.Table
+    contents: pa.Table
     read: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     examples: list[dict] = field(default_factory=list)
@@ -77,6 +80,12 @@ class Traces:
     @property
     def kept(self) -> int:
         return self.spans.num_rows
+
+    def documents_with_content(self) -> pa.Table:
+        """`documents` with each one's `content` beside its hash (for a few documents: it repeats the texts)."""
+        return self.documents.join(self.contents, "content_hash", join_type="left outer").sort_by(
+            [("span_id", "ascending"), ("rank", "ascending")]
+        )
 
 
 def text_hash(text: str) -> str:
@@ -126,10 +135,11 @@ def _json_error(exc: Exception, path: Path) -> InputError:
     return InputError(f"cannot be read as traces ({short(str(exc).splitlines()[0])[:160]})", path)
 
 
-def _otlp_sql(con, path: Path) -> None:
-    """The spans of an OTLP JSON file as `meta` and `flat` (see `_load`)."""
+def _otlp_sql(con, path: Path, first: int = 0) -> None:
+    """The spans of an OTLP JSON file (or a piece of one whose lines start after line `first`) as `meta` and
+    `flat`."""
     con.execute(
-        "CREATE TEMP TABLE raw AS SELECT row_number() OVER () AS line, json AS j FROM "
+        f"CREATE TEMP TABLE raw AS SELECT {int(first)} + row_number() OVER () AS line, json AS j FROM "
         f"read_json_objects(?, format='newline_delimited', maximum_object_size={LINE_BYTES})",
         [str(path)],
     )
@@ -167,7 +177,7 @@ def _otlp_sql(con, path: Path) -> None:
         FROM attrs WHERE regexp_matches(key, '{DOC_KEY}')""")
 
 
-def _phoenix_sql(con, path: Path) -> None:
+def _phoenix_sql(con, path: Path, first: int = 0) -> None:
     """The spans of Phoenix's export (Parquet, or JSON lines) as `meta` and `flat`: its documents are lists of
     `{document.id, document.content, document.score, document.metadata}` in `attributes.retrieval.documents` and
     `attributes.reranker.output_documents`; each value is turned into OTLP's typed JSON so one pipeline checks
@@ -177,7 +187,8 @@ def _phoenix_sql(con, path: Path) -> None:
     source = (
         "read_parquet(?)" if parquet else f"read_json(?, format='newline_delimited', maximum_object_size={LINE_BYTES})"
     )
-    con.execute(f"CREATE TEMP TABLE raw AS SELECT row_number() OVER () AS line, * FROM {source}", [str(path)])
+    con.execute(f"CREATE TEMP TABLE raw AS SELECT {int(first)} + row_number() OVER () AS line, * FROM {source}",
+                [str(path)])  # fmt: skip
     have = {c for (c,) in con.execute("SELECT column_name FROM (DESCRIBE raw)").fetchall()}
     need = {"context.span_id"}
     if not need <= have:
@@ -326,29 +337,47 @@ SELECT span_id, trace_id, session_id,
        CAST(? AS VARCHAR) AS file, CAST(line AS BIGINT) AS line
 FROM verdicts WHERE reason IS NULL ORDER BY sid"""
 _DOCUMENTS_SQL = f"""
-SELECT v.span_id, CAST(row_number() OVER (PARTITION BY d.sid ORDER BY d.i) AS INTEGER) AS rank, d.document_id,
-       d.content, CASE WHEN d.content IS NOT NULL THEN {_hash_sql("d.content")} END AS content_hash, d.score,
-       d.metadata
-FROM docs_checked d JOIN verdicts v USING (sid) WHERE v.reason IS NULL ORDER BY d.sid, d.i"""
+CREATE TEMP TABLE kept_docs AS
+SELECT d.sid, d.i, v.span_id, CAST(row_number() OVER (PARTITION BY d.sid ORDER BY d.i) AS INTEGER) AS rank,
+       d.document_id, d.content, CASE WHEN d.content IS NOT NULL THEN {_hash_sql("d.content")} END AS content_hash,
+       d.score, d.metadata
+FROM docs_checked d JOIN verdicts v USING (sid) WHERE v.reason IS NULL"""
+_DOCUMENT_ROWS_SQL = "SELECT span_id, rank, document_id, content_hash, score, metadata FROM kept_docs ORDER BY sid, i"
+_CONTENTS_SQL = """SELECT content_hash, any_value(content) AS content FROM kept_docs WHERE content_hash IS NOT NULL
+GROUP BY content_hash"""
 
 
-def read_traces(path: Path, fmt: str = "auto", strict: bool = False, examples: int = 10) -> Traces:
-    """The retrieval spans of one trace file (`FORMATS`), checked (module docstring). With `strict`, the first
-    span that would be skipped is one line naming the file, its line and the span."""
+PIECE_BYTES = 32 << 20  # a file of JSON lines is read this much at a time: memory bounded whatever its size
+
+
+def pieces(path: Path, size: int = PIECE_BYTES):
+    """The lines of a file of JSON lines in pieces of about `size` bytes (whole lines; one longer line alone): each
+    (the number of lines before it, its bytes)."""
+    with open(path, "rb") as f:
+        buf, first, count = [], 0, 0
+        held = 0
+        for line in f:
+            buf.append(line)
+            held += len(line)
+            count += 1
+            if held >= size:
+                yield first, b"".join(buf)
+                buf, first, held = [], count, 0
+        if buf or first == 0:
+            yield first, b"".join(buf)
+
+
+def _read_piece(path: Path, fmt: str, source: Path, first: int, strict: bool, examples: int):
+    """One piece of a trace file through the DuckDB pipeline (`source`: the piece's own file, or the whole file):
+    (read, spans, documents, contents, skipped, examples)."""
     import duckdb
 
-    path = regular_file(Path(path))
-    if path.stat().st_size > FILE_BYTES:
-        raise InputError(f"a trace file is at most {FILE_BYTES >> 30} GiB", path)
-    if fmt not in FORMATS:
-        raise InputError(f"unknown trace format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    fmt = sniff(path) if fmt == "auto" else fmt
     con = duckdb.connect(config={"preserve_insertion_order": True})
     try:
         try:
-            (_otlp_sql if fmt == "otlp-json" else _phoenix_sql)(con, path)
+            (_otlp_sql if fmt == "otlp-json" else _phoenix_sql)(con, source, first)
         except duckdb.Error as exc:
-            if fmt == "phoenix" and sniff(path) == "phoenix" and open(path, "rb").read(4) == b"PAR1":
+            if fmt == "phoenix" and open(path, "rb").read(4) == b"PAR1":
                 raise InputError(
                     f"cannot be read as Phoenix's Parquet ({short(str(exc).splitlines()[0])[:160]})", path
                 ) from None
@@ -366,15 +395,82 @@ def read_traces(path: Path, fmt: str = "auto", strict: bool = False, examples: i
             raise InputError(
                 f"span {short(span)}: {SKIP_REASONS[reason]} (or leave out --strict to skip it)", path, line
             )
-        spans = con.sql(_SPANS_SQL, params=[str(path)]).to_arrow_table()
-        documents = con.sql(_DOCUMENTS_SQL).to_arrow_table()
+        spans = _table(con.sql(_SPANS_SQL, params=[str(path)]).to_arrow_table())
+        con.execute(_DOCUMENTS_SQL)
+        documents = _table(con.sql(_DOCUMENT_ROWS_SQL).to_arrow_table())
+        contents = _table(con.sql(_CONTENTS_SQL).to_arrow_table())
     finally:
         con.close()
+    return read, spans, documents, contents, bad, shown
+
+
+def _not_seen(spans: pa.Table, documents: pa.Table, seen: set[str]):
+    """`spans` and `documents` less the spans whose id is in `seen`, and those left out (line, span id)."""
+    ids = spans.column("span_id").to_pylist()
+    again = [i for i, sid in enumerate(ids) if sid in seen]
+    if not again:
+        return spans, documents, []
+    lines = spans.column("line").to_pylist()
+    gone = {ids[i] for i in again}
+    keep = pa.array([sid not in gone for sid in ids])
+    docs = pa.array([sid not in gone for sid in documents.column("span_id").to_pylist()])
+    return spans.filter(keep), documents.filter(docs), [(lines[i], ids[i]) for i in again]
+
+
+def read_traces(
+    path: Path, fmt: str = "auto", strict: bool = False, examples: int = 10, piece_bytes: int = PIECE_BYTES
+) -> Traces:
+    """The retrieval spans of one trace file (`FORMATS`), checked (module docstring). A file of JSON lines is read
+    in pieces of `PIECE_BYTES` (whole lines), so memory holds one piece's parsed JSON and the spans kept, each
+    distinct content once. With `strict`, the first span that would be skipped is one line naming the file, its
+    line and the span."""
+    import tempfile
+
+    path = regular_file(Path(path))
+    if path.stat().st_size > FILE_BYTES:
+        raise InputError(f"a trace file is at most {FILE_BYTES >> 30} GiB", path)
+    if fmt not in FORMATS:
+        raise InputError(f"unknown trace format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    fmt = sniff(path) if fmt == "auto" else fmt
+    with open(path, "rb") as f:
+        parquet = f.read(4) == b"PAR1"
+    read, spans, documents, contents, skipped, shown, seen = 0, [], [], {}, {}, [], set()
+    with tempfile.TemporaryDirectory(prefix="chunkeval-traces-") as scratch:
+        parts = [(0, None)] if parquet else pieces(path, piece_bytes)
+        for first, data in parts:
+            source = path
+            if data is not None:
+                source = Path(scratch) / "piece.jsonl"
+                source.write_bytes(data)
+            n, sp, docs, cont, bad, ex = _read_piece(path, fmt, source, first, strict, examples - len(shown))
+            sp, docs, again = _not_seen(sp, docs, seen)  # a span id of an earlier piece is a duplicate too
+            if again:
+                if strict:
+                    line, span = again[0]
+                    raise InputError(f"span {short(span)}: {SKIP_REASONS['duplicate_span']} (or leave out --strict "
+                                     "to skip it)", path, line)  # fmt: skip
+                bad = [*bad, ("duplicate_span", len(again))]
+                ex = [*ex, *((line, span, "duplicate_span") for line, span in again)]
+            read += n
+            spans.append(sp)
+            documents.append(docs)
+            for h, c in zip(cont.column("content_hash").to_pylist(), cont.column("content").to_pylist()):
+                contents.setdefault(h, c)
+            for reason, count in bad:
+                skipped[reason] = skipped.get(reason, 0) + int(count)
+            shown += ex[: max(0, examples - len(shown))]
+            seen.update(sp.column("span_id").to_pylist())
     return Traces(
-        spans=_table(spans),
-        documents=_table(documents),
+        spans=pa.concat_tables(spans),
+        documents=pa.concat_tables(documents),
+        contents=pa.table(
+            {
+                "content_hash": pa.array(list(contents), pa.string()),
+                "content": pa.array(list(contents.values()), pa.string()),
+            }
+        ),  # fmt: skip
         read=int(read),
-        skipped={r: int(n) for r, n in bad},
+        skipped=skipped,
         examples=[{"file": str(path), "line": int(line), "span_id": str(span), "reason": r} for line, span, r in shown],
     )
 
@@ -389,6 +485,12 @@ def combine(parts: list[Traces]) -> Traces:
         raise InputError("no trace file to import")
     spans = pa.concat_tables([p.spans for p in parts])
     documents = pa.concat_tables([p.documents for p in parts])
+    contents = pa.concat_tables([p.contents for p in parts])
+    if len(parts) > 1:  # each content once
+        first_of = {}
+        for n, h in enumerate(contents.column("content_hash").to_pylist()):
+            first_of.setdefault(h, n)
+        contents = contents.take(sorted(first_of.values()))
     skipped: dict[str, int] = {}
     for p in parts:
         for r, n in p.skipped.items():
@@ -411,7 +513,7 @@ def combine(parts: list[Traces]) -> Traces:
         # documents of a dropped duplicate: those after the first file that held the span id
         documents = _documents_of_kept(parts, seen_first=first)
     examples = [e for p in parts for e in p.examples][:10]
-    return Traces(spans, documents, sum(p.read for p in parts), skipped, examples)
+    return Traces(spans, documents, contents, sum(p.read for p in parts), skipped, examples)
 
 
 def _documents_of_kept(parts: list[Traces], seen_first: dict[str, int]) -> pa.Table:
