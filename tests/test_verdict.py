@@ -86,7 +86,10 @@ def test_trend_the_flow_the_api_diff_and_the_report_give_one_verdict(worse, home
     # trend --fail-on-regression, without --metric: the same regressions, each line as the API's
     assert main(["trend", "--experiment", "verdict", "--fail-on-regression"]) == 1
     captured = capsys.readouterr()
-    assert captured.out.startswith("REGRESSION: ") and f"Holm over {len(v['checks'])} check(s)" in captured.out
+    assert (
+        captured.out.startswith("REGRESSION: ") and f"step-down max-T over {len(v['checks'])} check(s)" in captured.out
+    )
+    assert (v["procedure"], v["n_resamples"], v["seed"]) == ("step-down max-T", 10_000, 0)
     assert captured.err.strip().splitlines() == [regression_message(f) for f in api]
 
     # diff: the same checks (p-values, signed change, verdict) for the metric it shows
@@ -107,7 +110,7 @@ def test_trend_the_flow_the_api_diff_and_the_report_give_one_verdict(worse, home
     )
     assert capsys.readouterr().err.strip().splitlines() == [regression_message(f) for f in one["regressions"]]
 
-    # the HTML report: each regression with its Holm p
+    # the HTML report: each regression with its adjusted p
     from chunkeval.report.html import build_report
 
     page = build_report(Warehouse.at_home(), "verdict")

@@ -471,7 +471,7 @@ def section_trend(
                 "before",
                 "after",
                 "change",
-                "Holm p",
+                "adjusted p",
                 "queries",
                 "lost most",
             ],
@@ -479,15 +479,16 @@ def section_trend(
         )
         if flagged
         else f"<p>No regression in the newest completed run: no paired fall beyond {threshold} that is "
-        f"significant at {alpha} after Holm.</p>"
+        f"significant at {alpha} after the step-down max-T.</p>"
     )
     return (
         f'<section id="trend"><h2>8. Trend over the completed runs</h2><p>Macro means of the chosen configurations over the last '
         f"{TREND_RUNS} completed runs (at most) with "
         f"their 95 % bootstrap intervals as bands; red crosses mark the regressions of the newest completed run: a paired "
         f"fall of more than {threshold} against the pinned baseline (else the previous run scored the same way), significant "
-        f"at {alpha} after Holm over the configurations × metrics checked (and × the slices of the gold set large enough "
-        f"to test, where the run recorded slices). A dashed grey line marks a run whose gold set changed since the "
+        f"at {alpha} after the step-down max-T over paired sign flips of the questions, taken jointly over the "
+        f"configurations × metrics checked (and × the slices of the gold set large enough to test, where the run "
+        f"recorded slices). A dashed grey line marks a run whose gold set changed since the "
         f"run before it (`chunkeval gold update`, or an edited file).</p>{charts.trend_lines(series, marks)}"
         f"<h3>Regressions</h3>{regress}<details><summary>Runs</summary>{legend}</details></section>"
     )
