@@ -49,7 +49,9 @@ def default_metric(wh, run_id: str) -> str:
     return next(m for m in REGRESSION_METRICS if m.startswith("doc_"))
 
 
-VERDICT_FIELDS = ("before", "after", "change", "n_queries", "n_unmatched", "p_ttest", "p_adjusted", "regression")
+VERDICT_FIELDS = (
+    "before", "after", "change", "n_queries", "n_unmatched", "p_ttest", "p_adjusted", "mde", "regression",
+)  # fmt: skip
 
 
 class Diff(list):

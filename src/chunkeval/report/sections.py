@@ -94,6 +94,9 @@ def _scroll(html: str) -> str:
     return f'<div class="scroll">{html}</div>'
 
 
+REGRESSIONS_SHOWN = 10  # the trend section's regressions shown as the page opens (largest fall first)
+
+
 def _folded(n: int, what: str, html: str, most: int = charts.CROWDED) -> str:
     """`html` as it is, or folded under `what` where it holds more than `most` rows: the page as first
     shown stays short, and a click opens it."""
@@ -460,23 +463,16 @@ def section_trend(
         if diff is not None and diff.is_file()
         else ""
     )
+    header = ["metric", "configuration", "slice", "run", "against", "before", "after", "change", "adjusted p",
+              "queries", "lost most"]  # fmt: skip
+    shown = REGRESSIONS_SHOWN  # the largest falls; the rest folded, so that many regressions do not bury the page
+    more = (
+        f"<details><summary>{len(flagged) - shown} more regression(s)</summary>{_table(header, flagged[shown:])}</details>"
+        if len(flagged) > shown
+        else ""
+    )
     regress = problem or link + (
-        _table(
-            [
-                "metric",
-                "configuration",
-                "slice",
-                "run",
-                "against",
-                "before",
-                "after",
-                "change",
-                "adjusted p",
-                "queries",
-                "lost most",
-            ],
-            flagged,
-        )
+        _table(header, flagged[:shown]) + more
         if flagged
         else f"<p>No regression in the newest completed run: no paired fall beyond {threshold} that is "
         f"significant at {alpha} after the step-down max-T.</p>"
