@@ -1,7 +1,7 @@
 """Slices of the gold set (issue 20): `--slice-by type,tags` over the demo's questions with two extra columns, bm25
 only (no model). Per-slice means are held to the means over each slice's queries computed here from the
-per-query table; the warehouse's view, `trend --slice`, the regressions per slice (one Holm family with the
-whole gold set's, each slice's t-test held to scipy) and the report's section; and `compare --json`'s `mde` and
+per-query table; the warehouse's view, `trend --slice`, the regressions per slice (one step-down max-T family with
+the whole gold set's, each slice's t-test held to scipy) and the report's section; and `compare --json`'s `mde` and
 `n_needed` held to Student's t quantiles of scipy."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from chunkeval.engine.pipeline.sweep import run_sweep
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.html import build_report
 from chunkeval.run_result import RunResult
-from chunkeval.stats import holm
+from chunkeval.stats import maxt_adjusted
 from chunkeval.vocabulary import CONFIG_KEYS
 from chunkeval.warehouse import Warehouse
 
@@ -189,15 +189,29 @@ def test_the_view_trend_and_regressions_per_slice(recorded, monkeypatch, capsys)
     assert code == 0 and "no regression" in capsys.readouterr().out
 
 
-def test_slices_share_the_whole_gold_sets_holm_family(recorded):
-    """Every check, all of them returned (`paired_checks`, before any verdict): the adjusted p-values are Holm
-    over all of them at once, and a slice's t-test is scipy's over its paired questions."""
+def test_slices_share_the_whole_gold_sets_max_t_family(recorded):
+    """Every check, all of them returned (`paired_checks`, before any verdict): the adjusted p-values are one
+    step-down max-T over all of them at once, each slice's column holding its own questions' changes (a question
+    flips in the whole set's checks and its slices' alike), and a slice's t-test is scipy's over its paired
+    questions."""
     wh, first, second, per_query, slices = recorded
     before = wh.query_results(first).drop_columns(["candidates"])  # null for every row: not a key here
-    checks, _ = C.paired_checks(per_query.drop_columns(["candidates"]), before, ["span_recall", "mrr"], slices=slices)
+    checks, _, correction = C.paired_checks(
+        per_query.drop_columns(["candidates"]), before, ["span_recall", "mrr"], slices=slices
+    )
     tested = [n for n, q in slices.items() if len(q) >= 10]
     assert len(checks) == 4 * 2 * (1 + len(tested))  # configurations × metrics × (whole set + slices large enough)
-    assert [c["p_adjusted"] for c in checks] == pytest.approx(list(holm([c["p_ttest"] for c in checks])))
+    ids = sorted(set(per_query["query_id"].to_pylist()))
+    keyed = lambda t: {(r["chunk_size"], r["k"], r["query_id"]): r for r in t.to_pylist()}  # noqa: E731
+    new, old = keyed(per_query), keyed(before)
+    matrix = np.full((len(ids), len(checks)), np.nan)
+    for j, c in enumerate(checks):
+        for i, q in enumerate(ids):
+            if c["slice"] is None or q in slices[c["slice"]]:
+                key = (c["chunk_size"], c["k"], q)
+                matrix[i, j] = new[key][c["metric"]] - old[key][c["metric"]]
+    assert [c["p_adjusted"] for c in checks] == list(maxt_adjusted(matrix).adjusted)
+    assert correction == {"procedure": "step-down max-T", "n_resamples": 10_000, "exact": False, "seed": 0}
     one = next(c for c in checks if c["slice"] == "type=names" and c["metric"] == "span_recall" and c["k"] == 1)
     pick = lambda t: {r["query_id"]: r["span_recall"] for r in t.to_pylist()  # noqa: E731
                       if r["chunk_size"] == one["chunk_size"] and r["k"] == 1 and r["query_id"] in slices["type=names"]}  # fmt: skip

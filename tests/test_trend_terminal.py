@@ -110,7 +110,7 @@ def test_the_regression_check_prints_its_verdict_and_the_table_only_with_v(night
     )
     assert captured.out.splitlines() == [
         f"REGRESSION: mrr fell in 1 check(s), run {night_home[-1]} against {night_home[-2]} "
-        "(Holm over 1 check(s); 1 configuration(s), up to 28 paired question(s))",
+        "(step-down max-T over 1 check(s), 10,000 sign flips; 1 configuration(s), up to 28 paired question(s))",
         f"diff: {page}",
     ]
     assert "<mark>" in page.read_text(encoding="utf-8")  # the questions that got worse, what they retrieved
@@ -124,7 +124,9 @@ def test_the_regression_check_prints_its_verdict_and_the_table_only_with_v(night
     assert main(["-v", *argv]) == 1
     assert len(table_rows(capsys.readouterr().out)) == 30
     assert main([*argv, "--threshold", "1"]) == 0
-    assert capsys.readouterr().out.startswith(f"no regression of mrr in run {night_home[-1]} against")
+    assert capsys.readouterr().out.startswith(
+        f"no regression of mrr larger than 1 (the threshold) in run {night_home[-1]}"
+    )
     assert main([*argv, "--baseline", night_home[0], "--json"]) == 1  # JSON stays one document on stdout
     captured = capsys.readouterr()
     assert len(json.loads(captured.out)) == 30 and captured.err.startswith("(5 earlier completed run(s) not shown")

@@ -1,14 +1,18 @@
 """One verdict: trend, the trend-report flow, the Python API, `diff` and the HTML report give the same verdict,
 p-values and signed change for the same two real runs of the demo (the second after half of its questions were
 reworded into words the corpus lacks: a real fall); runs with nothing comparable exit 3, never "no regression";
-a damaged results file is a fault (exit 4) named in one line, and `warehouse repair` quarantines its run."""
+a damaged results file is a fault (exit 4) named in one line, and `warehouse repair` quarantines its run; and the
+harm of issue 45 (a paragraph repeating six questions appended to the documents), which Holm let pass, alarms
+the default gate."""
 
 from __future__ import annotations
 
 import csv
 import json
 import shutil
+import sys
 from html import escape
+from pathlib import Path
 
 import pytest
 import yaml
@@ -21,7 +25,11 @@ from chunkeval.errors import NothingComparable
 from chunkeval.paths import DEMO_DIR
 from chunkeval.report.terminal import regression_message
 from chunkeval.run_result import RunResult
+from chunkeval.stats import holm
 from chunkeval.warehouse import Warehouse
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import gate_power  # noqa: E402  (the harm of bench/gate_power.py, as the bench makes it)
 
 
 def record(wh: Warehouse, exp: Experiment, result) -> str:
@@ -86,7 +94,10 @@ def test_trend_the_flow_the_api_diff_and_the_report_give_one_verdict(worse, home
     # trend --fail-on-regression, without --metric: the same regressions, each line as the API's
     assert main(["trend", "--experiment", "verdict", "--fail-on-regression"]) == 1
     captured = capsys.readouterr()
-    assert captured.out.startswith("REGRESSION: ") and f"Holm over {len(v['checks'])} check(s)" in captured.out
+    assert (
+        captured.out.startswith("REGRESSION: ") and f"step-down max-T over {len(v['checks'])} check(s)" in captured.out
+    )
+    assert (v["procedure"], v["n_resamples"], v["seed"]) == ("step-down max-T", 10_000, 0)
     assert captured.err.strip().splitlines() == [regression_message(f) for f in api]
 
     # diff: the same checks (p-values, signed change, verdict) for the metric it shows
@@ -107,7 +118,7 @@ def test_trend_the_flow_the_api_diff_and_the_report_give_one_verdict(worse, home
     )
     assert capsys.readouterr().err.strip().splitlines() == [regression_message(f) for f in one["regressions"]]
 
-    # the HTML report: each regression with its Holm p
+    # the HTML report: each regression with its adjusted p
     from chunkeval.report.html import build_report
 
     page = build_report(Warehouse.at_home(), "verdict")
@@ -187,3 +198,28 @@ def test_a_damaged_results_file_is_a_fault_and_repair_quarantines_its_run(worse,
         assert "pin another with `chunkeval baseline --experiment verdict --run RUN_ID`" in err[0]
         assert main(["warehouse", "repair"]) == 0
         capsys.readouterr()
+
+
+def test_the_issues_harm_alarms_the_default_gate(tmp_path, monkeypatch, capsys, embedder_factory):
+    """Issue 45: a copy of the demo, bm25 over fixed and recursive 100-token chunks at k 1 and 5; the second run after
+    a paragraph repeating six questions (the first two of each document) is appended to the documents. Span recall
+    of recursive_token at k 1 falls from 0.984 to 0.734 (7 of 28 questions). Holm over the 24 checks' t-tests passed
+    it (p 0.13); the default gate, `trend --fail-on-regression` without --metric, alarms (max-T p 0.018)."""
+    inputs = gate_power.set_up("demo", tmp_path / "inputs")
+    exp = gate_power.experiment(inputs, name="harm")
+    wh = Warehouse(tmp_path / "home" / "warehouse")
+    before = run_sweep(exp, embedder_factory())
+    record(wh, exp, before)
+    gate_power.distract(inputs, gate_power.first_of_each_document(gate_power.gold(inputs)))
+    after = run_sweep(exp, embedder_factory())
+    record(wh, exp, after)
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
+    capsys.readouterr()
+    assert main(["trend", "--experiment", "harm", "--fail-on-regression"]) == 1
+    assert "step-down max-T over 24 check(s), 10,000 sign flips" in capsys.readouterr().out
+    v = chunkeval.regressions("harm").verdict
+    fell = next(c for c in v["checks"] if (c["chunker"], c["k"], c["metric"]) == ("recursive_token", 1, "span_recall"))
+    assert (round(fell["before"], 3), round(fell["after"], 3), round(fell["p_adjusted"], 4)) == (0.984, 0.734, 0.0182)
+    by_holm = holm([c["p_ttest"] for c in v["checks"]])
+    assert fell["regression"] and round(by_holm[v["checks"].index(fell)], 3) == 0.132
+    assert not any(c["change"] < -0.02 and p < 0.05 for c, p in zip(v["checks"], by_holm))  # what Holm said

@@ -366,11 +366,12 @@ def regressions(
     """The one regression verdict (docs/statistics.md, "One verdict"), as `chunkeval trend --fail-on-regression`
     and the `trend-report` flow give it, on the newest completed run of a recorded experiment: configurations ×
     metrics whose paired mean fell by more than `threshold` against the baseline (the pinned or given run, else
-    the previous run scored the same way), significant at `alpha` after Holm over every (configuration, metric)
-    checked: `metrics` (by default the watched list, `REGRESSION_METRICS`) × the configurations of `config`. Each
-    has the configuration, `metric`, `before`, `after`, `change` (new − baseline), `n_queries`, `n_unmatched`,
-    `p_ttest`, `p_adjusted`, `worst` (the queries that lost most), `run_id` and `reference_run_id`; an empty list
-    when nothing fell. `.verdict` holds the whole verdict (every check). `chunkeval.errors.NothingComparable`
+    the previous run scored the same way), significant at `alpha` after the step-down max-T over paired sign flips,
+    taken jointly over every (configuration, metric) checked: `metrics` (by default the watched list,
+    `REGRESSION_METRICS`) × the configurations of `config`. Each has the configuration, `metric`, `before`,
+    `after`, `change` (new − baseline), `sd`, `n_queries`, `n_unmatched`, `p_ttest`, `p_adjusted`, `mde`, `worst`
+    (the queries that lost most), `run_id` and `reference_run_id`; an empty list when nothing fell. `.verdict`
+    holds the whole verdict (every check, the correction, and `detectable`: the smallest fall the gate sees). `chunkeval.errors.NothingComparable`
     where the runs share no configuration or no paired question."""
     check_alpha(alpha)
     check_threshold(threshold, "threshold")

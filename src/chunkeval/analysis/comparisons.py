@@ -3,7 +3,8 @@
 A comparison pairs two per-query tables by `query_id` (queries present on one side only stay out and
 are counted), and reports both means, the paired mean difference (a − b) with its 95 % bootstrap
 interval, the two-sided paired t-test and the two-sided paired randomisation test (sign flips). The
-Holm–Bonferroni adjustment runs over every comparison of one call.
+Holm–Bonferroni adjustment runs over every comparison of one call. The regression check's paired checks of two
+runs (`paired_checks`) are adjusted together by the step-down max-T instead (`chunkeval.stats.maxt`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pyarrow.compute as pc
 from chunkeval import stats
 from chunkeval.errors import InputError, NothingComparable
 from chunkeval.stats.columns import numbers
+from chunkeval.stats.maxt import PROCEDURE
 from chunkeval.stats.power import ceiling_share, detectable, t_quantile
 from chunkeval.vocabulary import CONFIG_KEYS as KEYS
 from chunkeval.vocabulary import MIN_SLICE_QUERIES, config_id, config_label
@@ -271,26 +273,31 @@ def paired_checks(
     slices: dict[str, set[str]] | None = None,
     config: dict | None = None,
     whole: bool = True,
-) -> tuple[list[dict], dict]:
-    """Every paired check of two runs' per-query tables (after = the newer, before = its baseline), Holm-adjusted
-    together: what `chunkeval.analysis.regression.verdict` decides on (the decision is there, not here).
+    n_resamples: int = 10_000,
+    seed: int = 0,
+) -> tuple[list[dict], dict, dict]:
+    """Every paired check of two runs' per-query tables (after = the newer, before = its baseline), adjusted together
+    by the step-down max-T over paired sign flips (`chunkeval.stats.maxt`): what
+    `chunkeval.analysis.regression.verdict` decides on (the decision is there, not here).
 
     One check per configuration both tables have (with the settings of `config`) × metric measured on both sides,
-    queries matched by query_id: the means, the signed change (after − before), the paired t-test and its
-    Holm-adjusted p over every check returned. With `slices` (slice name → its query ids), each slice of at least
-    MIN_SLICE_QUERIES paired queries is checked too, in the same family (a check's `slice` names it; None for the
-    whole gold set, left out when not `whole`). The t-test (closed form) keeps a nightly check over years of
-    history cheap. Each check lists the `worst` queries that lost the most, with their question text where
-    `questions` has it. The tables are per-query tables, as Arrow or as mappings of numpy columns.
+    queries matched by query_id and, per check, only those where the metric has a value on both sides (a NULL one
+    leaves that check alone): the means, the signed change (after − before), the spread of the changes (`sd`), the
+    paired t-test and the adjusted p over every check returned, whose sign flips flip each question in every check
+    at once. With `slices` (slice name → its query ids), each slice of at least MIN_SLICE_QUERIES paired queries is
+    checked too, in the same family (a check's `slice` names it; None for the whole gold set, left out when not
+    `whole`). Each check lists the `worst` queries that lost the most, with their question text where `questions`
+    has it. The tables are per-query tables, as Arrow or as mappings of numpy columns.
     Also what was paired: `configurations` (shared), `newest_only` and `reference_only` (configurations one side
-    lacks) and `paired_questions` (the most questions one configuration paired)."""
+    lacks) and `paired_questions` (the most questions one configuration paired); and the correction: its
+    `procedure`, `n_resamples` (2^N where all N questions' sign flips were enumerated: `exact`) and `seed`."""
     present = [k for k in KEYS if k in _names(after) and k in _names(before)]
     wanted = lambda key: all(dict(zip(present, key)).get(k, v) == v for k, v in (config or {}).items())  # noqa: E731
     rows_a = {k: v for k, v in rows_by_config(after, present).items() if wanted(k)}
     rows_b = {k: v for k, v in rows_by_config(before, present).items() if wanted(k)}
     values_a = {m: _column(after, m).astype(np.float64) for m in metrics}
     values_b = {m: _column(before, m).astype(np.float64) for m in metrics}
-    found, paired = [], 0
+    found, changes, paired = [], [], 0  # changes: each check's (query ids, after − before), for the family's matrix
     for key, mine in rows_a.items():  # one pass over each table, not a filter per configuration
         theirs = rows_b.get(key)
         if theirs is None:
@@ -311,13 +318,16 @@ def paired_checks(
             at_b = np.fromiter((theirs[q] for q in queries), dtype=np.int64, count=len(queries))
             for metric in metrics:
                 x, y = values_a[metric][at_a], values_b[metric][at_b]
-                if np.isnan(x).all() or np.isnan(y).all():
+                kept = ~(np.isnan(x) | np.isnan(y))
+                if np.count_nonzero(kept) < 2:
                     continue  # a metric a run did not measure: no index searched (bm25), span metrics under document
                     # gold and document metrics under span gold, or an older run that predates the metric
-                fall = _fall(x, y, queries, worst, questions)
+                ids = [q for q, k in zip(queries, kept) if k]
+                fall = _fall(x[kept], y[kept], ids, worst, questions)
                 found.append({**config_values, "metric": metric, "slice": name, **fall, "n_unmatched": unmatched})
-    adjusted = stats.holm([f["p_ttest"] for f in found]) if found else []
-    for f, p in zip(found, adjusted):
+                changes.append((ids, x[kept] - y[kept]))
+    family = stats.maxt_adjusted(_family_matrix(changes), n_resamples, seed)
+    for f, p in zip(found, family.adjusted):
         f["p_adjusted"] = float(p)
     pairing = {
         "configurations": len(rows_a.keys() & rows_b.keys()),
@@ -325,7 +335,18 @@ def paired_checks(
         "reference_only": len(rows_b.keys() - rows_a.keys()),
         "paired_questions": paired,
     }
-    return found, pairing
+    correction = {"procedure": PROCEDURE, "n_resamples": family.n_resamples, "exact": family.exact, "seed": seed}
+    return found, pairing, correction
+
+
+def _family_matrix(changes: list[tuple[list[str], np.ndarray]]) -> np.ndarray:
+    """The changes of every check as one matrix (every question any check paired, in sorted order × the checks),
+    NaN where a check did not pair the question: the rows a sign flip turns over in every check at once."""
+    index = {q: i for i, q in enumerate(sorted({q for ids, _ in changes for q in ids}))}
+    matrix = np.full((len(index), len(changes)), np.nan)
+    for j, (ids, diff) in enumerate(changes):
+        matrix[np.fromiter((index[q] for q in ids), dtype=np.int64, count=len(ids)), j] = diff
+    return matrix
 
 
 def _fall(x: np.ndarray, y: np.ndarray, queries: list[str], worst: int, questions: dict[str, str] | None) -> dict:
@@ -341,6 +362,7 @@ def _fall(x: np.ndarray, y: np.ndarray, queries: list[str], worst: int, question
         "change": change,
         "ci_low": change - half,
         "ci_high": change + half,
+        "sd": float(np.std(diff, ddof=1)),
         "n_queries": len(queries),
         "p_ttest": stats.paired_ttest(x, y),
         "worst": [

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from chunkeval.analysis import comparisons as C
 from chunkeval.errors import InputError
+from chunkeval.stats.power import smallest_fall
 from chunkeval.vocabulary import METRICS, MIN_SLICE_QUERIES
 
 # what the regression check watches by default, and by how much (absolute) a macro mean may fall
@@ -23,6 +24,9 @@ REGRESSION_METRICS = (
     "doc_ndcg_at_k", "doc_recall_at_k",
 )  # fmt: skip
 DEFAULT_THRESHOLD = 0.02
+# the sign flips of the step-down max-T that adjusts the family (seeded: a verdict is the same on every rerun)
+N_RESAMPLES = 10_000
+SEED = 0
 
 
 def check_request(metric: str, alpha: float) -> None:
@@ -93,6 +97,8 @@ def verdict(
     questions: dict[str, str] | None = None,
     slices: dict[str, set[str]] | None = None,
     in_slice: str | None = None,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = SEED,
 ) -> dict:
     """The one regression verdict of run `newest` (its per-query columns `after`) against its baseline run
     `reference` (`before`): what `trend --fail-on-regression`, the `trend-report` flow, `chunkeval.regressions()`,
@@ -102,22 +108,30 @@ def verdict(
     `config`) × `metrics` (by default the watched list, REGRESSION_METRICS), each measured on both sides, and
     × the slices of `slices` large enough to test (the newest run's; with `in_slice`, that slice alone). A check
     is a regression when its paired mean change (new − baseline, questions paired by id) is below −threshold
-    AND its paired t-test is significant at `alpha` after Holm over the whole family.
+    AND its adjusted p-value is below `alpha`: the step-down max-T over paired sign flips of the questions, taken
+    jointly over the whole family (Westfall and Young; `n_resamples` flips drawn with `seed`), so that metrics and
+    configurations that fall on the same questions are counted once.
 
     Returns `verdict` (REGRESSION, NO_REGRESSION or NOTHING_COMPARABLE, with `reason` for the last), every
-    check (`checks`: configuration, metric, slice, before, after, change, n_queries, n_unmatched, p_ttest,
-    p_adjusted, regression, worst, run ids), the `regressions` among them (largest fall first), and what was
-    paired (`configurations`, `newest_only`, `reference_only`, `paired_questions`)."""
+    check (`checks`: configuration, metric, slice, before, after, change, sd, n_queries, n_unmatched, p_ttest,
+    p_adjusted, mde, regression, worst, run ids), the `regressions` among them (largest fall first), what was
+    paired (`configurations`, `newest_only`, `reference_only`, `paired_questions`), the correction (`procedure`,
+    `n_resamples`, `exact`, `seed`) and what the gate can see (`detectable`: the largest `mde` of the checks of
+    the whole gold set, or of the slice, the check it belongs to, and `fall`, that or the threshold where it is
+    larger; a check's `mde` is `chunkeval.stats.power.smallest_fall` of its questions and spread, Bonferroni-bounded
+    over the family)."""
     C.check_alpha(alpha)
     C.check_threshold(threshold)
     metrics = list(REGRESSION_METRICS if metrics is None else metrics)
     if in_slice is not None:
         slices = {in_slice: (slices or {}).get(in_slice, set())}
-    checks, pairing = C.paired_checks(
-        after, before, metrics, questions, slices=slices, config=config, whole=in_slice is None
-    )
+    checks, pairing, correction = C.paired_checks(
+        after, before, metrics, questions, slices=slices, config=config, whole=in_slice is None,
+        n_resamples=n_resamples, seed=seed,
+    )  # fmt: skip
     for c in checks:
         c.update(
+            mde=smallest_fall(c["n_queries"], c["sd"], len(checks), alpha),
             regression=bool(c["change"] < -threshold and c["p_adjusted"] < alpha),
             run_id=newest,
             reference_run_id=reference,
@@ -149,8 +163,27 @@ def verdict(
         "threshold": threshold,
         "alpha": alpha,
         **pairing,
+        **correction,
+        "detectable": _detectable(checks, threshold),
         "checks": checks,
         "regressions": falls,
+    }
+
+
+def _detectable(checks: list[dict], threshold: float) -> dict | None:
+    """What the gate can see (None without checks): the check of the whole gold set (of the slice where every check
+    is of one) whose smallest detectable fall, `mde`, is largest; `fall`, the larger of it and the threshold (the
+    gate flags no smaller fall by its rule): 'no regression larger than fall'."""
+    whole = [c for c in checks if c["slice"] is None] or checks
+    if not whole:
+        return None
+    weakest = max(whole, key=lambda c: c["mde"])
+    return {
+        "fall": max(threshold, weakest["mde"]),
+        "mde": weakest["mde"],
+        "metric": weakest["metric"],
+        "config": {k: weakest[k] for k in C.KEYS if k in weakest},
+        "n_queries": weakest["n_queries"],
     }
 
 
@@ -167,11 +200,17 @@ def verdict_line(v: dict) -> str:
     if v["verdict"] == NOTHING_COMPARABLE:
         return f"nothing comparable: {v['reason']}; no verdict (a new baseline: `chunkeval baseline`)"
     what = ", ".join(v["metrics"]) if len(v["metrics"]) <= 2 else f"{len(v['metrics'])} watched metrics"
-    family = f"Holm over {len(v['checks'])} check(s)"
+    family = f"{v['procedure']} over {len(v['checks'])} check(s), {v['n_resamples']:,} sign flips"
     if v["verdict"] == NO_REGRESSION:
+        seen = v["detectable"]
+        why = (
+            f"what {seen['n_queries']} question(s) detect with power 0.8"
+            if seen["mde"] > v["threshold"]
+            else "the threshold"
+        )
         return (
-            f"no regression of {what} in {against} (threshold {v['threshold']:g}, alpha {v['alpha']:g}, "
-            f"{family}; {paired})"
+            f"no regression of {what} larger than {seen['fall']:.2g} ({why}) in {against} (threshold "
+            f"{v['threshold']:g}, alpha {v['alpha']:g}, {family}; {paired})"
         )
     sliced = sum(1 for f in v["regressions"] if f.get("slice"))
     where = f" ({sliced} of them in a slice of the gold set)" if sliced else ""

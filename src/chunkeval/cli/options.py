@@ -199,7 +199,12 @@ def metric_flags(args: argparse.Namespace) -> tuple[list[str] | None, bool]:
 
 def add_alpha(p: argparse.ArgumentParser) -> None:
     """`--alpha`, which the command checks with `chunkeval.analysis.comparisons.check_alpha`."""
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level after Holm (default 0.05)")
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="significance level after the correction for the call's checks (default 0.05)",
+    )
 
 
 def add_threshold(p: argparse.ArgumentParser, help: str) -> None:

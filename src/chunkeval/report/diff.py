@@ -50,7 +50,9 @@ def default_metric(wh, run_id: str) -> str:
     return next(m for m in REGRESSION_METRICS if m.startswith("doc_"))
 
 
-VERDICT_FIELDS = ("before", "after", "change", "n_queries", "n_unmatched", "p_ttest", "p_adjusted", "regression")
+VERDICT_FIELDS = (
+    "before", "after", "change", "n_queries", "n_unmatched", "p_ttest", "p_adjusted", "mde", "regression",
+)  # fmt: skip
 
 
 class Diff(list):
@@ -70,7 +72,8 @@ def diff_doc(
 ) -> Diff:
     """One object per configuration both runs have (with the settings of `config`): its keys, `metric`,
     `better`, `worse`, `unchanged`, the check of the one regression verdict of run b against run a (`VERDICT_FIELDS`:
-    change = b − a, Holm over every configuration × metric checked: `metric` where given, else the watched list),
+    change = b − a, the step-down max-T over every configuration × metric checked: `metric` where given, else the
+    watched list),
     and `queries` that changed, worse first. The metric shown by default: the first of the regression rule that
     run b measures (`default_metric`). `NothingComparable` where the runs share no configuration or question."""
     config = dict(config or {})
@@ -128,9 +131,9 @@ def _number(value, digits: int = 3) -> str:
 
 
 def _check(d: dict) -> str:
-    """A configuration's check of the verdict: the means, the signed change (b − a) and Holm's p."""
+    """A configuration's check of the verdict: the means, the signed change (b − a) and its adjusted p."""
     return (
-        f"{_number(d['before'])} → {_number(d['after'])} (change {d['change']:+.3f}, Holm p = "
+        f"{_number(d['before'])} → {_number(d['after'])} (change {d['change']:+.3f}, adjusted p = "
         f"{_number(d['p_adjusted'])}{', a regression' if d['regression'] else ''})"
     )
 

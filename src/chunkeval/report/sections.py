@@ -96,6 +96,9 @@ def _scroll(html: str) -> str:
     return f'<div class="scroll">{html}</div>'
 
 
+REGRESSIONS_SHOWN = 10  # the trend section's regressions shown as the page opens (largest fall first)
+
+
 def _folded(n: int, what: str, html: str, most: int = charts.CROWDED) -> str:
     """`html` as it is, or folded under `what` where it holds more than `most` rows: the page as first
     shown stays short, and a click opens it."""
@@ -462,34 +465,28 @@ def section_trend(
         if diff is not None and diff.is_file()
         else ""
     )
+    header = ["metric", "configuration", "slice", "run", "against", "before", "after", "change", "adjusted p",
+              "queries", "lost most"]  # fmt: skip
+    shown = REGRESSIONS_SHOWN  # the largest falls; the rest folded, so that many regressions do not bury the page
+    more = (
+        f"<details><summary>{len(flagged) - shown} more regression(s)</summary>{_table(header, flagged[shown:])}</details>"
+        if len(flagged) > shown
+        else ""
+    )
     regress = problem or link + (
-        _table(
-            [
-                "metric",
-                "configuration",
-                "slice",
-                "run",
-                "against",
-                "before",
-                "after",
-                "change",
-                "Holm p",
-                "queries",
-                "lost most",
-            ],
-            flagged,
-        )
+        _table(header, flagged[:shown]) + more
         if flagged
         else f"<p>No regression in the newest completed run: no paired fall beyond {threshold} that is "
-        f"significant at {alpha} after Holm.</p>"
+        f"significant at {alpha} after the step-down max-T.</p>"
     )
     return (
         f'<section id="trend"><h2>8. Trend over the completed runs</h2><p>Macro means of the chosen configurations over the last '
         f"{TREND_RUNS} completed runs (at most) with "
         f"their 95 % bootstrap intervals as bands; red crosses mark the regressions of the newest completed run: a paired "
         f"fall of more than {threshold} against the pinned baseline (else the previous run scored the same way), significant "
-        f"at {alpha} after Holm over the configurations × metrics checked (and × the slices of the gold set large enough "
-        f"to test, where the run recorded slices). A dashed grey line marks a run whose gold set changed since the "
+        f"at {alpha} after the step-down max-T over paired sign flips of the questions, taken jointly over the "
+        f"configurations × metrics checked (and × the slices of the gold set large enough to test, where the run "
+        f"recorded slices). A dashed grey line marks a run whose gold set changed since the "
         f"run before it (`chunkeval gold update`, or an edited file).</p>{charts.trend_lines(series, marks)}"
         f"<h3>Regressions</h3>{regress}{_production(wh, experiment)}<details><summary>Runs</summary>{legend}"
         "</details></section>"

@@ -63,6 +63,7 @@ def section_slices(rows: list[dict], chosen: dict, watched, falls: list[dict], c
         "named with --slice-by; a question with a list of tags is in the slice of each), the chosen configuration "
         f"({escape(label(chosen, with_id=True))})'s macro means over them with 95 % bootstrap intervals, and the best configuration "
         f"within the slice. * fewer than {MIN_SLICE_QUERIES} questions: too small to test, so no regression is tested "
-        "on it. Regressions of the others are checked with the whole gold set's, under one Holm correction.</p>"
+        "on it. Regressions of the others are checked with the whole gold set's, under one family-wise correction "
+        "(step-down max-T).</p>"
         f'<div class="scroll">{_table(header, body, "sortable")}</div></section>'
     )

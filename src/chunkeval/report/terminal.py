@@ -147,7 +147,7 @@ def regression_message(f: dict) -> str:
     where = f" in slice {f['slice']}" if f.get("slice") else ""
     return (
         f"chunkeval: regression: {f['metric']} of {config_label(f)} [{config_id(f)}]{where} fell from {f['before']:.3f} to {f['after']:.3f} "
-        f"(run {f['run_id']} against {f['reference_run_id']}; {f['n_queries']} paired queries, Holm-adjusted p = "
+        f"(run {f['run_id']} against {f['reference_run_id']}; {f['n_queries']} paired queries, adjusted p = "
         f"{f['p_adjusted']:.2g}{unmatched}); lost most: {worst}"
     )
 

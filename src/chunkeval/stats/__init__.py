@@ -1,6 +1,7 @@
-"""Statistics below the engine: resampling (bootstrap intervals), paired tests and Holm's correction,
-and the SQL that forms macro and micro averages. Definitions: docs/statistics.md and docs/metrics.md."""
+"""Statistics below the engine: resampling (bootstrap intervals), paired tests and Holm's correction, the
+step-down max-T correction of a family of paired checks, and the SQL that forms macro and micro averages. Definitions: docs/statistics.md and docs/metrics.md."""
 
+from chunkeval.stats.maxt import MaxT, maxt_adjusted
 from chunkeval.stats.resampling import (
     CHUNK_BYTES,
     bootstrap_ci,
@@ -22,12 +23,14 @@ from chunkeval.stats.tests import (
 __all__ = [
     "CHUNK_BYTES",
     "EXACT_MAX_N",
+    "MaxT",
     "TIE_TOLERANCE",
     "bootstrap_ci",
     "bootstrap_ci_groups",
     "compare_paired",
     "holm",
     "incomplete_beta",
+    "maxt_adjusted",
     "paired_diff_ci",
     "paired_differences",
     "paired_permutation",

@@ -105,6 +105,23 @@ def n_needed(sd: float, delta: float, alpha: float = ALPHA, power: float = POWER
     return n
 
 
+def smallest_fall(n: int, sd: float, checks: int = 1, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest mean fall δ of a metric whose per-question values lie in [0, 1] that n paired questions detect
+    with probability `power` however the fall is spread over them, on top of differences of standard deviation `sd`
+    (the night's own), by a two-sided paired t-test at alpha / `checks` (Bonferroni over a family of `checks`; a
+    step-down max-T over the same family needs no more). The most spread-out fall of mean δ loses whole questions
+    (a share δ of them falls from 1 to 0: variance δ(1 − δ), the most a variable in [−1, 0] with mean −δ has), so δ
+    solves δ √n = (t_{1−α/(2·checks), n−1} + t_{power, n−1}) · √(δ(1 − δ) + sd²); at most 1 (a fall of the whole
+    metric). NaN for fewer than 2 questions or a spread that is not a number."""
+    _check(alpha, power)
+    if n < 2 or not math.isfinite(sd):
+        return float("nan")
+    c = t_quantile(1 - alpha / (2 * max(1, checks)), n - 1) + t_quantile(power, n - 1)
+    k = c * c / n
+    # δ²(1 + k) − kδ − k·sd² = 0, its positive root
+    return min(1.0, (k + math.sqrt(k * k + 4 * (1 + k) * k * sd * sd)) / (2 * (1 + k)))
+
+
 def detectable(
     differences, alpha: float = ALPHA, power: float = POWER, deltas: tuple[float, ...] = DELTAS
 ) -> tuple[float, dict[str, int | None]]:

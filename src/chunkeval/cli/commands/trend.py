@@ -74,8 +74,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
         action="store_true",
         help="print the verdict and the regressions (the table only with -v) and exit 1 when --metric (without it, "
         "any metric the regression rule watches) fell in the newest run, against the baseline or the previous run, "
-        "by more than --threshold and significantly (paired t-test over the queries, Holm over every configuration "
-        "x metric checked, --alpha); exit 3 when the two runs share no configuration or no paired question "
+        "by more than --threshold and significantly (step-down max-T over paired sign flips of the queries, taken "
+        "jointly over every configuration x metric checked, --alpha); exit 3 when the two runs share no configuration or no paired question "
         "(definition: docs/statistics.md, 'One verdict')",
     )
     add_threshold(p, "the smallest fall that matters (absolute, default 0.02)")
