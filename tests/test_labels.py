@@ -43,6 +43,30 @@ def test_the_defaults_a_label_leaves_out_are_the_experiments():
         assert str(value) == str(default[0] if isinstance(default, tuple) else default), key
 
 
+def test_every_axis_is_declared_once_and_swept_by_one_setting():
+    """`vocabulary.AXES` is the one declaration of the configuration axes: each is swept by exactly one setting of
+    the experiment (whose default is the axis's), every derived
+    list follows it, and the warehouse's key columns are its columns in its order."""
+    from chunkeval.engine.pipeline.experiment import SETTINGS
+    from chunkeval.vocabulary import ADDED_KEYS, AXES, FIRST, NUMBER_KEYS, OPTIONAL_KEYS
+    from chunkeval.warehouse.tables import _KEYS
+
+    swept = {}
+    for s in SETTINGS:
+        if s.axis:
+            assert s.axis not in swept, f"{s.axis} swept by {swept.get(s.axis)} and {s.name}"
+            swept[s.axis] = s
+    assert sorted(swept) == sorted(CONFIG_KEYS) and CONFIG_KEYS == [a.key for a in AXES]
+    for a in AXES:
+        s = swept[a.key]
+        if s.default:
+            assert str(s.default[0]) == str(a.default), a.key
+        assert (a.key in OPTIONAL_KEYS) == a.optional and (a.key in ADDED_KEYS) == (a.before is not FIRST)
+    assert NUMBER_KEYS == {a.key for a in AXES if a.number}
+    assert list(_KEYS) == ["run_id", *CONFIG_KEYS]
+    assert all(a.optional for a in AXES if a.before is not FIRST and a.group != "rerank")  # later axes keep ids
+
+
 def test_config_id_is_stable_and_tells_configurations_apart():
     assert config_id(DEFAULT) == config_id(dict(reversed(list(DEFAULT.items()))))  # order of the dict: no matter
     assert config_id(DEFAULT) == config_id({k: v for k, v in DEFAULT.items() if k not in ("reranker", "candidates")})

@@ -117,6 +117,25 @@ def test_an_older_warehouse_is_migrated(tmp_path, demo_result):
     assert [r["run_id"] for r in wh.runs("demo", "completed")] == [new, "old-run"]
 
 
+def test_an_axis_a_warehouse_lacks_is_added_when_it_opens(tmp_path, demo_result):
+    """A warehouse made before an axis was declared (here: one whose summary tables lack `context`) gains the
+    column when it next opens, its older rows reading the axis's value from before it existed; no schema version
+    of its own, as a new axis is one entry of `vocabulary.AXES`."""
+    wh = Warehouse(tmp_path)
+    run = wh.begin_run("demo", FPS, "manual", {})
+    wh.complete_run(run, RunResult(demo_result.per_query, demo_result.summary, texts_embedded=0))
+    with duckdb.connect(str(wh.db_path)) as con:
+        con.execute("DROP VIEW IF EXISTS summary")
+        for table in ("summaries", "corpus_summaries", "slice_summaries"):
+            con.execute(f"ALTER TABLE {table} DROP COLUMN context")
+    again = Warehouse(tmp_path)
+    with again.connect() as con:
+        assert con.execute("SELECT DISTINCT context FROM summaries").fetchall() == [("none",)]
+        for table in ("corpus_summaries", "slice_summaries"):
+            assert "context" in {c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE {table})").fetchall()}
+    assert {r["context"] for r in again.summary(run).to_pylist()} == {"none"}
+
+
 def _record(args):
     root, per_query, summary, n = args
     wh = Warehouse(root)

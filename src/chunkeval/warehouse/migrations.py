@@ -29,9 +29,11 @@ from chunkeval.warehouse.tables import (
     SUMMARY,
     TIES_SQL,
     added_keys_sql,
+    axis_columns_sql,
     context_key_sql,
     empty_results,
     expand_key_sql,
+    missing_axes_sql,
     parquet,
     parquet_columns,
     production_sql,
@@ -152,6 +154,12 @@ class Schema(Connections, Layout):
                     "cannot take: open it once where it can be written",
                     self.db_path,
                 )
+            if con.execute(missing_axes_sql()).fetchall():
+                raise InputError(
+                    "the warehouse lacks configuration axes this chunkeval declares, which a read-only warehouse "
+                    "cannot take: open it once where it can be written",
+                    self.db_path,
+                )
             self._create_views(con, temporary=True)  # the file's own views serve where it has not moved
             return
         for step in range(version, upto):
@@ -177,8 +185,13 @@ class Schema(Connections, Layout):
             con.execute("COMMIT")
             if step == 2:
                 self._backfill(con)
+        missing = [key for (key,) in con.execute(missing_axes_sql()).fetchall()] if upto == SCHEMA_VERSION else []
+        if missing:  # axes declared since the tables were made (`vocabulary.AXES`): their columns, in one step
+            con.execute("BEGIN TRANSACTION")
+            con.execute(axis_columns_sql([key for key in ADDED_KEYS if key in missing]))
+            con.execute("COMMIT")
         if upto == SCHEMA_VERSION:
-            self._create_views(con, rebind=version < SCHEMA_VERSION)
+            self._create_views(con, rebind=version < SCHEMA_VERSION or bool(missing))
 
     def _add_columns(self, con) -> None:
         """The summary tables' columns that their schema gained since they were made (v7: the index; v8: the

@@ -12,8 +12,8 @@ import pyarrow as pa
 
 from chunkeval.vocabulary import (
     ADDED_KEYS,
+    AXES,
     METRICS,
-    NO_CONTEXT,
     RERANK_KEYS,
     RUN_SETTINGS,
     SLICE_KEYS,
@@ -71,22 +71,8 @@ TIE_COLUMNS = {
     **{f"{level}{m}_tie_aware": pa.float64() for level in ("", "doc_") for m in TIE_AWARE},
 }
 
-_KEYS = {
-    "run_id": pa.string(),
-    "model": pa.string(),
-    "retriever": pa.string(),
-    "index": pa.string(),
-    "vectors": pa.string(),
-    "dims": pa.string(),
-    "reranker": pa.string(),
-    "candidates": pa.int64(),
-    "expand": pa.string(),
-    "chunker": pa.string(),
-    "chunk_size": pa.int64(),
-    "chunk_overlap": pa.int64(),
-    "context": pa.string(),
-    "k": pa.int64(),
-}
+# the configuration's columns, one per axis (`vocabulary.AXES`), after the run they belong to
+_KEYS = {"run_id": pa.string(), **{a.key: pa.int64() if a.number else pa.string() for a in AXES}}
 _AVERAGES = {
     **_KEYS,
     "n_queries": pa.int64(),
@@ -182,43 +168,54 @@ def _ddl(table: str, schema: pa.Schema) -> str:
 
 def added_keys_sql() -> str:
     """The configuration keys added after the summary tables were made (v7: reranker, candidates)."""
+    return axis_columns_sql(RERANK_KEYS, ("summaries", "corpus_summaries"))
+
+
+SUMMARY_TABLES = ("summaries", "corpus_summaries", "slice_summaries")
+
+
+def axis_columns_sql(keys, tables=SUMMARY_TABLES) -> str:
+    """The columns of configuration axes `keys` added to the summary tables, older rows reading each axis's
+    value from before it existed (`vocabulary.AXES`): the migration of every axis added after the tables were made
+    (v11 `vectors` and `dims`, v12 `expand`, v13 `context`, and any axis since: `missing_axes`)."""
     return "".join(
-        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {_column_sql(SUMMARY.field(name))};"
-        for table in ("summaries", "corpus_summaries")
-        for name in RERANK_KEYS
+        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {key} {_column_sql(SUMMARY.field(key))};"
+        + (
+            f"UPDATE {table} SET {key} = {sql_literal(ADDED_KEYS[key])} WHERE {key} IS NULL;"
+            if ADDED_KEYS[key] is not None
+            else ""
+        )
+        for table in tables
+        for key in keys
+    )
+
+
+def missing_axes_sql() -> str:
+    """The query for the axes of `vocabulary.AXES` that a summary table lacks (a warehouse made before they were
+    declared): `axis_columns_sql` adds them when the warehouse opens, with no schema version of their own."""
+    tables = ", ".join(map(sql_literal, SUMMARY_TABLES))
+    keys = ", ".join(map(sql_literal, ADDED_KEYS))
+    return (
+        f"SELECT DISTINCT k.key FROM (SELECT unnest([{keys}]) AS key) k, (SELECT unnest([{tables}]) AS t) s "
+        "WHERE EXISTS (SELECT 1 FROM information_schema.tables WHERE table_name = s.t) "
+        "AND NOT EXISTS (SELECT 1 FROM information_schema.columns c WHERE c.table_name = s.t AND c.column_name = k.key)"
     )
 
 
 def vector_keys_sql() -> str:
     """v11: the summary tables gain the keys `vectors` and `dims` (older rows read float32 and full) and the
     statistic `vector_bytes` (older rows read NULL)."""
-    return (
-        "".join(
-            f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} VARCHAR DEFAULT {sql_literal(value)};"
-            for table in ("summaries", "corpus_summaries", "slice_summaries")
-            for name, value in VECTOR_KEYS.items()
-        )
-        + "ALTER TABLE summaries ADD COLUMN IF NOT EXISTS vector_bytes BIGINT;"
-    )
+    return axis_columns_sql(VECTOR_KEYS) + "ALTER TABLE summaries ADD COLUMN IF NOT EXISTS vector_bytes BIGINT;"
 
 
 def expand_key_sql() -> str:
     """v12: the configuration key `expand` (small-to-big retrieval); older rows read `none`."""
-    return "".join(
-        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS expand {_column_sql(SUMMARY.field('expand'))};"
-        for table in ("summaries", "corpus_summaries", "slice_summaries")
-    )
+    return axis_columns_sql(["expand"])
 
 
 def context_key_sql() -> str:
-    """v13: the configuration key `context` (contextual chunk headers): a column of each summary table, older
-    rows read `none`."""
-    return "".join(
-        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {_column_sql(SUMMARY.field(name))};"
-        f"UPDATE {table} SET {name} = {sql_literal(value)} WHERE {name} IS NULL;"
-        for table in ("summaries", "corpus_summaries", "slice_summaries")
-        for name, value in {"context": NO_CONTEXT}.items()
-    )
+    """v13: the configuration key `context` (contextual chunk headers); older rows read `none`."""
+    return axis_columns_sql(["context"])
 
 
 def sql_literal(value) -> str:

@@ -34,12 +34,14 @@ def _reanchor(corpus: str, content: str, start: int) -> int:
 # what is left of the demo's documents is at most 63. At 90 a placement differs from the reference in about one
 # character in ten at most (a comma, a typo, a number or a word changed); past that it is retired. docs/gold.md
 ANCHOR_SIMILARITY = 90.0
+ANCHOR_BOUNDS = (0, 100)  # rapidfuzz's ratio: 100 places exact matches only
 
 
 def check_anchor_similarity(value, source: str | None = None) -> float:
     """The similarity threshold of approximate placement: a number from 0 to 100 (100: exact matches only)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
-        raise InputError(f"anchor_similarity takes a number from 0 to 100, got {short(value)}", source)
+    low, high = ANCHOR_BOUNDS
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise InputError(f"anchor_similarity takes a number from {low} to {high}, got {short(value)}", source)
     return float(value)
 
 

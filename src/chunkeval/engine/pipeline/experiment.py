@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING
 from chunkeval.engine.chunking import ChunkerSpec, needs_embeddings
 from chunkeval.engine.chunking import needs_embeddings as chunker_needs
 from chunkeval.engine.embedding import check_model, pick_device, registry
-from chunkeval.engine.embedding.backends import check_backend
-from chunkeval.engine.embedding.precision import check_device
+from chunkeval.engine.embedding.backends import CHOICES as BACKEND_CHOICES
+from chunkeval.engine.embedding.backends import QUANTIZE, check_backend
+from chunkeval.engine.embedding.precision import PRECISIONS, check_device
 from chunkeval.engine.embedding.registry import check_model_runs_on
 from chunkeval.engine.embedding.served import is_spec, lookup, parse_models
-from chunkeval.engine.inputs.anchoring import ANCHOR_SIMILARITY
-from chunkeval.engine.inputs.extract import check_html_mode
+from chunkeval.engine.inputs.anchoring import ANCHOR_BOUNDS, ANCHOR_SIMILARITY
+from chunkeval.engine.inputs.duplicates import MODES as DUPLICATE_MODES
+from chunkeval.engine.inputs.extract import HTML_MODES, check_html_mode
 from chunkeval.engine.inputs.provenance import note as gold_note
 from chunkeval.engine.inputs.provenance import recorded as gold_recorded
 from chunkeval.engine.inputs.readers import read_text
@@ -64,7 +66,6 @@ from chunkeval.vocabulary import (
     NO_RERANKER,
     RUN_SETTINGS,
     TIE_POLICIES,
-    VECTOR_KEYS,
     split_list,
 )
 
@@ -171,6 +172,7 @@ class Experiment:
         "comma-separated chunkers: fixed_token, fixed_char, recursive_token, none (the whole document), "
         "cluster_semantic, semantic_breakpoint, or module:function (a chunker or a text splitter)",
         "chunking",
+        axis="chunker",
     )
     chunk_sizes: tuple[int, ...] = setting(
         (200,),
@@ -179,19 +181,21 @@ class Experiment:
         "chunking",
         minimum=1,
         maximum=MAX_CHUNK_SIZE,
+        axis="chunk_size",
     )
     overlaps: tuple[str, ...] = setting(
         ("0",),
         "names",
         "comma-separated overlaps: a number of tokens, or a share of the chunk size like 10%% (rounded down)",
         "chunking",
+        axis="chunk_overlap",
     )
     context: tuple[str, ...] = setting(  # chunkeval.engine.inputs.headings
         (NO_CONTEXT,), "names", "comma-separated chunk headers: none (default), title (the document's title before "
         "each chunk's text), headings (its path of headings); embedded and indexed, never scored (docs/metrics.md)",
-        "chunking", choices=CONTEXTS)  # fmt: skip
+        "chunking", choices=CONTEXTS, axis="context", added=True)  # fmt: skip
     k: tuple[int, ...] = setting(
-        (5,), "ints", "comma-separated retrieval depths, e.g. 1,3,5", "retrieval", minimum=1, maximum=MAX_K
+        (5,), "ints", "comma-separated retrieval depths, e.g. 1,3,5", "retrieval", minimum=1, maximum=MAX_K, axis="k"
     )
     model: tuple[str, ...] = setting(
         (DEFAULT_MODEL,),
@@ -201,12 +205,14 @@ class Experiment:
         "openai:MODEL[@BASE_URL] (an OpenAI-compatible /embeddings endpoint), or names of the experiment "
         "file's models: mapping",
         "embedding",
+        axis="model",
     )
     retriever: tuple[str, ...] = setting(
         ("dense",),
         "names",
         "comma-separated retrievers: dense (default), bm25, hybrid, or module:function",
         "retrieval",
+        axis="retriever",
     )
     # how the dense half searches (chunkeval.engine.retrieval.indexes), resolved settings
     index: tuple[str, ...] = setting(
@@ -216,6 +222,8 @@ class Experiment:
         "hnsw[:m=16][:ef_construction=200][:ef_search=64], ivf:nlist=1024[:nprobe=16][:pq_m=48], "
         "chroma[:url=http://HOST:PORT][:m=…][:ef_search=…] (docs/indexes.md)",
         "retrieval",
+        axis="index",
+        added=True,
     )
     vectors: tuple[str, ...] = setting(  # chunkeval.engine.retrieval.vectors
         ("float32",),
@@ -224,6 +232,8 @@ class Experiment:
         "float32 (default), int8 (scalar, calibrated on the corpus's vectors), binary (sign bits, Hamming), "
         "binary-rescore:depth=N (Hamming's top N re-scored by the float vectors); docs/vectors.md",
         "retrieval",
+        axis="vectors",
+        added=True,
     )
     dims: tuple[str, ...] = setting(
         ("full",),
@@ -231,6 +241,8 @@ class Experiment:
         "comma-separated numbers of leading dimensions the dense half keeps, renormalised (Matryoshka truncation, "
         "before vectors quantizes): full (default) or e.g. 256,128; docs/vectors.md",
         "retrieval",
+        axis="dims",
+        added=True,
     )
     rrf_k: int = setting(
         60,
@@ -258,7 +270,7 @@ class Experiment:
         "a reference whose text occurs more than once in its corpus: only its gold position counts "
         "(positional, the default) or the copy the retrieved chunks cover most (credit); docs/metrics.md",
         "scoring",
-        choices=("positional", "credit"),
+        choices=DUPLICATE_MODES,
     )
     ties: str = setting(  # always recorded: runs recorded before it read as `retriever` (chunkeval.engine.retrieval.ties)
         TIE_POLICIES[0],
@@ -275,6 +287,7 @@ class Experiment:
         "(a share F of some reference) or contains (a whole reference); set and rank metrics follow it "
         "(docs/metrics.md)",
         "scoring",
+        added=True,
     )
     backend: str = setting(  # chunkeval.engine.embedding.backends; auto: chunkeval.engine.embedding.auto
         "auto",
@@ -283,14 +296,14 @@ class Experiment:
         "torch fp32's, probed once per model and machine), torch (sentence-transformers), onnx (onnxruntime) or "
         "openvino; exported once into $CHUNKEVAL_HOME/backends (docs/backends.md)",
         "embedding",
-        choices=("auto", "torch", "onnx", "openvino"),
+        choices=BACKEND_CHOICES,
     )
     quantize: str = setting(
         "none",
         "text",
         "int8: quantised weights for backend onnx or openvino (faster, vectors drift; docs/backends.md)",
         "embedding",
-        choices=("none", "int8"),
+        choices=QUANTIZE,
     )
     precision: str = setting(  # chunkeval.engine.embedding.precision
         "fp32",
@@ -298,7 +311,7 @@ class Experiment:
         "how the model runs: fp32 (default), bf16 (torch or openvino; fast on CPUs with AMX or AVX-512 BF16, "
         "and GPUs) or fp16 (GPU); vectors are cached apart per precision (docs/backends.md)",
         "embedding",
-        choices=("fp32", "bf16", "fp16"),
+        choices=PRECISIONS,
     )
     plugins: tuple[str, ...] = setting(
         (),
@@ -307,6 +320,7 @@ class Experiment:
         "(as --plugin MODULE does; docs/settings.md)",
         "experiment",
         flag=None,
+        added=True,
     )
     models: tuple = setting(  # chunkeval.engine.embedding.served.ServedModel
         (),
@@ -321,6 +335,7 @@ class Experiment:
         "comma-separated rerankers of the first stage's top --candidates: none (default), an embedding model "
         "(as --model takes them), or a local sentence-transformers CrossEncoder folder",
         "retrieval",
+        axis="reranker",
     )
     candidates: tuple[int, ...] = setting(
         (),
@@ -329,10 +344,11 @@ class Experiment:
         "retrieval",
         minimum=1,
         maximum=MAX_CANDIDATES,
+        axis="candidates",
     )
     expand: tuple[str, ...] = setting(  # chunkeval.engine.scoring.expansion; docs/metrics.md
         (NO_EXPAND,), "names", "comma-separated small-to-big retrieval: what each matched chunk returns: none "
-        "(default), window:n=N (N chunks each side) or parent:size=SIZE (its SIZE-token parent)", "retrieval",
+        "(default), window:n=N (N chunks each side) or parent:size=SIZE (its SIZE-token parent)", "retrieval", axis="expand", added=True
     )  # fmt: skip
     beir: str = setting(  # chunkeval.engine.inputs.document_gold
         "",
@@ -340,16 +356,18 @@ class Experiment:
         "document gold from a BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv (docs/formats.md)",
         "inputs",
         metavar="DIR",
+        added=True,
     )
     split: str = setting("test", "text", "the qrels of --beir: qrels/<split>.tsv (default test)", "inputs")
     queries: str = setting(
-        "", "path", "document gold: a JSONL file of queries (_id, text), judged by --qrels", "inputs"
+        "", "path", "document gold: a JSONL file of queries (_id, text), judged by --qrels", "inputs", added=True
     )
     qrels: str = setting(
         "",
         "path",
         "document gold for --corpus-dir: BEIR's TSV (query-id, corpus-id, score) or TREC qrels",
         "inputs",
+        added=True,
     )
     strict: bool = setting(
         False,
@@ -359,6 +377,7 @@ class Experiment:
         "because a reference could not be placed in its changed document (default: left out, counted, and said in "
         "one summary line; docs/gold.md)",
         "inputs",
+        added=True,
     )
     anchor_similarity: float = setting(  # chunkeval.engine.inputs.anchoring
         ANCHOR_SIMILARITY,
@@ -367,8 +386,9 @@ class Experiment:
         "text at least this similar (rapidfuzz's ratio, 0 to 100), else its question is retired (docs/gold.md)",
         "inputs",
         metavar="S",
-        minimum=0,
-        maximum=100,
+        minimum=ANCHOR_BOUNDS[0],
+        maximum=ANCHOR_BOUNDS[1],
+        added=True,
     )
     html: str = setting(
         "full",
@@ -376,7 +396,8 @@ class Experiment:
         "the text of HTML documents: full (every visible text of <body>; the default) or main (the main content "
         "as trafilatura finds it: navigation, headers and footers dropped); span offsets refer to that text",
         "inputs",
-        choices=("full", "main"),
+        choices=HTML_MODES,
+        added=True,
     )
     slice_by: tuple[str, ...] = setting(  # chunkeval.engine.inputs.slices
         (),
@@ -385,6 +406,7 @@ class Experiment:
         "CSV (tags: a JSON list) or fields of the queries file (or its metadata); every summary gains per-slice rows",
         "inputs",
         metavar="COLUMNS",
+        added=True,
     )
     mlflow: str = setting(
         "",
@@ -758,35 +780,15 @@ def as_recorded(exp: Experiment) -> dict:
     """An experiment's settings as a run records them: each key at its default written as runs recorded before the
     key existed (left out), where results go left out, tuples as lists."""
     data = asdict(exp)
-    if tuple(data["index"]) == ("exact",):
-        del data["index"]  # settings of exact search stay as they were recorded before the key existed
-    for key, value in VECTOR_KEYS.items():
-        if tuple(data[key]) == (value,):
-            del data[key]  # runs of float32/full stay as they were recorded before the keys existed
-    if not data["plugins"]:
-        del data["plugins"]  # settings without plug-ins stay as they were recorded before the key existed
-    if data["reranker"] == [NO_RERANKER] and not data["candidates"]:
-        del data["reranker"], data["candidates"]  # as settings were recorded before reranking existed
     data["models"] = {m.name: m.settings() for m in exp.models}
     if not data["models"]:
         del data["models"]
-    if tuple(data["expand"]) == (NO_EXPAND,):  # as runs were recorded before the key existed
-        del data["expand"]
-    if data["relevance"] == RUN_SETTINGS["relevance"]:
-        del data["relevance"]  # runs of the default rule stay as they were recorded before the setting existed
-    for key in ("beir", "queries", "qrels", "strict", "slice_by"):
-        if not data[key]:
-            del data[key]  # runs of span gold stay as they were recorded before document gold existed
-    if data["anchor_similarity"] == ANCHOR_SIMILARITY:
-        del data["anchor_similarity"]  # runs of the default stay as they were recorded before the key existed
-    if data["context"] == (NO_CONTEXT,):
-        del data["context"]  # runs without headers stay as they were recorded before the axis existed
-    if data["html"] == "full":
-        del data["html"]  # runs of the default extraction stay as they were recorded before the key existed
     if not exp.beir:
         del data["split"]
     for s in SETTINGS:
-        if not s.recorded:  # where runs are published, not how they are evaluated: runs record them not
+        # where runs are published, not how they are evaluated, runs record not; a setting added later, at its
+        # default, they record as runs did before it existed
+        if not s.recorded or (s.added and data[s.name] == s.default):
             del data[s.name]
     return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 

@@ -18,7 +18,7 @@ from chunkeval.engine.inputs.span_gold import SpanGold
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.retrieval.indexes import NO_INDEX, IndexSpec
 from chunkeval.progress import Stopwatch
-from chunkeval.vocabulary import NO_CONTEXT, NO_EXPAND, NO_RERANKER, VECTOR_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, NO_CONTEXT, NO_EXPAND, NO_RERANKER, VECTOR_KEYS
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,15 @@ class Config:
     ]  # how the dense half stores and searches vectors (chunkeval.engine.retrieval.vectors)
     dims: str = VECTOR_KEYS["dims"]
     expand: str = NO_EXPAND  # what is returned around each chunk (chunkeval.engine.scoring.expansion)
+
+    def values(self, chunking: Chunking) -> dict:
+        """Its configuration keys but k (`vocabulary.AXES`), each read where it is set: on this configuration,
+        its chunker's spec (chunker, chunk_size, chunk_overlap) or its chunking (context)."""
+        out = {}
+        for key in CONFIG_KEYS[:-1]:
+            source = next(s for s in (self, chunking.spec, chunking) if hasattr(s, key))
+            out[key] = self.index_key if key == "index" else getattr(source, key)
+        return out
 
 
 @dataclass(frozen=True)

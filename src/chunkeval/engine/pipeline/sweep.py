@@ -55,11 +55,16 @@ from chunkeval.engine.scoring.retrieved import kept_qrels, retrieved_table
 from chunkeval.progress import Stopwatch
 from chunkeval.run_result import RunResult
 from chunkeval.vocabulary import (
+    AXES,
+    CHUNKING_KEYS,
     NO_CONTEXT,
     NO_MODEL,
     NO_RERANKER,
+    OPTIONAL_KEYS,
     VECTOR_KEYS,
 )
+
+CHUNKING_AXES = [a for a in AXES if a.key in CHUNKING_KEYS]  # what chunk and index statistics are kept by
 
 
 def load_inputs(exp: Experiment, quiet: bool = False, remedy: bool = True) -> Inputs:
@@ -232,18 +237,9 @@ def chunk_stats(
     """Per first-stage configuration (without k or reranking): chunks made, chunks longer than the model's
     input, and what its index cost (`index_stats`, from `score_all`; null for rows that search no index)."""
     configs = list(dict.fromkeys(first_stage(c) for c in configs))
-    specs = [chunkings[c.chunking].spec for c in configs]
+    values = [c.values(chunkings[c.chunking]) for c in configs]
     columns = {
-        "model": pa.array([c.model for c in configs], pa.string()),
-        "retriever": pa.array([c.retriever for c in configs], pa.string()),
-        "index": pa.array([c.index_key for c in configs], pa.string()),
-        "vectors": pa.array([c.vectors for c in configs], pa.string()),
-        "dims": pa.array([c.dims for c in configs], pa.string()),
-        "expand": pa.array([c.expand for c in configs], pa.string()),
-        "chunker": [s.chunker for s in specs],
-        "chunk_size": [s.chunk_size for s in specs],
-        "chunk_overlap": [s.chunk_overlap for s in specs],
-        "context": pa.array([chunkings[c.chunking].context for c in configs], pa.string()),
+        **{a.key: pa.array([v[a.key] for v in values], pa.int64() if a.number else pa.string()) for a in CHUNKING_AXES},
         "n_chunks": [len(chunkings[c.chunking].chunks) for c in configs],
         "truncated_chunks": [embedded.truncated.get((c.chunking, c.model), 0) for c in configs],
     }
@@ -354,9 +350,10 @@ def _score_top(
         top_k = by_k[-1][1]  # what the largest k returns
         chunking = replace(chunking, chunks=top_k.chunks)
         topk, scores = top_k.topk, top_k.scores
-    if chunking.context != NO_CONTEXT:  # the rows' context (scoring writes every key at its default)
-        at = table.schema.get_field_index("context")
-        table = table.set_column(at, "context", pa.array([chunking.context] * table.num_rows, pa.string()))
+    for key, before in OPTIONAL_KEYS.items():  # the chunking's own axes (scoring writes each at its default)
+        if getattr(chunking, key, before) != before:
+            at = table.schema.get_field_index(key)
+            table = table.set_column(at, key, pa.array([getattr(chunking, key)] * table.num_rows, pa.string()))
     if kept is not None:  # at the largest k (under document gold, not the depth MaxP looked at)
         top = max(ks)
         scores = None if scores is None else scores[:, :top]

@@ -53,6 +53,10 @@ class Setting:
     repeatable: bool = False  # the flag may be given more than once (--corpus a --corpus b)
     deprecated: tuple[str, ...] = ()  # old spellings of the key, read with a one-line note
     recorded: bool = True  # False: where results go, not how they are computed (runs record it not)
+    # added after runs were first recorded: a run at its default leaves it out of the settings it records, as runs
+    # recorded before it existed did (`as_recorded`), so that their settings read alike
+    added: bool = False
+    axis: str = ""  # the configuration axis it sweeps (`chunkeval.vocabulary.AXES`), for a setting of the grid
 
     @property
     def dest(self) -> str:
@@ -237,7 +241,34 @@ def reference(table: tuple[Setting, ...]) -> str:
             old = f" Old spelling: {', '.join(s.deprecated)}." if s.deprecated else ""
             what = s.help.replace("%%", "%").replace("|", "\\|") + old
             lines.append(f"| `{s.name}` | {flag} | {_default_text(s)} | {rng} | {what} |")
-    return "\n".join(lines + ["", END])
+    return "\n".join(lines + axes_reference(table) + ["", END])
+
+
+def axes_reference(table: tuple[Setting, ...]) -> list[str]:
+    """The table of configuration axes (`chunkeval.vocabulary.AXES`): each one's column in every results table,
+    the setting that sweeps it, how a label writes it and what runs recorded before it existed read."""
+    from chunkeval.vocabulary import AXES, FIRST
+
+    swept = {s.axis: s.name for s in table if s.axis}
+    lines = [
+        "",
+        "### Configuration axes",
+        "",
+        "The key of every results row, in this order; a configuration's label names the keys away from their "
+        "default, and its `config_id` hashes their values, leaving out an axis added later at the value older runs "
+        "read (so their ids stay).",
+        "",
+        "| column | type | swept by | in a label | runs recorded before it read |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for a in AXES:
+        label = {"hidden": "never", "reranker": "`>name@candidates`", "path": "its last part"}.get(a.show, "its value")
+        label = f"`{a.label}=…`" if a.label else label
+        before = "(recorded from the first)" if a.before is FIRST else ("null" if a.before is None else f"`{a.before}`")
+        before = a.before_said or before
+        kind = "BIGINT" if a.number else "VARCHAR"
+        lines.append(f"| `{a.key}` | {kind} | `{swept.get(a.key, '')}` | {label} | {before} |")
+    return lines
 
 
 def with_reference(text: str, table: tuple[Setting, ...]) -> str:
