@@ -139,12 +139,9 @@ class Experiment:
     docs/settings.md are made."""
 
     name: str = setting(
-        "adhoc",
-        "text",
+        "adhoc", "text",
         "the experiment's name (an experiment file's default: its file name); runs are recorded under it",
-        "experiment",
-        flag=None,
-    )
+        "experiment", flag=None)  # fmt: skip
     corpus_dir: str = setting(
         str(DEMO_DIR / "corpora"),
         "path",
@@ -236,34 +233,20 @@ class Experiment:
         added=True,
     )
     dims: tuple[str, ...] = setting(
-        ("full",),
-        "names",
+        ("full",), "names",
         "comma-separated numbers of leading dimensions the dense half keeps, renormalised (Matryoshka truncation, "
         "before vectors quantizes): full (default) or e.g. 256,128; docs/vectors.md",
-        "retrieval",
-        axis="dims",
-        added=True,
-    )
+        "retrieval", axis="dims", added=True)  # fmt: skip
     rrf_k: int = setting(
-        60,
-        "int",
-        "the constant of hybrid's reciprocal rank fusion (default 60)",
-        "retrieval",
-        minimum=0,
-        maximum=MAX_INT,
-    )
+        60, "int", "the constant of hybrid's reciprocal rank fusion (default 60)", "retrieval", minimum=0,
+        maximum=MAX_INT)  # fmt: skip
     own_corpus: bool = setting(
-        False,
-        "bool",
+        False, "bool",
         "retrieve each question from its own corpus only (default: from all corpora pooled, as Chroma does)",
-        "retrieval",
-    )
+        "retrieval")  # fmt: skip
     skip_empty_gold: bool = setting(
-        False,
-        "bool",
-        "leave questions without references out of the averages (default: they score recall 0)",
-        "scoring",
-    )
+        False, "bool", "leave questions without references out of the averages (default: they score recall 0)",
+        "scoring")  # fmt: skip
     duplicates: str = setting(  # a run setting (chunkeval.vocabulary)
         RUN_SETTINGS["duplicates"],
         "text",
@@ -299,12 +282,9 @@ class Experiment:
         choices=BACKEND_CHOICES,
     )
     quantize: str = setting(
-        "none",
-        "text",
+        "none", "text",
         "int8: quantised weights for backend onnx or openvino (faster, vectors drift; docs/backends.md)",
-        "embedding",
-        choices=QUANTIZE,
-    )
+        "embedding", choices=QUANTIZE)  # fmt: skip
     precision: str = setting(  # chunkeval.engine.embedding.precision
         "fp32",
         "text",
@@ -314,14 +294,10 @@ class Experiment:
         choices=PRECISIONS,
     )
     plugins: tuple[str, ...] = setting(
-        (),
-        "names",
+        (), "names",
         "modules whose module:function chunkers, retrievers and rerankers an experiment file may run "
         "(as --plugin MODULE does; docs/settings.md)",
-        "experiment",
-        flag=None,
-        added=True,
-    )
+        "experiment", flag=None, added=True)  # fmt: skip
     models: tuple = setting(  # chunkeval.engine.embedding.served.ServedModel
         (),
         "models",

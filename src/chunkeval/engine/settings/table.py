@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, short
-from chunkeval.vocabulary import split_flags, split_list
+from chunkeval.vocabulary import AXES, FIRST, split_flags, split_list
 
 # documented maxima (docs/limits.md): past them a value is refused before anything is allocated
 MAX_K = 10_000  # retrieval depth: ten times the deepest MaxP looks (`DOC_DEPTH`); TREC pools stop at 1,000
@@ -247,8 +247,6 @@ def reference(table: tuple[Setting, ...]) -> str:
 def axes_reference(table: tuple[Setting, ...]) -> list[str]:
     """The table of configuration axes (`chunkeval.vocabulary.AXES`): each one's column in every results table,
     the setting that sweeps it, how a label writes it and what runs recorded before it existed read."""
-    from chunkeval.vocabulary import AXES, FIRST
-
     swept = {s.axis: s.name for s in table if s.axis}
     lines = [
         "",
