@@ -467,7 +467,7 @@ CASES = {
     ),
     "run: experiment file unknown backend": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "backend: tensorrt\n")],
-        "backend must be auto, torch, onnx, openvino, got 'tensorrt'",
+        "unknown backend 'tensorrt': choose auto, torch, onnx, openvino",
     ),
     "run: experiment file unknown precision": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "precision: fp8\n")],
