@@ -135,7 +135,7 @@ def test_a_sweep_on_onnx_scores_as_torch_does(tmp_path):
 
 
 def test_bad_backend_settings_fail_early(monkeypatch):
-    with pytest.raises(InputError, match="backend must be auto, torch, onnx, openvino"):
+    with pytest.raises(InputError, match="unknown backend 'tensorrt': choose auto, torch, onnx, openvino"):
         Experiment(backend="tensorrt").validate()
     with pytest.raises(InputError, match="quantize: int8 needs backend onnx or openvino"):
         Experiment(quantize="int8").validate()
@@ -284,7 +284,7 @@ def test_auto_resolves_to_an_installed_lossless_backend_that_the_run_records(tmp
     """`backend: auto` (the default) runs the fastest backend whose vectors equal torch fp32's on the probe;
     the run's settings, models table and fingerprints name that backend, never `auto`."""
     from chunkeval.engine.embedding import auto, resolution
-    from chunkeval.engine.embedding.registry import auto_choice
+    from chunkeval.engine.embedding.resolution import choose_backend
     from chunkeval.engine.pipeline.fingerprints import models_fingerprint
 
     monkeypatch.delenv("CHUNKEVAL_AUTO_BACKEND")  # the suite's pin (conftest) lifted: auto probes
@@ -294,7 +294,7 @@ def test_auto_resolves_to_an_installed_lossless_backend_that_the_run_records(tmp
     assert exp.backend == "auto"
     ran, line, fresh = resolution.resolution(exp)
     resolution.say_choice(line, fresh)  # what a run's preparation says, once its inputs are checked
-    choice = auto_choice(["all-MiniLM-L6-v2"])  # now the kept choice: said no more
+    choice = choose_backend("auto", ["all-MiniLM-L6-v2"])  # now the kept choice: said no more
     assert ran.backend == choice.backend in choice.lossless and backends.check_backend(ran.backend) is None
     assert fresh and line.startswith(choice.line) and line in caplog.text  # said, in one line
     assert resolution.resolution(exp)[2] is False  # a kept choice is recorded with each run, not said again
@@ -317,15 +317,15 @@ def test_auto_resolves_to_an_installed_lossless_backend_that_the_run_records(tmp
 
 def test_the_auto_probe_runs_once_per_model_and_machine(monkeypatch):
     from chunkeval.engine.embedding import auto
-    from chunkeval.engine.embedding.registry import auto_choice
+    from chunkeval.engine.embedding.resolution import choose_backend
 
     monkeypatch.delenv("CHUNKEVAL_AUTO_BACKEND")
 
-    first = auto_choice(["all-MiniLM-L6-v2"])
+    first = choose_backend("auto", ["all-MiniLM-L6-v2"])
     path = auto.cache_path(model_fingerprint("all-MiniLM-L6-v2"))
     record, written, probes = json.loads(path.read_text()), path.stat().st_mtime_ns, auto.probes_run
     assert record["backend"] == first.backend and record["cpu"] == auto.cpu_model() and record["versions"]["torch"]
-    again = auto_choice(["all-MiniLM-L6-v2"])
+    again = choose_backend("auto", ["all-MiniLM-L6-v2"])
     assert again.cached and again.backend == first.backend and again.texts_per_s == record["texts_per_s"]
     assert auto.probes_run == probes and path.stat().st_mtime_ns == written  # read, not probed again
 
@@ -409,16 +409,16 @@ def test_a_machine_pins_what_auto_means_without_a_probe(monkeypatch):
     """CHUNKEVAL_AUTO_BACKEND (what the suite sets to torch) makes auto that backend, said in its line, with no
     probe run; a value that names no backend is one line."""
     from chunkeval.engine.embedding import auto
-    from chunkeval.engine.embedding.registry import auto_choice
+    from chunkeval.engine.embedding.resolution import choose_backend
 
     probes = auto.probes_run
     monkeypatch.setenv("CHUNKEVAL_AUTO_BACKEND", "onnx")
-    choice = auto_choice(["all-MiniLM-L6-v2"])
+    choice = choose_backend("auto", ["all-MiniLM-L6-v2"])
     assert choice.backend == "onnx" and "pinned by CHUNKEVAL_AUTO_BACKEND" in choice.line
     assert auto.probes_run == probes
     monkeypatch.setenv("CHUNKEVAL_AUTO_BACKEND", "tpu")
     with pytest.raises(InputError, match="CHUNKEVAL_AUTO_BACKEND must be torch, onnx or openvino, got 'tpu'"):
-        auto_choice(["all-MiniLM-L6-v2"])
+        choose_backend("auto", ["all-MiniLM-L6-v2"])
 
 
 def test_a_backend_that_fails_the_probe_or_is_missing_is_skipped_with_why(monkeypatch):

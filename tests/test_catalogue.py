@@ -281,7 +281,7 @@ CASES = {
     "sweep: the same context twice": (lambda w: sweep(w["t"], "--context", "title,title"), "context 'title' listed"),
     "sweep: chunker module not importable": (
         lambda w: sweep(w["t"], "--chunker", "nosuchpkg.mod:fn"),
-        "cannot import chunker",
+        "chunker 'nosuchpkg.mod:fn': cannot import 'nosuchpkg.mod'",
     ),
     "sweep: unknown model": (lambda w: sweep(w["t"], "--model", "no-such-model"), "model 'no-such-model'"),
     "sweep: chunk size not a number": (
@@ -467,7 +467,7 @@ CASES = {
     ),
     "run: experiment file unknown backend": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "backend: tensorrt\n")],
-        "backend must be auto, torch, onnx, openvino, got 'tensorrt'",
+        "unknown backend 'tensorrt': choose auto, torch, onnx, openvino",
     ),
     "run: experiment file unknown precision": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "precision: fp8\n")],
@@ -1224,7 +1224,7 @@ SWEEP_FLAG_CASES = {
     ),
     "a reranker that is no model": (
         ["--reranker", "none,cohere-rerank", "--candidates", "10"],
-        "reranker 'cohere-rerank' is neither none, an embedding model",
+        "unknown reranker 'cohere-rerank': choose none, an embedding model",
     ),
     "candidates below every k": (
         ["--reranker", "all-MiniLM-L6-v2", "--candidates", "3,4", "--k", "5"],

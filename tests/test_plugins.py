@@ -10,6 +10,9 @@ import pytest
 
 from chunkeval.engine.chunking import resolve_chunker
 from chunkeval.engine.pipeline.experiment import Experiment
+from chunkeval.engine.retrieval.indexes.spec import parse_index
+from chunkeval.engine.retrieval.rerank import check_reranker
+from chunkeval.engine.retrieval.retrievers import check_retriever
 from chunkeval.errors import InputError
 
 GRID = "chunk_sizes: [100]\nk: [1]\nretriever: [bm25]\n"
@@ -67,3 +70,47 @@ def test_an_installed_entry_point_names_a_chunker(tmp_path, monkeypatch):
     exp = Experiment.from_yaml(path)
     starts, ends = resolve_chunker("paragraphs")("One.\n\nTwo two.\n\nThree.", 100, 0)
     assert exp.chunker == ("paragraphs",) and len(starts) == len(ends) >= 1
+
+
+def not_a_chunker(request):
+    """A retriever's signature: one argument, where a chunker takes three."""
+
+
+NOT_CALLABLE = 3
+
+
+@pytest.mark.parametrize(
+    "resolve, name, line",
+    [
+        (resolve_chunker, "fixed_tokn", "unknown chunker 'fixed_tokn': choose fixed_token, "),
+        (resolve_chunker, "fixed_tokn", "or module:function for your own; did you mean fixed_token or fixed_char?"),
+        (resolve_chunker, "nosuchpkg.mod:f", "chunker 'nosuchpkg.mod:f': cannot import 'nosuchpkg.mod' ("),
+        (resolve_chunker, f"{__name__}:missing", f"chunker '{__name__}:missing': '{__name__}' has no 'missing'"),
+        (resolve_chunker, f"{__name__}:NOT_CALLABLE", f"chunker '{__name__}:NOT_CALLABLE': 'NOT_CALLABLE' is not"),
+        (resolve_chunker, f"{__name__}:not_a_chunker", "must take (text, chunk_size, chunk_overlap): too many"),
+        (check_retriever, "bm26", "unknown retriever 'bm26': choose dense, bm25, hybrid, or module:function for"),
+        (check_retriever, f"{__name__}:paragraphs", "retriever '" + __name__ + ":paragraphs' must take (request)"),
+        (parse_index, "hnws", "unknown index kind 'hnws': choose exact, hnsw, ivf, chroma; did you mean hnsw?"),
+        (check_reranker, "cohere", "unknown reranker 'cohere': choose none, an embedding model (bundled"),
+    ],
+)
+def test_every_extension_point_refuses_a_name_in_one_wording(resolve, name, line):
+    """One resolver (`plugins.resolve`) for chunkers, retrievers, index kinds and rerankers: unknown (with the
+    closest names), cannot import, not a function, and a plug-in that cannot take the point's arguments."""
+    with pytest.raises(InputError) as err:
+        resolve(name)
+    assert line in str(err.value) and "\n" not in str(err.value)
+
+
+def paragraphs(text, chunk_size, chunk_overlap):
+    return text.split("\n\n")
+
+
+def test_an_entry_point_is_checked_like_an_imported_plugin(tmp_path, monkeypatch):
+    dist = tmp_path / "chunkeval_wrong-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: chunkeval-wrong\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[chunkeval.retrievers]\nwrong = {__name__}:paragraphs\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(InputError, match=r"retriever 'wrong' must take \(request\)"):
+        check_retriever("wrong")

@@ -12,7 +12,6 @@ Register your own with `@register_chunker("name")`, or name it on the command li
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -47,31 +46,28 @@ def register_chunker(
     return add
 
 
+def _offsets(name: str, fn) -> Chunker:
+    """A loaded function as a chunker: a registered one (named by its module path) returns offsets already."""
+    return fn if any(fn is registered for registered in CHUNKERS.values()) else as_chunker(fn, name)
+
+
+CHUNKER = plugins.ExtensionPoint(
+    "chunker",
+    CHUNKERS,
+    group="chunkeval.chunkers",
+    modules=True,
+    takes=("text", "chunk_size", "chunk_overlap"),
+    keywords=lambda fn: ("embed",) if getattr(fn, "needs_embeddings", False) else (),
+    adapt=_offsets,
+)
+
+
 def resolve_chunker(name: str) -> Chunker:
     """A registered chunker, one an installed package declares (entry point group `chunkeval.chunkers`),
-    or `package.module:function` imported on demand. An imported function may also be a text splitter
-    returning a list of strings: they are located in the text (`chunkeval.engine.chunking.splitters`).
-    Whether a file may name a module is decided before this (`chunkeval.engine.settings.plugins`)."""
-    if name in CHUNKERS:
-        return CHUNKERS[name]
-    if ":" not in name:
-        fn = plugins.load_entry_point("chunker", name)
-        if fn is None:
-            raise InputError(
-                f"unknown chunker {name!r}; choose one of {', '.join(sorted(CHUNKERS))} or module:function"
-            )
-        return as_chunker(fn, name)
-    plugins.check_module("chunker", name)
-    module, _, attr = name.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise InputError(f"cannot import chunker {name!r} ({exc})") from None
-    if not callable(fn):
-        raise InputError(f"chunker {name!r} is not a function")
-    if any(fn is registered for registered in CHUNKERS.values()):
-        return fn  # a registered chunker named by its module path returns offsets
-    return as_chunker(fn, name)
+    or `package.module:function` imported on demand (`chunkeval.engine.settings.plugins.resolve`). An imported
+    function may also be a text splitter returning a list of strings: they are located in the text
+    (`chunkeval.engine.chunking.splitters`). Whether a file may name a module is decided before this."""
+    return plugins.resolve(CHUNKER, name)
 
 
 def needs_embeddings(name: str) -> bool:

@@ -16,7 +16,8 @@ so the choice changes no fingerprint and embeds nothing again (`chunkeval.engine
 `CHUNKEVAL_AUTO_BACKEND` pins the choice on a machine without a probe (the test suite pins torch, so that its
 numbers never depend on how busy the machine was when it probed). Lossy settings (`quantize: int8`,
 `precision: bf16 | fp16`) are never chosen here: with one of them, `auto` means torch (precision) or is refused
-(int8 needs a backend named)."""
+(int8 needs a backend named). Those rules, and the choice for several models at once, are the backend's one
+decision (`chunkeval.engine.embedding.resolution.choose_backend`), which asks this module for a model's choice."""
 
 from __future__ import annotations
 
@@ -38,7 +39,6 @@ from chunkeval.engine.embedding.backends import (
     _NEEDS,
     GraphRunner,
     TorchRunner,
-    check_backend,
     check_folder_runs_on,
     ensure_export,
     package_version,
@@ -176,13 +176,13 @@ def probe(
                 f"difference {a['max_abs']:.1e}; the bar is {MIN_COSINE} and {MAX_ABS:g})"
             )
     good = tuple(b for b in speeds if b not in skipped)
-    fastest = _fastest(good, [speeds])
+    fastest = fastest_lossless(good, [speeds])
     return Choice(
         fastest, _line(fastest, speeds, agreed), speeds, agreed, {**skipped, **_slower(good, fastest, speeds)}, good
     )
 
 
-def _fastest(lossless: tuple, speeds: list[dict]) -> str:
+def fastest_lossless(lossless: tuple, speeds: list[dict]) -> str:
     """The lossless backend that embeds the probes of every model soonest; torch unless another is `MARGIN` × faster."""
     seconds = {b: sum(1 / s[b] for s in speeds) for b in lossless}
     best = min(seconds, key=seconds.get)
@@ -318,32 +318,3 @@ def on_gpu(device: str | None) -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def resolve(transformers: list[tuple], quantize: str = "none", precision: str = "fp32", gpu: bool = False) -> Choice:
-    """The backend `auto` means for these transformer models ((name, folder, fingerprint) each; static and
-    served ones are left out by the caller: `chunkeval.engine.embedding.registry.auto_choice`), with
-    `quantize` and `precision`, torch running on a GPU or not: one backend for all of them, lossless for each."""
-    check_backend(AUTO, quantize, precision=precision)  # int8 needs a backend named
-    if precision != "fp32":
-        return Choice("torch", f"backend auto: torch (precision {precision} is yours to choose; auto probes fp32)")
-    if gpu:
-        return Choice("torch", "backend auto: torch (the GPU runs backend torch; onnx and openvino run on the CPU)")
-    if not transformers:
-        return Choice("torch", "backend auto: torch (no transformer to export: a static model runs alike everywhere)")
-    pinned = os.environ.get(PIN)
-    if pinned:  # a machine's choice made once by its owner (a CI runner, a fleet of one kind): nothing probed
-        if pinned not in ("torch", *CANDIDATES):
-            raise InputError(f"{PIN} must be torch, onnx or openvino, got {short(pinned)}")
-        return Choice(pinned, f"backend auto: {pinned} (pinned by {PIN}; nothing probed)")
-    try:
-        choices = [choose(*t) for t in transformers]
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError):  # torch itself cannot load it: the run says so
-        return Choice("torch", "")
-    if len(choices) == 1:
-        return choices[0]
-    # several models: a backend lossless for each, the one that embeds all their probes soonest
-    usable = tuple(b for b in choices[0].lossless if all(b in c.lossless for c in choices))
-    best = _fastest(usable, [c.texts_per_s for c in choices])
-    lines = "; ".join(f"{t[0]}: {c.line.removeprefix('backend auto: ')}" for t, c in zip(transformers, choices))
-    return Choice(best, f"backend auto: {best} for {len(choices)} models ({lines})")

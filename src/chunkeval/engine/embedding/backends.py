@@ -40,12 +40,15 @@ import numpy as np
 
 from chunkeval.engine.embedding.built import RECORD, build_folder
 from chunkeval.engine.embedding.precision import check_precision
+from chunkeval.engine.settings.plugins import ExtensionPoint, resolve
 from chunkeval.errors import InputError
 from chunkeval.files import hash_folder
 from chunkeval.paths import backends_dir
 
 BACKENDS = ("torch", "onnx", "openvino")
 CHOICES = ("auto", *BACKENDS)  # auto: the fastest lossless one installed here (chunkeval.engine.embedding.auto)
+# built-ins only: a new backend is a runner here, chosen in `load_runner` (docs/architecture.md, "Where to add")
+BACKEND = ExtensionPoint("backend", dict.fromkeys(CHOICES))
 QUANTIZE = ("none", "int8")
 _NEEDS = {"onnx": ("onnxruntime", "onnx"), "openvino": ("openvino", "onnx")}
 _NEEDS_INT8 = {"onnx": (), "openvino": ("nncf",)}
@@ -59,8 +62,7 @@ _POOLING = ("mean", "cls")
 def check_backend(backend: str, quantize: str = "none", source: str | None = None, precision: str = "fp32") -> None:
     """One line for a backend, quantisation or precision that cannot run here (unknown, not together, or
     their packages missing)."""
-    if backend not in CHOICES:
-        raise InputError(f"backend must be {', '.join(CHOICES)}, got {backend!r}", source)
+    resolve(BACKEND, backend, source)
     if backend == "auto":
         if quantize != "none":
             raise InputError(

@@ -27,7 +27,6 @@ from chunkeval.engine.embedding.client import Client, cut_texts
 from chunkeval.engine.embedding.precision import check_device as check_precision_device
 from chunkeval.engine.embedding.precision import tell
 from chunkeval.engine.embedding.registry import (
-    auto_choice,
     check_model_runs_on,
     embedder_fingerprint,
     model_fingerprint,
@@ -35,7 +34,7 @@ from chunkeval.engine.embedding.registry import (
     prompt_for,
     resolve_model,
 )
-from chunkeval.engine.embedding.resolution import say_pending
+from chunkeval.engine.embedding.resolution import choose_backend, say_pending
 from chunkeval.errors import InputError
 from chunkeval.limits import short
 
@@ -158,10 +157,8 @@ class Embedder:
             self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None
             return
         check_model_runs_on(self.model, "torch", None, self.precision)  # a static model runs in fp32 only
-        if (
-            self.backend == "auto"
-        ):  # an experiment resolves it first (chunkeval.engine.embedding.auto); alone, per model
-            self.backend = auto_choice([self.model], self.quantize, self.precision, self.device).backend
+        # the one decision: an experiment resolves auto first (`resolution`); an embedder alone, per model
+        self.backend = choose_backend(self.backend, [self.model], self.quantize, self.precision, self.device).backend
         self.fingerprint = embedder_fingerprint(self.model, self.backend, self.quantize, self.precision)
         self.prompts = model_prompts(self.model)
         self.cache = EmbeddingCache(self.cache_dir, self.fingerprint) if self.cache_dir else None

@@ -91,12 +91,3 @@ def embedder_fingerprint(model: str, backend: str = "torch", quantize: str = "no
     if backend != "torch" and not lossless:
         fingerprint = backends.backend_fingerprint(fingerprint, folder, backend, quantize)
     return precision.precision_fingerprint(fingerprint, precision_)
-
-
-def auto_choice(models, quantize: str = "none", precision_: str = "fp32", device: str | None = None):
-    """What `backend: auto` means for these local models (`chunkeval.engine.embedding.auto.Choice`): probed
-    once per transformer model and machine; a static model runs alike on every backend."""
-    transformers = [
-        (m, resolve_model(m), model_fingerprint(m)) for m in models if backends.is_transformer(resolve_model(m))
-    ]
-    return auto.resolve(transformers, quantize, precision_, bool(models) and auto.on_gpu(device))

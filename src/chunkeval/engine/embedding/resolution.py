@@ -1,15 +1,26 @@
-"""An experiment's `backend: auto` resolved before it runs: the backend chosen (`chunkeval.engine.embedding.auto`)
-replaces `auto` in the settings, so that fingerprints, recorded settings and the models table name it, and
-the choice is said in one line."""
+"""Which backend embeds: the whole decision in one place, `choose_backend`, which every caller asks.
+
+A named backend (torch, onnx, openvino) is that backend, once it is known, allowed with the quantisation and
+precision and installed (`chunkeval.engine.embedding.backends.check_backend`, whose precision rules are
+`chunkeval.engine.embedding.precision.check_precision`). `auto` is decided by rule where a rule decides it
+(a lower precision, a GPU, no transformer to export: torch; `CHUNKEVAL_AUTO_BACKEND`: its pin), else it is the
+choice kept per model and machine, probed once (`chunkeval.engine.embedding.auto`). An experiment's `auto`
+is resolved before it runs (`resolution`): the backend chosen replaces `auto` in the settings, so that
+fingerprints, recorded settings and the models table name it, and the choice is said in one line."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from chunkeval import progress
-from chunkeval.engine.embedding.auto import PIN
-from chunkeval.engine.embedding.registry import auto_choice
+from chunkeval.engine.embedding import auto
+from chunkeval.engine.embedding.auto import AUTO, CANDIDATES, PIN, Choice
+from chunkeval.engine.embedding.backends import check_backend, is_transformer
+from chunkeval.engine.embedding.registry import model_fingerprint, resolve_model
 from chunkeval.engine.embedding.served import lookup
+from chunkeval.errors import InputError
+from chunkeval.limits import short
 
 _said: set[str] = set()
 _pending: list[str] = []  # pinned lines said when a model loads
@@ -28,7 +39,7 @@ def resolution(exp, device: str | None = None):
         return replace(exp, backend="torch"), "backend auto: torch (nothing in this grid embeds)", False
     names = list(exp.model if exp.first_stage_embeds() else []) + exp.embedding_rerankers()
     local = [m for m in dict.fromkeys(names) if lookup(m, exp.models) is None]
-    choice = auto_choice(local, exp.quantize, exp.precision, device)
+    choice = choose_backend(AUTO, local, exp.quantize, exp.precision, device)
     skipped = "; ".join(f"{b} {why}" for b, why in choice.skipped.items())
     line = choice.line + (f"; {skipped}" if skipped and not choice.cached else "")
     fresh = (bool(choice.texts_per_s) and not choice.cached) or PIN in line
@@ -61,3 +72,41 @@ def say_pending() -> None:
 def resolved(exp, device: str | None = None):
     """`exp` with its backend resolved where it says `auto` (`resolution`)."""
     return resolution(exp, device)[0]
+
+
+def choose_backend(
+    backend: str, models=(), quantize: str = "none", precision: str = "fp32", device: str | None = None
+) -> Choice:
+    """The backend that embeds these local models (names; served ones are left out by the caller) with
+    `quantize` and `precision` on `device`: a named one as it is, once it can run here; `auto` one backend for
+    all of them, lossless for each (probed once per transformer model and machine, and kept; a static model
+    runs alike on every backend)."""
+    if backend != AUTO:
+        check_backend(backend, quantize, precision=precision)
+        return Choice(backend, "")
+    folders = [(m, resolve_model(m)) for m in models]
+    transformers = [(m, folder, model_fingerprint(m)) for m, folder in folders if is_transformer(folder)]
+    gpu = bool(models) and auto.on_gpu(device)
+    check_backend(AUTO, quantize, precision=precision)  # int8 needs a backend named
+    if precision != "fp32":
+        return Choice("torch", f"backend auto: torch (precision {precision} is yours to choose; auto probes fp32)")
+    if gpu:
+        return Choice("torch", "backend auto: torch (the GPU runs backend torch; onnx and openvino run on the CPU)")
+    if not transformers:
+        return Choice("torch", "backend auto: torch (no transformer to export: a static model runs alike everywhere)")
+    pinned = os.environ.get(PIN)
+    if pinned:  # a machine's choice made once by its owner (a CI runner, a fleet of one kind): nothing probed
+        if pinned not in ("torch", *CANDIDATES):
+            raise InputError(f"{PIN} must be torch, onnx or openvino, got {short(pinned)}")
+        return Choice(pinned, f"backend auto: {pinned} (pinned by {PIN}; nothing probed)")
+    try:
+        choices = [auto.choose(*t) for t in transformers]
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError):  # torch itself cannot load it: the run says so
+        return Choice("torch", "")
+    if len(choices) == 1:
+        return choices[0]
+    # several models: a backend lossless for each, the one that embeds all their probes soonest
+    usable = tuple(b for b in choices[0].lossless if all(b in c.lossless for c in choices))
+    best = auto.fastest_lossless(usable, [c.texts_per_s for c in choices])
+    lines = "; ".join(f"{t[0]}: {c.line.removeprefix('backend auto: ')}" for t, c in zip(transformers, choices))
+    return Choice(best, f"backend auto: {best} for {len(choices)} models ({lines})")

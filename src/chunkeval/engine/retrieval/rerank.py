@@ -24,6 +24,7 @@ from chunkeval.engine.embedding import check_model, pick_device
 from chunkeval.engine.embedding.cache import EmbeddingCache, text_hash
 from chunkeval.engine.embedding.served import lookup
 from chunkeval.engine.retrieval.retrievers.dense import score_blocks
+from chunkeval.engine.settings.plugins import ExtensionPoint, resolve
 from chunkeval.errors import InputError
 from chunkeval.files import hash_folder
 from chunkeval.vocabulary import NO_RERANKER
@@ -42,18 +43,30 @@ def is_cross_encoder(name: str) -> bool:
     return isinstance(architectures, list) and any(str(a).endswith("ForSequenceClassification") for a in architectures)
 
 
-def check_reranker(name: str, served: tuple = (), source: str | None = None) -> None:
-    """One line for a reranker that is no model, before any work."""
-    if name == NO_RERANKER or is_cross_encoder(name) or lookup(name, served) is not None:
-        return
+def _model(name: str) -> str | None:
+    """`name` where it is a model a reranker can be (a CrossEncoder folder, an embedding model), else None."""
+    if is_cross_encoder(name):
+        return name
     try:
         check_model(name)
     except InputError:
-        raise InputError(
-            f"reranker {name!r} is neither none, an embedding model (bundled, built, a local folder or a served "
-            "model), nor a local CrossEncoder folder",
-            source,
-        ) from None
+        return None
+    return name
+
+
+RERANKER = ExtensionPoint(
+    "reranker",
+    {NO_RERANKER: NO_RERANKER},
+    choices="none, an embedding model (bundled, built, a local folder or a served model), or a local "
+    "CrossEncoder folder",
+    other=_model,  # no plug-ins: one's own reranker is a retriever with `candidates` (docs/retrievers.md)
+)
+
+
+def check_reranker(name: str, served: tuple = (), source: str | None = None) -> None:
+    """One line for a reranker that is no model, before any work."""
+    if lookup(name, served) is None:
+        resolve(RERANKER, name, source)
 
 
 def order(first: np.ndarray, scores: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray]:

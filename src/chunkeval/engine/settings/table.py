@@ -180,11 +180,15 @@ def check_k(k: int, what: str = "k", source: str | None = None) -> int:
 
 def did_you_mean(name: str, known) -> str:
     """`name`, and the known names it most looks like (`chunk_szes; did you mean chunk_sizes?`), else where to look."""
+    return f"{short(name)}; {close_names(name, known) or 'docs/settings.md lists every key'}"
+
+
+def close_names(name: str, known) -> str:
+    """`did you mean a or b?` for the known names that `name` most looks like; '' where none does."""
     import difflib
 
     close = difflib.get_close_matches(str(name), sorted(known), n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(close)}?" if close else "docs/settings.md lists every key"
-    return f"{short(name)}; {hint}"
+    return f"did you mean {' or '.join(close)}?" if close else ""
 
 
 def renamed(data: dict, table: tuple[Setting, ...], source=None, warn=None) -> dict:

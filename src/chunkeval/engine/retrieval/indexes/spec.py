@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from chunkeval.engine.settings.plugins import ExtensionPoint, resolve
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, short
 
@@ -27,6 +28,7 @@ PARAMETERS: dict[str, dict[str, tuple[int, bool]]] = {
     "chroma": {"m": (2, True), "ef_construction": (1, True), "ef_search": (1, False)},
 }
 KINDS = tuple(PARAMETERS)
+INDEX = ExtensionPoint("index kind", PARAMETERS)  # built-in kinds only: a new kind is a module here (docs/indexes.md)
 LIBRARY = {"hnsw": "faiss", "ivf": "faiss", "chroma": "chromadb"}  # what each kind searches with
 _TEXT_KEYS = {"chroma": ("url",)}  # parameters that are not numbers, and not part of the key
 _KNOWN = sorted({p for params in PARAMETERS.values() for p in params} | {"url"}, key=len, reverse=True)
@@ -126,8 +128,7 @@ def _split(value, source) -> tuple[str, dict[str, str]]:
                 raise InputError(f"index {kind}: {name} given twice", source)
             given[name] = v
     kind = kind.strip().lower()
-    if kind not in PARAMETERS:
-        raise InputError(f"unknown index kind {short(kind)}; choose {', '.join(KINDS)}", source)
+    resolve(INDEX, kind, source)
     for name in given:
         if name not in PARAMETERS[kind] and name not in _TEXT_KEYS.get(kind, ()):
             _unknown(kind, name, source)

@@ -10,7 +10,6 @@ See docs/retrievers.md.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -140,29 +139,18 @@ def _hybrid(request: RetrievalRequest, c: float = RRF_K, depth: int = FUSE_DEPTH
 _BUILTINS: dict[str, Callable] = {"dense": _dense, "bm25": _bm25, "hybrid": _hybrid}
 
 
+RETRIEVER = plugins.ExtensionPoint(
+    "retriever",
+    _BUILTINS,
+    group="chunkeval.retrievers",
+    modules=True,
+    takes=("request",),
+    check=lambda name, fn: _candidate_depth(name, fn),  # a reranker's depth, checked before any work
+)
+
+
 def _resolve(name: str) -> Retriever:
-    if name in _BUILTINS:
-        return _BUILTINS[name]
-    module_name, _, attr = name.partition(":")
-    if not module_name or not attr:
-        fn = plugins.load_entry_point("retriever", name) if ":" not in name else None
-        if fn is None:
-            raise InputError(
-                f"unknown retriever {name!r}: choose {', '.join(BUILTIN)}, or module:function for your own"
-            )
-        return fn
-    plugins.check_module("retriever", name)
-    try:
-        fn = importlib.import_module(module_name)
-    except ImportError as e:
-        raise InputError(f"retriever {name!r}: cannot import {module_name!r} ({e})") from None
-    for part in attr.split("."):
-        if not hasattr(fn, part):
-            raise InputError(f"retriever {name!r}: {module_name!r} has no {attr!r}")
-        fn = getattr(fn, part)
-    if not callable(fn):
-        raise InputError(f"retriever {name!r}: {attr!r} is not a function")
-    return fn
+    return plugins.resolve(RETRIEVER, name)
 
 
 def _candidate_depth(name: str, fn: Retriever) -> int | None:
