@@ -118,3 +118,25 @@ def test_the_html_report_names_the_ceilings_the_terminal_names(demo_first_run, t
         assert ("cannot be told from noise" in sentence) != at_ceiling(d.ceiling), sentence
     assert ("ceiling effect" in sentences[1]) == ("span_recall: at or near 1" in proc.stdout)  # as the terminal says
     capsys.readouterr()
+
+
+def test_the_report_and_pythons_compare_of_the_demo_fit(demo_first_run, monkeypatch, capsys):
+    """`chunkeval report` printed 152 columns on the demo and `chunkeval.compare(...)` 164 (issue 42): every line
+    of both within 120 columns, the interval table as narrow as the macro one, the best named once."""
+    import re
+
+    import chunkeval
+    from chunkeval.cli import main
+    from chunkeval.report.terminal import TERMINAL_WIDTH
+
+    proc, home = demo_first_run
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
+    run_id = re.search(r"experiment demo: run (\S+) completed", proc.stdout).group(1)
+    assert main(["report", "--experiment", "demo", "--run", run_id]) == 0
+    out = capsys.readouterr().out
+    assert all(len(line) <= TERMINAL_WIDTH for line in out.splitlines()), out
+    intervals = out.split("95 % bootstrap interval of each macro mean")[1].splitlines()
+    assert re.search(r"\d\.\d{3}–\d\.\d{3}", intervals[3]), intervals[:4]
+    printed = repr(chunkeval.compare(run_id, metric="span_recall"))
+    assert all(len(line) <= TERMINAL_WIDTH for line in printed.splitlines()), printed
+    assert printed.count(run_id) == 1 and "more comparison(s) of span_recall" in printed

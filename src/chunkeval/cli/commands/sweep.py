@@ -18,6 +18,7 @@ from chunkeval.report.terminal import (
     approximate,
     beside,
     check_table_path,
+    fold,
     format_index_costs,
     format_models,
     format_slices,
@@ -68,13 +69,16 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         tables[beside_out["by_slice"]] = result.by_slice
     write_tables(tables)
     for note in result.notes:
-        print(f"note: {note}")
+        print(fold(f"note: {note}"))
     doc_runs = write_doc_runs(result.per_query, doc_runs)
     print(summary_block(result.summary, result.per_query, args.metrics, args.wide))
     truncated = sum(result.summary["truncated_chunks"].to_pylist()) // max(len(exp.k), 1)
     print(
-        f"\n{result.texts_embedded} text(s) embedded; {truncated} chunk(s) longer than the model's input were "
-        f"embedded from their beginning; results in {out} and " + ", ".join(p.name for p in list(tables)[1:])
+        "\n"
+        + fold(
+            f"{result.texts_embedded} text(s) embedded; {truncated} chunk(s) longer than the model's input were "
+            f"embedded from their beginning; results in {out} and " + ", ".join(p.name for p in list(tables)[1:])
+        )
     )
     if result.by_slice is not None:
         print(format_slices(result.by_slice))
