@@ -14,6 +14,7 @@ from chunkeval.engine.scoring.doc_metrics import write_doc_runs
 from chunkeval.errors import InputError
 from chunkeval.files import check_output, check_writable_dir, write_tables
 from chunkeval.paths import cache_dir
+from chunkeval.progress import show_progress
 from chunkeval.report.terminal import (
     approximate,
     beside,
@@ -58,8 +59,9 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         raise InputError("--out and its companion files (.per_query, .by_corpus, .by_slice) name one file twice", out)
     check_writable_dir(cache_dir(), "the embedding cache ($CHUNKEVAL_HOME)")
     consent = Consent(args.yes, terminal_confirm(), "--yes", throughput=lambda: Warehouse.at_home().model_throughput())
-    state = prepare(exp, batch_size=args.batch_size, device=args.device, consent=consent)
-    result = run_steps(state)
+    with show_progress():  # as run shows it: a bar on a terminal, off one a line at least every 10 s
+        state = prepare(exp, batch_size=args.batch_size, device=args.device, consent=consent)
+        result = run_steps(state)
     tables = {
         out: result.summary,
         beside_out["per_query"]: result.per_query,
