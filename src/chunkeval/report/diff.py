@@ -158,7 +158,9 @@ def format_diff(docs: list[dict], run_a: str, run_b: str, colour: bool = False) 
         )
         shown = d["queries"][:SHOWN_QUERIES]
         for q in shown:
-            lines.append(f"  {visible(q['query_id'])} {visible(q['question'] or '')!r}: {q['a']:.3f} → {q['b']:.3f}")
+            lines.append(
+                fold(f"  {visible(q['query_id'])} {visible(q['question'] or '')!r}: {q['a']:.3f} → {q['b']:.3f}")
+            )
             lines.append("    a retrieved:")
             lines += format_items(q["retrieved_a"], colour, indent="      ")
             lines.append("    b retrieved:")

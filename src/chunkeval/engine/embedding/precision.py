@@ -28,6 +28,7 @@ from pathlib import Path
 
 from chunkeval import progress
 from chunkeval.errors import InputError
+from chunkeval.paths import backends_dir
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 log = logging.getLogger("chunkeval")
@@ -159,8 +160,6 @@ def tell(precision: str, backend: str, quantize: str, device: str) -> None:
         return
     mark = None
     try:
-        from chunkeval.paths import backends_dir
-
         mark = backends_dir() / f"advised-{hashlib.sha256(line.encode()).hexdigest()[:16]}"
         if mark.exists():
             return
