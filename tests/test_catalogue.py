@@ -393,6 +393,10 @@ CASES = {
     ),
     # ---------------------------------------------------------------- run
     "run: experiment file missing": (lambda w: ["run", w["t"] / "nope.yaml"], "nope.yaml: file not found"),
+    "run: an experiment's name given as its file": (
+        lambda w: ["run", "demo"],
+        "no experiment file 'demo' here; to run the experiment of that name: chunkeval run --experiment demo",
+    ),
     "run: unknown task runner": (
         lambda w: ["run", "--task-runner", "ray"],
         "--task-runner must be local, dask, dask:N or dask=tcp://HOST:PORT",

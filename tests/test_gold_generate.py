@@ -9,7 +9,9 @@ endpoint too, asserting only what holds for any model.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import os
 import shutil
@@ -48,12 +50,23 @@ def rows(path: Path) -> list[dict]:
 def generated(tmp_path_factory):
     """One generation against the stand-in: 4 documents, one passage each, 3 questions asked of each."""
     t = tmp_path_factory.mktemp("generated")
-    with ChatServer() as server:
+    said = io.StringIO()  # stderr, off a terminal
+    with ChatServer() as server, contextlib.redirect_stderr(said):
         prov = generate(corpus(t / "corpora"), t / "gen.csv", server.url, "--questions", "12", "--per-passage", "3")
         calls = server.calls
         again = generate(t / "corpora", t / "again.csv", server.url, "--questions", "12", "--per-passage", "3")
         resumed_calls = server.calls - calls
-    return {"t": t, "prov": prov, "calls": calls, "again": again, "resumed_calls": resumed_calls}
+    return {"t": t, "prov": prov, "calls": calls, "again": again, "resumed_calls": resumed_calls} | {
+        "stderr": said.getvalue()
+    }
+
+
+def test_generation_shows_its_progress(generated):
+    """docs/gold.md promises a progress bar over the requests (issue 42): off a terminal, a line as the requests
+    begin and one when the last is answered (and one at least every 10 s between, test_models.py)."""
+    lines = [line for line in generated["stderr"].splitlines() if line.startswith("asking the chat model")]
+    assert len(lines) >= 2 and lines[0].split("]")[1].split()[0] == "0/4", generated["stderr"]
+    assert lines[-1].split("]")[1].split()[0] == "4/4" and "WARNING" not in generated["stderr"]
 
 
 def test_every_check_is_applied_to_the_replayed_answers(generated):

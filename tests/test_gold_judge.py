@@ -9,7 +9,9 @@ endpoint too, asserting only what holds for any model.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import os
 import subprocess
@@ -59,9 +61,11 @@ def judged(tmp_path_factory, embedder_factory):
     run_id = wh.begin_run("judge", {}, "manual", exp.to_dict())
     kept = {"retrieved": result.retrieved, "corpora": result.corpora}
     wh.complete_run(run_id, RunResult(result.per_query, result.summary, references=result.references, **kept))
+    said = io.StringIO()  # stderr, off a terminal
     with pytest.MonkeyPatch.context() as mp, ChatServer() as server:
         mp.setenv("CHUNKEVAL_HOME", str(t / "home"))
-        prov = judge(t / "j.csv", run_id, server.url, "--human", str(DEMO_GOLD))
+        with contextlib.redirect_stderr(said):
+            prov = judge(t / "j.csv", run_id, server.url, "--human", str(DEMO_GOLD))
         calls, answered = server.calls, server.requests
         again = judge(t / "again.csv", run_id, server.url)
         resumed = server.calls - calls
@@ -70,7 +74,19 @@ def judged(tmp_path_factory, embedder_factory):
         "resumed": resumed,
         "retrieved": retrieved,
         "corpora": result.corpora,
+        "stderr": said.getvalue(),
     }
+
+
+def test_judging_shows_its_progress(judged):
+    """docs/gold.md promises progress (issue 42; 1,193 passages were judged in silence): off a terminal, a line as
+    the pool's requests begin and one when the last is answered, then the canaries' likewise."""
+    said = judged["stderr"]
+    pooled, canaries = judged["prov"]["counts"]["pooled"], judged["prov"]["canaries"]["asked"]
+    for what, n in (("judging the pool", pooled), ("judging the canaries", canaries)):
+        counts = [line.split("]")[1].split()[0] for line in said.splitlines() if line.startswith(what)]
+        assert len(counts) >= 2 and counts[0] == f"0/{n}" and counts[-1] == f"{n}/{n}", said
+    assert "WARNING" not in said
 
 
 def test_the_pool_is_every_configuration_to_the_depth(judged):

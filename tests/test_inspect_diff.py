@@ -144,6 +144,12 @@ def test_diff_says_which_questions_changed_and_what_they_retrieved(kept, capsys)
     assert main(["diff", "--run", a, "--run", b, "--config", "k=3", "--metric", "mrr"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"diff of run {a} (a) → run {b} (b)") and "mrr" in out and "k=1" not in out
+    assert main(["diff", "--run", a, "--run", b]) == 0  # the verdict's line folded, as every line (issue 42)
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= 120, out
+    assert main(["diff", "--run", a, "--run", a]) == 0  # nothing changed: one line names the configurations
+    same = capsys.readouterr().out.split("\n\n")[-1]
+    assert same.startswith("no question changed on span_recall in 2 configuration(s): ") and "k=3 [" in same, same
 
 
 def test_diff_as_one_offline_page(kept, tmp_path, capsys):

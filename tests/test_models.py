@@ -189,3 +189,40 @@ def test_a_terminal_bar_says_how_long_is_left():
     first, quarter, done = shown.getvalue().split("\r")[1:]
     assert "left" not in first and "left" not in done  # no pace yet; nothing left
     assert re.fullmatch(r"embedding  \[#{7}\.{21}\] 25/100 +\d+ s, about \d+ s left", quarter), quarter
+
+
+def test_off_a_terminal_a_long_step_says_where_it_is_without_updates(monkeypatch):
+    """Off a terminal every long step prints a line at least every 10 s (issue 42): a build whose batch, a chat
+    request or a stage that takes long sends no update meanwhile, so the display's clock says the line again; a
+    step that is over (its bar full, its stage closed) is not repeated."""
+    import io
+    import time
+
+    from chunkeval import progress
+
+    monkeypatch.setattr(progress, "OFF_TERMINAL_EVERY", 0.0)  # every tick is due
+    shown = io.StringIO()
+    bar = progress.TerminalProgress(shown)
+    bar("building static model", 0, 29528)
+    bar.tick()
+    bar.tick()
+    lines = shown.getvalue().splitlines()
+    assert len(lines) == 3 and all(line.startswith("building static model [....") for line in lines), lines
+    bar("building static model", 29528, 29528)
+    bar.tick()
+    bar("chunking", None, None)
+    bar.tick()
+    bar.end("chunking")
+    bar.tick()
+    lines = shown.getvalue().splitlines()[3:]
+    assert len(lines) == 3 and lines[0].endswith("29528/29528     0 s"), lines
+    assert lines[1] == "chunking…" and lines[2].startswith("chunking…"), lines
+
+    monkeypatch.setattr(progress, "OFF_TERMINAL_EVERY", 0.02)  # and the clock of show_progress calls tick
+    shown = io.StringIO()
+    with progress.show_progress(shown):
+        progress.step("asking the chat model", 0, 5)
+        deadline = time.monotonic() + 30
+        while len(shown.getvalue().splitlines()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert len(shown.getvalue().splitlines()) >= 2, shown.getvalue()

@@ -54,9 +54,45 @@ def test_comparisons_show_as_a_table_and_stay_a_list_of_dicts():
     assert json.loads(json.dumps(found))[0]["mean_diff"] == 0
     lines = repr(found).splitlines()
     assert lines[0] == "chunkeval comparisons: 1 paired comparison(s)"
-    assert lines[1].split()[:4] == ["a", "b", "metric", "mean_a"]
-    assert "k=2 [" in lines[3] and "] @a" in lines[3]  # the label and config_id, as the terminal names it
+    assert lines[2].startswith("mrr (a: run a, b: run b): ")  # what every row shares, said once
+    assert lines[3].split()[:3] == ["configuration", "mean", "a"]
+    assert lines[5].startswith("k=2 [")  # the label and config_id, as the terminal names it
     assert "<th>p_adjusted</th>" in found._repr_html_()
+
+
+def test_many_comparisons_print_within_120_columns_and_fold_with_a_count():
+    """The demo's `chunkeval.compare(run, metric=...)` printed 164 columns (issue 42): the best and the run are
+    said once above the table, as `chunkeval compare` says them, and only the first rows are shown."""
+    from chunkeval.api import Comparisons
+    from chunkeval.report.notebook import SHOWN_ROWS
+
+    run = "20261127T211456-eff17091"
+    best = {"chunker": "fixed_token", "chunk_size": 100, "chunk_overlap": 0, "k": 5, "model": "all-MiniLM-L6-v2"}
+    found = Comparisons(
+        {
+            "a": best | {"run_id": run},
+            "b": best
+            | {"chunker": "recursive_token", "model": "minilm-static", "chunk_overlap": 25, "k": k}
+            | {"chunk_size": size, "run_id": run},
+            "metric": "span_recall",
+            "n_queries": 28,
+            "n_unmatched": 0,
+            "mean_a": 1.0,
+            "mean_b": 0.7,
+            "mean_diff": 0.3,
+            "ci_low": 0.15,
+            "ci_high": 0.45,
+            "p_adjusted": 0.01,
+            "significant": True,
+            "mde": 0.2,
+        }
+        for size in (100, 300, 500, 700, 900)
+        for k in range(1, 8)
+    )
+    lines = repr(found).splitlines()
+    assert max(map(len, lines)) <= 120, repr(found)
+    assert lines[-1] == f"… and {35 - SHOWN_ROWS} more comparison(s) of span_recall: the list holds them all"
+    assert sum(run in line for line in lines) == 1 and sum("the best: size=100 [" in line for line in lines) == 1
 
 
 def test_a_missing_optional_library_is_one_line_saying_what_to_install():
@@ -101,3 +137,17 @@ def test_the_api_is_discoverable_by_dir_and_help():
     for name in ("evaluate", "score", "compare", "regressions", "inspect", "check_gold"):
         assert f"\n    {name}(" in page, name  # the manual's line and the function's own entry
         assert getattr(chunkeval, name).__doc__.split("\n")[0] in page, name
+
+
+def test_a_table_too_wide_folds_its_labels_after_a_slash():
+    """A table that would pass 120 columns only for its labels folds them after a `/` (issue 42); one that cannot
+    fit so (`--wide`) keeps its width and its one line per row."""
+    from chunkeval.report.terminal import format_rows
+
+    label = "minilm-static/recursive_token/size=100/overlap=25/context=title,headings/k=1"
+    lines = format_rows(["configuration", "config_id", "m" * 60], [[label, "40464f6f", "0.700"]]).splitlines()
+    assert max(map(len, lines)) <= 120 and len(lines) == 4, "\n".join(lines)
+    assert lines[2].split()[1:] == ["40464f6f", "0.700"]
+    assert "".join(line.split()[0] if i == 0 else line.strip() for i, line in enumerate(lines[2:])) == label
+    wide = format_rows(["configuration", "config_id", "m" * 110], [[label, "40464f6f", "0.700"]]).splitlines()
+    assert len(wide) == 3 and len(wide[2]) > 120

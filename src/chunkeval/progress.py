@@ -42,6 +42,12 @@ def step(name: str, done: int | None = None, total: int | None = None) -> None:
         _sink(name, done, total)
 
 
+def ended(name: str) -> None:
+    """The step `name` is over (a shown stage has ended): no line repeats it while the next one has not begun."""
+    if _sink is not None and hasattr(_sink, "end"):
+        _sink.end(name)
+
+
 class Stopwatch:
     """Seconds per stage of a run, in the order the stages first ran (a stage timed twice adds up): wall-clock
     seconds, and the CPU seconds of this process meanwhile (every thread; on a busy machine, what a stage cost).
@@ -65,6 +71,8 @@ class Stopwatch:
         try:
             yield
         finally:
+            if show:
+                ended(name)
             _clocks.remove(self)
             self._open.pop()
             wall, cpu = time.perf_counter() - frame[0], time.process_time() - frame[1]
@@ -97,17 +105,31 @@ OFF_TERMINAL_EVERY = 10.0  # seconds: off a terminal, a long step says where it 
 
 class TerminalProgress:
     """Progress of the long steps on `stream`: a bar redrawn in place on a terminal; off one (a log, CI), one line
-    when a step begins, one at least every `OFF_TERMINAL_EVERY` seconds while it lasts and one when a bar is full
-    (never one per update)."""
+    when a step begins, one at least every `OFF_TERMINAL_EVERY` seconds while it lasts (`tick`, called by
+    `show_progress`'s clock, says it again where no update came: a batch, a request or a stage that takes long) and
+    one when a bar is full (never one per update)."""
 
     def __init__(self, stream=None, width: int = 28):
         self.stream = stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.width = width
         self.current: str | None = None
+        self.counts: tuple[int | None, int | None] = (None, None)
+        self.over = False  # the current step has ended (its bar is full, or its stage closed)
         self.started = time.monotonic()
         self.said = 0.0  # when the last line off a terminal was written
         self.lock = threading.Lock()
+
+    def _line(self, now: float) -> str:
+        name, (done, total) = self.current, self.counts
+        elapsed = now - self.started
+        if total:
+            filled = int(self.width * min(done or 0, total) / total)
+            line = f"{name:<10} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}  {elapsed:4.0f} s"
+            if done and done < total:  # at the pace so far
+                line += f", about {elapsed * (total - done) / done:.0f} s left"
+            return line
+        return f"{name}…" + (f"  {elapsed:4.0f} s" if elapsed >= 1 else "")
 
     def __call__(self, name: str, done: int | None, total: int | None) -> None:
         with self.lock:
@@ -118,20 +140,30 @@ class TerminalProgress:
                 self.current = name
                 self.started = time.monotonic()
             now = time.monotonic()
-            elapsed = now - self.started
-            if total:
-                filled = int(self.width * min(done or 0, total) / total)
-                line = f"{name:<10} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}  {elapsed:4.0f} s"
-                if done and done < total:  # at the pace so far
-                    line += f", about {elapsed * (total - done) / done:.0f} s left"
-            else:
-                line = f"{name}…"
+            self.counts = (done, total)
+            self.over = bool(total) and done == total
+            line = self._line(now)
             if self.tty:
                 self.stream.write("\r" + line)
-            elif began or (total and done == total) or now - self.said >= OFF_TERMINAL_EVERY:
+            elif began or self.over or now - self.said >= OFF_TERMINAL_EVERY:
                 self.stream.write(line + "\n")
                 self.said = now
             self.stream.flush()
+
+    def tick(self) -> None:
+        """Off a terminal, the current step's line again where none was written for `OFF_TERMINAL_EVERY` seconds."""
+        with self.lock:
+            now = time.monotonic()
+            if self.tty or self.current is None or self.over or now - self.said < OFF_TERMINAL_EVERY:
+                return
+            self.stream.write(self._line(now) + "\n")
+            self.stream.flush()
+            self.said = now
+
+    def end(self, name: str) -> None:
+        with self.lock:
+            if name == self.current:
+                self.over = True
 
     def close(self) -> None:
         if self.current is not None and self.tty:
@@ -142,15 +174,29 @@ class TerminalProgress:
 
 @contextmanager
 def show_progress(stream=None):
-    """Show progress on `stream` (stderr) while the block runs; the display is removed after it."""
+    """Show progress on `stream` (stderr) while the block runs; the display is removed after it. Off a terminal a
+    clock (a daemon thread) lets a long step say where it is at least every `OFF_TERMINAL_EVERY` seconds."""
     global _sink
     display = TerminalProgress(stream)
     _sink = display
+    stop = threading.Event()
+    clock = None
+    if not display.tty:
+        clock = threading.Thread(target=_tick, args=(display, stop), name="chunkeval-progress", daemon=True)
+        clock.start()
     try:
         yield display
     finally:
+        stop.set()
+        if clock is not None:
+            clock.join()
         _sink = None
         display.close()
+
+
+def _tick(display: TerminalProgress, stop: threading.Event) -> None:
+    while not stop.wait(min(1.0, OFF_TERMINAL_EVERY / 4)):
+        display.tick()
 
 
 def quiet_prefect(verbose: bool = False) -> None:

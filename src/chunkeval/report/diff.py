@@ -24,7 +24,7 @@ from chunkeval.report.inspect import (
     retrieved_items,
     run_references,
 )
-from chunkeval.report.terminal import measured
+from chunkeval.report.terminal import fold, listed, measured
 from chunkeval.visible import visible
 from chunkeval.vocabulary import CONFIG_KEYS, SPAN_METRICS
 
@@ -139,25 +139,38 @@ def _check(d: dict) -> str:
 
 
 def format_diff(docs: list[dict], run_a: str, run_b: str, colour: bool = False) -> str:
-    """The terminal's view of `diff_doc`: per configuration its counts and test, then the questions that
-    changed most (worse first), each with its retrieved lists before and after."""
+    """The terminal's view of `diff_doc`, within 120 columns: per configuration its counts and test, then the
+    questions that changed most (worse first), each with its retrieved lists before and after; the configurations
+    where no question changed, in one line at the end (the first eight named, the rest counted)."""
     lines = [f"diff of run {run_a} (a) → run {run_b} (b)"]
     if getattr(docs, "verdict", None):
-        lines.append(verdict_line(docs.verdict))
+        lines.append(fold(verdict_line(docs.verdict)))
+    same = [d for d in docs if not d["queries"] and not d["worse"] and not d["better"] and not d["regression"]]
     for d in docs:
+        if any(d is s for s in same):
+            continue
         lines.append("")
         lines.append(
-            f"{config_line(d)}: {d['metric']} {_check(d)}; {d['worse']} worse, {d['better']} better, {d['unchanged']} unchanged"
+            fold(
+                f"{config_line(d)}: {d['metric']} {_check(d)}; {d['worse']} worse, {d['better']} better, "
+                f"{d['unchanged']} unchanged"
+            )
         )
         shown = d["queries"][:SHOWN_QUERIES]
         for q in shown:
-            lines.append(f"  {visible(q['query_id'])} {visible(q['question'] or '')!r}: {q['a']:.3f} → {q['b']:.3f}")
+            lines.append(
+                fold(f"  {visible(q['query_id'])} {visible(q['question'] or '')!r}: {q['a']:.3f} → {q['b']:.3f}")
+            )
             lines.append("    a retrieved:")
             lines += format_items(q["retrieved_a"], colour, indent="      ")
             lines.append("    b retrieved:")
             lines += format_items(q["retrieved_b"], colour, indent="      ")
         if len(d["queries"]) > len(shown):
             lines.append(f"  … and {len(d['queries']) - len(shown)} more changed question(s): --json gives them all")
+    if same:
+        metrics = ", ".join(dict.fromkeys(d["metric"] for d in same))
+        names = listed([config_line(d) for d in same])
+        lines += ["", fold(f"no question changed on {metrics} in {len(same)} configuration(s): {names}")]
     return "\n".join(lines)
 
 

@@ -232,7 +232,10 @@ def format_items(items: list[dict], colour: bool, indent: str = "  ") -> list[st
 def format_inspect(doc: dict, colour: bool = False, every: bool = False) -> str:
     """The terminal's view of `inspect_doc`, within `WIDTH` columns: at most `SHOWN_CONFIGS` configurations
     (`every` for all), the rest counted."""
-    lines = [f"question {visible(doc['query_id'])}: {visible(doc['question'] or '(question text not recorded)')}"]
+    import textwrap
+
+    question = f"question {visible(doc['query_id'])}: {visible(doc['question'] or '(question text not recorded)')}"
+    lines = textwrap.wrap(question, WIDTH, subsequent_indent="  ", break_on_hyphens=False)
     items = [i for c in doc["configs"] for i in c["retrieved"]]
     documents = any("doc_id" in r for r in doc["references"] + items)  # document gold
     lines.append(f"{'relevant documents' if documents else 'references'} ({len(doc['references'])}):")

@@ -8,7 +8,7 @@ from html import escape
 
 import pyarrow as pa
 
-from chunkeval.report.terminal import default_metrics, format_rows, side_label
+from chunkeval.report.terminal import comparison_table, default_metrics, fold, format_rows, side_label
 from chunkeval.vocabulary import config_id, config_label
 
 SHOWN_ROWS = 20  # configurations or comparisons shown; the rest are counted
@@ -88,9 +88,24 @@ def _comparison_cells(comparisons: list[dict]) -> tuple[list[str], list[list[str
 
 
 def comparisons_text(comparisons: list[dict]) -> str:
-    header, rows = _comparison_cells(comparisons)
+    """The comparisons as `chunkeval compare` prints them, within 120 columns: per metric a title naming what every
+    row shares (the run, the best), then a row per comparison (`comparison_table`), the first `SHOWN_ROWS` of
+    each metric and the rest counted."""
     title = f"chunkeval comparisons: {len(comparisons)} paired comparison(s)"
-    return "\n".join(filter(None, [title, format_rows(header, rows) if rows else "", _more(len(comparisons), "")]))
+    metrics = list(dict.fromkeys(c.get("metric") for c in comparisons))
+    shown_as_cli = all(isinstance(c.get("a"), dict) and isinstance(c.get("b"), dict) for c in comparisons)
+    if not comparisons or not shown_as_cli:
+        header, rows = _comparison_cells(comparisons)
+        return "\n".join(filter(None, [title, format_rows(header, rows) if rows else "", _more(len(comparisons), "")]))
+    out = [title]
+    for metric in metrics:
+        mine = [c for c in comparisons if c.get("metric") == metric]
+        where, header, rows = comparison_table(mine)
+        out += ["", fold(f"{metric}{where}: differences a − b [95 % interval]; p Holm over the call", indent="")]
+        out.append(format_rows(header, rows[:SHOWN_ROWS]))
+        if len(rows) > SHOWN_ROWS:
+            out.append(f"… and {len(rows) - SHOWN_ROWS} more comparison(s) of {metric}: the list holds them all")
+    return "\n".join(out)
 
 
 def comparisons_html(comparisons: list[dict]) -> str:

@@ -138,6 +138,46 @@ def format_index_costs(summary: pa.Table, keys: list[str]) -> str:
     return format_rows(header, rows)
 
 
+def comparison_table(results: list[dict]) -> tuple[str, list[str], list[list[str]]]:
+    """Comparisons of one metric as a table within 120 columns where labels allow: (where, header, rows). A side
+    every row shares (the best, a run) is named once in `where` (`within run R, each against the best: label
+    [config_id] (mean 0.982)`), not in each row; each row has the other side, the queries where they differ, the
+    means, the difference a − b with its 95 % interval, the adjusted p and its verdict, and the MDE."""
+    a, b = [[dict(r[side]) for r in results] for side in ("a", "b")]
+    runs = {side: {s.get("run_id") for s in sides} for side, sides in (("a", a), ("b", b))}
+    where = ""
+    if not any(s.get("run_file") for s in a) and len(runs["a"]) == len(runs["b"]) == 1 and None not in runs["a"]:
+        ra, rb = runs["a"].pop(), runs["b"].pop()
+        where = f" within run {ra}" if ra == rb else f" (a: run {ra}, b: run {rb})"
+        for s in a + b:
+            s.pop("run_id")
+    one_best = len(results) > 1 and len({side_label(s) for s in a}) == 1
+    same = all(side_label(x) == side_label(y) for x, y in zip(a, b))  # two runs: each configuration against itself
+    if one_best:
+        where += f", each against the best: {side_label(a[0])} (mean {results[0]['mean_a']:.3f})"
+    sides = [[side_label(y)] for y in b] if one_best or same else [[side_label(x), side_label(y)] for x, y in zip(a, b)]
+    queries = len({r["n_queries"] for r in results}) > 1
+    header = (
+        (["configuration"] if one_best or same else ["a", "b"])
+        + (["queries"] if queries else [])
+        + (["mean"] if one_best else ["mean a", "mean b"])
+        + ["difference [95 % CI]", "p Holm", "MDE"]
+    )
+    rows = [
+        [
+            *side,
+            *([str(r["n_queries"])] if queries else []),
+            *([] if one_best else [f"{r['mean_a']:.3f}"]),
+            f"{r['mean_b']:.3f}",
+            f"{r['mean_diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]",
+            f"{r['p_adjusted']:.4f} {'yes' if r['significant'] else 'no'}",
+            "–" if r["mde"] != r["mde"] else f"{r['mde']:.3f}",
+        ]
+        for side, r in zip(sides, results)
+    ]
+    return where, header, rows
+
+
 def regression_message(f: dict) -> str:
     """One alert: the configuration, the fall and its evidence, the queries that lost the most."""
     worst = "; ".join(
@@ -153,18 +193,19 @@ def regression_message(f: dict) -> str:
 
 
 def format_slices(by_slice: pa.Table) -> str:
-    """The slices of a gold set and their queries, those too small to test marked (one line)."""
+    """The slices of a gold set and their queries, those too small to test marked (folded at 120 columns; the
+    first 16 slices named, the rest counted: the report and the view slice_summary have them all)."""
     sizes: dict[str, int] = {}
     for row in by_slice.select(["slice_column", "slice_value", "n_queries"]).to_pylist():
         name = slice_name(row["slice_column"], row["slice_value"])
         sizes[name] = max(sizes.get(name, 0), row["n_queries"])
-    shown = ", ".join(f"{name} {n}{'*' if n < MIN_SLICE_QUERIES else ''}" for name, n in sizes.items())
+    shown = listed([f"{name} {n}{'*' if n < MIN_SLICE_QUERIES else ''}" for name, n in sizes.items()], 16)
     small = (
         f"; * too small to test (fewer than {MIN_SLICE_QUERIES} queries)"
         if any(n < MIN_SLICE_QUERIES for n in sizes.values())
         else ""
     )
-    return f"slices (queries): {shown or 'none'}{small}"
+    return fold(f"slices (queries): {shown or 'none'}{small}")
 
 
 def _difference(value: float) -> str:
@@ -266,17 +307,71 @@ def _cell(value) -> str:
 LEFT = ("config_id",)  # columns left-aligned whatever their cells start with
 
 
-def format_rows(header: list[str], rows: list[list[str]]) -> str:
+def fold(text: str, width: int = TERMINAL_WIDTH, indent: str = "  ") -> str:
+    """A line of prose within `width` columns: its words (a path, an id or a label is never cut, nor a label from
+    its `[config_id]`, nor `a − b`) go on on lines indented by `indent` more than its own indent."""
+    import textwrap
+
+    lead = text[: len(text) - len(text.lstrip(" "))]
+    glued = text.lstrip(" ").replace(" [", "\0[").replace(" − ", "\0−\0")  # a label and its [id] stay together
+    return textwrap.fill(
+        glued,
+        width,
+        initial_indent=lead,
+        subsequent_indent=lead + indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ).replace("\0", " ")
+
+
+def listed(names: list[str], shown: int = 8) -> str:
+    """`a, b, c` of at most `shown` names, the rest counted: `a, b, … and 12 more`."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f", … and {more} more" if more > 0 else "")
+
+
+FOLDED_LABEL = 20  # the narrowest first column `format_rows` folds a label into
+
+
+def fold_label(text: str, width: int) -> list[str]:
+    """A label in lines of at most `width` characters, each ending after a `/` or before a space where it can (a
+    part longer than a line is cut)."""
+    import re
+
+    lines = [""]
+    for part in re.findall(r"[^/ ]*(?:/|\s+|$)", text):
+        while part:
+            if lines[-1] and len(lines[-1]) + len(part.rstrip()) > width:
+                lines.append("")
+            room = width - len(lines[-1])
+            lines[-1] += part[:room]
+            part = part[room:].lstrip() if len(part) > room else ""
+    return [line.rstrip() for line in lines if line.strip()] or [""]
+
+
+def format_rows(header: list[str], rows: list[list[str]], width: int | None = TERMINAL_WIDTH) -> str:
+    """Aligned columns, numbers to the right. A table wider than `width` whose first column (a configuration's label)
+    can shrink to make it fit, down to `FOLDED_LABEL` columns, has its labels folded after a `/` onto lines of their
+    own (indented); a table that cannot fit so (`--wide`, many `--metrics`) is left as wide as it is."""
     rows = [[visible(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
-    lines += [
-        "  ".join(
-            c.ljust(w) if i == 0 or c[:1].isalpha() or header[i] in LEFT else c.rjust(w)
-            for i, (c, w) in enumerate(zip(r, widths))
-        ).rstrip()
-        for r in rows
-    ]
+    rest = sum(widths[1:]) + 2 * (len(widths) - 1)
+    room = (width or 0) - rest
+    fold = width is not None and widths[0] + rest > width and room >= max(FOLDED_LABEL, len(header[0]))
+    if fold:
+        widths[0] = room
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    for r in rows:
+        first = fold_label(r[0], room)[0] if fold and len(r[0]) > room else r[0]
+        cells = [first, *r[1:]]
+        lines.append(
+            "  ".join(
+                c.ljust(w) if i == 0 or c[:1].isalpha() or header[i] in LEFT else c.rjust(w)
+                for i, (c, w) in enumerate(zip(cells, widths))
+            ).rstrip()
+        )
+        rest_of_label = r[0][len(first) :].strip()
+        lines += [f"  {part}" for part in fold_label(rest_of_label, room - 2)] if rest_of_label else []
     return "\n".join(lines)
 
 
@@ -300,9 +395,9 @@ def format_summary(
     tied: dict[str, set[tuple]] | None = None,
 ) -> str:
     """One line per configuration: its label and config_id (`chunkeval.vocabulary.config_label`), then each
-    metric (`metrics`; default `default_metrics`) as mean±std (macro), its micro value, or (`intervals`) its
-    macro mean with the 95 % bootstrap interval, `mean [low, high]`. A macro cell of a configuration in
-    `tied[metric]` (tied with the best, `tie_lines`) ends with `*`."""
+    metric (`metrics`; default `default_metrics`) as mean±std (macro), its micro value, or (`intervals`) the 95 %
+    bootstrap interval of its macro mean, `low–high` (as narrow as mean±std: the means are the macro table's). A
+    macro cell of a configuration in `tied[metric]` (tied with the best, `tie_lines`) ends with `*`."""
     suffix = "_micro" if micro else "_ci_low" if intervals else "_mean"
     if metrics is None:
         metrics = default_metrics(summary)
@@ -315,7 +410,8 @@ def format_summary(
             if micro:
                 row.append(_cell(rec[f"{m}_micro"]))
             elif intervals:
-                row.append(f"{_cell(rec[f'{m}_mean'])} [{_cell(rec[f'{m}_ci_low'])}, {_cell(rec[f'{m}_ci_high'])}]")
+                low, high = _cell(rec[f"{m}_ci_low"]), _cell(rec[f"{m}_ci_high"])
+                row.append("–" if "–" in (low, high) else f"{low}–{high}")
             else:
                 row.append(f"{_cell(rec[f'{m}_mean'])}±{_cell(rec[f'{m}_std'])}")
             if tied and not micro and tuple(rec[k] for k in keys) in tied.get(m, ()):

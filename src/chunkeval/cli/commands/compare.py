@@ -32,9 +32,10 @@ from chunkeval.report.terminal import (
     TERMINAL_WIDTH,
     ceiling_note,
     chosen_metrics,
+    comparison_table,
+    fold,
     format_rows,
     power_sentence,
-    side_label,
 )
 
 WAREHOUSE_SESSION = True  # only reads
@@ -139,48 +140,18 @@ def _compare_files(args: argparse.Namespace, named: list[str] | None, wide: bool
 
 
 def _print_table(results: list[dict], metric: str, alpha: float) -> None:
-    """One metric's comparisons within 120 columns where labels allow: a side every row shares (the best, a run)
-    is named once above the table, not in each row; the t-test and randomisation p-values, and each comparison's
-    queries needed, are in --json (the sentence below gives the median comparison's)."""
-    a, b = [[dict(r[side]) for r in results] for side in ("a", "b")]
-    runs = {side: {s.get("run_id") for s in sides} for side, sides in (("a", a), ("b", b))}
-    where = ""
-    if not any(s.get("run_file") for s in a) and len(runs["a"]) == len(runs["b"]) == 1 and None not in runs["a"]:
-        ra, rb = runs["a"].pop(), runs["b"].pop()
-        where = f" within run {ra}" if ra == rb else f" (a: run {ra}, b: run {rb})"
-        for s in a + b:
-            s.pop("run_id")
-    one_best = len(results) > 1 and len({side_label(s) for s in a}) == 1
-    same = all(side_label(x) == side_label(y) for x, y in zip(a, b))  # two runs: each configuration against itself
-    if one_best:
-        where += f", each against the best: {side_label(a[0])} (mean {results[0]['mean_a']:.3f})"
-    sides = [[side_label(y)] for y in b] if one_best or same else [[side_label(x), side_label(y)] for x, y in zip(a, b)]
+    """One metric's comparisons within 120 columns where labels allow (`comparison_table`); the t-test and
+    randomisation p-values, and each comparison's queries needed, are in --json (the sentence below gives the
+    median comparison's)."""
+    where, header, rows = comparison_table(results)
     queries = len({r["n_queries"] for r in results}) > 1
-    header = (
-        (["configuration"] if one_best or same else ["a", "b"])
-        + (["queries"] if queries else [])
-        + (["mean"] if one_best else ["mean a", "mean b"])
-        + ["difference [95 % CI]", "p Holm", "MDE"]
-    )
-    rows = [
-        [
-            *side,
-            *([str(r["n_queries"])] if queries else []),
-            *([] if one_best else [f"{r['mean_a']:.3f}"]),
-            f"{r['mean_b']:.3f}",
-            f"{r['mean_diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]",
-            f"{r['p_adjusted']:.4f} {'yes' if r['significant'] else 'no'}",
-            "–" if r["mde"] != r["mde"] else f"{r['mde']:.3f}",
-        ]
-        for side, r in zip(sides, results)
-    ]
     n = "" if queries else f", {results[0]['n_queries']} queries"
     print(
-        textwrap.fill(
+        fold(
             f"{metric}{where}: paired by query{n}; differences a − b with 95 % bootstrap intervals; Holm over "
             f"{len(results)} comparison(s) of {metric} (p Holm: the randomisation test's, adjusted; yes: below "
             f"α={alpha})",
-            TERMINAL_WIDTH,
+            indent="",
         )
     )
     print(format_rows(header, rows))

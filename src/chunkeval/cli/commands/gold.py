@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from chunkeval import paths
+from chunkeval import paths, progress
 from chunkeval.cli.commands import gold_judge
 from chunkeval.cli.options import (
     add_anchor_similarity,
@@ -198,7 +198,8 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if tokens > gg.ASK_YES_TOKENS and not args.yes:
         raise InputError(f"about {tokens:,} tokens is more than {gg.ASK_YES_TOKENS:,}: pass --yes to go ahead")
     try:
-        proposals, unusable, beyond = gg.run_requests(requests, texts, chat)
+        with progress.show_progress():  # a bar on a terminal; off one a line at least every 10 s
+            proposals, unusable, beyond = gg.run_requests(requests, texts, chat)
     finally:
         chat.close()
     if not proposals:
@@ -207,7 +208,10 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
             f"({unusable[0]['reason'] if unusable else 'no answer'})"
         )
     embedder = Embedder(DEFAULT_MODEL, cache_dir=paths.cache_dir())
-    outcome = gg.validate(proposals, texts, embedder.embed, similarity, args.excerpt_similarity, args.dedup_similarity)
+    with progress.show_progress():  # the questions and excerpts embedded to check them
+        outcome = gg.validate(
+            proposals, texts, embedder.embed, similarity, args.excerpt_similarity, args.dedup_similarity
+        )
     outcome.unusable, outcome.beyond_asked = unusable, beyond
     if not outcome.kept:  # an empty gold set is no gold set: nothing is written
         c = outcome.counts()

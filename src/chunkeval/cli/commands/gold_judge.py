@@ -7,7 +7,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from chunkeval import paths
+from chunkeval import paths, progress
 from chunkeval.cli.options import check_at_least_one, number_in
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.gold import judge as gj
@@ -141,8 +141,9 @@ def judge(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if requests > ASK_YES_REQUESTS and not args.yes:
         raise InputError(f"{requests:,} requests is more than {ASK_YES_REQUESTS:,}: pass --yes to go ahead")
     try:
-        verdicts, unusable = gj.judge(pooled, questions, texts, chat)
-        canary_verdicts, _ = gj.judge(canaries, questions, texts, chat)
+        with progress.show_progress():  # a bar on a terminal; off one a line at least every 10 s
+            verdicts, unusable = gj.judge(pooled, questions, texts, chat)
+            canary_verdicts, _ = gj.judge(canaries, questions, texts, chat, what="judging the canaries")
     finally:
         chat.close()
     canary = gj.canary_report(canary_verdicts, len(canaries), args.min_grade)

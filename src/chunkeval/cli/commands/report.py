@@ -122,7 +122,7 @@ def _print_run(wh, run: dict, args) -> None:
         and summary.num_rows
         and summary[f"{metrics[0]}_ci_low"].null_count == 0
     ):
-        print("\nmacro mean [95 % bootstrap interval: queries resampled 10,000 times]")
+        print("\n95 % bootstrap interval of each macro mean above (low–high: queries resampled 10,000 times)")
         print(format_summary(summary, CONFIG_KEYS, metrics=metrics, intervals=True))
     else:
         print("\n(this run was recorded before chunkeval kept intervals: none are shown)")

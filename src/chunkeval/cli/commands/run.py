@@ -30,7 +30,7 @@ from chunkeval.limits import check_name
 from chunkeval.paths import DEMO_DIR, home
 from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
 from chunkeval.publish.mlflow import check_server, check_uri
-from chunkeval.report.terminal import approximate, format_index_costs, format_slices, summary_block
+from chunkeval.report.terminal import approximate, fold, format_index_costs, format_slices, summary_block
 from chunkeval.vocabulary import CONFIG_KEYS
 
 WAREHOUSE_SESSION = False  # the flow writes to the warehouse while the command runs
@@ -107,6 +107,12 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if args.mlflow:
         check_uri(args.mlflow, "--mlflow")  # before the experiment is read
     if args.experiment_file:
+        given = str(args.experiment_file)
+        if not os.path.exists(given) and "/" not in given and "." not in given:  # a name where a file belongs
+            raise InputError(
+                f"no experiment file {given!r} here; to run the experiment of that name: chunkeval run --experiment "
+                f"{given}" + (" (or plain `chunkeval run`)" if given == "demo" else "")
+            )
         exp = experiment_from_args(args, name=args.experiment)
     else:
         named = named_experiment(args.experiment or "demo", gives_settings(args), warehouse)
@@ -211,9 +217,10 @@ def _flow(args, exp, mlflow, runner, warehouse, clock, state, shards, turn) -> i
         f"{result['texts_embedded']} text(s) embedded\n"
     )
     print(table)
-    print(f"\nverdict: {result['verdict_line']}")  # what the gate, the weekly flow and the alarms say of this run
+    # what the gate, the weekly flow and the alarms say of this run
+    print("\n" + fold(f"verdict: {result['verdict_line']}"))
     for line in run_lines(json.loads(wh.run(result["run_id"])["settings"] or "{}"), wh.gold_check(result["run_id"])):
-        print(line)  # a generated or judged gold set, said (docs/gold.md)
+        print(fold(line))  # a generated or judged gold set, said (docs/gold.md)
     by_slice = wh.slice_summary(result["run_id"])
     if by_slice.num_rows:  # --slice-by: their per-slice rows are in the view slice_summary and the report
         print(format_slices(by_slice))

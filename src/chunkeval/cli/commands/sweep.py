@@ -14,10 +14,12 @@ from chunkeval.engine.scoring.doc_metrics import write_doc_runs
 from chunkeval.errors import InputError
 from chunkeval.files import check_output, check_writable_dir, write_tables
 from chunkeval.paths import cache_dir
+from chunkeval.progress import show_progress
 from chunkeval.report.terminal import (
     approximate,
     beside,
     check_table_path,
+    fold,
     format_index_costs,
     format_models,
     format_slices,
@@ -57,8 +59,9 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         raise InputError("--out and its companion files (.per_query, .by_corpus, .by_slice) name one file twice", out)
     check_writable_dir(cache_dir(), "the embedding cache ($CHUNKEVAL_HOME)")
     consent = Consent(args.yes, terminal_confirm(), "--yes", throughput=lambda: Warehouse.at_home().model_throughput())
-    state = prepare(exp, batch_size=args.batch_size, device=args.device, consent=consent)
-    result = run_steps(state)
+    with show_progress():  # as run shows it: a bar on a terminal, off one a line at least every 10 s
+        state = prepare(exp, batch_size=args.batch_size, device=args.device, consent=consent)
+        result = run_steps(state)
     tables = {
         out: result.summary,
         beside_out["per_query"]: result.per_query,
@@ -68,13 +71,16 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         tables[beside_out["by_slice"]] = result.by_slice
     write_tables(tables)
     for note in result.notes:
-        print(f"note: {note}")
+        print(fold(f"note: {note}"))
     doc_runs = write_doc_runs(result.per_query, doc_runs)
     print(summary_block(result.summary, result.per_query, args.metrics, args.wide))
     truncated = sum(result.summary["truncated_chunks"].to_pylist()) // max(len(exp.k), 1)
     print(
-        f"\n{result.texts_embedded} text(s) embedded; {truncated} chunk(s) longer than the model's input were "
-        f"embedded from their beginning; results in {out} and " + ", ".join(p.name for p in list(tables)[1:])
+        "\n"
+        + fold(
+            f"{result.texts_embedded} text(s) embedded; {truncated} chunk(s) longer than the model's input were "
+            f"embedded from their beginning; results in {out} and " + ", ".join(p.name for p in list(tables)[1:])
+        )
     )
     if result.by_slice is not None:
         print(format_slices(result.by_slice))

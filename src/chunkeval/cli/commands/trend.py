@@ -23,7 +23,7 @@ from chunkeval.cli.output import iso
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import Fault, InputError, NothingComparable
 from chunkeval.report.diff import diff_path, write_diff
-from chunkeval.report.terminal import SPAN_HEADLINE, chosen_metrics, format_rows, regression_message
+from chunkeval.report.terminal import SPAN_HEADLINE, chosen_metrics, fold, format_rows, regression_message
 from chunkeval.stats.judged import METRICS as PRODUCTION_METRICS
 from chunkeval.vocabulary import MIN_SLICE_QUERIES, slice_name
 
@@ -210,7 +210,7 @@ def _verdict(wh, args: argparse.Namespace, config: dict, in_slice: tuple[str, st
         print(f"left out: run {left['run_id']} ({left['why']})", file=sys.stderr)
     if found["verdict"] == NOTHING_COMPARABLE:
         raise NothingComparable(verdict_line(found))
-    print(verdict_line(found), file=out)
+    print(fold(verdict_line(found)), file=out)  # within 120 columns; each regression's alert stays one line
     if found["verdict"] != REGRESSION:
         return 0
     print(_diff_link(wh, args, config, found["reference_run_id"], found["run_id"]), file=out)

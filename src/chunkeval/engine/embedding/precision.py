@@ -28,6 +28,7 @@ from pathlib import Path
 
 from chunkeval import progress
 from chunkeval.errors import InputError
+from chunkeval.paths import backends_dir
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 log = logging.getLogger("chunkeval")
@@ -145,14 +146,29 @@ _said: set[str] = set()
 
 
 def tell(precision: str, backend: str, quantize: str, device: str) -> None:
-    """Say `advice` once per process, when a model is first loaded (after every input was checked), where a
-    person sees it without -v: advice on a faster precision is a notice (a healthy run on an AMX CPU or a GPU
-    prints no WARNING: `progress.notice`), a precision that will run slower than fp32 a warning."""
+    """Say `advice` when a model is first loaded (after every input was checked), where a person sees it without
+    -v: advice on a faster precision is a notice (a healthy run on an AMX CPU or a GPU prints no WARNING:
+    `progress.notice`), said once per machine and home (a mark under the kept backend choices: every run of an
+    AMX machine said it again, issue 42); a precision that will run slower than fp32 is a warning, once per
+    process."""
     line = advice(precision, backend, quantize, device)
     if line is None or line in _said:
         return
     _said.add(line)
-    if precision == "fp32":
-        progress.notice(line)
-    else:
+    if precision != "fp32":
         log.warning(line)
+        return
+    mark = None
+    try:
+        mark = backends_dir() / f"advised-{hashlib.sha256(line.encode()).hexdigest()[:16]}"
+        if mark.exists():
+            return
+    except (OSError, InputError):  # an unreadable home: said, as before
+        mark = None
+    progress.notice(line + " (said once on this machine)")
+    if mark is not None:
+        try:
+            mark.parent.mkdir(parents=True, exist_ok=True)
+            mark.write_text(line + "\n", encoding="utf-8")
+        except OSError:
+            pass

@@ -396,6 +396,7 @@ def run_requests(requests: list[dict], texts: dict[str, str], chat) -> tuple[lis
     `chunkeval.engine.gold.chat.Chat`) every request, with a progress bar. Every answer is kept in the chat's cache
     as it arrives, usable or not; a request identical to one before it is not sent (`plan` makes none)."""
     proposals, unusable, beyond, sent = [], [], 0, set()
+    progress.step("asking the chat model", 0, len(requests))  # said before the first answer, which may take long
     for n, request in enumerate(requests, start=1):
         msgs = request_messages(request, texts)
         key = chat.key(msgs)

@@ -151,12 +151,17 @@ def parse_grade(content: str) -> int:
     return answers.grade(content)
 
 
-def judge(pooled: list[Pooled], questions: dict[str, str], texts: dict[str, str], chat) -> tuple[list, list]:
-    """(verdicts, unusable answers) of asking `chat` to grade every pooled passage, with a progress bar. Every
+def judge(
+    pooled: list[Pooled], questions: dict[str, str], texts: dict[str, str], chat, what: str = "judging the pool"
+) -> tuple[list, list]:
+    """(verdicts, unusable answers) of asking `chat` to grade every pooled passage, with a progress bar (step
+    `what`). Every
     answer is kept in the chat's response cache as it arrives, usable or not (a rerun counts the same unusable
     answers and asks nothing again); an unusable answer's passage stays unjudged. A verdict carries a flag where its
     passage holds instruction-like text (`injection.instruction_like`)."""
     verdicts, unusable = [], []
+    if pooled:
+        progress.step(what, 0, len(pooled))  # said before the first answer, which may take long
     for n, p in enumerate(pooled, start=1):
         passage = texts[p.corpus_id][p.start : p.end]
         answer = chat.ask(messages(questions[p.query_id], p.corpus_id, passage))
@@ -171,7 +176,7 @@ def judge(pooled: list[Pooled], questions: dict[str, str], texts: dict[str, str]
             steering = instruction_like(passage)
             flag = f"the passage holds instruction-like text ({steering!r})" if steering else ""
             verdicts.append(where | {"grade": grade, "flag": flag})
-        progress.step("judging the pool", n, len(pooled))
+        progress.step(what, n, len(pooled))
     return verdicts, unusable
 
 
