@@ -190,3 +190,44 @@ def test_models_that_cannot_read_late_are_refused(tmp_path):
     assert "not a transformer" in late.refusal("static", static, 256)
     with pytest.raises(InputError, match="cls_token"):
         Embedder(str(cls), cache_dir=None, device="cpu", backend="torch").embed_late([DOC], [cuts(DOC, 50)], 64)
+
+
+def small(**changes):
+    from chunkeval.engine.pipeline.experiment import Experiment
+
+    grid = {
+        "chunker": ("fixed_token",),
+        "chunk_sizes": (100,),
+        "overlaps": ("0",),
+        "k": (1, 3),
+        "retriever": ("dense",),
+    }
+    return Experiment.demo().with_overrides(model=(MODEL,), **{**grid, **changes})
+
+
+@pytest.mark.slow  # three sweeps of the demo with the model
+def test_the_axis_late_none_keeps_todays_rows_and_ids_and_a_second_run_embeds_nothing(tmp_path):
+    from chunkeval.engine.embedding.embedders import Embedders
+    from chunkeval.engine.pipeline.sweep import run_sweep
+    from chunkeval.vocabulary import config_id
+
+    assert "late" not in small().to_dict()  # recorded as before the axis existed
+    plain = run_sweep(small(), Embedders(tmp_path))
+    exp = small(late=("none", "window:size=256"), context=("none", "title"))
+    embedders = Embedders(tmp_path)
+    both = run_sweep(exp, embedders)
+    rows = both.summary.to_pylist()
+    # late crosses context none only: (none, none), (title, none), (none, window)
+    assert sorted({(r["context"], r["late"]) for r in rows}) == [
+        ("none", "none"), ("none", "window:size=256"), ("title", "none"),
+    ]  # fmt: skip
+    none = [r for r in both.per_query.to_pylist() if r["late"] == "none" and r["context"] == "none"]
+    assert none == plain.per_query.to_pylist()
+    assert {config_id(r) for r in plain.summary.to_pylist()} < {config_id(r) for r in rows}
+    assert len({config_id(r) for r in rows}) == len(rows)
+    late_rows = [r for r in both.per_query.to_pylist() if r["late"] != "none"]
+    assert [r["span_recall"] for r in late_rows] != [r["span_recall"] for r in none]
+    again = Embedders(tmp_path)
+    second = run_sweep(exp, again)
+    assert again.texts_embedded == 0 and not again.model_loaded
+    assert second.per_query.to_pylist() == both.per_query.to_pylist()

@@ -32,11 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
+from chunkeval.engine.embedding import static
 from chunkeval.engine.embedding.cache import text_hash
+from chunkeval.engine.embedding.registry import resolve_model
+from chunkeval.engine.embedding.served import is_spec, lookup
 from chunkeval.errors import InputError
 from chunkeval.limits import short
+from chunkeval.vocabulary import NO_LATE
 
-NO_LATE = "none"
 _WINDOW = re.compile(r"window:size=(\d+)")
 MIN_SIZE = 8  # a window's tokens at the least: its [CLS] and [SEP] and a few of the document's
 
@@ -85,6 +88,29 @@ def refusal(model: str, folder: Path | None, size: int) -> str | None:
     if size > limit:
         return f"late: window:size={size} exceeds {model}'s position limit ({limit} tokens)"
     return None
+
+
+def check_late(exp, source: str | None = None) -> None:
+    """An experiment's `late` values: each parses, listed once; every model that embeds chunks can read them
+    late in the largest window asked for (one line naming the first that cannot)."""
+    if not exp.late:
+        raise InputError("an experiment needs at least one late (none: each chunk embedded from its own text)", source)
+    sizes = [parse_late(text, source) for text in exp.late]
+    twice = sorted({text for text in exp.late if exp.late.count(text) > 1})
+    if twice:
+        raise InputError(f"late {', '.join(map(repr, twice))} listed twice", source)
+    if NO_LATE not in exp.late and tuple(exp.context) != (NO_LATE,):  # `none` of both axes
+        raise InputError("late other than none is crossed with context none only; add none to late", source)
+    size = max((n for n in sizes if n is not None), default=None)
+    if size is None or not exp.needs_model():
+        return
+    for model in dict.fromkeys(exp.model + tuple(exp.embedding_rerankers())):
+        served = lookup(model, exp.models) is not None or is_spec(model)
+        if static.is_buildable(model):  # known without building it
+            raise InputError(f"late: {model} is a static model, whose words have no embeddings in context", source)
+        why = refusal(model, None if served else resolve_model(model), size)
+        if why:
+            raise InputError(why, source)
 
 
 def tokenizer_of(folder: Path):
