@@ -2,9 +2,10 @@
 
     python bench/late_chunking.py [--work DIR] [--size 200] [--window 512] [--no-beir]
 
-Three sweeps over one embedding cache, each timed (the later ones embed only what is new to them), at the same
+Four sweeps over one embedding cache, each timed (the later ones embed only what is new to them), at the same
 chunking (fixed_token, `--size` tokens, overlap 0), dense retrieval with all-MiniLM-L6-v2, k 5:
-the chunks alone (with `expand: none,window:n=1`, which embeds nothing more), `context: title`, and
+the chunks alone (with `expand: none,window:n=1`, which embeds nothing more), `context: title`, `context:
+headings`, and
 `late: window:size=N`. Against the chunks alone, paired per question (`chunkeval.stats.compare_paired`: the mean
 difference with its 95 % bootstrap interval, the paired t-test, the randomisation test; Holm over each table's
 rows, as bench/context_headers.py does): span_recall and recall_at_k on the shared set
@@ -135,6 +136,7 @@ def main() -> int:
     variants = {
         "chunks alone": {"expand": ("none", "window:n=1")},
         "context title": {"context": ("title",)},
+        "context headings": {"context": ("headings",)},
         f"late window:size={args.window}": late,
     }
     results = sweeps(span, variants, work / "cache")
@@ -150,7 +152,12 @@ def main() -> int:
     if not (folder / "corpus.jsonl").is_file():
         beir_folder(folder)
     beir = {"beir": str(folder), **grid}
-    variants = {"chunks alone": {}, "context title": {"context": ("title",)}, f"late window:size={args.window}": late}
+    variants = {
+        "chunks alone": {},
+        "context title": {"context": ("title",)},
+        "context headings": {"context": ("headings",)},
+        f"late window:size={args.window}": late,
+    }
     results = sweeps(beir, variants, work / "cache")
     base = results["chunks alone"]
     print(f"BEIR-format shared set, fixed_token {args.size}, dense {MODEL}, MaxP, k 5:")
