@@ -1266,6 +1266,30 @@ EXPAND_CASES = {
     "the same expansion twice": (["--expand", "window:n=1,window:n=01"], "expand 'window:n=1' listed twice"),
 }
 CASES.update({f"sweep: {name}": (sweep_flags_case(flags), m) for name, (flags, m) in EXPAND_CASES.items()})
+# late chunking (issue 44, docs/design_space.md): the late axis's values and the models that cannot read chunks late
+LATE_CASES = {
+    "late without its size": (["--late", "window"], "late must be none or window:size=N"),
+    "late of another kind": (["--late", "sentence:size=64"], "late must be none or window:size=N"),
+    "late window too small": (["--late", "window:size=4"], "late window:size must be at least 8 tokens"),
+    "late past the position limit": (
+        ["--late", "none,window:size=513"],
+        "late: window:size=513 exceeds all-MiniLM-L6-v2's position limit (512 tokens)",
+    ),
+    "the same late twice": (["--late", "window:size=64,window:size=64"], "late 'window:size=64' listed twice"),
+    "late with a served model": (
+        ["--late", "window:size=256", "--model", "openai:text-embedding-3-small"],
+        "is a served model, whose endpoint returns one vector per text",
+    ),
+    "late without none, with a context": (
+        ["--late", "window:size=256", "--context", "title"],
+        "late other than none is crossed with context none only",
+    ),
+    "late with a static model": (
+        ["--late", "window:size=256", "--model", "minilm-static"],
+        "late: minilm-static is a static model",
+    ),
+}
+CASES.update({f"sweep: {name}": (sweep_flags_case(flags), m) for name, (flags, m) in LATE_CASES.items()})
 
 
 BEIR_DOC = '{"_id": "d1", "title": "T", "text": "Some words here."}\n'

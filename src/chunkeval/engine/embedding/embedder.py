@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from chunkeval import progress
-from chunkeval.engine.embedding import probes
+from chunkeval.engine.embedding import late, probes
 from chunkeval.engine.embedding import served as served_models
 from chunkeval.engine.embedding.backends import READ_WINDOW, check_backend, is_transformer, load_runner
 from chunkeval.engine.embedding.cache import EmbeddingCache, text_hash
@@ -145,6 +145,7 @@ class Embedder:
     _loading: threading.Lock = field(default_factory=threading.Lock, repr=False)  # one load, however many ask
     served: served_models.ServedModel | None = None  # a model behind an /embeddings endpoint (`openai:` or `models:`)
     tokens: int = 0  # tokens sent to a served model (its server's count, else cl100k's)
+    late_tokens: int = 0  # tokens of the windows run for late chunking (`embed_late`)
 
     def __post_init__(self):
         check_backend(self.backend, self.quantize, precision=self.precision)
@@ -351,6 +352,41 @@ class Embedder:
                 if elapsed < self.part_seconds:  # a fast model: fewer, larger parts (a million chunks of a
                     size = min(2 * size, MAX_PART)  # static model made 2,000 parts of 512 texts)
         progress.step("embedding", len(texts), len(texts))
+
+    def embed_late(self, documents: list[str], spans: list, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """(vectors, truncated) of chunks read late in windows of `size` tokens (`chunkeval.engine.embedding.late`):
+        `spans` holds each document's chunk (starts, ends). Cached under each chunk's window text and span; a
+        call whose chunks are all cached loads no model. No chunk is truncated: a long one is read in pieces."""
+        with self._lock:
+            folder = None if self.served is not None else resolve_model(self.model)
+            why = late.refusal(self.model, folder, size)
+            if why:
+                raise InputError(why)
+            tokenizer = late.tokenizer_of(folder)
+            prompt = prompt_for(self.prompts, "document")
+            plan = late.plan(tokenizer, documents, spans, size, prompt)
+            unique = list(dict.fromkeys(plan.keys))
+            if self.cache is not None:
+                self.cache.refresh()
+                unique = [h for h, r in zip(unique, self.cache.rows(unique)) if r < 0]
+            first = {h: n for n, h in reversed(list(enumerate(plan.keys)))}
+            vectors = np.zeros((0, 0), dtype=np.float32)
+            if unique:
+                log.info("embedding %d chunk(s) late, in windows of %d tokens", len(unique), size)
+                runner = self._load()
+                started = time.perf_counter()
+                wanted = [first[h] for h in unique]
+                vectors, tokens = late.vectors_of(runner, tokenizer, plan, wanted, size, prompt, self.batch_size)
+                self.embed_seconds += time.perf_counter() - started
+                self.texts_embedded += len(wanted)
+                self.late_tokens += tokens
+                if self.cache is not None:
+                    self.cache.add(unique, vectors, np.zeros(len(unique), dtype=bool))
+            truncated = np.zeros(len(plan.keys), dtype=bool)
+            if self.cache is not None:
+                return self.cache.get(self.cache.rows(plan.keys))[0], truncated
+            at = {h: n for n, h in enumerate(unique)}
+            return vectors[[at[h] for h in plan.keys]], truncated
 
     def _embed_served(self, hashes: list[str], unique: list[str], first_text: dict, prompt: str):
         """What the cache lacks, sent to the served model; each response's vectors cached as it arrives

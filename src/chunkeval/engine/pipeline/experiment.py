@@ -19,6 +19,7 @@ from chunkeval.engine.chunking import needs_embeddings as chunker_needs
 from chunkeval.engine.embedding import check_model, pick_device, registry
 from chunkeval.engine.embedding.backends import CHOICES as BACKEND_CHOICES
 from chunkeval.engine.embedding.backends import QUANTIZE, check_backend
+from chunkeval.engine.embedding.late import check_late
 from chunkeval.engine.embedding.precision import PRECISIONS, check_device
 from chunkeval.engine.embedding.registry import check_model_runs_on
 from chunkeval.engine.embedding.served import is_spec, lookup, parse_models
@@ -63,6 +64,7 @@ from chunkeval.vocabulary import (
     GOLD_DRIFT,
     NO_CONTEXT,
     NO_EXPAND,
+    NO_LATE,
     NO_RERANKER,
     RUN_SETTINGS,
     TIE_POLICIES,
@@ -191,6 +193,10 @@ class Experiment:
         (NO_CONTEXT,), "names", "comma-separated chunk headers: none (default), title (the document's title before "
         "each chunk's text), headings (its path of headings); embedded and indexed, never scored (docs/metrics.md)",
         "chunking", choices=CONTEXTS, axis="context", added=True)  # fmt: skip
+    late: tuple[str, ...] = setting(  # chunkeval.engine.embedding.late; docs/metrics.md
+        (NO_LATE,), "names", "comma-separated late chunking: none (default: each chunk embedded alone) or "
+        "window:size=N (each chunk's vector pooled from a window of N model tokens of its document)",
+        "chunking", axis="late", added=True)  # fmt: skip
     k: tuple[int, ...] = setting(
         (5,), "ints", "comma-separated retrieval depths, e.g. 1,3,5", "retrieval", minimum=1, maximum=MAX_K, axis="k"
     )
@@ -314,26 +320,15 @@ class Experiment:
         axis="reranker",
     )
     candidates: tuple[int, ...] = setting(
-        (),
-        "ints",
-        "comma-separated numbers of first-stage chunks a reranker re-scores (at least each k)",
-        "retrieval",
-        minimum=1,
-        maximum=MAX_CANDIDATES,
-        axis="candidates",
-    )
+        (), "ints", "comma-separated numbers of first-stage chunks a reranker re-scores (at least each k)",
+        "retrieval", minimum=1, maximum=MAX_CANDIDATES, axis="candidates")  # fmt: skip
     expand: tuple[str, ...] = setting(  # chunkeval.engine.scoring.expansion; docs/metrics.md
         (NO_EXPAND,), "names", "comma-separated small-to-big retrieval: what each matched chunk returns: none "
         "(default), window:n=N (N chunks each side) or parent:size=SIZE (its SIZE-token parent)", "retrieval", axis="expand", added=True
     )  # fmt: skip
     beir: str = setting(  # chunkeval.engine.inputs.document_gold
-        "",
-        "path",
-        "document gold from a BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv (docs/formats.md)",
-        "inputs",
-        metavar="DIR",
-        added=True,
-    )
+        "", "path", "document gold from a BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv (docs/formats.md)",
+        "inputs", metavar="DIR", added=True)  # fmt: skip
     split: str = setting("test", "text", "the qrels of --beir: qrels/<split>.tsv (default test)", "inputs")
     queries: str = setting(
         "", "path", "document gold: a JSONL file of queries (_id, text), judged by --qrels", "inputs", added=True
@@ -520,6 +515,7 @@ class Experiment:
         check_run_settings(self, source)
         check_reranking(self, source)
         check_expand(self, source)
+        check_late(self, source)
         for key in ("model", "retriever", "chunker", "reranker", "context"):
             values = getattr(self, key)
             if not values:

@@ -18,7 +18,7 @@ from chunkeval.engine.inputs.span_gold import SpanGold
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.retrieval.indexes import NO_INDEX, IndexSpec
 from chunkeval.progress import Stopwatch
-from chunkeval.vocabulary import CONFIG_KEYS, NO_CONTEXT, NO_EXPAND, NO_RERANKER, VECTOR_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, NO_CONTEXT, NO_EXPAND, NO_LATE, NO_RERANKER, VECTOR_KEYS
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,9 @@ class Chunking:
     chunks: Chunks
     context: str = NO_CONTEXT  # the header before each chunk's text (`chunkeval.engine.inputs.headings`)
     headers: np.ndarray | None = None  # each chunk's header ("" for none); None under context `none`
+    late: str = (
+        NO_LATE  # how its chunks are embedded: alone, or read in their document (`chunkeval.engine.embedding.late`)
+    )
 
     def texts(self, corpora: dict[str, str]) -> list[str]:
         """The text a retriever reads of each chunk: its header, an empty line, and the chunk's own text."""

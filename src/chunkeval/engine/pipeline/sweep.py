@@ -22,6 +22,7 @@ import pyarrow as pa
 from chunkeval.engine.chunking import ChunkerSpec, chunk_corpora, needs_embeddings
 from chunkeval.engine.embedding import Embedder, probes
 from chunkeval.engine.embedding.embedders import Embedders, embed_shard, probe_models
+from chunkeval.engine.embedding.late import parse_late
 from chunkeval.engine.gold.check import check_gold as gold_report
 from chunkeval.engine.gold.judge import judged_lines, run_judged_share
 from chunkeval.engine.inputs.corpus import corpus_names, load_documents, skipped_notes
@@ -58,6 +59,7 @@ from chunkeval.vocabulary import (
     AXES,
     CHUNKING_KEYS,
     NO_CONTEXT,
+    NO_LATE,
     NO_MODEL,
     NO_RERANKER,
     OPTIONAL_KEYS,
@@ -117,15 +119,18 @@ def chunk_one(corpora: dict[str, str], spec: ChunkerSpec, model: str | None, emb
 
 def with_contexts(exp: Experiment, chunkings: list[Chunking], inputs: Inputs | None = None) -> list[Chunking]:
     """Each chunking once per value of the `context` axis, in its order, sharing its chunks; each with its chunks'
-    headers (`chunkeval.engine.inputs.headings`; none without `inputs`: what sizing a grid needs)."""
+    headers (`chunkeval.engine.inputs.headings`; none without `inputs`: what sizing a grid needs). Then each
+    other value of the `late` axis, under context `none` only: a chunk read late is read in its document, where
+    a header before its text has no place (docs/design_space.md, "Late chunking")."""
     out = []
     for chunking in chunkings:
-        for context in exp.context:
+        for context in exp.context if NO_LATE in exp.late else ():
             headers = None
             if context != NO_CONTEXT and inputs is not None:
                 c = chunking.chunks
                 headers = chunk_headers(c.corpus_names, c.corpus, c.start, inputs.outlines or {}, context)
             out.append(replace(chunking, context=context, headers=headers))
+        out += [replace(chunking, late=late) for late in exp.late if late != NO_LATE]
     return out
 
 
@@ -199,8 +204,8 @@ def embedding_shards(
     missing questions and chunks split into `parts` shards of about equal size, for separate processes
     (Dask workers) to embed into the shared cache (`embed_shard`), each writing its own part files."""
     shards = []
-    for model, indices in _wanted(configs).items():
-        chunk_texts = [t for i in indices for t in chunkings[i].texts(inputs.corpora)]
+    for model, indices in _wanted(configs).items():  # chunks read late are embedded by `embed_all` itself
+        chunk_texts = [t for i in indices if chunkings[i].late == NO_LATE for t in chunkings[i].texts(inputs.corpora)]
         for kind, texts in (("query", list(inputs.gold.questions)), ("document", chunk_texts)):
             missing = embedders[model].missing(texts, kind)
             n = max(1, min(parts, len(missing)))
@@ -216,14 +221,35 @@ def embed_all(inputs: Inputs, chunkings: list[Chunking], configs: list[Config], 
         embedder = embedders[model]
         queries[model] = embedder.embed(list(inputs.gold.questions), kind="query")[0]
         texts, bounds = [], [0]
-        for i in indices:
+        alone = [i for i in indices if chunkings[i].late == NO_LATE]
+        for i in alone:
             texts += chunkings[i].texts(inputs.corpora)
             bounds.append(len(texts))
         vectors, cut = embedder.embed(texts)
-        for i, a, b in zip(indices, bounds, bounds[1:]):
+        for i, a, b in zip(alone, bounds, bounds[1:]):
             chunks[(i, model)] = vectors[a:b]
             truncated[(i, model)] = int(cut[a:b].sum())
+        for i in indices:
+            if chunkings[i].late != NO_LATE:
+                chunks[(i, model)], truncated[(i, model)] = embed_late(embedder, inputs.corpora, chunkings[i]), 0
     return Embedded(queries, chunks, truncated)
+
+
+def embed_late(embedder: Embedder, corpora: dict[str, str], chunking: Chunking) -> np.ndarray:
+    """A chunking's vectors read late (`chunkeval.engine.embedding.late`), in chunk order: each document's chunks
+    in windows of that document."""
+    c = chunking.chunks
+    order = np.argsort(c.corpus, kind="stable")
+    firsts = np.searchsorted(c.corpus[order], np.arange(len(c.corpus_names) + 1))
+    docs, spans = [], []
+    for d, (a, b) in enumerate(zip(firsts, firsts[1:])):
+        if b > a:
+            docs.append(corpora[c.corpus_names[d]])
+            spans.append((c.start[order[a:b]], c.end[order[a:b]]))
+    vectors, _ = embedder.embed_late(docs, spans, parse_late(chunking.late))
+    out = np.empty_like(vectors)
+    out[order] = vectors
+    return out
 
 
 def first_stage(config: Config) -> Config:
