@@ -40,6 +40,7 @@ from chunkeval.warehouse.tables import (
     projection,
     quote,
     run_setting_sql,
+    seed_folder,
     slice_table_sql,
     sql_type,
     summary_tables_sql,
@@ -252,9 +253,9 @@ class Schema(Connections, Layout):
         if not con.execute("SELECT current_setting('enable_external_access')").fetchall()[0][0]:
             return  # `chunkeval sql`: no file can be read here, its caller binds these views itself (`access`)
         where = (con.execute("SELECT value FROM meta WHERE key = 'results_path'").fetchall() or [None])[0]
-        if not rebind and where and where[0] == str(self.results_dir):
+        seed = seed_folder(self.results_dir, SCHEMA_VERSION)  # a new one where the results' columns changed
+        if not rebind and where and where[0] == str(self.results_dir) and (seed / "models.parquet").exists():
             return
-        seed = self.results_dir / f"_schema{SCHEMA_VERSION}"
         if temporary and not (seed / "models.parquet").exists():
             return  # nothing can be written here: the file's own views serve
         if not (seed / "models.parquet").exists():

@@ -18,7 +18,7 @@ from chunkeval.vocabulary import CONFIG_KEYS, NO_EXPAND, slice_name
 from chunkeval.warehouse.damage import DamagedResults, damaged_files, reading
 from chunkeval.warehouse.history import History
 from chunkeval.warehouse.migrations import SCHEMA_VERSION
-from chunkeval.warehouse.tables import empty_results, projection, quote
+from chunkeval.warehouse.tables import empty_results, projection, quote, seed_folder
 
 
 class RunFiles(History):
@@ -66,7 +66,7 @@ class RunFiles(History):
                     f"the results of run {run_id} are missing; `chunkeval warehouse repair` marks such runs failed",
                     path,
                 )
-            path = self.results_dir / f"_schema{SCHEMA_VERSION}" / f"{kind}.parquet"
+            path = seed_folder(self.results_dir, SCHEMA_VERSION) / f"{kind}.parquet"
             if not path.is_file():
                 return empty_results()[kind]
         import pyarrow.parquet as pq

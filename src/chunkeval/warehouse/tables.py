@@ -4,6 +4,7 @@ Plain names and functions: no connection, no file is opened here."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -216,6 +217,14 @@ def expand_key_sql() -> str:
 def context_key_sql() -> str:
     """v13: the configuration key `context` (contextual chunk headers); older rows read `none`."""
     return axis_columns_sql(["context"])
+
+
+def seed_folder(results_dir: Path, version: int) -> Path:
+    """The folder of empty results files whose columns every view over the runs' files unites with (read with
+    `union_by_name`): named by the schema version and the columns themselves, so that an axis declared since the
+    seed was written (`vocabulary.AXES`, no schema version of its own) gets a seed that holds its column."""
+    columns = "|".join(f"{kind}:{','.join(t.column_names)}" for kind, t in sorted(empty_results().items()))
+    return results_dir / f"_schema{version}-{hashlib.md5(columns.encode()).hexdigest()[:8]}"
 
 
 def sql_literal(value) -> str:
