@@ -2,7 +2,7 @@
 
 On recorded full runs (every configuration scored on every question: the demo, the shared general evaluation, and
 a BEIR-format set made from the shared one), racing is replayed `--replays` times with the questions shuffled
-(seeded): each replay races the configurations (`chunkeval.analysis.racing.race`, α = 0.05, δ = 0.01, batches of
+(seeded): each replay races the configurations (`chunkeval.stats.racing.race`, α = 0.05, δ = 0.01, batches of
 `--batch`) and counts a *wrong drop* when it dropped a configuration whose mean over every question is within δ of
 the best's. Beside it, the same replays with Optuna's `WilcoxonPruner` used the same way (each configuration a
 trial, each question a step with its own id, checked after each batch; trials in a shuffled order) and with a
@@ -191,7 +191,7 @@ def rng_for(seed: int, s: int, kind: int, i: int):
 
 
 def replay_race(job):
-    from chunkeval.analysis.racing import race, wrong_drops
+    from chunkeval.stats.racing import race, wrong_drops
 
     name, s, i, a = job
     x = SETS[name][0]

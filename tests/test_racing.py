@@ -1,7 +1,7 @@
 """Racing (issue 43, docs/statistics.md "Racing"): the tests by betting of `chunkeval.stats.racing` held to a plain
 loop of their formulas and to the worked example of the docs, their error over every look checked by shuffling a
 population at the null's edge, the closure of e-values against its definition, and the race's decisions
-(`chunkeval.analysis.racing`). The 1,000-replay check of the guarantee on recorded runs is bench/racing.py."""
+(`Racer`, `race`). The 1,000-replay check of the guarantee on recorded runs is bench/racing.py."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from chunkeval.analysis.racing import race, wrong_drops
 from chunkeval.errors import InputError
-from chunkeval.stats.racing import CAP, VARIANCE_PRIOR, LowerTests, closed_rejects
+from chunkeval.stats.racing import CAP, VARIANCE_PRIOR, LowerTests, closed_rejects, race, wrong_drops
 
 WORKED = np.array([-0.4, 0.0] * 30 + [0.0] * 40)  # docs/statistics.md's example: mean −0.12
 
