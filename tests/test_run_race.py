@@ -63,7 +63,8 @@ def test_a_raced_run_drops_the_worse_configuration_and_agrees_with_the_full_run(
     start = next(i for i, line in enumerate(lines) if line.startswith("race on "))
     said = [lines[start]] + [line for line in lines[start + 1 :] if line.startswith("  ")]
     assert said and all(len(line) <= 120 for line in said)
-    assert any(line.startswith("race on precision_at_k (alpha 0.05, delta 0.01): stopped") for line in said)
+    assert said[0].startswith(f"race on precision_at_k (alpha 0.05, delta 0.01): {race['cells']} of 84 cells (")
+    assert said[1].startswith("  stopped (") and said[2].startswith("  the leader is ")
     assert any(line.startswith("  dropped bm25/k=10 [") for line in said)
 
 
@@ -89,3 +90,13 @@ def test_race_settings_are_checked_before_anything_runs():
         Experiment(race_delta=0.02).validate()
     with pytest.raises(InputError, match="doc_ndcg_at_k is scored under document gold"):
         Experiment(race=True, race_metric="doc_ndcg_at_k").validate()
+
+
+def test_a_race_stops_before_the_batch_that_would_pass_its_budget():
+    import chunkeval
+
+    r = chunkeval.evaluate(str(DEMO_DIR / "corpora"), str(DEMO_DIR / "questions.csv"), chunker=["fixed_token"],
+                           chunk_sizes=[200], k=[1, 5, 10], retriever=["bm25"], race=True, race_batch=2,
+                           race_metric="recall_at_k", budget=20)  # fmt: skip
+    assert r.race["stopped"] == "budget" and r.race["cells"] == 18 and r.race["bound"] is None  # 3 batches of 6
+    assert r.per_query.num_rows == 18 and set(r.per_query.column("k").to_pylist()) == {1, 5, 10}

@@ -162,9 +162,10 @@ def race_lines(race: dict | None, width: int = 120, shown: int = 10) -> list[str
     else:
         who = f"{len(race['tied'])} tied, leader {race['leader']['label']} [{race['leader']['config_id']}]"
     lines = [
-        f"race on {race['metric']} (alpha {race['alpha']}, delta {race['delta']}): stopped ({race['stopped']}) after "
-        f"{race['questions']} of {race['questions_total']} questions, {share}",
-        f"  {who}; the leader is {bound}",
+        f"race on {race['metric']} (alpha {race['alpha']}, delta {race['delta']}): {share} evaluated, "
+        f"{race['questions']} of {race['questions_total']} questions",
+        f"  stopped ({race['stopped']}): {who}",
+        f"  the leader is {bound}",
     ]
     if race["dropped"]:
         lines.append(
