@@ -533,7 +533,7 @@ def score(state: RunState) -> RunState:
             state.inputs, state.chunkings, state.configs, state.embedded, state.exp, score_config, first_stage,
             kept, state.clock,
         )  # fmt: skip
-        state.notes += race_lines(state.race)
+        state.notes += race_lines(state.race, width=114)  # `sweep` prints each as "note: …"
     else:
         state.per_query, state.index_stats = score_all(
             state.inputs, state.chunkings, state.configs, state.embedded, state.exp, kept, state.clock
