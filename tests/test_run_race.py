@@ -100,3 +100,7 @@ def test_a_race_stops_before_the_batch_that_would_pass_its_budget():
                            race_metric="recall_at_k", budget=20)  # fmt: skip
     assert r.race["stopped"] == "budget" and r.race["cells"] == 18 and r.race["bound"] is None  # 3 batches of 6
     assert r.per_query.num_rows == 18 and set(r.per_query.column("k").to_pylist()) == {1, 5, 10}
+    with pytest.raises(InputError, match="budget 5 cells is less than the race's first batch: 2 question"):
+        chunkeval.evaluate(str(DEMO_DIR / "corpora"), str(DEMO_DIR / "questions.csv"), chunker=["fixed_token"],
+                           chunk_sizes=[200], k=[1, 5, 10], retriever=["bm25"], race=True, race_batch=2,
+                           budget=5)  # fmt: skip

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from chunkeval.engine.inputs.document_gold import DocGold
 from chunkeval.engine.pipeline.records import Embedded, Inputs
+from chunkeval.errors import InputError
 from chunkeval.stats.racing import Racer
 from chunkeval.vocabulary import CONFIG_KEYS, config_id, config_label
 
@@ -63,6 +64,9 @@ def race_all(inputs: Inputs, chunkings, configs, embedded: Embedded, exp, score:
         live = range(len(configs)) if racer is None else sorted({arms[a][0] for a in racer.configs()})
         step = len(batch) * (len(configs) * len(set(exp.k)) if racer is None else len(racer.configs()))
         if exp.budget and spent + step > exp.budget:
+            if racer is None:  # nothing would be evaluated: no run to record
+                raise InputError(f"budget {exp.budget:,} cells is less than the race's first batch: {len(batch)} "
+                                 f"question(s) × {step // len(batch)} configurations (each at each k)")  # fmt: skip
             stopped = "budget"
             break
         rows = np.sort(batch)
@@ -112,7 +116,7 @@ def race_all(inputs: Inputs, chunkings, configs, embedded: Embedded, exp, score:
     return per_query, stats, summary(racer, arms, keys, exp, stopped, looks, n)
 
 
-def summary(racer: Racer | None, arms, keys, exp, stopped: str, looks: int, n: int) -> dict:
+def summary(racer: Racer, arms, keys, exp, stopped: str, looks: int, n: int) -> dict:
     """What the race decided, as the run records it (JSON): each arm by its configuration's label and id."""
 
     def named(a: int) -> dict:
@@ -122,9 +126,6 @@ def summary(racer: Racer | None, arms, keys, exp, stopped: str, looks: int, n: i
     said = {"metric": exp.race_metric, "alpha": exp.race_alpha, "delta": exp.race_delta, "batch": exp.race_batch,
             "seed": exp.race_seed, "budget": exp.budget or None, "stopped": stopped, "looks": looks,
             "questions_total": n}  # fmt: skip
-    if racer is None:  # the budget allowed not one batch
-        return {**said, "questions": 0, "cells": 0, "total_cells": 0, "share": 0.0, "winner": None, "tied": [],
-                "leader": None, "bound": None, "dropped": []}  # fmt: skip
     res = racer.result(stopped, looks)
     means = racer.means()
     return {
