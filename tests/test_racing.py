@@ -102,3 +102,25 @@ def test_a_race_refuses_values_that_are_no_metric():
         race(np.array([[0.5, 1.5]]))
     with pytest.raises(InputError, match="alpha"):
         race(np.array([[0.5, 0.5]]), alpha=1.0)
+
+
+def test_the_bench_replays_kept_tables_alike_over_any_number_of_workers(tmp_path):
+    """bench/racing.py: the tables `--record` keeps read back whole (`--replay-from`), and each replay draws from its
+    own seeded stream, so `--workers 2` gives the figures of `--workers 1`."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import racing as bench
+
+    rng = np.random.default_rng(5)
+    x = np.clip(np.array([0.8, 0.6, 0.3, 0.79]) + rng.normal(0, 0.1, (200, 4)), 0, 1)
+    bench.save_tables({"toy: ndcg_at_k": (x, ["a", "b", "c", "d"])}, tmp_path)
+    ((got, labels),) = bench.load_tables(tmp_path).values()
+    assert np.array_equal(got, x) and labels == ["a", "b", "c", "d"] and (tmp_path / "0.npz").stat().st_size < 50_000
+    bench.SETS.update(bench.load_tables(tmp_path))
+    a = argparse.Namespace(seed=0, alpha=0.05, delta=0.01, batch=10)
+    jobs = [("toy: ndcg_at_k", 0, i, a) for i in range(6)]
+    one, two = bench.mapped(bench.replay_race, jobs, 1), bench.mapped(bench.replay_race, jobs, 2)
+    assert one == two and not any(r["wrong"] for r in one) and all(r["share"] < 1 for r in one)
