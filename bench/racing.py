@@ -2,7 +2,7 @@
 
 On recorded full runs (every configuration scored on every question: the demo, the shared general evaluation, and
 a BEIR-format set made from the shared one), racing is replayed `--replays` times with the questions shuffled
-(seeded): each replay races the configurations (`chunkeval.analysis.racing.race`, α = 0.05, δ = 0.01, batches of
+(seeded): each replay races the configurations (`chunkeval.stats.racing.race`, α = 0.05, δ = 0.01, batches of
 `--batch`) and counts a *wrong drop* when it dropped a configuration whose mean over every question is within δ of
 the best's. Beside it, the same replays with Optuna's `WilcoxonPruner` used the same way (each configuration a
 trial, each question a step with its own id, checked after each batch; trials in a shuffled order) and with a
@@ -10,9 +10,13 @@ fixed-sample comparison (all configurations on the first n questions of the repl
 configuration dropped where a one-sided paired t-test against the sample's best gives p < α/(K − 1) and its mean
 is more than δ below). No chat model is involved: the per-question metrics are the runs'.
 
-    python bench/racing.py --out /tmp/racing [--replays 1000] [--optuna-replays 200]
+    python bench/racing.py --out /tmp/racing --record /tmp/racing-runs [--replays 1000] [--optuna-replays 200]
+    python bench/racing.py --out /tmp/racing --replay-from /tmp/racing-runs/tables --workers 16
 
-The recorded runs are made once (with the real model, `chunkeval.evaluate`) and kept in `--out`.
+The recorded runs are made once (with the real model, `chunkeval.evaluate`) and kept in `--record` (default
+`--out`), with each set's (questions × configurations) table of its metric in `tables/` (`<set>.npz`, under a
+megabyte each); `--replay-from` replays those tables alone, on any machine, with no model. Every replay draws from
+its own seeded stream, so `--workers N` (processes over the replays) changes the time, not the figures.
 """
 
 from __future__ import annotations
@@ -155,59 +159,134 @@ def wilcoxon(x: np.ndarray, order: np.ndarray, rng, batch: int, p_threshold: flo
     return pruned, cells
 
 
-def main() -> int:
-    from chunkeval.analysis.racing import race, wrong_drops
+def save_tables(sets: dict, folder: Path) -> None:
+    """Each set's (questions × configurations) table of its metric, with the configurations' labels: a few hundred
+    kilobytes per set, enough to replay without the engine or a model (`--replay-from`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, (name, (x, labels)) in enumerate(sets.items()):
+        np.savez_compressed(folder / f"{i}.npz", name=np.array(name), x=x, labels=np.array(labels))
 
+
+def load_tables(folder: Path) -> dict[str, tuple[np.ndarray, list[str]]]:
+    out = {}
+    for path in sorted(folder.glob("*.npz"), key=lambda p: int(p.stem)):
+        with np.load(path) as f:
+            out[str(f["name"])] = (f["x"], [str(v) for v in f["labels"]])
+    if not out:
+        raise SystemExit(f"{folder}: no recorded tables (*.npz); make them with --record")
+    return out
+
+
+SETS: dict = {}  # the tables every worker replays (set before the pool forks)
+
+
+def batch_of(n: int, batch: int) -> int:
+    """Questions per look: `--batch`, and at most a tenth of the set (2 for the demo's 28)."""
+    return max(1, min(batch, n // 10))
+
+
+def rng_for(seed: int, s: int, kind: int, i: int):
+    """Replay i of set s draws from its own stream: the figures do not depend on --workers."""
+    return np.random.default_rng([seed, s, kind, i])
+
+
+def replay_race(job):
+    from chunkeval.stats.racing import race, wrong_drops
+
+    name, s, i, a = job
+    x = SETS[name][0]
+    n = x.shape[0]
+    truth = x.mean(0)
+    res = race(x, rng_for(a.seed, s, 0, i).permutation(n), a.alpha, a.delta, batch_of(n, a.batch))
+    return {"wrong": wrong_drops(res, truth, a.delta) > 0, "share": res.share, "one_left": res.winner is not None,
+            "wrong_leader": bool(truth[res.leader] < truth.max() - a.delta), "stopped": res.stopped}  # fmt: skip
+
+
+def replay_fixed(job):
+    name, s, i, a, n_fixed = job
+    x = SETS[name][0]
+    truth = x.mean(0)
+    dropped = fixed_sample(x, rng_for(a.seed, s, 1, i).permutation(x.shape[0]), n_fixed, a.alpha, a.delta)
+    return any(truth[c] >= truth.max() - a.delta for c in dropped)
+
+
+def replay_wilcoxon(job):
+    import warnings
+
+    name, s, i, a = job
+    x = SETS[name][0]
+    truth = x.mean(0)
+    rng = rng_for(a.seed, s, 2, i)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # WilcoxonPruner is experimental: said once in the docs, not per trial
+        pruned, cells = wilcoxon(x, rng.permutation(x.shape[0]), rng, batch_of(x.shape[0], a.batch), a.alpha)
+    return any(truth[c] >= truth.max() - a.delta for c in pruned), cells / x.size
+
+
+def mapped(fn, jobs, workers: int):
+    if workers <= 1:
+        return [fn(j) for j in jobs]
+    import multiprocessing as mp
+
+    with mp.get_context("fork").Pool(workers) as pool:
+        return pool.map(fn, jobs, chunksize=max(1, len(jobs) // (workers * 8)))
+
+
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=Path, help="where racing.json goes (and the full runs, by default)")
+    ap.add_argument("--record", type=Path, help="make the full runs here (once) and keep their tables here")
+    ap.add_argument("--replay-from", type=Path, help="replay the tables --record kept here (no model, no engine run)")
+    ap.add_argument("--sets", help="replay only the sets whose names start with these (comma-separated)")
     ap.add_argument("--replays", type=int, default=1000)
     ap.add_argument("--optuna-replays", type=int, default=200)
+    ap.add_argument("--workers", type=int, default=1, help="processes replaying at once")
     ap.add_argument("--alpha", type=float, default=0.05)
     ap.add_argument("--delta", type=float, default=0.01)
     ap.add_argument("--batch", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.replay_from:
+        sets = load_tables(args.replay_from)
+    else:
+        folder = args.record or args.out
+        folder.mkdir(parents=True, exist_ok=True)
+        sets = recorded(folder)
+        save_tables(sets, folder / "tables")
+    SETS.update(sets)
+    wanted = [w.strip() for w in args.sets.split(",")] if args.sets else None
     results = []
-    for name, (x, _labels) in recorded(args.out).items():
+    for s, (name, (x, _labels)) in enumerate(sets.items()):
+        if wanted and not any(name.startswith(w) for w in wanted):
+            continue
         n, k = x.shape
         truth = x.mean(0)
-        rng = np.random.default_rng(args.seed)
-        batch = max(1, min(args.batch, n // 10))
         t0 = time.perf_counter()
-        wrong, wrong_leader, shares, winners, stops = 0, 0, [], 0, {}
-        for _ in range(args.replays):
-            res = race(x, rng.permutation(n), args.alpha, args.delta, batch)
-            wrong += wrong_drops(res, truth, args.delta) > 0
-            wrong_leader += truth[res.leader] < truth.max() - args.delta  # a stop that named a leader not δ-good
-            shares.append(res.share)
-            winners += res.winner is not None
-            stops[res.stopped] = stops.get(res.stopped, 0) + 1
+        races = mapped(replay_race, [(name, s, i, args) for i in range(args.replays)], args.workers)
         race_s = time.perf_counter() - t0
+        shares = [r["share"] for r in races]
+        stops: dict = {}
+        for r in races:
+            stops[r["stopped"]] = stops.get(r["stopped"], 0) + 1
         n_fixed = max(2, round(float(np.mean(shares)) * n))
-        fixed_wrong = 0
-        for _ in range(args.replays):
-            order = rng.permutation(n)
-            fixed_wrong += any(
-                truth[c] >= truth.max() - args.delta for c in fixed_sample(x, order, n_fixed, args.alpha, args.delta)
-            )
-        opt_wrong, opt_cells = 0, []
-        for _ in range(args.optuna_replays):
-            pruned, cells = wilcoxon(x, rng.permutation(n), rng, batch, args.alpha)
-            opt_wrong += any(truth[c] >= truth.max() - args.delta for c in pruned)
-            opt_cells.append(cells / (n * k))
-        within = int((truth >= truth.max() - args.delta).sum())
+        fixed = mapped(replay_fixed, [(name, s, i, args, n_fixed) for i in range(args.replays)], args.workers)
+        t0 = time.perf_counter()
+        wil = mapped(replay_wilcoxon, [(name, s, i, args) for i in range(args.optuna_replays)], args.workers)
+        wil_s = time.perf_counter() - t0
         row = {
-            "set": name, "questions": n, "configurations": k, "within_delta_of_best": within, "batch": batch,
-            "race_wrong_drop_rate": wrong / args.replays, "race_cells": float(np.mean(shares)),
-            "race_one_left": winners / args.replays, "race_wrong_leader_rate": wrong_leader / args.replays,
+            "set": name, "questions": n, "configurations": k,
+            "within_delta_of_best": int((truth >= truth.max() - args.delta).sum()), "batch": batch_of(n, args.batch),
+            "race_wrong_drop_rate": sum(r["wrong"] for r in races) / args.replays, "race_cells": float(np.mean(shares)),
+            "race_one_left": sum(r["one_left"] for r in races) / args.replays,
+            "race_wrong_leader_rate": sum(r["wrong_leader"] for r in races) / args.replays,
             "race_stopped": stops, "race_cells_p90": float(np.quantile(shares, 0.9)),
             "race_seconds_per_replay": race_s / args.replays,
-            "fixed_questions": n_fixed, "fixed_wrong_drop_rate": fixed_wrong / args.replays,
-            "fixed_cells": n_fixed / n,
-            "wilcoxon_wrong_drop_rate": opt_wrong / max(1, args.optuna_replays),
-            "wilcoxon_cells": float(np.mean(opt_cells)) if opt_cells else None,
-            "replays": args.replays, "optuna_replays": args.optuna_replays,
+            "fixed_questions": n_fixed, "fixed_wrong_drop_rate": sum(fixed) / args.replays, "fixed_cells": n_fixed / n,
+            "wilcoxon_wrong_drop_rate": sum(w for w, _ in wil) / max(1, len(wil)),
+            "wilcoxon_cells": float(np.mean([c for _, c in wil])) if wil else None,
+            "wilcoxon_seconds_per_replay": wil_s / max(1, len(wil)),
+            "replays": args.replays, "optuna_replays": args.optuna_replays, "workers": args.workers,
         }  # fmt: skip
         results.append(row)
         print(json.dumps(row), flush=True)
@@ -216,10 +295,12 @@ def main() -> int:
           "WilcoxonPruner: cells |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
+        wil = (
+            "n/a" if r["wilcoxon_cells"] is None else f"{r['wilcoxon_wrong_drop_rate']:.3f} | {r['wilcoxon_cells']:.1%}"
+        )
         print(f"| {r['set']} | {r['questions']} × {r['configurations']} | {r['within_delta_of_best']} | "
               f"{r['race_wrong_drop_rate']:.3f} | {r['race_wrong_leader_rate']:.3f} | {r['race_cells']:.1%} | "
-              f"{r['fixed_wrong_drop_rate']:.3f} | "
-              f"{r['fixed_cells']:.1%} | {r['wilcoxon_wrong_drop_rate']:.3f} | {r['wilcoxon_cells']:.1%} |")  # fmt: skip
+              f"{r['fixed_wrong_drop_rate']:.3f} | {r['fixed_cells']:.1%} | {wil} |")  # fmt: skip
     (args.out / "racing.json").write_text(json.dumps(results, indent=2) + "\n")
     return 0
 

@@ -1075,6 +1075,14 @@ CASES.update(
             lambda w: ["run", "--experiment", "cat", "--retriever", "hybrid", "--rrf-k", "99999999999"],
             "rrf_k must be at most 2147483647",
         ),
+        "run: a race's alpha out of range": (
+            lambda w: ["run", "--experiment", "cat", "--race", "--race-alpha", "1"],
+            "race_alpha takes a number between 0 and 1, got 1.0",
+        ),
+        "run: a race's setting without --race": (
+            lambda w: ["run", "--experiment", "cat", "--race-delta", "0.02"],
+            "race_delta is a setting of a race: give race (--race) with it",
+        ),
         "run: the experiment file is a FIFO": (lambda w: ["run", fifo(w["t"])], "is a FIFO, not a regular file"),
         "run: the experiment file is a device": (lambda w: ["run", "/dev/zero"], "is a device"),
         "evaluate-run: gold is a device": (lambda w: evaluate_run(w["t"], Path("/dev/zero")), "is a device"),

@@ -1,7 +1,7 @@
 """Racing (issue 43, docs/statistics.md "Racing"): the tests by betting of `chunkeval.stats.racing` held to a plain
 loop of their formulas and to the worked example of the docs, their error over every look checked by shuffling a
 population at the null's edge, the closure of e-values against its definition, and the race's decisions
-(`chunkeval.analysis.racing`). The 1,000-replay check of the guarantee on recorded runs is bench/racing.py."""
+(`Racer`, `race`). The 1,000-replay check of the guarantee on recorded runs is bench/racing.py."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from chunkeval.analysis.racing import race, wrong_drops
 from chunkeval.errors import InputError
-from chunkeval.stats.racing import CAP, VARIANCE_PRIOR, LowerTests, closed_rejects
+from chunkeval.stats.racing import CAP, VARIANCE_PRIOR, LowerTests, closed_rejects, race, wrong_drops
 
 WORKED = np.array([-0.4, 0.0] * 30 + [0.0] * 40)  # docs/statistics.md's example: mean −0.12
 
@@ -103,3 +102,25 @@ def test_a_race_refuses_values_that_are_no_metric():
         race(np.array([[0.5, 1.5]]))
     with pytest.raises(InputError, match="alpha"):
         race(np.array([[0.5, 0.5]]), alpha=1.0)
+
+
+def test_the_bench_replays_kept_tables_alike_over_any_number_of_workers(tmp_path):
+    """bench/racing.py: the tables `--record` keeps read back whole (`--replay-from`), and each replay draws from its
+    own seeded stream, so `--workers 2` gives the figures of `--workers 1`."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import racing as bench
+
+    rng = np.random.default_rng(5)
+    x = np.clip(np.array([0.8, 0.6, 0.3, 0.79]) + rng.normal(0, 0.1, (200, 4)), 0, 1)
+    bench.save_tables({"toy: ndcg_at_k": (x, ["a", "b", "c", "d"])}, tmp_path)
+    ((got, labels),) = bench.load_tables(tmp_path).values()
+    assert np.array_equal(got, x) and labels == ["a", "b", "c", "d"] and (tmp_path / "0.npz").stat().st_size < 50_000
+    bench.SETS.update(bench.load_tables(tmp_path))
+    a = argparse.Namespace(seed=0, alpha=0.05, delta=0.01, batch=10)
+    jobs = [("toy: ndcg_at_k", 0, i, a) for i in range(6)]
+    one, two = bench.mapped(bench.replay_race, jobs, 1), bench.mapped(bench.replay_race, jobs, 2)
+    assert one == two and not any(r["wrong"] for r in one) and all(r["share"] < 1 for r in one)

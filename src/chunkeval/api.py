@@ -55,7 +55,8 @@ from chunkeval.warehouse import Warehouse
 class Results:
     """Arrow tables of a sweep or a scoring: `summary` (one row per configuration, macro mean, std and
     micro of every metric), `per_query`, and for sweeps `by_corpus`, `models` (throughput) and, with
-    `slice_by`, `by_slice` (the summary per configuration and slice of the gold set)."""
+    `slice_by`, `by_slice` (the summary per configuration and slice of the gold set); with `race`, `race` (what
+    the race decided: docs/statistics.md, "Racing")."""
 
     summary: pa.Table
     per_query: pa.Table
@@ -63,6 +64,7 @@ class Results:
     models: pa.Table | None = None
     texts_embedded: int = 0
     by_slice: pa.Table | None = None
+    race: dict | None = None  # with race=True: what the race decided; per_query holds the cells it evaluated
 
     def table(self, name: str = "summary") -> pa.Table:
         table = getattr(self, name, None)
@@ -213,7 +215,13 @@ def evaluate(
         state = prepare(exp, batch_size=batch_size, device=device, consent=consent, cache=cache)
         result = run_steps(state)
     return Results(
-        result.summary, result.per_query, result.by_corpus, result.models, result.texts_embedded, result.by_slice
+        result.summary,
+        result.per_query,
+        result.by_corpus,
+        result.models,
+        result.texts_embedded,
+        result.by_slice,
+        result.race,
     )
 
 

@@ -32,3 +32,4 @@ class RunResult:
     slices: pa.Table | None = None  # which queries each slice holds
     qrels: pa.Table | None = None  # under document gold, the qrels with the questions (`retrieved.qrels_table`)
     gold_check: dict | None = None  # the gold set's check on the run's inputs (`chunkeval.engine.gold.check`)
+    race: dict | None = None  # a raced run's summary: what it decided and the cells it evaluated (`race: true`)

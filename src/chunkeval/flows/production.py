@@ -21,7 +21,6 @@ from prefect import flow
 
 from chunkeval import paths
 from chunkeval.analysis import production as P
-from chunkeval.analysis.racing import DELTA, Racer
 from chunkeval.analysis.regression import DEFAULT_THRESHOLD, REGRESSION, verdict_line
 from chunkeval.cli.commands.traces import draw_sample, import_files, trace_files
 from chunkeval.engine.gold import judge as gj
@@ -33,6 +32,7 @@ from chunkeval.engine.pipeline.prepare import prepare
 from chunkeval.engine.pipeline.sweep import run_steps
 from chunkeval.flows.alerts import emit
 from chunkeval.publish import alerts as A
+from chunkeval.stats.racing import DELTA, Racer
 from chunkeval.vocabulary import CONFIG_KEYS
 from chunkeval.warehouse import Warehouse
 

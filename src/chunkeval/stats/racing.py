@@ -1,13 +1,15 @@
 """Anytime-valid tests by betting for paired differences of configurations, questions drawn without replacement
 (docs/statistics.md, "Racing"): `LowerTests` (one-sided tests of μ_a − μ_b ≥ θ, for many pairs at once, against a
 fixed or a predictable comparator), and how a race combines its tests of every configuration into one family-wise guarantee,
-`closed_rejects` (the closure of the mean of e-values).
+`closed_rejects` (the closure of the mean of e-values); and the race that combines them (`Racer`, `race`).
 
 The questions come in a uniformly random order from the N of the set, and the target is the mean over all N: what
 a full evaluation gives. Once all N are in, every mean is known exactly.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -105,3 +107,227 @@ def closed_rejects(evalues, alpha: float) -> np.ndarray:
         means = (e[c] + np.concatenate([[0.0], np.cumsum(others)])) / np.arange(1, len(e) + 1)
         out[c] = means.min() >= 1 / alpha
     return out
+
+
+# --------------------------------------------------------------------------- the race
+# Racing configurations on a budget (docs/statistics.md, "Racing"): questions are evaluated in a seeded random
+# order, in batches; after each batch every configuration still in the race is tested against the leader by betting
+# (`LowerTests`), and one shown worse than the leader by more than δ is dropped. The error is
+# bounded over all configurations and all looks together: with probability at least 1 − α no configuration within δ
+# of the true best (the mean over every question) is ever dropped, and a race that stops *certified* has a leader
+# within δ of the true best.
+#
+# The race stops when one configuration remains, when the leader is certified within δ of every configuration still
+# in the race, when the comparison with a reference (production) is decided, when the budget is spent, or when every
+# question is in (then the means are exact). It reports the winner or the set still tied, the bound it guarantees,
+# and the share of (question × configuration) cells evaluated. `Racer` is the race one question at a time, for a
+# caller whose values arrive as they are paid for (`chunkeval traces compare --race` judges them); `race` runs it
+# over a table.
+
+DELTA = 0.01  # the tolerance: a configuration is dropped only when it is worse than another by more than this
+BATCH = 10  # questions per look
+
+
+@dataclass
+class RaceResult:
+    """What a race decided. Indices are columns of the values it was given."""
+
+    winner: int | None  # the one configuration left, else None
+    tied: list[int]  # the configurations still in the race (the winner alone where there is one)
+    leader: int  # the highest mean among `tied`
+    bound: float | None  # P(best mean − leader's mean ≤ bound) ≥ 1 − α; None where the race could not say
+    dropped: list[dict] = field(default_factory=list)  # {config, after (questions), by (the leader then), p}
+    questions: int = 0  # questions evaluated (of the leader)
+    cells: int = 0  # (question × configuration) cells evaluated
+    total_cells: int = 0
+    looks: int = 0
+    stopped: str = ""  # one left, certified, decided, budget, all questions
+    reference: dict | None = None  # against the reference: the verdict and what it rests on
+    alpha: dict = field(default_factory=dict)  # how α was shared: drops, certify, reference
+
+    @property
+    def share(self) -> float:
+        return self.cells / self.total_cells if self.total_cells else 0.0
+
+
+def shares(alpha: float, reference: bool) -> dict:
+    """How a race spends α: half on its drops, the rest on certifying the leader (and, with a reference, half of
+    that on the comparison with it). Every claim of the race together holds with probability ≥ 1 − α."""
+    if reference:
+        return {"drops": alpha / 2, "certify": alpha / 4, "reference": alpha / 4}
+    return {"drops": alpha / 2, "certify": alpha / 2, "reference": 0.0}
+
+
+class Racer:
+    """A race over `k` configurations (and a reference arm after them, where `reference`) and a population of `n`
+    questions in a uniformly random order. `add(row)` takes one question's values of every arm (metrics in
+    [0, 1]; those of configurations no longer in the race are not read), `look()` drops what the tests allow and
+    says whether the race may stop."""
+
+    def __init__(self, k: int, n: int, alpha: float = 0.05, delta: float = DELTA, reference: bool = False):
+        check_level(alpha, delta)
+        if k < 1 or n < 1:
+            raise InputError("a race needs at least one configuration and one question")
+        self.k, self.n, self.delta, self.has_reference = k, n, delta, reference
+        self.alpha = shares(alpha, reference)
+        arms = k + int(reference)
+        self.arms = arms
+        self.active = np.ones(arms, bool)
+        self.sums = np.zeros(arms)
+        self.cross = np.zeros((arms, arms))  # Σ x_a x_b over the questions seen
+        self.t = 0
+        self.drops = LowerTests(n, k, -delta)  # c against the leader: H0 "c is within δ of the best"
+        theta = np.full((arms, arms), delta)
+        if reference:
+            theta[k, :k] = 0.0  # (reference, c): H0 "the reference is at least as good as c"
+        self.pairs = LowerTests(n, arms * arms, theta.ravel())  # (a, b): H0 "μ_a − μ_b ≥ θ_ab"
+        self.dropped: list[dict] = []
+        self.cells = 0
+
+    def leader(self) -> int:
+        """The configuration still in the race with the highest mean so far (the lowest index among equals)."""
+        on = np.flatnonzero(self.active[: self.k])
+        return int(on[np.argmax(self.sums[on])])
+
+    def configs(self) -> list[int]:
+        return [int(c) for c in np.flatnonzero(self.active[: self.k])]
+
+    def add(self, row) -> None:
+        x = np.asarray(row, dtype=np.float64)
+        k = self.k
+        x = np.where(self.active, x, 0.0)
+        t = self.t + 1
+        vs = np.full(k, self.leader())  # the comparator, chosen before the question: predictable
+        at = np.arange(k)
+        c = self.cross
+        squares = np.diag(c)[:k] + c[vs, vs] - 2 * c[at, vs]  # Σ (x_c − x_vs)² over the questions seen
+        on = self.active[:k] & (vs != at)
+        self.drops.add(t, x[:k] - x[vs], self.sums[:k] - self.sums[vs], on, squares)
+        both = np.outer(self.active, self.active)
+        np.fill_diagonal(both, False)
+        d = (x[:, None] - x[None, :]).ravel()
+        past = (self.sums[:, None] - self.sums[None, :]).ravel()
+        self.pairs.add(t, d, past, both.ravel())
+        self.sums = self.sums + x
+        self.cross = self.cross + np.outer(x, x)
+        self.cells += int(self.active[:k].sum())
+        self.t = t
+
+    def pair_p(self) -> np.ndarray:
+        return self.pairs.pvalue().reshape(self.arms, self.arms)
+
+    def look(self) -> None:
+        """Drop every configuration the closure of the drop tests' e-values rejects (never the leader)."""
+        lead = self.leader()
+        rejected = closed_rejects(self.drops.evalue(), self.alpha["drops"])
+        for c in self.configs():
+            if c != lead and rejected[c]:
+                self.active[c] = False
+                self.dropped.append({"config": c, "after": self.t, "by": lead, "p": float(self.drops.pvalue()[c])})
+
+    def certified(self) -> bool:
+        """Every configuration still in the race is shown at most δ better than the leader (an intersection-union
+        test over them, each pair at α_certify / (k − 1)): the leader is within δ of the best."""
+        if self.alpha["certify"] <= 0:
+            return False
+        lead, p = self.leader(), self.pair_p()
+        level = self.alpha["certify"] / max(1, self.k - 1)
+        return all(p[c, lead] <= level for c in self.configs() if c != lead)
+
+    def against_reference(self) -> dict | None:
+        """The comparison with the reference: an offline configuration beats it (the leader shown better than the
+        reference, at α_reference / (2k): the leader is any of k), production holds (every configuration still in
+        the race shown at most δ better than it, at α_reference / 2: the best is one fixed configuration), or
+        undecided."""
+        if not self.has_reference:
+            return None
+        k, p = self.k, self.pair_p()
+        lead = self.leader()
+        means = self.means()
+        beats = bool(p[k, lead] <= self.alpha["reference"] / (2 * k))
+        holds = all(p[c, k] <= self.alpha["reference"] / 2 for c in self.configs())
+        said = "an offline configuration beats production" if beats else "production holds" if holds else "undecided"
+        return {"leader": lead, "leader_mean": float(means[lead]), "reference_mean": float(means[k]),
+                "p_beats": float(p[k, lead]), "decided": beats or holds, "verdict": said}  # fmt: skip
+
+    def means(self) -> np.ndarray:
+        return self.sums / max(self.t, 1)
+
+    def result(self, stopped: str, looks: int) -> RaceResult:
+        tied = self.configs()
+        lead = self.leader()
+        exact = self.t >= self.n
+        bound = 0.0 if len(tied) == 1 or exact else self.delta if stopped == "certified" else None
+        return RaceResult(
+            winner=tied[0] if len(tied) == 1 else None,
+            tied=tied,
+            leader=lead,
+            bound=bound,
+            dropped=list(self.dropped),
+            questions=self.t,
+            cells=self.cells,
+            total_cells=self.n * self.k,
+            looks=looks,
+            stopped=stopped,
+            reference=self.against_reference(),
+            alpha=dict(self.alpha),
+        )
+
+
+def race(
+    values,
+    order=None,
+    alpha: float = 0.05,
+    delta: float = DELTA,
+    batch: int = BATCH,
+    budget: float | None = None,
+    cost=None,
+    reference=None,
+    stop_when_decided: bool = False,
+    certify: bool = True,
+) -> RaceResult:
+    """Race the columns of `values` (questions × configurations, metrics in [0, 1]) in the question `order` (a
+    permutation: uniformly random for the guarantee; default the given order). `budget` in the units of `cost`
+    (per question × configuration, default 1 per cell); `reference` a column of values of the reference
+    (production) on the same questions, compared but never dropped nor the winner; `certify`: stop once the
+    leader is shown within δ of every configuration left."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
+        raise InputError("a race needs a table of questions × configurations")
+    ref = None if reference is None else np.asarray(reference, dtype=np.float64).reshape(-1, 1)
+    arms = x if ref is None else np.column_stack([x, ref])
+    if np.isnan(arms).any() or (arms < 0).any() or (arms > 1).any():
+        raise InputError("a race's values are metrics from 0 to 1, with no missing value")
+    n, k = x.shape
+    order = np.arange(n) if order is None else np.asarray(order)
+    cost = np.ones_like(x) if cost is None else np.asarray(cost, dtype=np.float64)
+    racer = Racer(k, n, alpha, delta, reference=ref is not None)
+    spent, looks, stopped = 0.0, 0, "all questions"
+    while racer.t < n:
+        take = order[racer.t : racer.t + batch]
+        step = float(cost[take][:, racer.active[:k]].sum())
+        if budget is not None and spent + step > budget:
+            stopped = "budget"
+            break
+        for q in take:
+            racer.add(arms[q])
+        spent, looks = spent + step, looks + 1
+        racer.look()
+        if len(racer.configs()) == 1:
+            stopped = "one left"
+            break
+        if certify and racer.t < n and racer.certified():
+            stopped = "certified"
+            break
+        if ref is not None and stop_when_decided and racer.against_reference()["decided"]:
+            stopped = "decided"
+            break
+    return racer.result(stopped, looks)
+
+
+def wrong_drops(result: RaceResult, true_means, delta: float = DELTA) -> int:
+    """How many configurations the race dropped whose true mean is within δ of the true best (what the guarantee
+    bounds: with probability ≥ 1 − α, none)."""
+    mu = np.asarray(true_means, dtype=np.float64)
+    best = mu.max()
+    return sum(1 for d in result.dropped if mu[d["config"]] >= best - delta)

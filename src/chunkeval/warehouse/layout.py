@@ -1,5 +1,5 @@
 """The warehouse's files on disk, beside the catalogue: each run's folder `results/<run_id>/` (its Parquet
-files, `manifest.json`, `gold_check.json`, `corpora.json`), the pins `baselines/<experiment>.json`, and
+files, `manifest.json`, `gold_check.json`, `race.json` of a raced run, `corpora.json`), the pins `baselines/<experiment>.json`, and
 the corpus texts runs read. The manifests and pins are what `repair` rebuilds a catalogue from. No
 connection is opened here.
 
@@ -65,7 +65,19 @@ class Layout:
             ]
             statuses = [a.get("status") for a in check.get("anchoring") or []]
             doc["anchoring"] = {s: statuses.count(s) for s in ANCHOR_STATUSES}
+        race = self.race(row["run_id"])
+        if race is not None:  # a raced run (`race: true`): its per-query rows are the cells the race evaluated
+            doc["race"] = race
         write_text(folder / "manifest.json", json.dumps(doc, indent=1, sort_keys=True))
+
+    def race(self, run_id: str) -> dict | None:
+        """A raced run's summary (`race.json`: what the race decided, the cells it evaluated); None for a run that
+        evaluated every cell, or where the file is unreadable."""
+        try:
+            found = json_loads(record_text(self.results_dir / run_id / "race.json"))
+        except (OSError, ValueError):
+            return None
+        return found if isinstance(found, dict) else None
 
     def read_manifest(self, run_id: str) -> dict | None:
         """A run's manifest, or None where it is missing or unreadable."""

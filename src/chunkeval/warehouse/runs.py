@@ -148,6 +148,8 @@ class Lifecycle(History):
             self._keep_corpora(run_id, corpora)
         if gold_check is not None:
             write_text(folder / "gold_check.json", json.dumps(gold_check, indent=1))
+        if result.race is not None:  # a raced run: what the race decided (its manifest says it too)
+            write_text(folder / "race.json", json.dumps(result.race, indent=1))
         run_col = lambda t: t.append_column("run_id", pa.array([run_id] * t.num_rows, pa.string()))  # noqa: E731
         tables = {folder / "per_query.parquet": run_col(per_query), folder / "summary.parquet": run_col(summary)}
         if references is not None:

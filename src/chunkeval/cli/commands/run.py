@@ -21,6 +21,7 @@ from chunkeval.engine.gold.judge import run_lines
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.grid import Consent, terminal_confirm
 from chunkeval.engine.pipeline.prepare import prepare
+from chunkeval.engine.pipeline.race import race_lines
 from chunkeval.engine.pipeline.records import RunState
 from chunkeval.engine.pipeline.runners import check_task_runner, cluster_workers, parse_task_runner
 from chunkeval.errors import InputError
@@ -221,6 +222,9 @@ def _flow(args, exp, mlflow, runner, warehouse, clock, state, shards, turn) -> i
     print("\n" + fold(f"verdict: {result['verdict_line']}"))
     for line in run_lines(json.loads(wh.run(result["run_id"])["settings"] or "{}"), wh.gold_check(result["run_id"])):
         print(fold(line))  # a generated or judged gold set, said (docs/gold.md)
+    raced = race_lines(wh.race(result["run_id"]))  # a raced run: what it decided, and the share of cells evaluated
+    if raced:
+        print("\n" + "\n".join(raced))
     by_slice = wh.slice_summary(result["run_id"])
     if by_slice.num_rows:  # --slice-by: their per-slice rows are in the view slice_summary and the report
         print(format_slices(by_slice))

@@ -12,7 +12,6 @@ import pyarrow as pa
 
 from chunkeval import paths
 from chunkeval.analysis import production as P
-from chunkeval.analysis.racing import DELTA, Racer, race
 from chunkeval.analysis.regression import DEFAULT_THRESHOLD, REGRESSION, verdict_line
 from chunkeval.cli.commands.gold_judge import _texts as run_texts
 from chunkeval.cli.options import number_in, whole_number
@@ -23,6 +22,7 @@ from chunkeval.engine.gold.production import judge_race
 from chunkeval.engine.inputs.readers import read_csv_rows
 from chunkeval.engine.inputs.trace_sample import read_production
 from chunkeval.errors import InputError
+from chunkeval.stats.racing import DELTA, Racer, race
 from chunkeval.visible import visible
 from chunkeval.vocabulary import CONFIG_KEYS, config_label
 

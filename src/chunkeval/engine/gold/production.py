@@ -14,7 +14,7 @@ def judge_race(lists: dict, questions: dict[str, str], texts: dict[str, str], ch
     uniformly random for racing's guarantee), `batch` questions at a time, with 2 canaries per question; before
     each batch, stop where it would pass `budget` (judge requests, or tokens: estimated as a quarter of the
     request's characters until the endpoint has said); after each, race the configurations with production as the
-    reference (`racer`: a `chunkeval.analysis.racing.Racer` of the configurations and production, on `metric`) and, with `racing`, judge no further passage of a
+    reference (`racer`: a `chunkeval.stats.racing.Racer` of the configurations and production, on `metric`) and, with `racing`, judge no further passage of a
     configuration it dropped and stop when it is decided. `chat` asks (and caches) each request."""
     configs = [c for c in lists if c != ((PRODUCTION, True),)]
     prod = lists.get(((PRODUCTION, True),), {})

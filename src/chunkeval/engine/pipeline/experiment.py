@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
-from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,16 +25,21 @@ from chunkeval.engine.embedding.served import is_spec, lookup, parse_models
 from chunkeval.engine.inputs.anchoring import ANCHOR_BOUNDS, ANCHOR_SIMILARITY
 from chunkeval.engine.inputs.duplicates import MODES as DUPLICATE_MODES
 from chunkeval.engine.inputs.extract import HTML_MODES, check_html_mode
-from chunkeval.engine.inputs.provenance import note as gold_note
 from chunkeval.engine.inputs.provenance import recorded as gold_recorded
 from chunkeval.engine.inputs.readers import read_text
 from chunkeval.engine.inputs.slices import check_slice_columns
+from chunkeval.engine.pipeline.rules import (
+    RACE_METRICS,
+    check_race,
+    checked_doc_gold,
+    experiment_notes,
+    parse_overlap,
+)
 from chunkeval.engine.retrieval.indexes import library_versions, parse_index
-from chunkeval.engine.retrieval.indexes.axis import axis_notes, resolve_axis
+from chunkeval.engine.retrieval.indexes.axis import resolve_axis
 from chunkeval.engine.retrieval.rerank import check_reranking, is_cross_encoder
 from chunkeval.engine.retrieval.retrievers import check_retriever
 from chunkeval.engine.retrieval.retrievers import needs_embeddings as retriever_needs
-from chunkeval.engine.retrieval.vectors import axis_notes as vector_notes
 from chunkeval.engine.retrieval.vectors import check_axis
 from chunkeval.engine.scoring.expansion import check_expand
 from chunkeval.engine.scoring.metrics import share_held
@@ -77,24 +81,6 @@ if TYPE_CHECKING:
 
 # keys a run records beside its settings (not settings: a recorded run's settings are read back without them)
 RECORDED = ("index_libraries", "gold_kind", "gold_provenance", "backend_auto")
-
-
-def parse_overlap(value: str, chunk_size: int) -> int:
-    """`25` is 25 tokens; `10%` is that share of the chunk size, rounded down (10% of 250 → 25)."""
-    if isinstance(value, (bool, float)):
-        raise InputError(f"overlap must be a whole number or a percentage like 10%, got {short(value)}")
-    text = str(value).strip()
-    try:
-        if text.endswith("%"):
-            share = Fraction(text[:-1])
-            if not 0 <= share <= 100:
-                raise InputError(f"an overlap share must be between 0% and 100%, got {short(value)}")
-            return int(share * chunk_size / 100)
-        if abs(int(text)) > MAX_INT:
-            raise InputError(f"overlap must be at most {MAX_INT}, got {short(value)}")
-        return int(text)
-    except (ValueError, ZeroDivisionError):
-        raise InputError(f"overlap must be a whole number or a percentage like 10%, got {short(value)}") from None
 
 
 def _index_values(value, source) -> tuple[str, ...]:
@@ -421,6 +407,20 @@ class Experiment:
         recorded=False,
     )
 
+    race: bool = setting(False, "bool", "race the grid: questions in a seeded random order, in batches; a configuration "
+                         "(each at each k) shown worse than the leader by more than race_delta on race_metric is "
+                         "evaluated no further; the run keeps the rows it evaluated", "racing", added=True)  # fmt: skip
+    race_metric: str = setting("ndcg_at_k", "text", "the metric a race decides on", "racing", choices=RACE_METRICS,
+                               added=True)  # fmt: skip
+    race_alpha: float = setting(0.05, "number", "a race's error, over every configuration and look", "racing",
+                                metavar="A", minimum=0, maximum=1, added=True)  # fmt: skip
+    race_delta: float = setting(0.01, "number", "a race's tolerance: how much worse than the best may be dropped",
+                                "racing", metavar="D", minimum=0, maximum=1, added=True)  # fmt: skip
+    race_batch: int = setting(10, "int", "questions per look of a race", "racing", minimum=1, added=True)
+    race_seed: int = setting(0, "int", "the seed of a race's order of questions", "racing", minimum=0, added=True)
+    budget: int = setting(0, "int", "a race's most cells, question × configuration (0: none)", "racing", minimum=0,
+                          added=True)  # fmt: skip
+
     @property
     def doc_gold(self) -> bool:
         """Whether the gold set judges documents (qrels) rather than spans."""
@@ -537,6 +537,7 @@ class Experiment:
                 check_model_runs_on(model, self.backend, source, self.precision)
         self.grid()
         check_slice_columns(self.slice_by, source)
+        check_race(self, source)
 
         checked = checked_doc_gold(self, source)
         if (vectors, dims) != (checked.vectors, checked.dims):
@@ -597,19 +598,8 @@ class Experiment:
                     )
         return list(dict.fromkeys(specs))
 
-    def overlap_notes(self) -> list[str]:
-        """What the grid does differently from what it lists (chunkers that take no overlap)."""
-        if all(parse_overlap(o, s) == 0 for o in self.overlaps for s in self.chunk_sizes):
-            return []
-        return [
-            f"{c} takes no overlap: it runs once per chunk size, at overlap 0"
-            for c in self.chunker
-            if needs_embeddings(c)
-        ]
-
     def notes(self) -> list[str]:
         """What a reader of the results must know about how they were computed (`experiment_notes`)."""
-
         return experiment_notes(self)
 
     def recorded_settings(self) -> dict:
@@ -657,95 +647,6 @@ def _note(line: str) -> None:
 def settings_reference() -> str:
     """The reference table of docs/settings.md, as the settings table makes it."""
     return reference(SETTINGS)
-
-
-# --------------------------------------------------------------------------- document gold in the settings
-
-
-def checked_doc_gold(exp, source):
-    """Document gold (beir, or queries with qrels) excludes span gold and the settings only span gold has;
-    the span gold file of the defaults is dropped."""
-    if exp.queries and not exp.qrels:
-        raise InputError("queries are judged by qrels: give qrels with queries", source)
-    if exp.split != type(exp).split and not exp.beir:
-        raise InputError(f"split names the qrels of a BEIR folder: give it with beir (got split {exp.split!r})", source)
-    if not exp.doc_gold:
-        return exp
-    if exp.beir and (exp.queries or exp.qrels):
-        raise InputError("beir names its own queries and qrels: give beir, or queries and qrels", source)
-    if exp.qrels and not exp.queries:
-        raise InputError("qrels judge the queries of a queries file: give queries with qrels", source)
-    given = "beir" if exp.beir else "qrels"
-    if exp.questions and exp.questions != type(exp).questions:
-        raise InputError(
-            f"questions (span gold) and {given} (document gold) cannot be scored in one experiment", source
-        )
-    for key, value in (("corpus", exp.corpus), ("own_corpus", exp.own_corpus)):
-        if value:
-            raise InputError(f"{key} is a setting of span gold; it cannot be used with {given}", source)
-    for key in RUN_SETTINGS:
-        if getattr(exp, key) != RUN_SETTINGS[key]:
-            raise InputError(f"{key} is a setting of span gold; it cannot be used with {given}", source)
-    if not exp.split or any(c in exp.split for c in "/\\") or exp.split.startswith("."):
-        raise InputError(f"split must be a qrels file name without folder or suffix, got {exp.split!r}", source)
-    changes = {"questions": ""}
-    if exp.beir:
-        changes["corpus_dir"] = ""
-    return replace(exp, **changes)
-
-
-# --------------------------------------------------------------------------- notes on how results were computed
-
-
-def experiment_notes(exp) -> list[str]:
-    """The notes of an experiment (`chunkeval.engine.pipeline.experiment.Experiment`), in the order they are printed."""
-    notes = exp.overlap_notes()
-    if exp.relevance != RUN_SETTINGS["relevance"]:
-        notes.append(f"relevance: {exp.relevance} (set and rank metrics count the chunks this rule makes relevant)")
-    if exp.duplicates == "credit":
-        notes.append(
-            "duplicates: credit (a reference's identical copies in its corpus count as found; docs/metrics.md)"
-        )
-    if exp.quantize == "int8" and exp.needs_model():
-        notes.append(
-            f"quantize: int8 ({exp.backend}): vectors differ from the model's own; docs/backends.md says by how much"
-        )
-    if exp.reranks():
-        below = sorted({(c, k) for c in exp.candidates for k in exp.k if c < k})
-        if below:
-            notes.append(
-                "reranked configurations are not scored where candidates < k: "
-                + ", ".join(f"candidates {c} at k {k}" for c, k in below)
-            )
-    if exp.precision != "fp32" and exp.needs_model():
-        notes.append(
-            f"precision: {exp.precision} ({exp.backend}): vectors differ from fp32's in the last digits and are "
-            "cached apart; docs/backends.md says by how much"
-        )
-    if exp.doc_gold:
-        notes.append(
-            "document gold: a chunk counts with its document's grade, so chunk-level rank and set metrics "
-            "penalise small chunks; doc_* metrics rank documents by their best chunk (MaxP; docs/metrics.md)"
-        )
-    notes += gold_note(exp)
-    return notes + axis_notes(exp.index_specs(), exp.retriever, exp.k) + vector_notes(exp)
-
-
-def clamped_k_note(ks, chunkings) -> list[str]:
-    """One line for a run where a k exceeds the chunks of a chunking (`chunkeval.engine.pipeline.records.Chunking`): such a
-    k ranks every chunk (nothing is allocated past them), and its metrics keep their definition at that k."""
-    if not chunkings:
-        return []
-    fewest = min(chunkings, key=lambda c: len(c.chunks))
-    beyond = sorted(k for k in set(ks) if k > len(fewest.chunks))
-    if not beyond:
-        return []
-    spec = fewest.spec
-    return [
-        f"k {', '.join(map(str, beyond))} exceed{'s' if len(beyond) == 1 else ''} the chunks there are (fewest: "
-        f"{len(fewest.chunks)}, {spec.chunker} {spec.chunk_size}/{spec.chunk_overlap}): clamped, every chunk is "
-        "ranked; metrics keep their definition at the requested k (precision@k still divides by k)"
-    ]
 
 
 def as_recorded(exp: Experiment) -> dict:

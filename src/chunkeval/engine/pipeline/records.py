@@ -118,6 +118,7 @@ class RunState:
     by_slice: pa.Table | None = None
     references: pa.Table | None = None
     gold_check: dict | None = None
+    race: dict | None = None  # a raced run's summary (`chunkeval.engine.pipeline.race.summary`)
     notes: list[str] = field(default_factory=list)
     clock: Stopwatch = field(default_factory=Stopwatch)
     backend_auto: str | None = None  # with backend auto, the line saying which backend was chosen and why

@@ -32,10 +32,12 @@ from chunkeval.engine.inputs.extract import DocumentReader
 from chunkeval.engine.inputs.headings import chunk_headers
 from chunkeval.engine.inputs.slices import load_slices
 from chunkeval.engine.inputs.span_gold import load_span_gold
-from chunkeval.engine.pipeline.experiment import Experiment, clamped_k_note
+from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.fingerprints import input_fingerprints
+from chunkeval.engine.pipeline.race import race_all, race_lines
 from chunkeval.engine.pipeline.ranking import groups_of, measured_vectors, reranks_with_vectors, retrieve_top
 from chunkeval.engine.pipeline.records import Chunking, Config, Embedded, Inputs, RunState
+from chunkeval.engine.pipeline.rules import clamped_k_note
 from chunkeval.engine.retrieval import retrievers
 from chunkeval.engine.retrieval.indexes import reach
 from chunkeval.engine.retrieval.indexes.faiss_kinds import check_fits
@@ -524,11 +526,18 @@ def embedded(state: RunState, done: list[dict]) -> RunState:
 
 def score(state: RunState) -> RunState:
     """Every configuration retrieved at its largest k and scored at every k (`score_all`), with what each
-    retrieved and what each index cost."""
+    retrieved and what each index cost; in a race, the cells the race evaluated (`race.race_all`)."""
     kept: list = []
-    state.per_query, state.index_stats = score_all(
-        state.inputs, state.chunkings, state.configs, state.embedded, state.exp, kept, state.clock
-    )
+    if state.exp.race:
+        state.per_query, state.index_stats, state.race = race_all(
+            state.inputs, state.chunkings, state.configs, state.embedded, state.exp, score_config, first_stage,
+            kept, state.clock,
+        )  # fmt: skip
+        state.notes += race_lines(state.race, width=114)  # `sweep` prints each as "note: …"
+    else:
+        state.per_query, state.index_stats = score_all(
+            state.inputs, state.chunkings, state.configs, state.embedded, state.exp, kept, state.clock
+        )
     state.retrieved = pa.concat_tables(kept) if kept else None
     return state
 
@@ -610,6 +619,7 @@ def result(state: RunState) -> RunResult:
         inputs.slices,
         kept_qrels(inputs.gold),
         state.gold_check,
+        state.race,
     )
 
 

@@ -31,6 +31,7 @@ SECTIONS = {
     "embedding": "Embedding",
     "retrieval": "Retrieval and reranking",
     "scoring": "Scoring",
+    "racing": "Racing: fewer cells, with a guarantee",
     "output": "Where results go",
 }
 
