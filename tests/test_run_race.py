@@ -59,6 +59,17 @@ def test_a_raced_run_drops_the_worse_configuration_and_agrees_with_the_full_run(
     by_k = {r["k"]: r["n_queries"] for r in wh.summary(raced).to_pylist()}
     assert by_k[10] == dropped["bm25/k=10"] and by_k[1] == race["questions"]  # n_queries says so
 
+    # the gate judges full runs: a raced run of the experiment is left out, and named; a diff of one is refused
+    assert main(["run", "--experiment", "full", *GRID]) == 0
+    assert main(["run", "--experiment", "full", *GRID, "--race", "--race-metric", "precision_at_k"]) == 0
+    capsys.readouterr()
+    raced_full = wh.last_completed("full")["run_id"]
+    assert main(["trend", "--experiment", "full", "--fail-on-regression"]) == 0
+    gate = capsys.readouterr()
+    assert f"left out: run {raced_full} (raced" in gate.err and gate.out.startswith("no regression")
+    assert main(["diff", "--run", raced_full, "--run", full]) == 2
+    assert f"run {raced_full} was raced (race: true)" in capsys.readouterr().err
+
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("race on "))
     said = [lines[start]] + [line for line in lines[start + 1 :] if line.startswith("  ")]

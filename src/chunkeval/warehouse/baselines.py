@@ -9,7 +9,7 @@ from chunkeval.errors import Fault, InputError, NothingComparable
 from chunkeval.vocabulary import CONFIG_KEYS, RUN_SETTINGS
 from chunkeval.warehouse.damage import DamagedResults
 from chunkeval.warehouse.results import RunFiles
-from chunkeval.warehouse.tables import DUPLICATES_SQL, run_setting_sql, run_settings_sql, utc_now
+from chunkeval.warehouse.tables import DUPLICATES_SQL, RACED_SQL, run_setting_sql, run_settings_sql, utc_now
 
 
 class Baselines(RunFiles):
@@ -39,9 +39,20 @@ class Baselines(RunFiles):
         columns = ", ".join(f"{run_setting_sql(name)} AS {name}" for name in RUN_SETTINGS)
         return self._dicts(f"SELECT {columns} FROM runs WHERE run_id = ?", [run_id])[0]
 
+    def raced(self, run_id: str) -> bool:
+        """Whether the run was raced (`chunkeval run --race`: configurations scored on part of the questions)."""
+        return bool(self._dicts(f"SELECT {RACED_SQL.format(t='')} AS r FROM runs WHERE run_id = ?", [run_id])[0]["r"])
+
     def check_comparable(self, run_a: str, run_b: str) -> None:
-        """Runs scored with different run settings are never compared."""
+        """Runs scored with different run settings are never compared, nor a raced run by the gate."""
         P.check_same_scoring(run_a, self.run_settings_of(run_a), run_b, self.run_settings_of(run_b))
+        for run in (run_a, run_b):
+            if self.raced(run):
+                raise InputError(
+                    f"run {run} was raced (race: true): the configurations it dropped were scored on the questions "
+                    "before their drop, which the race chose, and a regression is judged between runs scored on "
+                    "every question; compare full runs"
+                )
 
     def reference_run(self, experiment: str, run_id: str) -> str | None:
         """What a run of the experiment is checked against: the pinned baseline, else the previous
@@ -52,6 +63,7 @@ class Baselines(RunFiles):
         rows = self._dicts(
             f"SELECT run_id FROM runs WHERE experiment = ? AND status = 'completed' AND run_id <> ? "
             f"AND {run_settings_sql()} = (SELECT {run_settings_sql()} FROM runs WHERE run_id = ?) "
+            f"AND NOT {RACED_SQL.format(t='')} "
             "AND started_at <= (SELECT started_at FROM runs WHERE run_id = ?) "
             "ORDER BY started_at DESC, run_id DESC LIMIT 1",
             [experiment, run_id, run_id, run_id],
@@ -100,19 +112,24 @@ class Baselines(RunFiles):
         """The one regression verdict (`chunkeval.analysis.regression.verdict`) of the experiment's newest
         completed run against the pinned (or given) baseline run, else the previous completed run scored the same
         way; None while there is no run to compare with. Quarantined runs are left out (`left_out` names them)."""
-        newest = self.last_completed(experiment)
-        if newest is None:
+        full = [r for r in self.runs(experiment, "completed") if not self.raced(r["run_id"])]
+        if not full:
             return None
-        newest = newest["run_id"]
+        newest = full[0]["run_id"]  # raced runs are left out, and named
         pinned = baseline is None and self.baseline(experiment) is not None
         reference = baseline or self.reference_run(experiment, newest)
         if reference is None or reference == newest:
             return None
         found = self.verdict_of_runs(newest, reference, metrics, threshold, alpha, config, in_slice, pinned=pinned)
+        since = self.run(reference)["started_at"]
         found["left_out"] = [
             {"run_id": r["run_id"], "why": r["error"]}
             for r in self.runs(experiment, "quarantined")
-            if r["started_at"] >= self.run(reference)["started_at"]
+            if r["started_at"] >= since
+        ] + [
+            {"run_id": r["run_id"], "why": "raced: scored on part of the questions (chunkeval run --race)"}
+            for r in self.runs(experiment, "completed")
+            if r["started_at"] >= since and self.raced(r["run_id"])
         ]
         return found
 

@@ -55,6 +55,11 @@ def run_setting_sql(name: str, t: str = "") -> str:
     return f"coalesce(json_extract_string({t}settings, '$.{name}'), '{RUN_SETTINGS[name]}')"
 
 
+# a raced run (`chunkeval run --race`): its dropped configurations were scored on the questions before their drop,
+# which the race chose, so the regression gate compares runs scored on every question
+RACED_SQL = "coalesce(json_extract_string({t}settings, '$.race'), 'false') = 'true'"
+
+
 def run_settings_sql(t: str = "") -> str:
     """SQL of every run setting of a run as one value: runs are comparable when theirs are equal."""
     return "concat_ws(chr(31), " + ", ".join(run_setting_sql(n, t) for n in RUN_SETTINGS) + ")"
