@@ -534,8 +534,15 @@ def _verdict(gate: subprocess.CompletedProcess) -> str:
     """The gate's verdict in a few words: its exit status's meaning, and its own line where it alarms."""
     meaning = {0: "no regression", 1: "REGRESSION", 2: "bad input", 3: "nothing comparable", 4: "fault"}
     head = meaning.get(gate.returncode, f"exit {gate.returncode}")
-    lines = [x.strip() for x in (gate.stdout + gate.stderr).splitlines() if x.strip()]
-    return lines[0] if gate.returncode and lines else head
+    lines = [x for x in (gate.stdout + gate.stderr).splitlines() if x.strip()]
+    if not (gate.returncode and lines):
+        return head
+    folded = [lines[0].strip()]  # the verdict line, folded at 120 columns: its continuations are indented
+    for line in lines[1:]:
+        if not line.startswith("  "):
+            break
+        folded.append(line.strip())
+    return " ".join(folded)
 
 
 def main() -> int:
