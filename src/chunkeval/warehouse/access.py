@@ -159,6 +159,9 @@ class Access(Schema):
                 finally:
                     timer.cancel()
                     rows.end()
+                    # closing a connection whose query still runs waits for the query: after INTERRUPT_WAIT the
+                    # connection is left to the process's end (a signal goes on; the process leaves)
+                    self.abandoned = rows.thread.is_alive()
         finally:
             self.read_only = was
 

@@ -148,7 +148,9 @@ class Connections:
                 raise self._damaged(exc) from None
             raise (fault(exc, self.db_path) or exc) from None
         finally:
-            con.close()
+            if not getattr(self, "abandoned", False):  # a query that would not stop is left to the process's end
+                con.close()
+            self.abandoned = False  # for this connection alone
             if not existed and not self._ready:
                 self._remove_stub()
 

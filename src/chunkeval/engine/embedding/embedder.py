@@ -230,7 +230,7 @@ class Embedder:
             device = pick_device(self.device) if self.backend == "torch" else "cpu"
             check_precision_device(self.precision, self.backend, device)
             try:
-                self._st = load_runner(
+                runner = load_runner(
                     self.model,
                     resolve_model(self.model),
                     model_fingerprint(self.model),
@@ -239,7 +239,10 @@ class Embedder:
                     device,
                     self.precision,
                 )
+                # the batch is set before the runner is published: a caller that finds `_st` set (without the
+                # load's lock) encodes at once, and once met a batch size still None (CI, the load in a thread)
                 self.batch_size = fitting_batch(device, self.batch_size, not is_transformer(resolve_model(self.model)))
+                self._st = runner
                 log.info("embedding on %s, %d texts per batch", device, self.batch_size)
             except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
