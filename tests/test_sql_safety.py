@@ -221,12 +221,20 @@ def test_a_query_past_its_time_limit_stops_and_lets_go(home):
     duckdb.connect(str(root / "warehouse" / "chunkeval.duckdb")).close()  # the lock is free: a writer gets in
 
 
+def _ctrl_c_as_a_terminal_gives_it() -> None:
+    """SIGINT at its default in the child, as a terminal's Ctrl-C finds it: an ignored SIGINT is inherited across
+    exec, and a test worker where some library set it ignored made the command ignore the test's signal (twice
+    on a clean clone's CI, never alone)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def chunkeval(*argv: str, **options) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "chunkeval.cli", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_ctrl_c_as_a_terminal_gives_it,
         **options,
     )
 
