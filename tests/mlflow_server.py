@@ -11,18 +11,17 @@ folder between steps). It is built in place under a lock and marked complete las
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from prefect_server import free_port, wait_for
 from served_server import healthy
+from venvs import built_once
 
 MLFLOW = "mlflow==3.17.2"
 MARK = ".chunkeval-complete"  # written last; its text says what the venv holds
@@ -47,22 +46,14 @@ def venv_python() -> Path | None:
 def ensure_venv() -> Path:
     """The mlflow venv's python, built on first use (about a minute, once per machine or CI cache), with
     an empty store that the test servers start from."""
-    if (python := venv_python()) is not None:
-        return python
-    final = venv_dir()
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with open(final.parent / f".{final.name}.lock", "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (python := venv_python()) is not None:
-            return python
-        shutil.rmtree(final, ignore_errors=True)  # half-built (no mark) or another version: built again
-        subprocess.run([sys.executable, "-m", "venv", str(final)], check=True)
-        python = final / "bin" / "python"
+
+    def build(python: Path) -> None:
         subprocess.run([str(python), "-m", "pip", "install", "-q", MLFLOW], check=True)
-        store = f"sqlite:///{final / STORE}"  # MLflow's migrations, run once here rather than at each start
+        store = f"sqlite:///{venv_dir() / STORE}"  # MLflow's migrations, run once here rather than at each start
         subprocess.run([str(python), "-m", "mlflow", "db", "upgrade", store], env=clean_env(), check=True)
-        (final / MARK).write_text(BUILT)
-    return final / "bin" / "python"
+        (venv_dir() / MARK).write_text(BUILT)
+
+    return built_once(venv_dir(), venv_python, build)
 
 
 def clean_env() -> dict:

@@ -10,17 +10,15 @@ no telemetry).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 from prefect_server import free_port, wait_for
+from venvs import built_once
 
 PHOENIX = "arize-phoenix==20.26.1"
 MARK = ".chunkeval-complete"
@@ -40,19 +38,11 @@ def venv_python() -> Path | None:
 
 
 def ensure_venv() -> Path:
-    if (python := venv_python()) is not None:
-        return python
-    final = venv_dir()
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with open(final.parent / f".{final.name}.lock", "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (python := venv_python()) is not None:
-            return python
-        shutil.rmtree(final, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(final)], check=True)
-        subprocess.run([str(final / "bin" / "python"), "-m", "pip", "install", "-q", PHOENIX], check=True)
-        (final / MARK).write_text(PHOENIX)
-    return final / "bin" / "python"
+    def build(python: Path) -> None:
+        subprocess.run([str(python), "-m", "pip", "install", "-q", PHOENIX], check=True)
+        (venv_dir() / MARK).write_text(PHOENIX)
+
+    return built_once(venv_dir(), venv_python, build)
 
 
 def _up(url: str) -> bool:

@@ -10,13 +10,11 @@ that folder between steps); it is built whole in a folder beside it and renamed,
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -25,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from prefect_server import free_port, wait_for
+from venvs import built_once
 
 INFINITY = "infinity-emb[server,torch]==0.0.78"
 TORCH = "torch==2.13.0"  # installed first: infinity's torch>=2.2.1 would otherwise pull the CUDA wheels
@@ -37,21 +36,14 @@ def venv_dir() -> Path:
 
 def ensure_venv() -> Path:
     """The infinity venv's `infinity_emb`, built on first use (minutes, once per machine or CI cache)."""
-    final = venv_dir()
-    exe = final / "bin" / "infinity_emb"
-    if exe.is_file():
-        return exe
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with open(final.parent / f".{final.name}.lock", "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if exe.is_file():
-            return exe
-        shutil.rmtree(final, ignore_errors=True)  # venvs hold their own path: built in place, marked done last
-        subprocess.run([sys.executable, "-m", "venv", str(final)], check=True)
-        pip = [str(final / "bin" / "python"), "-m", "pip", "install", "-q"]
+    exe = venv_dir() / "bin" / "infinity_emb"
+
+    def build(python: Path) -> None:
+        pip = [str(python), "-m", "pip", "install", "-q"]
         subprocess.run([*pip, TORCH], check=True)
-        subprocess.run([*pip, INFINITY], check=True)
-    return exe
+        subprocess.run([*pip, INFINITY], check=True)  # its executable, last: the venv is complete
+
+    return built_once(venv_dir(), lambda: exe if exe.is_file() else None, build)
 
 
 def healthy(url: str) -> bool:
