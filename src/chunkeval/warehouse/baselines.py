@@ -43,6 +43,18 @@ class Baselines(RunFiles):
         """Whether the run was raced (`chunkeval run --race`: configurations scored on part of the questions)."""
         return bool(self._dicts(f"SELECT {RACED_SQL.format(t='')} AS r FROM runs WHERE run_id = ?", [run_id])[0]["r"])
 
+    def _completed(self, experiment: str, raced: bool, since=None, limit: int | None = None) -> list[str]:
+        """The experiment's completed runs, raced or not, started at `since` or later, newest first: one query,
+        however long the history."""
+        where = f"experiment = ? AND status = 'completed' AND {'' if raced else 'NOT '}{RACED_SQL.format(t='')}"
+        params = [experiment] + ([since] if since is not None else [])
+        rows = self._dicts(
+            f"SELECT run_id FROM runs WHERE {where}{' AND started_at >= ?' if since is not None else ''} "
+            f"ORDER BY started_at DESC, run_id DESC{f' LIMIT {int(limit)}' if limit else ''}",
+            params,
+        )
+        return [r["run_id"] for r in rows]
+
     def check_comparable(self, run_a: str, run_b: str) -> None:
         """Runs scored with different run settings are never compared, nor a raced run by the gate."""
         P.check_same_scoring(run_a, self.run_settings_of(run_a), run_b, self.run_settings_of(run_b))
@@ -112,10 +124,10 @@ class Baselines(RunFiles):
         """The one regression verdict (`chunkeval.analysis.regression.verdict`) of the experiment's newest
         completed run against the pinned (or given) baseline run, else the previous completed run scored the same
         way; None while there is no run to compare with. Quarantined runs are left out (`left_out` names them)."""
-        full = [r for r in self.runs(experiment, "completed") if not self.raced(r["run_id"])]
+        full = self._completed(experiment, raced=False, limit=1)  # raced runs are left out, and named
         if not full:
             return None
-        newest = full[0]["run_id"]  # raced runs are left out, and named
+        newest = full[0]
         pinned = baseline is None and self.baseline(experiment) is not None
         reference = baseline or self.reference_run(experiment, newest)
         if reference is None or reference == newest:
@@ -127,9 +139,8 @@ class Baselines(RunFiles):
             for r in self.runs(experiment, "quarantined")
             if r["started_at"] >= since
         ] + [
-            {"run_id": r["run_id"], "why": "raced: scored on part of the questions (chunkeval run --race)"}
-            for r in self.runs(experiment, "completed")
-            if r["started_at"] >= since and self.raced(r["run_id"])
+            {"run_id": r, "why": "raced: scored on part of the questions (chunkeval run --race)"}
+            for r in self._completed(experiment, raced=True, since=since)
         ]
         return found
 
