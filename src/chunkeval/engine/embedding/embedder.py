@@ -143,6 +143,7 @@ class Embedder:
     embed_seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _loading: threading.Lock = field(default_factory=threading.Lock, repr=False)  # one load, however many ask
+    _told: str | None = field(default=None, repr=False)  # the device the model loaded on, until its notices are said
     served: served_models.ServedModel | None = None  # a model behind an /embeddings endpoint (`openai:` or `models:`)
     tokens: int = 0  # tokens sent to a served model (its server's count, else cl100k's)
     late_tokens: int = 0  # tokens of the windows run for late chunking (`embed_late`)
@@ -249,10 +250,20 @@ class Embedder:
                 raise InputError(
                     f"model {self.model!r} cannot be loaded as a sentence-transformers model ({reason})"
                 ) from None
-            say_pending()  # a pinned backend, said once a model has loaded on it
+            self._told = device
+        return self._st
+
+    def _embedding(self):
+        """The loaded model, about to embed the run's texts: the notices of its backend are said now (a pinned
+        backend; the precision advice where the machine has it), once. A model loaded only to learn its width, or
+        ahead in a thread, says nothing: a command that then stops on bad input prints its one line alone."""
+        runner = self._load()
+        device, self._told = self._told, None
+        if device is not None:
+            say_pending()
             if is_transformer(resolve_model(self.model)):  # a static model has one precision: no advice
                 tell(self.precision, self.backend, self.quantize, device)
-        return self._st
+        return runner
 
     def load_if_cold(self) -> None:
         """Start loading the model in a thread when its cache holds no vector yet (a first run embeds every text:
@@ -282,7 +293,7 @@ class Embedder:
         return int(self._load().encode(["width"], "", 1, False).shape[1])
 
     def _encode(self, texts: list[str], prompt: str = "") -> tuple[np.ndarray, np.ndarray]:
-        runner = self._load()
+        runner = self._embedding()
         started = time.perf_counter()
         reads, truncated = runner.reads([prompt + t for t in texts])
         which, once = read_alike(reads)
@@ -327,7 +338,7 @@ class Embedder:
         the model reads is found for a window of up to `READ_WINDOW` texts at once (all of a sweep's, as a rule):
         texts it reads alike are embedded once across the window's parts, and the parts follow their length (like
         lengths share a batch, as in one call); a window bounds the word pieces held for a million texts."""
-        runner = self._load()
+        runner = self._embedding()
         size, done = self.flush_every, 0
         for start in range(0, len(texts), READ_WINDOW):
             window = range(start, min(start + READ_WINDOW, len(texts)))
@@ -376,7 +387,7 @@ class Embedder:
             vectors = np.zeros((0, 0), dtype=np.float32)
             if unique:
                 log.info("embedding %d chunk(s) late, in windows of %d tokens", len(unique), size)
-                runner = self._load()
+                runner = self._embedding()
                 started = time.perf_counter()
                 wanted = [first[h] for h in unique]
                 vectors, tokens = late.vectors_of(runner, tokenizer, plan, wanted, size, prompt, self.batch_size)
