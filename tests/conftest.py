@@ -39,10 +39,31 @@ SLOW_FIXTURES = frozenset(
 )
 
 
+# The files that take longest, longest first (seconds of the two-worker run, `--durations`, 2026-11-28): with
+# `--dist loadfile` a worker takes the next file as it frees, so the long ones start first and the many short ones
+# fill in around them, instead of one worker running the month alone at the end (pyproject's `--no-loadscope-reorder`
+# keeps this order; xdist's own puts the files with most tests first). Files that wait for a test server's venv come
+# after the first few, so that the venv is built meanwhile. The rest keep their order.
+LONGEST_FIRST = (
+    "test_orchestration.py",  # 172 s: served deployments, kill points, four runs at once
+    "test_month.py",  # 107 s: six nights through the scheduler
+    "test_flows.py",  # 66 s
+    "test_backends.py",  # 61 s
+    "test_alerts.py",  # 49 s
+    "test_served.py",  # 58 s: the infinity server
+    "test_report.py",  # 41 s
+    "test_dask.py",  # 40 s
+    "test_traces.py",  # 32 s: Phoenix's export
+    "test_first_run.py",  # 32 s
+)
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order is kept
 
 
 # The test servers' own venvs (an infinity-emb server, an MLflow server, a Phoenix server: each pins what the project cannot) are

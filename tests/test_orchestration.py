@@ -35,11 +35,14 @@ def experiment_file(folder: Path, name: str, corpus_dir: Path, questions: Path, 
 
 
 def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, demo_first_run):
-    """In the home of the demo's first run (its models built, its vectors cached): the served nightly deployment run
-    by hand and the on-change deployment fired by a change event at the same moment each record a run of the demo,
-    with its flow run and its true trigger (`manual`, `change`: the deployment's own `trigger` parameter is not
-    trusted). Runs of one experiment never overlap: where the second comes while the first runs, it waits for it and,
-    the first having read the very same inputs, is recorded `coalesced` into it, computing nothing twice."""
+    """In the home of the demo's first run (its models built, its vectors cached): serve prints each scheduled
+    deployment's next run (the nightly cron's, the poll's); the served nightly deployment run by hand and the
+    on-change deployment fired by a change event at the same moment each record a run of the demo, with its flow run
+    and its true trigger (`manual`, `change`: the deployment's own `trigger` parameter is not trusted), and no
+    WARNING is printed. Runs of one experiment never overlap: where the second comes while the first runs, it waits
+    for it and, the first having read the very same inputs, is recorded `coalesced` into it, computing nothing twice.
+    (That the server's scheduler itself creates the runs of a served schedule, auto_scheduled and recorded with
+    trigger `schedule`, is tests/test_month.py's, night after night.)"""
     _, home = demo_first_run
     env = client_env(prefect_server, home)
     log = open(tmp_path / "serve.log", "wb")
@@ -59,6 +62,11 @@ def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, 
             "the served deployments",
             serve,
         )
+        said = lambda: (tmp_path / "serve.log").read_text(errors="replace")  # noqa: E731
+        # serve reads back each scheduled deployment's next run: the nightly cron's, the poll's interval
+        wait_for(lambda: said().count("next run at") >= 2, 60, "serve's next scheduled runs", serve)
+        assert "evaluate/nightly: next run at" in said() and " 02:00:00 " in said(), said()
+        assert "watch/poll: next run at" in said(), said()
         time.sleep(3)  # the on-change trigger's automation is created with the deployment
         started = prefect("deployment", "run", "evaluate/nightly")
         assert started.returncode == 0, started.stdout + started.stderr
@@ -79,6 +87,7 @@ def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, 
             )
         else:  # it came after: the two never overlapped
             assert later["started_at"] >= earlier["finished_at"], (earlier, later)
+        assert "WARNING" not in said(), said()  # two runs in serve's process, and no warning printed
     finally:
         os.killpg(serve.pid, signal.SIGTERM)
         serve.wait(30)
@@ -107,51 +116,6 @@ def stop(proc: subprocess.Popen) -> int | None:
         pass
     proc.wait(30)
     return ended
-
-
-def test_a_served_schedule_fires_through_the_scheduler(prefect_server, prefect_api, tmp_path):
-    """What a user relies on: nobody starts the run. `chunkeval serve` registers a deployment with a
-    10-second interval; the server's scheduler creates its flow runs (auto_scheduled), one runs to completion
-    and lands in the warehouse with trigger `schedule`; serve reads back and prints each scheduled
-    deployment's next run (a nightly cron's too). Broken under SQLAlchemy 2.1 (issue 29): no run is created."""
-    from prefect.client.orchestration import get_client
-
-    home = tmp_path / "home"
-    env = client_env(prefect_server, home)
-    exp = experiment_file(
-        tmp_path,
-        "ticks",
-        DEMO_DIR / "corpora",
-        DEMO_DIR / "questions.csv",
-        chunker=["fixed_token"],
-        chunk_sizes=[60],
-        overlaps=[0],
-        k=[3],
-        retriever=["bm25"],
-    )
-    flow = "chunkeval.flows.evaluate:evaluate"
-    params = {"experiment": str(exp), "trigger": "schedule"}
-    spec = {
-        "deployments": [
-            {"name": "ticks", "entrypoint": flow, "parameters": params, "schedules": [{"interval": 10}]},
-            {"name": "ticks-nightly", "entrypoint": flow, "parameters": params, "schedules": [{"cron": "0 2 * * *"}]},
-        ]
-    }
-    (tmp_path / "prefect.yaml").write_text(yaml.safe_dump(spec))
-    serve = served(env, tmp_path / "serve.log", "--prefect-file", str(tmp_path / "prefect.yaml"))
-    said = lambda: (tmp_path / "serve.log").read_text(errors="replace")  # noqa: E731
-    try:
-        wait_for(lambda: said().count("next run at") >= 2, 120, "serve's next scheduled runs", serve)
-        assert "evaluate/ticks-nightly: next run at" in said() and " 02:00:00 " in said(), said()
-        assert "WARNING" not in said(), said()
-        wh = Warehouse(home / "warehouse")
-        wait_for(lambda: wh.runs("ticks", "completed"), 300, "a scheduled run in the warehouse", serve)
-    finally:
-        stop(serve)
-    (run, *_) = wh.runs("ticks", "completed")
-    assert run["trigger"] == "schedule" and wh.summary(run["run_id"]).num_rows == 1
-    with get_client(sync_client=True) as client:
-        assert client.read_flow_run(run["flow_run_id"]).auto_scheduled  # the scheduler made it, not a person
 
 
 def test_serve_says_so_when_the_scheduler_creates_nothing(tmp_path):
