@@ -159,6 +159,45 @@ def wilcoxon(x: np.ndarray, order: np.ndarray, rng, batch: int, p_threshold: flo
     return pruned, cells
 
 
+def oracle_floor(x: np.ndarray, alpha: float, delta: float, many: bool = False) -> float:
+    """The share of cells an oracle would need: one that knows every configuration's gap to the best (Δ_c) and the
+    standard deviation of its paired differences with the best (σ_c), sizes each configuration's sample alone, and
+    pays no price for many configurations or many looks. By the change-of-measure bound of Kaufmann, Cappé and
+    Garivier ("On the complexity of best-arm identification in multi-armed bandit models", JMLR 2016, lemma 1),
+    under a normal approximation of the differences, any procedure that errs with probability at most α needs
+    about n = 2σ² log(1 / 2.4α) / g² questions of a configuration to tell its mean from one g away (drawn without
+    replacement from N: n / (1 + n/N)). Dropping c is wrong only within δ of the best (g = Δ_c − δ); keeping it
+    to the end and certifying the leader against it needs g = Δ_c + δ. The oracle picks the stop T that costs
+    least: every configuration either dropped after its own n (where that comes before T) or certified by T, and
+    the best evaluated to T. A yardstick for the race's share, not a bound it could reach: the race must also
+    hold its guarantee over every configuration and every look at once. With `many`, the oracle too holds its
+    claims over all K − 1 configurations at once, at the half of α the race spends on its drops (each claim at
+    α / 2(K − 1), as Bonferroni would): what knowing the gaps saves when the price of many configurations is paid."""
+    n, k = x.shape
+    mu = x.mean(0)
+    best = int(np.argmax(mu))
+    info = math.log(1 / (2.4 * (alpha / 2 / (k - 1) if many else alpha)))
+
+    def needed(sd: float, gap: float) -> float:
+        if gap <= 0:
+            return math.inf
+        if sd == 0:
+            return 1.0
+        m = 2 * sd * sd * info / gap**2
+        return min(float(n), max(1.0, m / (1 + m / n)))
+
+    drop, certify = [], []
+    for c in range(k):
+        if c != best:
+            sd, gap = float((x[:, best] - x[:, c]).std()), float(mu[best] - mu[c])
+            drop.append(needed(sd, gap - delta))
+            certify.append(needed(sd, gap + delta))
+    drop_, certify_ = np.array(drop), np.array(certify)
+    stops = sorted({*drop_[np.isfinite(drop_)].tolist(), *certify_.tolist(), float(n)})
+    cost = min(np.minimum(drop_, s).sum() + s for s in stops if np.all((drop_ <= s) | (certify_ <= s)))
+    return float(cost) / (n * k)
+
+
 def save_tables(sets: dict, folder: Path) -> None:
     """Each set's (questions × configurations) table of its metric, with the configurations' labels: a few hundred
     kilobytes per set, enough to replay without the engine or a model (`--replay-from`)."""
@@ -281,7 +320,8 @@ def main() -> int:
             "race_one_left": sum(r["one_left"] for r in races) / args.replays,
             "race_wrong_leader_rate": sum(r["wrong_leader"] for r in races) / args.replays,
             "race_stopped": stops, "race_cells_p90": float(np.quantile(shares, 0.9)),
-            "race_seconds_per_replay": race_s / args.replays,
+            "race_seconds_per_replay": race_s / args.replays, "oracle_cells": oracle_floor(x, args.alpha, args.delta),
+            "oracle_many_cells": oracle_floor(x, args.alpha, args.delta, many=True),
             "fixed_questions": n_fixed, "fixed_wrong_drop_rate": sum(fixed) / args.replays, "fixed_cells": n_fixed / n,
             "wilcoxon_wrong_drop_rate": sum(w for w, _ in wil) / max(1, len(wil)),
             "wilcoxon_cells": float(np.mean([c for _, c in wil])) if wil else None,
@@ -291,15 +331,18 @@ def main() -> int:
         results.append(row)
         print(json.dumps(row), flush=True)
     print("\n| set | questions × configurations | within δ of best | racing: wrong drops | racing: wrong leader | "
-          "racing: cells | fixed sample: wrong drops | fixed: cells | WilcoxonPruner: wrong drops | "
+          "racing: cells | oracle: cells | oracle over K: cells | fixed sample: wrong drops | fixed: cells | WilcoxonPruner: wrong drops | "
           "WilcoxonPruner: cells |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         wil = (
-            "n/a" if r["wilcoxon_cells"] is None else f"{r['wilcoxon_wrong_drop_rate']:.3f} | {r['wilcoxon_cells']:.1%}"
+            "n/a | n/a"
+            if r["wilcoxon_cells"] is None
+            else f"{r['wilcoxon_wrong_drop_rate']:.3f} | {r['wilcoxon_cells']:.1%}"
         )
         print(f"| {r['set']} | {r['questions']} × {r['configurations']} | {r['within_delta_of_best']} | "
               f"{r['race_wrong_drop_rate']:.3f} | {r['race_wrong_leader_rate']:.3f} | {r['race_cells']:.1%} | "
+              f"{r['oracle_cells']:.1%} | {r['oracle_many_cells']:.1%} | "
               f"{r['fixed_wrong_drop_rate']:.3f} | {r['fixed_cells']:.1%} | {wil} |")  # fmt: skip
     (args.out / "racing.json").write_text(json.dumps(results, indent=2) + "\n")
     return 0
