@@ -10,6 +10,7 @@ at any point leaves no rows in the reports.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -218,38 +219,22 @@ class Schema(Connections, Layout):
             self._write_pin({"experiment": experiment, "run_id": run_id, "pinned_at": pinned_at})
 
     def _create_views(self, con, rebind: bool = False, temporary: bool = False) -> None:
-        """The views. Those over the summary tables are cheap and made by every process; those over every
-        run's Parquet files only when the schema changed or the warehouse moved (making them reads the
-        footer of every file). `temporary`: views of this connection alone, on a warehouse it cannot write."""
+        """The views. Those over the summary tables where the file holds others than this chunkeval makes (or
+        lacks one: `_summary_views_sql`); those over every run's Parquet files only when the schema changed or the
+        warehouse moved (making them reads the footer of every file). `temporary`: views of this connection alone, on a warehouse it cannot write."""
         view_kind = "TEMP VIEW" if temporary else "VIEW"
-        duplicates = DUPLICATES_SQL.format(t="")
-        relevance = run_setting_sql("relevance")
-        ties = TIES_SQL.format(t="")
-        for view, table, schema in (
-            ("config_summary", "summaries", SUMMARY),
-            ("corpus_summary", "corpus_summaries", SUMMARY),
-            ("slice_summary", "slice_summaries", SLICE_SUMMARY),
-        ):
-            # the run settings read from each run's JSON once, not once per summary row (half of a trend's time)
-            con.execute(f"""
-                CREATE OR REPLACE {view_kind} {view} AS
-                SELECT *, {config_label_sql()} AS label, {config_id_sql()} AS config_id FROM (
-                SELECT {projection("summary", set(schema.names), "s")}, r.duplicates, r.relevance, r.ties
-                FROM {table} s JOIN (SELECT *, {duplicates} AS duplicates, {relevance} AS relevance, {ties} AS ties
-                                     FROM runs WHERE status = 'completed') r USING (run_id))""")
-        con.execute(f"""
-            CREATE OR REPLACE {view_kind} trend AS
-            WITH long AS (
-                UNPIVOT (SELECT experiment, run_id, started_at, duplicates, relevance, {", ".join(CONFIG_KEYS)},
-                                label, config_id, COLUMNS('_mean$')
-                         FROM config_summary)
-                ON COLUMNS('_mean$') INTO NAME metric VALUE value)
-            SELECT experiment, run_id, started_at, duplicates, relevance, {", ".join(CONFIG_KEYS)},
-                   label, config_id, regexp_replace(metric, '_mean$', '') AS metric, value,
-                   -- the change against the previous run scored the same way (never across run settings)
-                   value - lag(value) OVER (PARTITION BY experiment, duplicates, relevance, {", ".join(CONFIG_KEYS)}, metric
-                                            ORDER BY started_at, run_id) AS change
-            FROM long""")
+        statements = self._summary_views_sql(view_kind)
+        made = hashlib.sha256("\n".join(statements).encode()).hexdigest()
+        views = (
+            "SELECT count(*) FROM duckdb_views() WHERE NOT temporary "
+            "AND view_name IN ('config_summary', 'corpus_summary', 'slice_summary', 'trend')"
+        )
+        if temporary or rebind or self._meta(con, "summary_views") != made or con.execute(views).fetchone()[0] < 4:
+            for sql in statements:
+                con.execute(sql)
+            if not temporary:
+                con.execute("DELETE FROM meta WHERE key = 'summary_views'")
+                con.execute("INSERT INTO meta VALUES ('summary_views', ?)", [made])
         if not con.execute("SELECT current_setting('enable_external_access')").fetchall()[0][0]:
             return  # `chunkeval sql`: no file can be read here, its caller binds these views itself (`access`)
         where = (con.execute("SELECT value FROM meta WHERE key = 'results_path'").fetchall() or [None])[0]
@@ -267,6 +252,49 @@ class Schema(Connections, Layout):
         if not temporary:
             con.execute("DELETE FROM meta WHERE key = 'results_path'")
             con.execute("INSERT INTO meta VALUES ('results_path', ?)", [str(self.results_dir)])
+
+    @staticmethod
+    def _meta(con, key: str) -> str | None:
+        row = con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchall()
+        return row[0][0] if row else None
+
+    @staticmethod
+    def _summary_views_sql(view_kind: str) -> list[str]:
+        """The statements that make the views over the summary tables: `config_summary`, `corpus_summary`,
+        `slice_summary` and `trend`. A process makes them where the file holds others (another chunkeval wrote
+        them, or none did): the digest of those it made is kept in `meta`, so that opening the warehouse, as every
+        command does, costs no statement that changes nothing."""
+        duplicates = DUPLICATES_SQL.format(t="")
+        relevance = run_setting_sql("relevance")
+        ties = TIES_SQL.format(t="")
+        statements = [
+            # the run settings read from each run's JSON once, not once per summary row (half of a trend's time)
+            f"""
+                CREATE OR REPLACE {view_kind} {view} AS
+                SELECT *, {config_label_sql()} AS label, {config_id_sql()} AS config_id FROM (
+                SELECT {projection("summary", set(schema.names), "s")}, r.duplicates, r.relevance, r.ties
+                FROM {table} s JOIN (SELECT *, {duplicates} AS duplicates, {relevance} AS relevance, {ties} AS ties
+                                     FROM runs WHERE status = 'completed') r USING (run_id))"""
+            for view, table, schema in (
+                ("config_summary", "summaries", SUMMARY),
+                ("corpus_summary", "corpus_summaries", SUMMARY),
+                ("slice_summary", "slice_summaries", SLICE_SUMMARY),
+            )
+        ]
+        statements.append(f"""
+            CREATE OR REPLACE {view_kind} trend AS
+            WITH long AS (
+                UNPIVOT (SELECT experiment, run_id, started_at, duplicates, relevance, {", ".join(CONFIG_KEYS)},
+                                label, config_id, COLUMNS('_mean$')
+                         FROM config_summary)
+                ON COLUMNS('_mean$') INTO NAME metric VALUE value)
+            SELECT experiment, run_id, started_at, duplicates, relevance, {", ".join(CONFIG_KEYS)},
+                   label, config_id, regexp_replace(metric, '_mean$', '') AS metric, value,
+                   -- the change against the previous run scored the same way (never across run settings)
+                   value - lag(value) OVER (PARTITION BY experiment, duplicates, relevance, {", ".join(CONFIG_KEYS)}, metric
+                                            ORDER BY started_at, run_id) AS change
+            FROM long""")
+        return statements
 
     def _materialize(self, con, run_ids: list[str]) -> None:
         """Load the summaries of completed runs from their Parquet files into the summary tables (in the
