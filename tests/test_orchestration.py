@@ -39,10 +39,11 @@ def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, 
     deployment's next run (the nightly cron's, the poll's); the served nightly deployment run by hand and the
     on-change deployment fired by a change event at the same moment each record a run of the demo, with its flow run
     and its true trigger (`manual`, `change`: the deployment's own `trigger` parameter is not trusted), and no
-    WARNING is printed. Runs of one experiment never overlap: where the second comes while the first runs, it waits
-    for it and, the first having read the very same inputs, is recorded `coalesced` into it, computing nothing twice.
-    (That the server's scheduler itself creates the runs of a served schedule, auto_scheduled and recorded with
-    trigger `schedule`, is tests/test_month.py's, night after night.)"""
+    WARNING is printed but one run's wait for the warehouse the other holds. Runs of one experiment never overlap:
+    where the second comes while the first runs, it waits for it and, the first having read the very same inputs,
+    is recorded `coalesced` into it, computing nothing twice. (That the server's scheduler itself creates the runs
+    of a served schedule, auto_scheduled and recorded with trigger `schedule`, is tests/test_month.py's, night
+    after night.)"""
     _, home = demo_first_run
     env = client_env(prefect_server, home)
     log = open(tmp_path / "serve.log", "wb")
@@ -87,7 +88,9 @@ def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, 
             )
         else:  # it came after: the two never overlapped
             assert later["started_at"] >= earlier["finished_at"], (earlier, later)
-        assert "WARNING" not in said(), said()  # two runs in serve's process, and no warning printed
+        # two runs in serve's process: no warning printed but the wait of one for the warehouse the other holds
+        warned = [line for line in said().splitlines() if "WARNING" in line and "the warehouse is held by" not in line]
+        assert not warned, said()
     finally:
         os.killpg(serve.pid, signal.SIGTERM)
         serve.wait(30)
