@@ -73,6 +73,27 @@ def test_the_closure_rejects_what_every_intersection_s_mean_rejects():
             for c in range(6)
         ]
         assert closed_rejects(e, 0.05).tolist() == want
+        w = rng.uniform(0.01, 1, 6)
+        weighted = [
+            all(np.average(e[list(s)], weights=w[list(s)]) >= 20 for r in range(1, 7)
+                for s in itertools.combinations(range(6), r) if c in s)
+            for c in range(6)
+        ]  # fmt: skip
+        assert closed_rejects(e, 0.05, w).tolist() == weighted
+
+
+def test_weighed_races_at_the_edge_drop_a_configuration_within_delta_at_most_alpha():
+    """The weights (`Racer.weigh`) are read from the first questions; the tests run from there. Two configurations
+    exactly δ below the best (at the edge of their nulls, the hardest to keep) beside three far below, which the
+    weights favour for dropping: over 200 races with their own orders, one that drops either of the two errs, and
+    the guarantee allows α = 0.2 of them."""
+    rng = np.random.default_rng(11)
+    n = 150
+    x = np.array([0.7, 0.69, 0.69, 0.5, 0.45, 0.4]) + rng.uniform(-0.25, 0.25, (n, 6))
+    x[:, 1:3] += (x[:, 0].mean() - 0.01) - x[:, 1:3].mean(0)  # exactly δ below the best, over every question
+    assert x.min() >= 0 and x.max() <= 1
+    errors = sum(wrong_drops(race(x, rng.permutation(n), alpha=0.2, batch=5), x.mean(0)) > 0 for _ in range(200))
+    assert errors <= 0.2 * 200
 
 
 def test_a_race_finds_the_best_drops_the_rest_and_reports_its_bound():

@@ -92,27 +92,38 @@ class LowerTests:
         return np.where(self.sure, 0.0, np.minimum(1.0, np.exp(-self.best)))
 
 
-def closed_rejects(evalues, alpha: float) -> np.ndarray:
-    """Which hypotheses the closure of the mean of e-values rejects at `alpha` (Vovk and Wang, "E-values:
+def closed_rejects(evalues, alpha: float, weights=None) -> np.ndarray:
+    """Which hypotheses the closure of the (weighted) mean of e-values rejects at `alpha` (Vovk and Wang, "E-values:
     calibration, combination, and applications", Annals of Statistics 2021): H_c is rejected when every
-    intersection of hypotheses holding it has a mean e-value of at least 1/α. The mean of test supermartingales of
+    intersection of hypotheses holding it has a mean e-value of at least 1/α, each intersection's mean weighted by
+    `weights` (fixed before the e-values' questions; default equal). The weighted mean of test supermartingales of
     the same questions is one under their intersection, so by Ville's inequality the family-wise error is at most α
     over every look at once. The intersection that binds for c is c with the others of smallest e-value, as many
     as lower the mean."""
     e = np.asarray(evalues, dtype=np.float64)
+    w = np.ones(len(e)) if weights is None else np.asarray(weights, dtype=np.float64)
     out = np.zeros(len(e), bool)
-    order = np.sort(e)
-    for c in range(len(e)):
-        others = np.delete(order, np.searchsorted(order, e[c]))  # the others, smallest first
-        means = (e[c] + np.concatenate([[0.0], np.cumsum(others)])) / np.arange(1, len(e) + 1)
-        out[c] = means.min() >= 1 / alpha
+    order = np.argsort(e, kind="stable")
+    with np.errstate(invalid="ignore"):  # an infinite e-value (rejected for certain) times a weight
+        for c in range(len(e)):
+            others = order[order != c]  # the others, smallest first
+            mass = w[c] + np.concatenate([[0.0], np.cumsum(w[others])])
+            means = (w[c] * e[c] + np.concatenate([[0.0], np.cumsum(w[others] * e[others])])) / mass
+            out[c] = np.nanmin(means) >= 1 / alpha
     return out
+
+
+def normal_cdf(z):
+    from math import erf, sqrt
+
+    return 0.5 * (1 + np.vectorize(erf)(np.asarray(z, dtype=np.float64) / sqrt(2)))
 
 
 # --------------------------------------------------------------------------- the race
 # Racing configurations on a budget (docs/statistics.md, "Racing"): questions are evaluated in a seeded random
-# order, in batches; after each batch every configuration still in the race is tested against the leader by betting
-# (`LowerTests`), and one shown worse than the leader by more than δ is dropped. The error is
+# order, in batches; the first look after `WEIGH` questions weighs the configurations (`Racer.weigh`), and after
+# each later batch every configuration still in the race is tested against the leader by betting (`LowerTests`), and
+# one shown worse than the leader by more than δ is dropped. The error is
 # bounded over all configurations and all looks together: with probability at least 1 − α no configuration within δ
 # of the true best (the mean over every question) is ever dropped, and a race that stops *certified* has a leader
 # within δ of the true best.
@@ -126,6 +137,9 @@ def closed_rejects(evalues, alpha: float) -> np.ndarray:
 
 DELTA = 0.01  # the tolerance: a configuration is dropped only when it is worse than another by more than this
 BATCH = 10  # questions per look
+WEIGH = 10  # questions the race reads before it weighs the configurations; every test is run from there
+SURE = 2.0  # the weights' hinge: how many standard errors below the leader a configuration looks (`Racer.weigh`)
+FLOOR = 0.01  # every configuration keeps at least this weight, before the weights are made to sum to one
 
 
 @dataclass
@@ -183,6 +197,8 @@ class Racer:
         self.pairs = LowerTests(n, arms * arms, theta.ravel())  # (a, b): H0 "μ_a − μ_b ≥ θ_ab"
         self.dropped: list[dict] = []
         self.cells = 0
+        self.weights: np.ndarray | None = None  # the drops' weights, once weighed (`weigh`)
+        self.leads: np.ndarray | None = None  # the certified stop's weights: how likely each is the leader at the end
 
     def leader(self) -> int:
         """The configuration still in the race with the highest mean so far (the lowest index among equals)."""
@@ -216,22 +232,50 @@ class Racer:
     def pair_p(self) -> np.ndarray:
         return self.pairs.pvalue().reshape(self.arms, self.arms)
 
+    def weigh(self) -> None:
+        """Weigh the configurations from the questions read so far, and run every test from here (each capital
+        back to 1, so that the weights come before every question the tests read). For each configuration c, z_c
+        is how many standard errors its mean is below the leader's (paired). A drop's weight is Φ(z_c − SURE) and
+        a certified stop's Φ(SURE − z_c), each at least FLOOR and summing to one: the closure of the drops then
+        pays little for the configurations near the best (which only the race's end can settle) and the stop
+        little for those far below it (which will not lead). Any weights fixed here keep every guarantee; these
+        only decide where the race spends its α."""
+        k, lead = self.k, self.leader()
+        at, c = np.arange(k), self.cross
+        gap = (self.sums[lead] - self.sums[:k]) / self.t
+        squares = (np.diag(c)[:k] + c[lead, lead] - 2 * c[at, lead]) / self.t
+        spread = np.sqrt((np.maximum(squares - gap**2, 0.0) + VARIANCE_PRIOR) / self.t)
+        z = gap / spread
+        on = self.active[:k]
+        drops = np.where(on, normal_cdf(z - SURE) + FLOOR, 0.0)
+        leads = np.where(on, normal_cdf(SURE - z) + FLOOR, 0.0)
+        self.weights, self.leads = drops / drops.sum(), leads / leads.sum()
+        for tests in (self.drops, self.pairs):
+            tests.log_capital[:] = 0.0
+            tests.best[:] = 0.0
+
     def look(self) -> None:
-        """Drop every configuration the closure of the drop tests' e-values rejects (never the leader)."""
+        """Drop every configuration the closure of the drop tests' e-values rejects (never the leader). The first
+        look after `WEIGH` questions weighs the configurations instead (`weigh`)."""
+        if self.weights is None:
+            if self.t >= min(WEIGH, self.n):
+                self.weigh()
+            return
         lead = self.leader()
-        rejected = closed_rejects(self.drops.evalue(), self.alpha["drops"])
+        rejected = closed_rejects(self.drops.evalue(), self.alpha["drops"], self.weights)
         for c in self.configs():
             if c != lead and rejected[c]:
                 self.active[c] = False
                 self.dropped.append({"config": c, "after": self.t, "by": lead, "p": float(self.drops.pvalue()[c])})
 
     def certified(self) -> bool:
-        """Every configuration still in the race is shown at most δ better than the leader (an intersection-union
-        test over them, each pair at α_certify / (k − 1)): the leader is within δ of the best."""
-        if self.alpha["certify"] <= 0:
+        """Every configuration still in the race is shown at most δ better than the leader L (an intersection-union
+        test over them, each pair at α_certify · the leader's weight, `weigh`): the leader is within δ of the
+        best."""
+        if self.alpha["certify"] <= 0 or self.leads is None:
             return False
         lead, p = self.leader(), self.pair_p()
-        level = self.alpha["certify"] / max(1, self.k - 1)
+        level = self.alpha["certify"] * self.leads[lead]
         return all(p[c, lead] <= level for c in self.configs() if c != lead)
 
     def against_reference(self) -> dict | None:
