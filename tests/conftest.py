@@ -45,8 +45,9 @@ SLOW_FIXTURES = frozenset(
 # keeps this order; xdist's own puts the files with most tests first). Files that wait for a test server's venv come
 # after the first few, so that the venv is built meanwhile. The rest keep their order.
 LONGEST_FIRST = (
-    "test_orchestration.py",  # 172 s: served deployments, kill points, four runs at once
-    "test_month.py",  # 107 s: six nights through the scheduler
+    "test_month.py",  # 135 s: six nights through the scheduler
+    "test_orchestration.py",  # 110 s: kill points, four runs at once, a scheduler that creates nothing
+    "test_first_run.py",  # 80 s: the demo's first run, then the deployments served from its home
     "test_flows.py",  # 66 s
     "test_backends.py",  # 61 s
     "test_alerts.py",  # 49 s
@@ -54,7 +55,6 @@ LONGEST_FIRST = (
     "test_report.py",  # 41 s
     "test_dask.py",  # 40 s
     "test_traces.py",  # 32 s: Phoenix's export
-    "test_first_run.py",  # 32 s
 )
 
 

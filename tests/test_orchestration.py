@@ -1,12 +1,12 @@
-"""End to end against a real `prefect server start` on 127.0.0.1 (the session's): served deployments,
-a change event, two runs at once, and a run killed with SIGKILL."""
+"""End to end against a real `prefect server start` on 127.0.0.1 (the session's): serve against a server whose
+scheduler does not run, two runs at once, and a run killed with SIGKILL. (The served deployments run from the demo's
+first run, in tests/test_first_run.py.)"""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -32,69 +32,6 @@ def experiment_file(folder: Path, name: str, corpus_dir: Path, questions: Path, 
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"name": name, "corpus_dir": str(corpus_dir), "questions": str(questions), **grid}))
     return path
-
-
-def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, demo_first_run):
-    """In the home of the demo's first run (its models built, its vectors cached): serve prints each scheduled
-    deployment's next run (the nightly cron's, the poll's); the served nightly deployment run by hand and the
-    on-change deployment fired by a change event at the same moment each record a run of the demo, with its flow run
-    and its true trigger (`manual`, `change`: the deployment's own `trigger` parameter is not trusted), and no
-    WARNING is printed but one run's wait for the warehouse the other holds. Runs of one experiment never overlap:
-    where the second comes while the first runs, it waits for it and, the first having read the very same inputs,
-    is recorded `coalesced` into it, computing nothing twice. (That the server's scheduler itself creates the runs
-    of a served schedule, auto_scheduled and recorded with trigger `schedule`, is tests/test_month.py's, night
-    after night.)"""
-    _, home = demo_first_run
-    env = client_env(prefect_server, home)
-    log = open(tmp_path / "serve.log", "wb")
-    serve = subprocess.Popen(
-        [str(BIN / "chunkeval"), "serve"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    prefect = lambda *a: subprocess.run([str(BIN / "prefect"), *a], env=env, capture_output=True, text=True, cwd=ROOT)  # noqa: E731
-    try:
-        wait_for(
-            lambda: all(d in prefect("deployment", "ls").stdout for d in ("nightly", "on-change", "poll", "weekly")),
-            120,
-            "the served deployments",
-            serve,
-        )
-        said = lambda: (tmp_path / "serve.log").read_text(errors="replace")  # noqa: E731
-        # serve reads back each scheduled deployment's next run: the nightly cron's, the poll's interval
-        wait_for(lambda: said().count("next run at") >= 2, 60, "serve's next scheduled runs", serve)
-        assert "evaluate/nightly: next run at" in said() and " 02:00:00 " in said(), said()
-        assert "watch/poll: next run at" in said(), said()
-        time.sleep(3)  # the on-change trigger's automation is created with the deployment
-        started = prefect("deployment", "run", "evaluate/nightly")
-        assert started.returncode == 0, started.stdout + started.stderr
-        emitted = prefect("event", "emit", "chunkeval.corpus.changed", "--resource-id", "chunkeval.experiment.demo")
-        assert emitted.returncode == 0, emitted.stdout + emitted.stderr
-        wh = Warehouse(home / "warehouse")
-        ended = lambda: [r for r in wh.runs("demo") if r["status"] in ("completed", "coalesced")]  # noqa: E731
-        triggers = lambda: {r["trigger"] for r in ended()}  # noqa: E731
-        wait_for(
-            lambda: {"manual", "change"} <= triggers(), 400, "a nightly and an on-change run in the warehouse", serve
-        )
-        later, earlier = ended()[:2]
-        assert all(r["flow_run_id"] for r in (later, earlier)) and earlier["status"] == "completed"
-        if later["status"] == "coalesced":  # it came while the first ran
-            assert (
-                later["error"]
-                == f"run {earlier['run_id']}, which it waited for, read the same corpus, gold set and model"
-            )
-        else:  # it came after: the two never overlapped
-            assert later["started_at"] >= earlier["finished_at"], (earlier, later)
-        # two runs in serve's process: no warning printed but the wait of one for the warehouse the other holds
-        warned = [line for line in said().splitlines() if "WARNING" in line and "the warehouse is held by" not in line]
-        assert not warned, said()
-    finally:
-        os.killpg(serve.pid, signal.SIGTERM)
-        serve.wait(30)
-        log.close()
 
 
 def served(env: dict, log_path: Path, *args: str) -> subprocess.Popen:
