@@ -13,7 +13,7 @@ Prefect server's automations (`alerts:`, docs/loop.md). After each run it asks t
 (`chunkeval trend --fail-on-regression`) for the verdict, counts the messages that arrived, and prints a timeline:
 each night's run, its trigger, the change, the gold set's summary line, the verdict and the alarms.
 
-What must hold, and what tests/test_month.py checks on six nights of the demo: every night completes (a quoted
+What must hold, and what tests/test_month.py checks on five nights of the demo: every night completes (a quoted
 document deleted, another renamed, one saved in another encoding included), one run a night, the only alarm is the
 harmful night's, one regression message arrives at the receiver on that night and none on the others, and the gold
 update and the model swap are marked in `trend` (`G`, `M`) and in the HTML trend (a dashed line).
@@ -52,14 +52,13 @@ LEAD = 6  # seconds from a night's schedule change to its run: three loops of th
 FIRES = 5  # anchors tried before a night gives up (6, 12, 24, 48, 96 s ahead)
 RUN_TIMEOUT = 300  # seconds a night's run may take, once the scheduler has made it
 
-# the six nights of the CI test, and a month: night -> the changes made before it
-SIX_NIGHTS = {
+# the five nights of the CI test, and a month: night -> the changes made before it
+FIVE_NIGHTS = {
     1: [],
     2: ["edit-inside", "add-document", "encoding-change"],
     3: ["gold-update", "edit-outside", "rename-document"],
-    4: ["model-swap"],
+    4: ["model-swap", "remove-document", "delete-quoted-document"],
     5: ["harm"],
-    6: ["undo-harm", "remove-document", "delete-quoted-document"],
 }
 MONTH = {
     1: [],
@@ -553,7 +552,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     work = args.work or Path(tempfile.mkdtemp(prefix="chunkeval-month-"))
-    plan = MONTH if args.nights > len(SIX_NIGHTS) else SIX_NIGHTS
+    plan = MONTH if args.nights > len(FIVE_NIGHTS) else FIVE_NIGHTS
     started = time.monotonic()
     timeline = play(args.data, plan, args.nights, work)
     alarms = [n.night for n in timeline if n.gate == 1]
