@@ -33,19 +33,22 @@ def per_query(wh: Warehouse, run_id: str) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.usefixtures("prefect_api")
-def test_a_two_worker_cluster_gives_the_numbers_of_the_in_process_run(tmp_path, monkeypatch):
-    # a semantic chunker embeds inside its chunking task (on a worker); fixed chunks are embedded in shards
+def test_a_two_worker_cluster_gives_the_numbers_of_the_in_process_run(tmp_path, monkeypatch, share_models):
+    # a semantic chunker embeds inside its chunking task (on a worker); fixed chunks are embedded in shards. The
+    # model is the session's built minilm-static (each worker loads it in a blink; all-MiniLM-L6-v2 cost each run's
+    # processes their torch load): what is checked is where the work runs and that the numbers agree
     exp_file = small_experiment(
         tmp_path,
         "dask",
         chunker=["fixed_token", "cluster_semantic"],
         chunk_sizes=[60, 120],
         retriever=["dense", "bm25"],
+        model=["minilm-static"],
     )
-    local, wh_local = run_in(tmp_path / "local", monkeypatch, exp_file, TaskRunner(), 0)
+    local, wh_local = run_in(share_models(tmp_path / "local"), monkeypatch, exp_file, TaskRunner(), 0)
     runner = parse_task_runner("dask:2")
     assert runner == TaskRunner("dask", workers=2) and check_task_runner(runner) is runner
-    dask, wh_dask = run_in(tmp_path / "dask", monkeypatch, exp_file, runner, 2)
+    dask, wh_dask = run_in(share_models(tmp_path / "dask"), monkeypatch, exp_file, runner, 2)
 
     a, b = per_query(wh_local, local["run_id"]), per_query(wh_dask, dask["run_id"])
     assert len(a["query_id"]) == len(b["query_id"]) > 0
