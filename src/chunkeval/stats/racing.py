@@ -10,6 +10,7 @@ a full evaluation gives. Once all N are in, every mean is known exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 
@@ -83,6 +84,11 @@ class LowerTests:
         # after question t: the most the full mean can be is (D_t + (n − t)) / n (each difference at most 1)
         self.sure |= on & ((past + d + (self.n - t)) / self.n < self.theta - EXACT)
 
+    def restart(self) -> None:
+        """Every test runs from here: each capital back to 1 (what the bets learnt of the differences is kept)."""
+        self.log_capital[:] = 0.0
+        self.best[:] = 0.0
+
     def evalue(self) -> np.ndarray:
         """The capital of each test now (infinite where rejected for certain): an e-value at any look."""
         return np.where(self.sure, np.inf, np.exp(self.log_capital))
@@ -113,12 +119,6 @@ def closed_rejects(evalues, alpha: float, weights=None) -> np.ndarray:
     return out
 
 
-def normal_cdf(z):
-    from math import erf, sqrt
-
-    return 0.5 * (1 + np.vectorize(erf)(np.asarray(z, dtype=np.float64) / sqrt(2)))
-
-
 # --------------------------------------------------------------------------- the race
 # Racing configurations on a budget (docs/statistics.md, "Racing"): questions are evaluated in a seeded random
 # order, in batches; the first look after `WEIGH` questions weighs the configurations (`Racer.weigh`), and after
@@ -140,6 +140,7 @@ BATCH = 10  # questions per look
 WEIGH = 10  # questions the race reads before it weighs the configurations; every test is run from there
 SURE = 2.0  # the weights' hinge: how many standard errors below the leader a configuration looks (`Racer.weigh`)
 FLOOR = 0.01  # every configuration keeps at least this weight, before the weights are made to sum to one
+PHI = np.vectorize(NormalDist().cdf)  # the standard normal's distribution function, elementwise
 
 
 @dataclass
@@ -213,12 +214,9 @@ class Racer:
         k = self.k
         x = np.where(self.active, x, 0.0)
         t = self.t + 1
-        vs = np.full(k, self.leader())  # the comparator, chosen before the question: predictable
-        at = np.arange(k)
-        c = self.cross
-        squares = np.diag(c)[:k] + c[vs, vs] - 2 * c[at, vs]  # Σ (x_c − x_vs)² over the questions seen
-        on = self.active[:k] & (vs != at)
-        self.drops.add(t, x[:k] - x[vs], self.sums[:k] - self.sums[vs], on, squares)
+        lead = self.leader()  # the comparator, chosen before the question: predictable
+        on = self.active[:k] & (np.arange(k) != lead)
+        self.drops.add(t, x[:k] - x[lead], self.sums[:k] - self.sums[lead], on, self.squares_against(lead))
         both = np.outer(self.active, self.active)
         np.fill_diagonal(both, False)
         d = (x[:, None] - x[None, :]).ravel()
@@ -228,6 +226,11 @@ class Racer:
         self.cross = self.cross + np.outer(x, x)
         self.cells += int(self.active[:k].sum())
         self.t = t
+
+    def squares_against(self, b: int) -> np.ndarray:
+        """Σ (x_c − x_b)² over the questions seen, for every configuration c."""
+        c, k = self.cross, self.k
+        return np.diag(c)[:k] + c[b, b] - 2 * c[:k, b]
 
     def pair_p(self) -> np.ndarray:
         return self.pairs.pvalue().reshape(self.arms, self.arms)
@@ -241,18 +244,16 @@ class Racer:
         little for those far below it (which will not lead). Any weights fixed here keep every guarantee; these
         only decide where the race spends its α."""
         k, lead = self.k, self.leader()
-        at, c = np.arange(k), self.cross
         gap = (self.sums[lead] - self.sums[:k]) / self.t
-        squares = (np.diag(c)[:k] + c[lead, lead] - 2 * c[at, lead]) / self.t
+        squares = self.squares_against(lead) / self.t
         spread = np.sqrt((np.maximum(squares - gap**2, 0.0) + VARIANCE_PRIOR) / self.t)
         z = gap / spread
         on = self.active[:k]
-        drops = np.where(on, normal_cdf(z - SURE) + FLOOR, 0.0)
-        leads = np.where(on, normal_cdf(SURE - z) + FLOOR, 0.0)
+        drops = np.where(on, PHI(z - SURE) + FLOOR, 0.0)
+        leads = np.where(on, PHI(SURE - z) + FLOOR, 0.0)
         self.weights, self.leads = drops / drops.sum(), leads / leads.sum()
-        for tests in (self.drops, self.pairs):
-            tests.log_capital[:] = 0.0
-            tests.best[:] = 0.0
+        self.drops.restart()
+        self.pairs.restart()
 
     def look(self) -> None:
         """Drop every configuration the closure of the drop tests' e-values rejects (never the leader). The first
