@@ -120,6 +120,14 @@ MIGRATIONS = [
 ]
 
 
+# the views over the summary tables: view → the table it reads and that table's schema; `trend` reads config_summary
+SUMMARY_VIEWS = {
+    "config_summary": ("summaries", SUMMARY),
+    "corpus_summary": ("corpus_summaries", SUMMARY),
+    "slice_summary": ("slice_summaries", SLICE_SUMMARY),
+}
+MADE_VIEWS = [*SUMMARY_VIEWS, "trend"]  # what `_summary_views_sql` makes
+
 # the views over every run's Parquet files: view → the results file it reads
 RESULTS_VIEWS = {"query_results": "per_query", "gold_references": "references", "run_models": "models"}
 
@@ -182,8 +190,7 @@ class Schema(Connections, Layout):
                 )
             if step in (6, 7):
                 self._add_columns(con)
-            con.execute("DELETE FROM meta WHERE key = 'schema_version'")
-            con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(step + 1)])
+            self._set_meta(con, "schema_version", str(step + 1))
             con.execute("COMMIT")
             if step == 2:
                 self._backfill(con)
@@ -221,25 +228,25 @@ class Schema(Connections, Layout):
     def _create_views(self, con, rebind: bool = False, temporary: bool = False) -> None:
         """The views. Those over the summary tables where the file holds others than this chunkeval makes (or
         lacks one: `_summary_views_sql`); those over every run's Parquet files only when the schema changed or the
-        warehouse moved (making them reads the footer of every file). `temporary`: views of this connection alone, on a warehouse it cannot write."""
+        warehouse moved (making them reads the footer of every file). `temporary`: views of this connection alone,
+        on a warehouse it cannot write."""
         view_kind = "TEMP VIEW" if temporary else "VIEW"
         statements = self._summary_views_sql(view_kind)
         made = hashlib.sha256("\n".join(statements).encode()).hexdigest()
-        views = (
-            "SELECT count(*) FROM duckdb_views() WHERE NOT temporary "
-            "AND view_name IN ('config_summary', 'corpus_summary', 'slice_summary', 'trend')"
-        )
-        if temporary or rebind or self._meta(con, "summary_views") != made or con.execute(views).fetchone()[0] < 4:
+        there = con.execute(
+            "SELECT count(*) FROM duckdb_views() WHERE NOT temporary AND list_contains(?, view_name)",
+            [MADE_VIEWS],
+        ).fetchone()[0]
+        if temporary or rebind or self._meta(con, "summary_views") != made or there < len(MADE_VIEWS):
             for sql in statements:
                 con.execute(sql)
             if not temporary:
-                con.execute("DELETE FROM meta WHERE key = 'summary_views'")
-                con.execute("INSERT INTO meta VALUES ('summary_views', ?)", [made])
+                self._set_meta(con, "summary_views", made)
         if not con.execute("SELECT current_setting('enable_external_access')").fetchall()[0][0]:
             return  # `chunkeval sql`: no file can be read here, its caller binds these views itself (`access`)
-        where = (con.execute("SELECT value FROM meta WHERE key = 'results_path'").fetchall() or [None])[0]
+        where = self._meta(con, "results_path")
         seed = seed_folder(self.results_dir, SCHEMA_VERSION)  # a new one where the results' columns changed
-        if not rebind and where and where[0] == str(self.results_dir) and (seed / "models.parquet").exists():
+        if not rebind and where == str(self.results_dir) and (seed / "models.parquet").exists():
             return
         if temporary and not (seed / "models.parquet").exists():
             return  # nothing can be written here: the file's own views serve
@@ -250,13 +257,17 @@ class Schema(Connections, Layout):
             source = f"read_parquet({quote(self.results_dir, f'/*/{kind}.parquet')}, union_by_name = true)"
             con.execute(results_view_sql(view_kind, view, kind, source, set(empty_results()[kind].column_names)))
         if not temporary:
-            con.execute("DELETE FROM meta WHERE key = 'results_path'")
-            con.execute("INSERT INTO meta VALUES ('results_path', ?)", [str(self.results_dir)])
+            self._set_meta(con, "results_path", str(self.results_dir))
 
     @staticmethod
     def _meta(con, key: str) -> str | None:
         row = con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchall()
         return row[0][0] if row else None
+
+    @staticmethod
+    def _set_meta(con, key: str, value: str) -> None:
+        con.execute("DELETE FROM meta WHERE key = ?", [key])
+        con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
 
     @staticmethod
     def _summary_views_sql(view_kind: str) -> list[str]:
@@ -275,11 +286,7 @@ class Schema(Connections, Layout):
                 SELECT {projection("summary", set(schema.names), "s")}, r.duplicates, r.relevance, r.ties
                 FROM {table} s JOIN (SELECT *, {duplicates} AS duplicates, {relevance} AS relevance, {ties} AS ties
                                      FROM runs WHERE status = 'completed') r USING (run_id))"""
-            for view, table, schema in (
-                ("config_summary", "summaries", SUMMARY),
-                ("corpus_summary", "corpus_summaries", SUMMARY),
-                ("slice_summary", "slice_summaries", SLICE_SUMMARY),
-            )
+            for view, (table, schema) in SUMMARY_VIEWS.items()
         ]
         statements.append(f"""
             CREATE OR REPLACE {view_kind} trend AS
