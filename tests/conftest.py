@@ -45,7 +45,7 @@ SLOW_FIXTURES = frozenset(
 # keeps this order; xdist's own puts the files with most tests first). Files that wait for a test server's venv come
 # after the first few, so that the venv is built meanwhile. The rest keep their order.
 LONGEST_FIRST = (
-    "test_month.py",  # 135 s: six nights through the scheduler (five since)
+    "test_month.py",  # 98 s and 44 of setup: five nights through the scheduler
     "test_orchestration.py",  # 110 s: kill points, four runs at once, a scheduler that creates nothing
     "test_first_run.py",  # 80 s: the demo's first run, then the deployments served from its home
     "test_flows.py",  # 66 s

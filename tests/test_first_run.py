@@ -4,16 +4,12 @@ One file, so that one worker makes the first run (`demo_first_run`, half a minut
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
-from pathlib import Path
 
 from chunkeval.warehouse import Warehouse
 from prefect_server import BIN, wait_for
-
-ROOT = Path(__file__).resolve().parents[1]
+from test_orchestration import ROOT, client_env, served, stop
 
 
 def test_first_run_of_the_demo_reads_well(demo_first_run):
@@ -169,16 +165,8 @@ def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, 
     of a served schedule, auto_scheduled and recorded with trigger `schedule`, is tests/test_month.py's, night
     after night.)"""
     _, home = demo_first_run
-    env = {**prefect_server, "CHUNKEVAL_HOME": str(home)}
-    log = open(tmp_path / "serve.log", "wb")
-    serve = subprocess.Popen(
-        [str(BIN / "chunkeval"), "serve"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    env = client_env(prefect_server, home)
+    serve = served(env, tmp_path / "serve.log")
     prefect = lambda *a: subprocess.run([str(BIN / "prefect"), *a], env=env, capture_output=True, text=True, cwd=ROOT)  # noqa: E731
     try:
         wait_for(
@@ -216,6 +204,4 @@ def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, 
         warned = [line for line in said().splitlines() if "WARNING" in line and "the warehouse is held by" not in line]
         assert not warned, said()
     finally:
-        os.killpg(serve.pid, signal.SIGTERM)
-        serve.wait(30)
-        log.close()
+        stop(serve)
