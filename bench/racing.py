@@ -192,10 +192,75 @@ def oracle_floor(x: np.ndarray, alpha: float, delta: float, many: bool = False) 
             sd, gap = float((x[:, best] - x[:, c]).std()), float(mu[best] - mu[c])
             drop.append(needed(sd, gap - delta))
             certify.append(needed(sd, gap + delta))
-    drop_, certify_ = np.array(drop), np.array(certify)
-    stops = sorted({*drop_[np.isfinite(drop_)].tolist(), *certify_.tolist(), float(n)})
-    cost = min(np.minimum(drop_, s).sum() + s for s in stops if np.all((drop_ <= s) | (certify_ <= s)))
+    return cheapest(np.array(drop), np.array(certify), n, k)
+
+
+def cheapest(drop: np.ndarray, certify: np.ndarray, n: int, k: int) -> float:
+    """The least share of cells over the stops T: each configuration other than the best dropped after its `drop`
+    questions where that comes before T, else certified by T (its `certify` at most T), and the best evaluated to T;
+    at T = n every mean is known."""
+    stops = sorted({*drop[np.isfinite(drop)].tolist(), *certify[np.isfinite(certify)].tolist(), float(n)})
+    cost = min(np.minimum(drop, s).sum() + s for s in stops if s >= n or np.all((drop <= s) | (certify <= s)))
     return float(cost) / (n * k)
+
+
+def oracle_anytime(x: np.ndarray, order: np.ndarray, alpha: float, delta: float, batch: int, many: bool) -> float:
+    """The share of cells an oracle with the race's own kind of guarantee would need on one replay: it knows every
+    configuration's gap to the best and the variance of its paired differences with it, and tests each by betting
+    exactly as the race does (`LowerTests`' capital, sampling without replacement, a look after each batch), but
+    with the growth-optimal constant bet λ* = g / (v + g²) from the first question (no learning, no weighing).
+    Each drop test is at α/2 and each certifying test at α/2 alone, or with `many` at those over K − 1 (Bonferroni):
+    no price for many configurations, or the plain union's price, for a guarantee valid at every look."""
+    from chunkeval.stats.racing import CAP
+
+    n, k = x.shape
+    mu = x.mean(0)
+    best = int(np.argmax(mu))
+    d = np.delete(x - x[:, [best]], best, axis=1)[order]
+    level = alpha / 2 / ((k - 1) if many else 1)
+
+    def first_reject(theta: float) -> np.ndarray:
+        g = theta - d.mean(0)
+        lam = np.where(g > 0, g / (d.var(0) + g * g), 0.0)
+        log, past, out = np.zeros(k - 1), np.zeros(k - 1), np.full(k - 1, np.inf)
+        for t in range(1, n + 1):
+            m = (theta * n - past) / (n - t + 1)
+            bet = np.where(m < 1, np.minimum(lam, CAP / np.maximum(1 - m, 1e-12)), 0.0)
+            log += np.log1p(bet * (m - d[t - 1]))
+            past += d[t - 1]
+            out[(log >= math.log(1 / level)) & np.isinf(out)] = t
+        return np.minimum(np.ceil(out / batch) * batch, n)  # seen at the look after it
+
+    return cheapest(first_reject(-delta), first_reject(delta), n, k)
+
+
+def uncorrected_rules():
+    """A race that pays no price for many configurations, a yardstick and not a test: each drop test rejects alone
+    at α_drops (its capital at 1/α_drops, no closure) and the leader is certified when each pair test rejects at
+    α_certify (no weight). It keeps everything else of the race (the weighing, the restart, the bets, the looks),
+    so its share of cells, beside the race's, says how much of the race's cost is the guarantee over all
+    configurations at once and how much is testing one configuration by betting, look after look."""
+    from chunkeval.stats.racing import WEIGH, Racer
+
+    class Uncorrected(Racer):
+        def look(self) -> None:
+            if self.weights is None:
+                if self.t >= min(WEIGH, self.n):
+                    self.weigh()
+                return
+            lead, e = self.leader(), self.drops.evalue()
+            for c in self.configs():
+                if c != lead and e[c] >= 1 / self.alpha["drops"]:
+                    self.active[c] = False
+                    self.dropped.append({"config": c, "after": self.t, "by": lead, "p": 1 / e[c]})
+
+        def certified(self) -> bool:
+            lead, p = self.leader(), self.pair_p()
+            return self.leads is not None and all(
+                p[c, lead] <= self.alpha["certify"] for c in self.configs() if c != lead
+            )
+
+    return Uncorrected
 
 
 def save_tables(sets: dict, folder: Path) -> None:
@@ -236,8 +301,15 @@ def replay_race(job):
     x = SETS[name][0]
     n = x.shape[0]
     truth = x.mean(0)
-    res = race(x, rng_for(a.seed, s, 0, i).permutation(n), a.alpha, a.delta, batch_of(n, a.batch))
-    return {"wrong": wrong_drops(res, truth, a.delta) > 0, "share": res.share, "one_left": res.winner is not None,
+    order = rng_for(a.seed, s, 0, i).permutation(n)
+    t0 = time.perf_counter()
+    res = race(x, order, a.alpha, a.delta, batch_of(n, a.batch))
+    seconds = time.perf_counter() - t0
+    loose = race(x, order, a.alpha, a.delta, batch_of(n, a.batch), rules=uncorrected_rules())
+    anytime = [oracle_anytime(x, order, a.alpha, a.delta, batch_of(n, a.batch), many) for many in (False, True)]
+    return {"uncorrected_share": loose.share, "uncorrected_wrong": wrong_drops(loose, truth, a.delta) > 0,
+            "anytime_share": anytime[0], "anytime_many_share": anytime[1], "seconds": seconds,
+            "wrong": wrong_drops(res, truth, a.delta) > 0, "share": res.share, "one_left": res.winner is not None,
             "wrong_leader": bool(truth[res.leader] < truth.max() - a.delta), "stopped": res.stopped}  # fmt: skip
 
 
@@ -301,9 +373,7 @@ def main() -> int:
             continue
         n, k = x.shape
         truth = x.mean(0)
-        t0 = time.perf_counter()
         races = mapped(replay_race, [(name, s, i, args) for i in range(args.replays)], args.workers)
-        race_s = time.perf_counter() - t0
         shares = [r["share"] for r in races]
         stops: dict = {}
         for r in races:
@@ -320,8 +390,12 @@ def main() -> int:
             "race_one_left": sum(r["one_left"] for r in races) / args.replays,
             "race_wrong_leader_rate": sum(r["wrong_leader"] for r in races) / args.replays,
             "race_stopped": stops, "race_cells_p90": float(np.quantile(shares, 0.9)),
-            "race_seconds_per_replay": race_s / args.replays, "oracle_cells": oracle_floor(x, args.alpha, args.delta),
+            "race_seconds_per_replay": float(np.mean([r["seconds"] for r in races])), "oracle_cells": oracle_floor(x, args.alpha, args.delta),
             "oracle_many_cells": oracle_floor(x, args.alpha, args.delta, many=True),
+            "uncorrected_cells": float(np.mean([r["uncorrected_share"] for r in races])),
+            "uncorrected_wrong_drop_rate": sum(r["uncorrected_wrong"] for r in races) / args.replays,
+            "anytime_oracle_cells": float(np.mean([r["anytime_share"] for r in races])),
+            "anytime_oracle_many_cells": float(np.mean([r["anytime_many_share"] for r in races])),
             "fixed_questions": n_fixed, "fixed_wrong_drop_rate": sum(fixed) / args.replays, "fixed_cells": n_fixed / n,
             "wilcoxon_wrong_drop_rate": sum(w for w, _ in wil) / max(1, len(wil)),
             "wilcoxon_cells": float(np.mean([c for _, c in wil])) if wil else None,
@@ -331,9 +405,10 @@ def main() -> int:
         results.append(row)
         print(json.dumps(row), flush=True)
     print("\n| set | questions × configurations | within δ of best | racing: wrong drops | racing: wrong leader | "
-          "racing: cells | oracle: cells | oracle over K: cells | fixed sample: wrong drops | fixed: cells | WilcoxonPruner: wrong drops | "
+          "racing: cells | uncorrected race: cells (wrong drops) | anytime oracle: cells | anytime oracle over K: cells | "
+          "oracle: cells | oracle over K: cells | fixed sample: wrong drops | fixed: cells | WilcoxonPruner: wrong drops | "
           "WilcoxonPruner: cells |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("|" + " --- |" * 15)
     for r in results:
         wil = (
             "n/a | n/a"
@@ -342,6 +417,8 @@ def main() -> int:
         )
         print(f"| {r['set']} | {r['questions']} × {r['configurations']} | {r['within_delta_of_best']} | "
               f"{r['race_wrong_drop_rate']:.3f} | {r['race_wrong_leader_rate']:.3f} | {r['race_cells']:.1%} | "
+              f"{r['uncorrected_cells']:.1%} ({r['uncorrected_wrong_drop_rate']:.3f}) | "
+              f"{r['anytime_oracle_cells']:.1%} | {r['anytime_oracle_many_cells']:.1%} | "
               f"{r['oracle_cells']:.1%} | {r['oracle_many_cells']:.1%} | "
               f"{r['fixed_wrong_drop_rate']:.3f} | {r['fixed_cells']:.1%} | {wil} |")  # fmt: skip
     (args.out / "racing.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -330,12 +330,14 @@ def race(
     reference=None,
     stop_when_decided: bool = False,
     certify: bool = True,
+    rules: type[Racer] = Racer,
 ) -> RaceResult:
     """Race the columns of `values` (questions × configurations, metrics in [0, 1]) in the question `order` (a
     permutation: uniformly random for the guarantee; default the given order). `budget` in the units of `cost`
     (per question × configuration, default 1 per cell); `reference` a column of values of the reference
     (production) on the same questions, compared but never dropped nor the winner; `certify`: stop once the
-    leader is shown within δ of every configuration left."""
+    leader is shown within δ of every configuration left; `rules` the rules of its looks (a `Racer`, or a subclass
+    that changes them: bench/racing.py's yardsticks)."""
     x = np.asarray(values, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
         raise InputError("a race needs a table of questions × configurations")
@@ -346,7 +348,7 @@ def race(
     n, k = x.shape
     order = np.arange(n) if order is None else np.asarray(order)
     cost = np.ones_like(x) if cost is None else np.asarray(cost, dtype=np.float64)
-    racer = Racer(k, n, alpha, delta, reference=ref is not None)
+    racer = rules(k, n, alpha, delta, reference=ref is not None)
     spent, looks, stopped = 0.0, 0, "all questions"
     while racer.t < n:
         take = order[racer.t : racer.t + batch]
