@@ -135,7 +135,7 @@ def test_a_sweep_on_onnx_scores_as_torch_does(tmp_path):
 
 
 def test_bad_backend_settings_fail_early(monkeypatch):
-    with pytest.raises(InputError, match="unknown backend 'tensorrt': choose auto, torch, onnx, openvino"):
+    with pytest.raises(InputError, match="unknown backend 'tensorrt'; choose auto, torch, onnx, openvino"):
         Experiment(backend="tensorrt").validate()
     with pytest.raises(InputError, match="quantize: int8 needs backend onnx or openvino"):
         Experiment(quantize="int8").validate()
@@ -211,7 +211,7 @@ def test_a_precision_change_reads_as_a_model_change(tmp_path):
 
 
 def test_bad_precision_settings_fail_early():
-    with pytest.raises(InputError, match="precision must be fp32, bf16, fp16, got 'fp8'"):
+    with pytest.raises(InputError, match="precision must be fp32 or bf16 or fp16, got 'fp8'"):
         Experiment(precision="fp8").validate()
     with pytest.raises(InputError, match="precision bf16 with quantize: int8"):
         Experiment(backend="openvino", quantize="int8", precision="bf16").validate()

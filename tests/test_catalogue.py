@@ -319,7 +319,7 @@ CASES = {
     ),
     "sweep: model folder without a model": (
         lambda w: sweep(w["t"], "--model", w["t"] / "corpora"),
-        "nor a local sentence-transformers folder",
+        "nor a local folder",
     ),
     "sweep: model folder that does not load": (
         lambda w: [write(w["t"] / "corpora" / "config.json", "{}"), *sweep(w["t"], "--model", w["t"] / "corpora")][1:],
@@ -329,17 +329,21 @@ CASES = {
         lambda w: sweep(w["t"], "--chunker", "cluster_semantic", "--chunk-sizes", "30"),
         "chunker 'cluster_semantic' needs chunk_size ≥ 50, got 30",
     ),
+    "sweep: misspelt metric of the summary": (
+        lambda w: sweep(w["t"], "--metrics", "mrrr"),
+        "unknown metric 'mrrr'; did you mean mrr",
+    ),
     "sweep: unknown duplicates setting": (
         lambda w: sweep(w["t"], "--duplicates", "exact"),
-        "--duplicates: invalid choice: 'exact'",
+        "--duplicates must be positional or credit, got 'exact'",
     ),
     "sweep: unknown backend": (
         lambda w: sweep(w["t"], "--backend", "tensorrt"),
-        "--backend: invalid choice: 'tensorrt'",
+        "--backend must be auto or torch or onnx or openvino, got 'tensorrt'",
     ),
     "sweep: unknown quantisation": (
         lambda w: sweep(w["t"], "--backend", "onnx", "--quantize", "int4"),
-        "--quantize: invalid choice: 'int4'",
+        "--quantize must be none or int8, got 'int4'; did you mean int8?",
     ),
     "sweep: int8 on the torch backend": (
         lambda w: sweep(w["t"], "--backend", "torch", "--quantize", "int8"),
@@ -351,7 +355,7 @@ CASES = {
     ),
     "sweep: unknown precision": (
         lambda w: sweep(w["t"], "--precision", "fp8"),
-        "--precision: invalid choice: 'fp8'",
+        "--precision must be fp32 or bf16 or fp16, got 'fp8'",
     ),
     "sweep: fp16 on the CPU": (
         lambda w: sweep(w["t"], "--precision", "fp16", "--device", "cpu"),
@@ -399,6 +403,15 @@ CASES = {
         lambda w: ["run", "demo"],
         "no experiment file 'demo' here; to run the experiment of that name: chunkeval run --experiment demo",
     ),
+    "run: misspelt metric of the summary": (
+        lambda w: ["run", "--metrics", "span_recal"],
+        "unknown metric 'span_recal'; did you mean span_recall",
+    ),
+    "run: flag value blamed on the flag, not the demo's file": (
+        lambda w: ["run", "--experiment", "demo", "--context", "titel"],
+        "error: --context: context must be none or title or headings, got 'titel'; did you mean title?",
+    ),
+    "run: misspelt experiment": (lambda w: ["run", "--experiment", "dmo"], "no experiment named 'dmo' (not demo,"),
     "run: unknown task runner": (
         lambda w: ["run", "--task-runner", "ray"],
         "--task-runner must be local, dask, dask:N or dask=tcp://HOST:PORT",
@@ -417,7 +430,7 @@ CASES = {
     ),
     "run: experiment file broken YAML": (
         lambda w: ["run", experiment(w["t"], "k: [1, 2\nchunker: x")],
-        "exp.yaml: broken YAML",
+        "exp.yaml: broken YAML: line 2, column 8: expected ',' or ']', but got ':'",
     ),
     "run: experiment file not a mapping": (lambda w: ["run", experiment(w["t"], "- a\n- b\n")], "a YAML mapping"),
     "run: experiment file not UTF-8": (lambda w: ["run", experiment(w["t"], b"name: caf\xe9\n")], "not UTF-8"),
@@ -473,11 +486,11 @@ CASES = {
     ),
     "run: experiment file unknown backend": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "backend: tensorrt\n")],
-        "unknown backend 'tensorrt': choose auto, torch, onnx, openvino",
+        "unknown backend 'tensorrt'; choose auto, torch, onnx, openvino",
     ),
     "run: experiment file unknown precision": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "precision: fp8\n")],
-        "precision must be fp32, bf16, fp16, got 'fp8'",
+        "precision must be fp32 or bf16 or fp16, got 'fp8'",
     ),
     "run: experiment file fp16 on openvino": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "backend: openvino\nprecision: fp16\n")],
@@ -549,7 +562,7 @@ CASES = {
     ),
     "evaluate-run: unknown format": (
         lambda w: evaluate_run(w["t"], None, None, "--format", "xml"),
-        "--format: invalid choice",
+        "--format must be one of auto, chunk-ids, strings, trec, doc-qrels, got 'xml'",
     ),
     # ---------------------------------------------------------------- runs, trend, report, baseline
     "runs: unknown experiment": (lambda w: ["runs", "--experiment", "nosuch"], "no experiment named 'nosuch'"),
@@ -559,7 +572,7 @@ CASES = {
     ),
     "trend: unknown metric among --metrics": (
         lambda w: ["trend", "--experiment", "cat", "--metrics", "mrr,accuracy"],
-        "unknown metric(s) accuracy;",
+        "unknown metric 'accuracy'; choose from span_precision,",
     ),
     "trend: --metric and --metrics": (
         lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--metrics", "span_recall"],
@@ -571,8 +584,8 @@ CASES = {
         "unknown metric 'accuracy'",
     ),
     "trend: unknown configuration key": (
-        lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "size=100"],
-        "--config keys are",
+        lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_szes=100"],
+        "unknown --config key 'chunk_szes'; did you mean chunk_size",
     ),
     "trend: configuration value not a number": (
         lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--config", "chunk_size=big"],
@@ -685,7 +698,7 @@ CASES = {
     ),
     "compare: unknown metric among --metrics": (
         lambda w: ["compare", "--run", w["run_id"], "--metrics", "nonsense"],
-        "unknown metric(s) nonsense;",
+        "unknown metric 'nonsense'; choose from span_precision,",
     ),
     "compare: --metric and --wide": (
         lambda w: ["compare", "--run", w["run_id"], "--metric", "mrr", "--wide"],
@@ -820,11 +833,20 @@ CASES = {
     ),
     "inspect: configuration not in the run": (
         lambda w: ["inspect", "--run", w["run_id"], "--query", "lighthouses:1", "--config", "chunk_size=999"],
-        "no configuration of run",
+        "matches --config chunk_size=999; its chunk_size: ",
+    ),
+    "inspect: misspelt configuration value": (
+        lambda w: ["inspect", "--run", w["run_id"], "--query", "lighthouses:1", "--config", "chunker=fixed_tokn"],
+        "matches --config chunker=fixed_tokn; did you mean chunker=fixed_token?",
+    ),
+    "backends: a model that is none": (
+        lambda w: ["backends", "--model", "minilm-statc"],
+        "model 'minilm-statc' is neither the bundled all-MiniLM-L6-v2, nor one chunkeval builds (minilm-static), nor a "
+        "local folder; did you mean minilm-static?",
     ),
     "inspect: unknown configuration key": (
-        lambda w: ["inspect", "--run", w["run_id"], "--query", "lighthouses:1", "--config", "size=1"],
-        "--config keys are",
+        lambda w: ["inspect", "--run", w["run_id"], "--query", "lighthouses:1", "--config", "sise=1"],
+        "unknown --config key 'sise'; did you mean size",
     ),
     "inspect: run recorded before retrieved lists": (
         lambda w: ["inspect", "--run", w["disjoint_run_id"], "--query", "other-lighthouses:1"],
@@ -886,7 +908,13 @@ CASES = {
         lambda w: [os.environ.__setitem__("CHUNKEVAL_LOCK_TIMEOUT", "-1"), "runs"][1:],
         "CHUNKEVAL_LOCK_TIMEOUT must be a number of seconds",
     ),
-    "unknown command": (lambda w: ["frobnicate"], "invalid choice: 'frobnicate'"),
+    "unknown command": (lambda w: ["frobnicate"], "unknown command 'frobnicate'; choose from run, runs,"),
+    "misspelt command": (lambda w: ["repot"], "unknown command 'repot'; did you mean report?"),
+    "misspelt flag of a subcommand": (
+        lambda w: ["gold", "check", "--questions", "q.csv", "--strct"],
+        "unknown flag --strct; did you mean --strict?",
+    ),
+    "misspelt required flag": (lambda w: ["trend", "--experimnt", "cat"], "unknown flag --experimnt; did you mean"),
 }
 
 
@@ -1238,7 +1266,7 @@ SWEEP_FLAG_CASES = {
     ),
     "a reranker that is no model": (
         ["--reranker", "none,cohere-rerank", "--candidates", "10"],
-        "unknown reranker 'cohere-rerank': choose none, an embedding model",
+        "unknown reranker 'cohere-rerank'; choose none, an embedding model",
     ),
     "candidates below every k": (
         ["--reranker", "all-MiniLM-L6-v2", "--candidates", "3,4", "--k", "5"],

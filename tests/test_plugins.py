@@ -82,16 +82,18 @@ NOT_CALLABLE = 3
 @pytest.mark.parametrize(
     "resolve, name, line",
     [
-        (resolve_chunker, "fixed_tokn", "unknown chunker 'fixed_tokn': choose fixed_token, "),
-        (resolve_chunker, "fixed_tokn", "or module:function for your own; did you mean fixed_token or fixed_char?"),
+        (resolve_chunker, "fixed_tokn", "unknown chunker 'fixed_tokn'; did you mean fixed_token or fixed_char? (or"),
+        (resolve_chunker, "zzz", "unknown chunker 'zzz'; choose fixed_token, fixed_char, none, recursive_token, …"),
         (resolve_chunker, "nosuchpkg.mod:f", "chunker 'nosuchpkg.mod:f': cannot import 'nosuchpkg.mod' ("),
         (resolve_chunker, f"{__name__}:missing", f"chunker '{__name__}:missing': '{__name__}' has no 'missing'"),
         (resolve_chunker, f"{__name__}:NOT_CALLABLE", f"chunker '{__name__}:NOT_CALLABLE': 'NOT_CALLABLE' is not"),
         (resolve_chunker, f"{__name__}:not_a_chunker", "must take (text, chunk_size, chunk_overlap): too many"),
-        (check_retriever, "bm26", "unknown retriever 'bm26': choose dense, bm25, hybrid, or module:function for"),
+        (check_retriever, "bm26", "unknown retriever 'bm26'; did you mean bm25? (or module:function for your own)"),
+        (check_retriever, "zzz", "unknown retriever 'zzz'; choose dense, bm25, hybrid, or module:function for"),
         (check_retriever, f"{__name__}:paragraphs", "retriever '" + __name__ + ":paragraphs' must take (request)"),
-        (parse_index, "hnws", "unknown index kind 'hnws': choose exact, hnsw, ivf, chroma; did you mean hnsw?"),
-        (check_reranker, "cohere", "unknown reranker 'cohere': choose none, an embedding model (bundled"),
+        (parse_index, "hnws", "unknown index kind 'hnws'; did you mean hnsw?"),
+        (parse_index, "zzz", "unknown index kind 'zzz'; choose exact, hnsw, ivf, chroma"),
+        (check_reranker, "cohere", "unknown reranker 'cohere'; choose none, an embedding model (bundled"),
     ],
 )
 def test_every_extension_point_refuses_a_name_in_one_wording(resolve, name, line):

@@ -258,8 +258,9 @@ def test_a_crowded_tradeoff_chart_shows_the_front_and_the_best_few(warehouse, pa
     featured = front | set(few)
     assert html.count(f'fill="{MUTED_POINT}"') == 24 - len(featured)
     for i, r in enumerate(summary):
-        assert f"<title>{escape(label(r))}: recall" in html  # every point's tooltip
-        drawn = re.search(r'<circle [^>]*fill="([^"]*)"[^>]*><title>' + re.escape(escape(label(r))) + ": recall", html)
+        named = escape(label(r, with_id=True))  # as every command names it
+        assert f"<title>{named}: recall" in html  # every point's tooltip
+        drawn = re.search(r'<circle [^>]*fill="([^"]*)"[^>]*><title>' + re.escape(named) + ": recall", html)
         assert (drawn.group(1) != MUTED_POINT) == (i in featured)
 
 

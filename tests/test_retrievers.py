@@ -219,7 +219,9 @@ def test_rrf_fuses_sparsely_to_the_scores_of_a_full_matrix():
 
 
 def test_unknown_retrievers_are_input_errors():
-    with pytest.raises(InputError, match="unknown retriever 'bm26': choose dense, bm25, hybrid, or module:function"):
+    with pytest.raises(
+        InputError, match=r"unknown retriever 'bm26'; did you mean bm25\? \(or module:function for your own\)"
+    ):
         retrieve("bm26", RetrievalRequest(["q"], ["c"], k=1))
     with pytest.raises(InputError, match="cannot import 'no_such_module_xyz'"):
         needs_embeddings("no_such_module_xyz:f")

@@ -220,6 +220,15 @@ class _BadKey(yaml.YAMLError):
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error as a short phrase with its place (`line 5, column 2: expected ',' or ']', but got ':'`),
+    without the quoted lines and the caret it draws under them."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{' '.join(str(problem).split())}"
+
+
 def yaml_load(text: str, source) -> object:
     """`yaml.safe_load`, with a key given twice or a key that is no string refused, and aliases that expand
     past `YAML_NODES` values refused (a 'billion laughs')."""
@@ -228,7 +237,7 @@ def yaml_load(text: str, source) -> object:
     except _BadKey as exc:
         raise InputError(f"{exc.message} (line {exc.mark.line + 1})", source) from None
     except yaml.YAMLError as exc:
-        raise InputError(f"broken YAML ({exc})".replace("\n", " "), source) from None
+        raise InputError(f"broken YAML: {yaml_problem(exc)}", source) from None
     except RecursionError:
         raise InputError("YAML nested too deeply", source) from None
     if expanded_size(data) > YAML_NODES:

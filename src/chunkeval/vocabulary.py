@@ -133,18 +133,76 @@ DOC_METRICS = ("doc_ndcg_at_k", "doc_recall_at_k", "doc_precision_at_k", "doc_mr
 METRICS = SPAN_METRICS + RANK_METRICS + INDEX_METRICS + DOC_METRICS
 
 
+def close_matches(name, known) -> list[str]:
+    """The known names that `name` most looks like, closest first (at most three)."""
+    import difflib
+
+    return difflib.get_close_matches(str(name), sorted({str(k) for k in known}), n=3, cutoff=0.6)
+
+
+def close_names(name, known) -> str:
+    """`did you mean a or b?` for the known names that `name` most looks like; '' where none does."""
+    close = close_matches(name, known)
+    return f"did you mean {' or '.join(close)}?" if close else ""
+
+
+def folded(names, room: int = 64) -> str:
+    """`names` joined by commas within about `room` characters, the rest counted (`a, b, c, … (24 in all)`): a list
+    in a one-line message that keeps the line within the terminal's 120 columns."""
+    names = [str(n) for n in names]
+    shown, used = [], 0
+    for name in names:
+        if shown and used + len(name) + 2 > room:
+            break
+        shown.append(name)
+        used += len(name) + 2
+    return ", ".join(shown) if len(shown) == len(names) else f"{', '.join(shown)}, … ({len(names)} in all)"
+
+
+def unknown_name(what: str, name, known, where: str = "") -> str:
+    """The one line for a name that is none of `known`: `unknown metric 'span_recal'; did you mean span_recall?`,
+    else the known names folded (and `where` lists them all)."""
+    hint = close_names(name, known) or f"choose from {folded(known)}" + (f"; {where}" if where else "")
+    return f"unknown {what} {short(name)}; {hint}"
+
+
+def not_one_of(what: str, value, choices, said: str | None = None) -> str:
+    """The one line for a setting's value that is none of its `choices` (`said`: how they are written where they
+    take parameters): `context must be none or title or headings, got 'titel'; did you mean title?` (a value's
+    parameters after `:` are not compared)."""
+    hint = close_names(str(value).split(":", 1)[0], choices)
+    if hint and not said and len(choices) > 4:  # the names it looks like say enough
+        return f"{what}: {short(value)} is none of its {len(choices)} values; {hint}"
+    listed = said or (" or ".join(map(str, choices)) if len(choices) <= 4 else f"one of {folded(choices, 48)}")
+    line = f"{what} must be {listed}, got {short(value)}"
+    return f"{line}; {hint}" if hint else line
+
+
+def no_match(config: dict, configs: list[dict], what: str) -> str:
+    """The one line for a `--config` filter that none of `configs` (of `what`: a run, an experiment) has: the first
+    setting that no configuration has, with the values it looks like or those there are."""
+    wanted = ",".join(f"{k}={v}" for k, v in config.items())
+    said = f"no configuration of {what} matches --config {wanted[:80]}"
+    for key, value in config.items():
+        there = {str(c[key]) for c in configs if key in c}
+        if str(value) not in there:
+            close = close_matches(value, there)
+            hint = " or ".join(f"{key}={v}" for v in close) + "?" if close else ""
+            return f"{said}; did you mean {hint}" if close else f"{said}; its {key}: {folded(sorted(there))}"
+    return f"{said}; each of its settings is found, but not together"
+
+
 def check_metric(metric: str) -> str:
     """A metric name, as the CLI, the Python API and the warehouse take it."""
     if metric not in METRICS:
-        raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+        raise InputError(unknown_name("metric", metric, METRICS, "docs/metrics.md lists them"))
     return metric
 
 
 def check_metrics(metrics: list[str]) -> list[str]:
-    """Metric names, every unknown one named in the one error."""
-    unknown = [m for m in metrics if m not in METRICS]
-    if unknown:
-        raise InputError(f"unknown metric(s) {', '.join(unknown)}; choose from {', '.join(METRICS)}")
+    """Metric names: the first unknown one named in the one error."""
+    for metric in metrics:
+        check_metric(metric)
     return metrics
 
 

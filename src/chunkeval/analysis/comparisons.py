@@ -21,7 +21,7 @@ from chunkeval.stats.columns import numbers
 from chunkeval.stats.maxt import PROCEDURE
 from chunkeval.stats.power import ceiling_share, detectable, t_quantile
 from chunkeval.vocabulary import CONFIG_KEYS as KEYS
-from chunkeval.vocabulary import MIN_SLICE_QUERIES, config_id, config_label
+from chunkeval.vocabulary import MIN_SLICE_QUERIES, config_id, config_label, no_match
 
 
 def configurations(per_query: pa.Table, keys=KEYS) -> list[dict]:
@@ -45,9 +45,7 @@ def matching(per_query: pa.Table, config: dict, what: str) -> pa.Table:
     """`select`, with an error naming `what` when a filter given matches nothing."""
     rows = select(per_query, config)
     if config and rows.num_rows == 0:
-        raise InputError(
-            f"no configuration of {what} matches --config " + ",".join(f"{k}={v}" for k, v in config.items())
-        )
+        raise InputError(no_match(config, configurations(per_query), what))
     return rows
 
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 from chunkeval.analysis import comparisons as C
 from chunkeval.errors import InputError
 from chunkeval.stats.power import smallest_fall
-from chunkeval.vocabulary import METRICS, MIN_SLICE_QUERIES
+from chunkeval.vocabulary import MIN_SLICE_QUERIES, check_metric
 
 # what the regression check watches by default, and by how much (absolute) a macro mean may fall
 # ann_recall_at_k: a night whose approximate index loses recall is flagged like one whose model does (it is 1 for
@@ -32,8 +32,7 @@ SEED = 0
 def check_request(metric: str, alpha: float) -> None:
     """A comparison of `metric` at significance level `alpha` is one chunkeval makes."""
     C.check_alpha(alpha)
-    if metric not in METRICS:
-        raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    check_metric(metric)
 
 
 def check_runs(runs: list[dict], experiment: str | None) -> None:

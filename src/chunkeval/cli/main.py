@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -22,15 +23,35 @@ from chunkeval.errors import EXIT_FAULT, EXIT_INPUT, InputError, as_fault, exit_
 from chunkeval.limits import NAME_LENGTH, check_name, check_path_length
 from chunkeval.paths import home
 from chunkeval.visible import visible_lines
+from chunkeval.vocabulary import close_matches, not_one_of, unknown_name
 
 log = logging.getLogger("chunkeval")
 
 
+_GIVEN: list[str] = []  # the command line being parsed, for what a usage mistake looks like (`_Parser.error`)
+_ROOT_FLAGS: set[str] = set()  # chunkeval's own flags (-v, --version), which no command has
+
+
 class _Parser(argparse.ArgumentParser):
-    """Usage mistakes end like every other bad input: one line, exit status 2."""
+    """Usage mistakes end like every other bad input: one line, exit status 2, and where a flag or a command is
+    misspelt, the one it looks like (`did you mean --experiment?`), however argparse came to stumble on it (an
+    unknown flag, a flag's value read as a command, a required flag missing)."""
 
     def error(self, message: str):
-        self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {self._explained(message)} (see --help)\n")
+
+    def _explained(self, message: str) -> str:
+        flags = [f for f in self._option_string_actions if f.startswith("--")]
+        for token in (t.split("=", 1)[0] for t in _GIVEN if t.startswith("--") and len(t) > 2):
+            if token not in flags and token not in _ROOT_FLAGS and (close := close_matches(token, flags)):
+                return f"unknown flag {token}; did you mean {' or '.join(close)}?"
+        bad = re.match(r"argument (\S+): invalid choice: '(.*?)' \(choose from", message)
+        if bad and bad.group(1) in self._option_string_actions:  # a flag's value
+            return not_one_of(bad.group(1), bad.group(2), self._option_string_actions[bad.group(1)].choices)
+        subcommands = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+        if bad and subcommands:
+            return unknown_name("command", bad.group(2), subcommands[0].choices)
+        return message if len(message) <= 100 else message[:100] + "…"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"chunkeval {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (model loading, texts embedded)")
+    _ROOT_FLAGS.update(parser._option_string_actions)
     sub = parser.add_subparsers(dest="command", metavar="command")
     for command in COMMANDS:
         command.add_parser(sub).set_defaults(warehouse_session=command.WAREHOUSE_SESSION)
@@ -118,20 +140,15 @@ def internal_error(exc: BaseException) -> str:
     return f"chunkeval: error: an internal error ({what}): please report it; {where}"
 
 
-def _did_you_mean(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> str:
-    """`; did you mean --chunk-sizes?` for the first unknown flag like a flag of the command given, else nothing."""
-    import difflib
-
-    command = parser
-    for action in parser._subparsers._group_actions if parser._subparsers else ():
+def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command the arguments chose, however deep (`gold check`)."""
+    while parser._subparsers:
+        action = next(a for a in parser._subparsers._group_actions if isinstance(a, argparse._SubParsersAction))
         chosen = getattr(args, action.dest, None)
-        command = action.choices.get(chosen, parser) if chosen else parser
-    flags = [f for a in command._actions for f in a.option_strings if f.startswith("--")]
-    for token in (t.split("=", 1)[0] for t in extra if t.startswith("--")):
-        close = difflib.get_close_matches(token, flags, n=2, cutoff=0.7)
-        if close:
-            return f"; did you mean {' or '.join(close)}?"
-    return ""
+        if not chosen or chosen not in action.choices:
+            break
+        parser = action.choices[chosen]
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,9 +158,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
+    _GIVEN[:] = sys.argv[1:] if argv is None else [str(a) for a in argv]
     args, extra = parser.parse_known_args(argv)
     if extra:  # an unknown flag: what it looks like, among the flags of the command it was given to
-        parser.error(f"unrecognized arguments: {' '.join(extra)}{_did_you_mean(parser, args, extra)}")
+        _command(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     configure_logging(args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()

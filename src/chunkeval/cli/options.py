@@ -11,6 +11,7 @@ the layer below: metric names in `chunkeval.stats.aggregate`, alpha and the regr
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,17 @@ from chunkeval.engine.settings.plugins import check_plugin_modules
 from chunkeval.engine.settings.table import LARGE_GRID, Setting, parse_ints, read_flag
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, short
-from chunkeval.vocabulary import CONFIG_KEYS, GOLD_FORMATS, NUMBER_KEYS, check_metric, check_metrics, split_flags
+from chunkeval.vocabulary import (
+    AXES,
+    CONFIG_KEYS,
+    GOLD_FORMATS,
+    NUMBER_KEYS,
+    check_metric,
+    check_metrics,
+    folded,
+    split_flags,
+    unknown_name,
+)
 
 # --------------------------------------------------------------------------- experiment settings
 
@@ -73,6 +84,8 @@ def add_setting_flag(p, s: Setting, help: str | None = None) -> None:
         kwargs["metavar"] = s.metavar
     if s.choices and s.kind != "names":  # a list's values are checked one by one once split (the settings table)
         kwargs["choices"] = s.choices
+        if not s.metavar and len(",".join(s.choices)) > 40:  # a usage line of every choice would pass 120 columns
+            kwargs["metavar"] = s.name.upper()
     if s.kind == "bool":
         kwargs.update(action="store_true", default=None)
     elif s.kind == "int":
@@ -118,7 +131,20 @@ def experiment_from_args(args: argparse.Namespace, named: Sources | None = None,
     flags = {k: v for k, v in flags.items() if v not in (None, (), [])}
     if name:
         flags["name"] = name
-    return Experiment.from_dict(named.data, named.base, named.source, named.trusted, allow, overrides=flags)
+    try:
+        return Experiment.from_dict(named.data, named.base, named.source, named.trusted, allow, overrides=flags)
+    except InputError as exc:
+        raise _blamed_on_flag(exc, flags) from None
+
+
+def _blamed_on_flag(exc: InputError, flags: dict) -> InputError:
+    """The error of a setting whose value a flag gave names the flag, not the file whose value the flag replaced:
+    `--k: k must be at least 1, got 0` (the setting is the one its first words name)."""
+    words = re.split(r"[\s:'\"]+", exc.message)[:3]
+    for s in SETTINGS:
+        if s.flag and s.name in flags and s.name in words:
+            return InputError(exc.message, s.flag)
+    return exc
 
 
 @dataclass(frozen=True)
@@ -217,16 +243,22 @@ def add_config(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--config", action="append", metavar="KEY=VALUE", help=help)
 
 
+LABEL_KEYS = {
+    a.label: a.key for a in AXES if a.label and a.label != a.key
+}  # size → chunk_size, overlap → chunk_overlap
+
+
 def config_filter(values: list[str] | None) -> dict:
-    """The configuration settings of `--config` (key=value pairs, comma-separated or repeated)."""
+    """The configuration settings of `--config` (key=value pairs, comma-separated or repeated; a key as a label
+    writes it, `size=200`, names its configuration key)."""
     out = {}
     for item in split_flags(values):
         key, sep, value = item.partition("=")
         if not sep:
-            raise InputError(f"--config takes key=value pairs ({', '.join(CONFIG_KEYS)}), got {item!r}")
-        key = key.strip()
+            raise InputError(f"--config takes key=value pairs (keys: {folded(CONFIG_KEYS)}), got {short(item)}")
+        key = LABEL_KEYS.get(key.strip(), key.strip())  # size=200 as a label writes it: chunk_size=200
         if key not in CONFIG_KEYS:
-            raise InputError(f"--config keys are {', '.join(CONFIG_KEYS)}; got {key!r}")
+            raise InputError(unknown_name("--config key", key, [*CONFIG_KEYS, *LABEL_KEYS]))
         number = key in NUMBER_KEYS and value.strip() not in ("", "none", "null")  # candidates=none: no reranker
         out[key] = (
             parse_ints(value, f"--config {key}")[0] if number else (None if key in NUMBER_KEYS else value.strip())

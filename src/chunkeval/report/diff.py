@@ -9,9 +9,9 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from chunkeval.analysis.comparisons import select
+from chunkeval.analysis.comparisons import matching
 from chunkeval.analysis.regression import DEFAULT_THRESHOLD, NOTHING_COMPARABLE, REGRESSION_METRICS, verdict_line
-from chunkeval.errors import InputError, NothingComparable
+from chunkeval.errors import NothingComparable
 from chunkeval.files import write_text
 from chunkeval.report.inspect import (
     ITEM_STYLE,
@@ -26,7 +26,7 @@ from chunkeval.report.inspect import (
 )
 from chunkeval.report.terminal import fold, listed, measured
 from chunkeval.visible import visible
-from chunkeval.vocabulary import CONFIG_KEYS, SPAN_METRICS
+from chunkeval.vocabulary import CONFIG_KEYS, SPAN_METRICS, config_id, config_label
 
 UNCHANGED = 1e-9  # a change of at most this much is no change
 SHOWN_QUERIES = 10  # changed questions a terminal shows per configuration
@@ -79,9 +79,7 @@ def diff_doc(
     config = dict(config or {})
     for run_id in (run_a, run_b):
         wh.retrieved_file(run_id)  # its errors first: unknown or unfinished run, or no retrieved lists kept
-        if config and select(wh.summary(run_id), config).num_rows == 0:
-            wanted = ",".join(f"{k}={v}" for k, v in config.items())
-            raise InputError(f"no configuration of run {run_id} matches --config {wanted}")
+        matching(wh.summary(run_id), config, f"run {run_id}")
     checked = wh.verdict_of_runs(run_b, run_a, [metric] if metric else None, threshold, alpha, config)
     if checked["verdict"] == NOTHING_COMPARABLE:
         raise NothingComparable(verdict_line(checked))
@@ -100,6 +98,8 @@ def diff_doc(
         out.append(
             {
                 **keys,
+                "label": config_label(keys),
+                "config_id": config_id(keys),
                 "metric": metric,
                 "better": sum(change[q] > UNCHANGED for q in both),
                 "worse": sum(change[q] < -UNCHANGED for q in both),

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from chunkeval.errors import InputError
 from chunkeval.visible import visible
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, config_id, config_label
+from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, config_id, config_label, no_match
 
 CONTEXT = 200  # characters of context on each side of a reference
 ITEM_STYLE = (  # retrieved chunks in HTML (the report's drill-down, the diff page)
@@ -155,8 +155,7 @@ def inspect_doc(wh, run_id: str, query_id: str, config: dict | None = None) -> d
         raise InputError(f"run {run_id} has no question {query_id!r}")
     configs = configurations(per_query, dict(config or {}))
     if not configs:
-        wanted = ",".join(f"{k}={v}" for k, v in (config or {}).items())
-        raise InputError(f"no configuration of run {run_id} matches --config {wanted}")
+        raise InputError(no_match(dict(config or {}), configurations(per_query, {}), f"run {run_id}"))
     questions, by_query, documents = run_references(wh, run_id)
     question, references = questions.get(query_id), by_query.get(query_id, [])
     texts = _Texts(wh, run_id)
@@ -168,7 +167,12 @@ def inspect_doc(wh, run_id: str, query_id: str, config: dict | None = None) -> d
         "question": question,
         "references": references,
         "configs": [
-            {**c, "retrieved": retrieved_items(rows, references, texts, documents)}
+            {
+                **c,
+                "label": config_label(c),
+                "config_id": config_id(c),
+                "retrieved": retrieved_items(rows, references, texts, documents),
+            }  # fmt: skip
             for c, rows in zip(configs, lists_by_config(retrieved, configs, query_id))
         ],
     }

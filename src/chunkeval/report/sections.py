@@ -29,6 +29,7 @@ from chunkeval.vocabulary import (
     config_id,
     config_label,
     gold_kind_said,
+    no_match,
     shown_keys,
     split_list,
 )
@@ -165,7 +166,7 @@ def choose(summary: list[dict], config: dict | None) -> dict:
     if config:
         matches = [r for r in summary if all(str(r[k]) == str(v) for k, v in config.items())]
         if not matches:
-            raise InputError(f"no configuration of the run matches {config}")
+            raise InputError(no_match(config, summary, "the run"))
         return matches[0]
     best = best_rows(summary)
     return best["span_f1"] if "span_f1" in best else best["doc_ndcg_at_k"]
@@ -260,10 +261,11 @@ def section_grid(
     metrics = [m for m in METRICS if m not in INDEX_METRICS or approximate]  # else every value is 1 or –
     metrics = [m for m in metrics if m in best]  # a metric no configuration measured (the other gold's) is no column
     shown = shown_keys(summary)  # reranker and candidates where a row reranks
-    header = [escape(k) for k in shown] + [escape(m) for m in metrics] + ["truncated chunks"]
+    header = ["configuration"] + [escape(k) for k in shown] + [escape(m) for m in metrics] + ["truncated chunks"]
     rows = []
     for r in summary:
-        row = [(escape("–" if r[k] is None else str(r[k])), r[k]) for k in shown]
+        row = [(label_html(r), label(r))]  # as every command names it: its label and config_id
+        row += [(escape("–" if r[k] is None else str(r[k])), r[k]) for k in shown]
         for m in metrics:
             mark = best.get(m) is r
             text = f"{_num(r[f'{m}_mean'])}<small> ± {_num(r[f'{m}_std'])}</small>"
@@ -310,7 +312,7 @@ def section_tradeoff(summary: list[dict]) -> str:
         r.get("span_recall_ci_low") is not None and r.get("span_precision_ci_low") is not None for r in summary
     )
     svg = charts.tradeoff(
-        [label(r) for r in summary],
+        [label(r, with_id=True) for r in summary],
         column("span_recall_mean"),
         column("span_precision_mean"),
         column("retrieved_tokens_mean"),
@@ -333,7 +335,7 @@ def section_distributions(summary: list[dict], per_query: pa.Table) -> str:
         mask = np.ones(per_query.num_rows, dtype=bool)
         for k in CONFIG_KEYS:
             mask &= np.asarray(per_query[k].to_pylist(), dtype=object) == r[k]
-        groups[f"{title}\n{label(r)}"] = {
+        groups[f"{title}\n{label(r, with_id=True)}"] = {
             m: np.asarray(per_query[m].to_pylist(), dtype=float)[mask] for m in BOX_METRICS
         }
     return (
@@ -392,7 +394,9 @@ def trend_series(
     (a metric no run of them measured, such as doc_ndcg_at_k under span gold, has no panel), a line per
     configuration with the regressions of `falls` marked; the marks of the runs whose gold set changed; the
     runs `(started_at, run_id)` by position; and what changed at each run."""
-    fell = {(f["metric"], label(f)) for f in falls if not f.get("slice")}  # the lines drawn are of the whole gold set
+    fell = {
+        (f["metric"], label(f, with_id=True)) for f in falls if not f.get("slice")
+    }  # the lines drawn are of the whole gold set
     newest = falls[0]["run_id"] if falls else None
     rows = wh.history(experiment, list(REGRESSION_METRICS), configs, TREND_RUNS)
     runs = list(dict.fromkeys((r["started_at"], r["run_id"]) for r in rows))
@@ -409,8 +413,8 @@ def trend_series(
             continue  # never measured (the other kind of gold): no empty panel
         for c in configs:
             mine = by_config.get(tuple(c[k] for k in CONFIG_KEYS), [])
-            bad = [r["run_id"] == newest and (metric, label(c)) in fell for r in mine]
-            series.setdefault(metric, {})[label(c)] = (
+            bad = [r["run_id"] == newest and (metric, label(c, with_id=True)) in fell for r in mine]
+            series.setdefault(metric, {})[label(c, with_id=True)] = (
                 [position[r["run_id"]] for r in mine],
                 [r[f"{metric}_mean"] for r in mine],
                 bad,

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from chunkeval.errors import InputError
 from chunkeval.stats.aggregate import summary_sql
-from chunkeval.vocabulary import ADDED_KEYS, CONFIG_KEYS, METRICS, slice_name
+from chunkeval.vocabulary import ADDED_KEYS, CONFIG_KEYS, check_metric, close_names, folded, slice_name
 from chunkeval.warehouse.damage import damaged_files
 from chunkeval.warehouse.migrations import Schema
 from chunkeval.warehouse.tables import (
@@ -61,6 +61,10 @@ class History(Schema):
             sql += f" LIMIT {int(limit)}"
         return self._dicts(sql, params)
 
+    def experiments(self) -> list[str]:
+        """The names of the experiments with a recorded run, in order."""
+        return [r["experiment"] for r in self._dicts("SELECT DISTINCT experiment FROM runs ORDER BY experiment", [])]
+
     def count_runs(self, experiment: str, status: str) -> int:
         """How many runs of the experiment have the status."""
         return self._dicts("SELECT count(*) AS n FROM runs WHERE experiment = ? AND status = ?", [experiment, status])[
@@ -107,8 +111,9 @@ class History(Schema):
     def check_experiment(self, name: str) -> None:
         """An error naming the known experiments unless `name` has a recorded run."""
         if not self.runs(name, limit=1):
-            known = sorted({r["experiment"] for r in self.runs()})
-            raise InputError(f"no experiment named {name!r} has been recorded; known: {', '.join(known) or 'none'}")
+            known = self.experiments()
+            said = close_names(name, known) or f"known: {folded(known) if known else 'none'}"
+            raise InputError(f"no experiment named {name!r} has been recorded; {said}")
 
     def trend(
         self,
@@ -184,8 +189,7 @@ class History(Schema):
         in_slice: tuple[str, str] | None,
     ) -> tuple[str, list]:
         """The query of `trend` (ordered oldest first) and its parameters."""
-        if metric not in METRICS:
-            raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+        check_metric(metric)
         where, params = self._summary_filter(experiment, config, configs)
         keys = ", ".join(CONFIG_KEYS)
         source, extra = "config_summary", ""

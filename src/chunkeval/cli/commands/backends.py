@@ -12,6 +12,7 @@ from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.embedding import auto
 from chunkeval.engine.embedding.registry import is_named_model, model_fingerprint, resolve_model
 from chunkeval.errors import InputError
+from chunkeval.limits import short
 from chunkeval.report.terminal import format_rows
 from chunkeval.vocabulary import DEFAULT_MODEL, split_flags
 
@@ -53,10 +54,10 @@ def _kept_records() -> list[dict]:
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     models = split_flags(args.model) if args.model else []
+    for model in models:  # a name that is no model is bad input, whether to probe it or to show its choice
+        if not is_named_model(model) and not resolve_model(model).is_dir():
+            raise InputError(f"--model {short(model)} is no local model (a name chunkeval knows or a model folder)")
     if args.reprobe:
-        for model in models or [DEFAULT_MODEL]:
-            if not is_named_model(model) and not resolve_model(model).is_dir():
-                raise InputError(f"--model {model!r} is no local model (a name chunkeval knows or a model folder)")
         for model in models or [DEFAULT_MODEL]:
             folder = resolve_model(model)
             choice = auto.choose(model, folder, model_fingerprint(model), reprobe=True)

@@ -15,6 +15,7 @@ from chunkeval.cli.options import (
     add_metric_flags,
     experiment_from_args,
     gives_settings,
+    metric_flags,
 )
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.gold.judge import run_lines
@@ -32,7 +33,7 @@ from chunkeval.paths import DEMO_DIR, home
 from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
 from chunkeval.publish.mlflow import check_server, check_uri
 from chunkeval.report.terminal import approximate, fold, format_index_costs, format_slices, summary_block
-from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, close_names
 
 WAREHOUSE_SESSION = False  # the flow writes to the warehouse while the command runs
 
@@ -95,13 +96,13 @@ def named_experiment(name: str, defining: bool, warehouse: WarehouseAccess) -> S
         return Sources(json.loads(runs[0]["settings"]), None, f"the settings of run {runs[0]['run_id']}", False)
     if defining:
         return Sources({"name": name})
-    raise InputError(
-        f"no experiment named {name!r}: not demo, not {path}, and no recorded run; "
-        "give its settings (--corpus-dir, --questions, --chunker, …) to define it"
-    )
+    known = ["demo", *(f.stem for f in path.parent.glob("*.yaml")), *(wh.experiments() if wh.exists() else ())]
+    hint = close_names(name, known) or "give its settings (--corpus-dir, --questions, …) to define it"
+    raise InputError(f"no experiment named {name!r} (not demo, no experiments/{path.name}, no recorded run); {hint}")
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+    metric_flags(args)  # the summary's columns, checked before any work: a typo there is bad input too
     if not os.environ.get("PREFECT_API_URL"):  # before Prefect is imported: it makes its home when it is
         check_folders()
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from chunkeval.cli.options import add_experiment_flags, add_metric_flags, experiment_from_args, experiment_inputs
+from chunkeval.cli.options import (
+    add_experiment_flags,
+    add_metric_flags,
+    experiment_from_args,
+    experiment_inputs,
+    metric_flags,
+)
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.pipeline.grid import Consent, terminal_confirm
 from chunkeval.engine.pipeline.prepare import prepare
@@ -48,6 +54,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
+    metric_flags(args)  # the summary's columns, checked before any work
     check_table_path(args.out)  # its suffix and folder, before the experiment is read
     exp = experiment_from_args(args)
     inputs = experiment_inputs(args, exp)

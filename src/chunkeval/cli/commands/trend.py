@@ -25,7 +25,7 @@ from chunkeval.errors import Fault, InputError, NothingComparable
 from chunkeval.report.diff import diff_path, write_diff
 from chunkeval.report.terminal import SPAN_HEADLINE, chosen_metrics, fold, format_rows, regression_message
 from chunkeval.stats.judged import METRICS as PRODUCTION_METRICS
-from chunkeval.vocabulary import MIN_SLICE_QUERIES, slice_name
+from chunkeval.vocabulary import MIN_SLICE_QUERIES, no_match, slice_name
 
 WAREHOUSE_SESSION = True  # only reads
 SHOWN_RUNS = 30  # runs a terminal shows by default
@@ -174,9 +174,9 @@ def _default_metrics(wh, experiment: str, wide: bool, watched: bool) -> list[str
 def _no_match(wh, experiment: str, config: dict) -> None:
     """The error of a --config that no configuration of the experiment's completed runs has (none when it has
     no completed run yet: the command says so itself)."""
-    if wh.last_completed(experiment):
-        wanted = ",".join(f"{k}={v}" for k, v in config.items())
-        raise InputError(f"no configuration of experiment {experiment!r} matches --config {wanted}")
+    last = wh.last_completed(experiment)
+    if last:
+        raise InputError(no_match(config, wh.summary(last["run_id"]).to_pylist(), f"experiment {experiment!r}"))
 
 
 def _slice(wh, args: argparse.Namespace) -> tuple[str, str] | None:

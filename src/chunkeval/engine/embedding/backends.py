@@ -44,6 +44,7 @@ from chunkeval.engine.settings.plugins import ExtensionPoint, resolve
 from chunkeval.errors import InputError
 from chunkeval.files import hash_folder
 from chunkeval.paths import backends_dir
+from chunkeval.vocabulary import not_one_of
 
 BACKENDS = ("torch", "onnx", "openvino")
 CHOICES = ("auto", *BACKENDS)  # auto: the fastest lossless one installed here (chunkeval.engine.embedding.auto)
@@ -72,7 +73,7 @@ def check_backend(backend: str, quantize: str = "none", source: str | None = Non
             )
         return check_precision(precision, backend, quantize, source)
     if quantize not in QUANTIZE:
-        raise InputError(f"quantize must be {' or '.join(QUANTIZE)}, got {quantize!r}", source)
+        raise InputError(not_one_of("quantize", quantize, QUANTIZE), source)
     if quantize == "int8" and backend == "torch":
         raise InputError(
             "quantize: int8 needs backend onnx or openvino (the torch backend runs the model as shipped)", source

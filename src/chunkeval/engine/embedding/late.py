@@ -37,8 +37,7 @@ from chunkeval.engine.embedding.cache import text_hash
 from chunkeval.engine.embedding.registry import resolve_model
 from chunkeval.engine.embedding.served import is_spec, lookup
 from chunkeval.errors import InputError
-from chunkeval.limits import short
-from chunkeval.vocabulary import NO_LATE
+from chunkeval.vocabulary import NO_LATE, not_one_of
 
 _WINDOW = re.compile(r"window:size=(\d+)")
 MIN_SIZE = 8  # a window's tokens at the least: its [CLS] and [SEP] and a few of the document's
@@ -50,7 +49,9 @@ def parse_late(text: str, source: str | None = None) -> int | None:
         return None
     found = _WINDOW.fullmatch(str(text).strip())
     if found is None:
-        raise InputError(f"late must be none or window:size=N (tokens of a window), got {short(text)}", source)
+        raise InputError(
+            not_one_of("late", text, (NO_LATE, "window"), "none or window:size=N (tokens of a window)"), source
+        )
     size = int(found.group(1))
     if size < MIN_SIZE:
         raise InputError(f"late window:size must be at least {MIN_SIZE} tokens, got {size}", source)

@@ -29,6 +29,7 @@ from pathlib import Path
 from chunkeval import progress
 from chunkeval.errors import InputError
 from chunkeval.paths import backends_dir
+from chunkeval.vocabulary import not_one_of
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 log = logging.getLogger("chunkeval")
@@ -40,7 +41,7 @@ AMX_SPEEDUP = "2.9×"
 def check_precision(precision: str, backend: str, quantize: str, source: str | None = None) -> None:
     """One line for a precision that cannot run with this backend and quantisation."""
     if precision not in PRECISIONS:
-        raise InputError(f"precision must be {', '.join(PRECISIONS)}, got {precision!r}", source)
+        raise InputError(not_one_of("precision", precision, PRECISIONS), source)
     if precision == "fp32":
         return
     if quantize == "int8":

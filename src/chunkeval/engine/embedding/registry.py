@@ -8,7 +8,8 @@ from chunkeval.engine.embedding import auto, backends, precision, static
 from chunkeval.engine.embedding.folders import BUNDLED, existing_folder
 from chunkeval.errors import InputError
 from chunkeval.files import hash_folder
-from chunkeval.vocabulary import DEFAULT_MODEL
+from chunkeval.limits import short
+from chunkeval.vocabulary import DEFAULT_MODEL, close_names
 
 _NOT_MODEL_FILES = frozenset({"README.md", ".gitattributes"})
 
@@ -20,9 +21,10 @@ def resolve_model(model: str) -> Path:
         return static.ensure_model(model)
     folder = existing_folder(model)
     if folder is None:
+        hint = close_names(model, [*BUNDLED, *static.MODELS])
         raise InputError(
-            f"model {model!r} is neither the bundled {DEFAULT_MODEL}, nor one chunkeval builds "
-            f"({', '.join(static.MODELS)}), nor a local sentence-transformers folder (nothing is downloaded at run time)"
+            f"model {short(model)} is neither the bundled {DEFAULT_MODEL}, nor one chunkeval builds "
+            f"({', '.join(static.MODELS)}), nor a local folder" + (f"; {hint}" if hint else " (nothing downloads)")
         )
     return folder
 

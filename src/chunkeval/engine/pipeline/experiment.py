@@ -72,6 +72,7 @@ from chunkeval.vocabulary import (
     NO_RERANKER,
     RUN_SETTINGS,
     TIE_POLICIES,
+    not_one_of,
     split_list,
 )
 
@@ -511,6 +512,13 @@ class Experiment:
         return replace(self, **changes).validate()
 
     def validate(self, source: str | None = None) -> Experiment:
+        """Checked before any work; every error names the settings' file (`source`) unless it names another."""
+        try:
+            return self._validate(source)
+        except InputError as exc:
+            raise exc if exc.path is not None or source is None else InputError(exc.message, source) from None
+
+    def _validate(self, source: str | None) -> Experiment:
         check_name(self.name, "experiment name", source)
         check_run_settings(self, source)
         check_reranking(self, source)
@@ -632,7 +640,7 @@ def check_run_settings(exp: Experiment, source: str | None) -> None:
         values = getattr(exp, s.name)
         for value in values if isinstance(values, tuple) else (values,):
             if s.choices and value not in s.choices:
-                raise InputError(f"{s.name} must be {' or '.join(s.choices)}, got {value!r}", source)
+                raise InputError(not_one_of(s.name, value, s.choices), source)
 
 
 SETTINGS: tuple[Setting, ...] = table_of(Experiment)  # the settings table, in the order of the fields

@@ -32,7 +32,7 @@ from chunkeval.engine.retrieval.indexes.measure import Measures, _timed, found_a
 from chunkeval.engine.retrieval.retrievers.dense import top_k
 from chunkeval.errors import InputError
 from chunkeval.limits import short
-from chunkeval.vocabulary import VECTOR_KEYS
+from chunkeval.vocabulary import VECTOR_KEYS, not_one_of
 
 KINDS = ("float32", "int8", "binary", "binary-rescore")
 FLOAT, FULL = VECTOR_KEYS["vectors"], VECTOR_KEYS["dims"]
@@ -70,7 +70,7 @@ def parse_vectors(text, source=None) -> VectorSpec:
     kind, _, rest = str(text).strip().partition(":")
     if kind not in KINDS:
         raise InputError(
-            f"vectors must be {', '.join(KINDS[:-1])} or binary-rescore:depth=N, got {short(text)}", source
+            not_one_of("vectors", text, KINDS, f"{', '.join(KINDS[:-1])} or binary-rescore:depth=N"), source
         )
     if kind != "binary-rescore":
         if rest:

@@ -29,7 +29,7 @@ from chunkeval.engine.chunking.fixed import fixed_token
 from chunkeval.engine.scoring import metrics as M
 from chunkeval.errors import InputError
 from chunkeval.limits import short
-from chunkeval.vocabulary import NO_EXPAND
+from chunkeval.vocabulary import NO_EXPAND, close_names
 
 MAX_WINDOW = 10_000  # neighbours on each side
 MAX_PARENT = 1_000_000  # tokens of a parent (as MAX_CHUNK_SIZE)
@@ -60,7 +60,8 @@ def parse_expand(text, source: str | None = None) -> Expansion:
         return Expansion()
     found = _SYNTAX.match(value or "")
     if not found:
-        raise InputError(f"{USAGE}; got {short(text)}", source)
+        hint = close_names(str(text).split(":", 1)[0], (NO_EXPAND, "window", "parent"))
+        raise InputError(f"{USAGE}; got {short(text)}" + (f"; {hint}" if hint else ""), source)
     kind = found.group(1) or found.group(3)
     amount = int(found.group(2) or found.group(4))
     least, most = (0, MAX_WINDOW) if kind == "window" else (1, MAX_PARENT)

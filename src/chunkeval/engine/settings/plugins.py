@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from chunkeval.engine.settings.table import close_names
 from chunkeval.errors import InputError
 from chunkeval.limits import short
+from chunkeval.vocabulary import close_names, folded
 
 # a module as `import` names it: dotted identifiers, never relative (`.x`, `..x`) or a path
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -123,10 +123,8 @@ class ExtensionPoint:
     def offered(self) -> str:
         if self.choices:
             return self.choices
-        names = list(self.builtins)
-        if self.modules:
-            return ", ".join([*names, "or module:function for your own"])
-        return ", ".join(names)
+        names = folded(self.builtins, 56)
+        return f"{names}, or module:function for your own" if self.modules else names
 
 
 def resolve(point: ExtensionPoint, name: str, source=None) -> Any:
@@ -144,9 +142,9 @@ def resolve(point: ExtensionPoint, name: str, source=None) -> Any:
         found = entry_point(point, name)
         if found is None:
             hint = close_names(name, point.builtins)
-            raise InputError(
-                f"unknown {point.name} {short(name)}: choose {point.offered()}{'; ' + hint if hint else ''}", source
-            )
+            own = " (or module:function for your own)" if point.modules else ""
+            said = f"{hint}{own}" if hint else f"choose {point.offered()}"
+            raise InputError(f"unknown {point.name} {short(name)}; {said}", source)
         loaded, what = _entry_loaded(point, name, found, source), f"its entry point {found.value}"
     if not callable(loaded):
         raise InputError(f"{point.name} {short(name)}: {what!r} is not a function", source)

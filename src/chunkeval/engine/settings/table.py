@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, short
-from chunkeval.vocabulary import AXES, FIRST, split_flags, split_list
+from chunkeval.vocabulary import AXES, FIRST, close_names, split_flags, split_list
 
 # documented maxima (docs/limits.md): past them a value is refused before anything is allocated
 MAX_K = 10_000  # retrieval depth: ten times the deepest MaxP looks (`DOC_DEPTH`); TREC pools stop at 1,000
@@ -182,14 +182,6 @@ def check_k(k: int, what: str = "k", source: str | None = None) -> int:
 def did_you_mean(name: str, known) -> str:
     """`name`, and the known names it most looks like (`chunk_szes; did you mean chunk_sizes?`), else where to look."""
     return f"{short(name)}; {close_names(name, known) or 'docs/settings.md lists every key'}"
-
-
-def close_names(name: str, known) -> str:
-    """`did you mean a or b?` for the known names that `name` most looks like; '' where none does."""
-    import difflib
-
-    close = difflib.get_close_matches(str(name), sorted(known), n=3, cutoff=0.6)
-    return f"did you mean {' or '.join(close)}?" if close else ""
 
 
 def renamed(data: dict, table: tuple[Setting, ...], source=None, warn=None) -> dict:
