@@ -2259,7 +2259,8 @@ def catalogue_rows(home: Path) -> list:
 # issue 43: production traces (`chunkeval traces import`, `traces sample`): a file that is not traces is one line
 # naming it and its line; with --strict, the first unusable span is one line naming the file, line and span
 ONE_SPAN = json.dumps(
-    {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "ab" * 16, "spanId": "cd" * 8, "attributes": [
+    {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "ab" * 16, "spanId": "cd" * 8,
+        "startTimeUnixNano": "1767225600000000000", "attributes": [
         {"key": "openinference.span.kind", "value": {"stringValue": "RETRIEVER"}}]}]}]}]}
 )  # fmt: skip
 CASES.update(
@@ -2278,12 +2279,33 @@ CASES.update(
         ),
         "traces import: --strict and a retrieval span without a query": (
             lambda w: ["traces", "import", "--strict", write(w["t"] / "t.jsonl", ONE_SPAN + "\n")],
-            "t.jsonl: row 1: span 'cdcdcdcdcdcdcdcd': no query",
+            "t.jsonl: line 1: span 'cdcdcdcdcdcdcdcd': no query",
+        ),
+        "traces import: a line of the wrong shape": (
+            lambda w: ["traces", "import", write(w["t"] / "t.jsonl", '{"resourceSpans": []}\n{"resourceSpans": 5}\n')],
+            "t.jsonl: line 2: not an OTLP export request (resourceSpans, scopeSpans and spans: lists of objects)",
+        ),
+        "traces import: an empty path": (lambda w: ["traces", "import", ""], "an empty PATH: name a trace file"),
+        "traces import: anchor similarity out of range": (
+            lambda w: ["traces", "import", "--anchor-similarity", "150", write(w["t"] / "t.jsonl", ONE_SPAN + "\n")],
+            "--anchor-similarity: anchor_similarity takes a number from 0 to 100, got 150",
         ),
         "traces import: a FIFO": (lambda w: ["traces", "import", fifo(w["t"])], "is a FIFO"),
         "traces sample: no production span in the window": (
             lambda w: ["traces", "sample", "--out", w["t"] / "s.csv"],
             "no production span in the window",
+        ),
+        "traces sample: an age past the calendar": (
+            lambda w: ["traces", "sample", "--out", w["t"] / "s.csv", "--since", "99999999d"],
+            "--since takes a time within the years 1 to 9999, got '99999999d'",
+        ),
+        "traces sample: a window that ends before it starts": (
+            lambda w: ["traces", "sample", "--out", w["t"] / "s.csv", "--since", "2026-03-01", "--until", "2026-01-01"],
+            "--since (2026-03-01 00:00:00) must come before --until (2026-01-01 00:00:00)",
+        ),
+        "traces sample: an empty --out": (
+            lambda w: ["traces", "sample", "--out", ""],
+            "--out names the questions file to write, got ''",
         ),
         "traces sample: a sample of no query": (
             lambda w: ["traces", "sample", "--out", w["t"] / "s.csv", "--size", "0"],
@@ -2299,21 +2321,46 @@ CASES.update(
         ),
         "traces compare: production's file is not JSON lines": (
             lambda w: traces_compare(w, "--judged", write(w["t"] / "j.csv", "x\n"), production="{oops\n"),
-            "p.production.jsonl: row 1: not JSON",
+            "p.production.jsonl: line 1: not JSON",
         ),
         "traces compare: a production row without its span": (
             lambda w: traces_compare(w, "--judged", write(w["t"] / "j.csv", "x\n"), production='{"query_id": "q"}\n'),
-            "a production row has query_id, rank (from 1), corpus_id, start < end",
+            "line 1: a production row has query_id, rank (from 1), corpus_id, 0 ≤ start < end",
+        ),
+        "traces compare: a rank given twice": (
+            lambda w: traces_compare(w, "--judged", write(w["t"] / "j.csv", "x\n"), production=2 * PRODUCTION_ROW),
+            "p.production.jsonl: line 2: query 'q' has rank 1 twice",
+        ),
+        "traces compare: production's file a FIFO": (
+            lambda w: production_at(traces_compare(w, "--judged", write(w["t"] / "j.csv", "x\n")), fifo(w["t"])),
+            "the production file is a FIFO",
+        ),
+        "traces compare: a tolerance below zero": (
+            lambda w: traces_compare(w, "--judged", write(w["t"] / "j.csv", "x\n"), "--race", "--delta", "-1"),
+            "--delta takes a number from 0 to below 1, got -1",
+        ),
+        "traces compare: a timeout that is no number": (
+            lambda w: traces_compare(w, "--endpoint", "http://127.0.0.1:9", "--chat-model", "m", "--timeout", "nan"),
+            "--timeout takes a number from 0.001 to 86400, got nan",
         ),
         "gold judge: production's file is not JSON lines": (
             lambda w: gold_judge(w, "--production", write(w["t"] / "p.production.jsonl", "[1, 2]\n")),
-            "p.production.jsonl: row 1: a production row has query_id",
+            "p.production.jsonl: line 1: a production row has query_id",
         ),
     }
 )
 
 
-def traces_compare(w, *extra, production='{"query_id": "q", "rank": 1, "corpus_id": "d", "start": 0, "end": 1}\n'):
+PRODUCTION_ROW = '{"query_id": "q", "rank": 1, "corpus_id": "d", "start": 0, "end": 1}\n'
+
+
+def production_at(args: list, path) -> list:
+    """`traces compare`'s arguments with --production naming `path`."""
+    at = args.index("--production") + 1
+    return [*args[:at], path, *args[at + 1 :]]
+
+
+def traces_compare(w, *extra, production=PRODUCTION_ROW):
     demo = Path(__file__).resolve().parents[1] / "src" / "chunkeval" / "data" / "demo" / "questions.csv"
     return ["traces", "compare", "--questions", demo, "--run", w["run_id"], "--production",
             write(w["t"] / "p.production.jsonl", production), *extra]  # fmt: skip

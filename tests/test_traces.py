@@ -128,9 +128,11 @@ def test_import_records_production_once_and_samples_by_day_and_session(traced, t
 def bad_lines(t: Path) -> Path:
     """One export request with one span of each kind of trouble, beside good spans."""
     with Collector(t / "good.jsonl") as endpoint:
-        make_traces(endpoint, questions()[:6])
-    line = json.loads((t / "good.jsonl").read_text().splitlines()[0])
+        make_traces(endpoint, questions()[:14])
+    requests = [json.loads(x) for x in (t / "good.jsonl").read_text().splitlines()]
+    line = requests[0]  # one request of every span the collector's batches held
     spans = line["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    spans += [s for r in requests[1:] for s in r["resourceSpans"][0]["scopeSpans"][0]["spans"]]
     retrievers = [s for s in spans if any(a["value"].get("stringValue") == "RETRIEVER" for a in s["attributes"])]
     retrievers[0]["attributes"] = [a for a in retrievers[0]["attributes"] if a["key"] != "input.value"]
     for a in retrievers[1]["attributes"]:
@@ -144,6 +146,19 @@ def bad_lines(t: Path) -> Path:
         a for a in retrievers[3]["attributes"] if a["value"] != {"stringValue": questions()[3]}
     ]
     spans.append(json.loads(json.dumps(retrievers[4])))  # its span id twice
+
+    def attribute(span, key, value):
+        span["attributes"] = [a for a in span["attributes"] if a["key"] != key] + [{"key": key, "value": value}]
+
+    attribute(retrievers[5], "input.value", {"stringValue": " \t\n"})  # white space only: no query
+    del retrievers[6]["startTimeUnixNano"]
+    retrievers[7]["startTimeUnixNano"] = "1" + "0" * 30  # past 2262
+    attribute(retrievers[8], "retrieval.documents.0.document.id", {"doubleValue": "Infinity"})
+    retrievers[9]["traceId"] = "not-a-trace\x1b[2J"
+    attribute(retrievers[10], "retrieval.documents.0.document.metadata", {"stringValue": "m" * 300_000})
+    retrievers[11]["attributes"].append({"key": "input.value", "value": {"stringValue": "asked twice"}})
+    attribute(retrievers[12], "retrieval.documents.99999999999999999999.document.id", {"stringValue": "far"})
+    retrievers[13]["spanId"] = "0" * 16
     (t / "bad.jsonl").write_text(json.dumps(line) + "\n")
     return t / "bad.jsonl"
 
@@ -151,13 +166,31 @@ def bad_lines(t: Path) -> Path:
 def test_bad_spans_are_skipped_and_counted_or_one_line_with_strict(tmp_path, monkeypatch, capsys):
     path = bad_lines(tmp_path)
     got = read_traces(path)
-    assert got.skipped == {"no_query": 1, "document_type": 1, "content_size": 1, "query_type": 1, "duplicate_span": 1}
-    assert got.kept == 2 and len(got.examples) == 5
+    assert got.skipped == {
+        "no_query": 2, "document_type": 2, "content_size": 2, "query_type": 1, "duplicate_span": 1, "start_time": 2,
+        "trace_id": 1, "attribute_twice": 1, "document_index": 1, "span_id": 1,
+    }  # fmt: skip
+    assert got.kept == 14 - 13 and len(got.examples) == 10
     monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
     assert main(["traces", "import", "--strict", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "bad.jsonl: row 1: span " in err and "no query" in err
+    assert err.count("\n") == 1 and "bad.jsonl: line 1: span " in err and "no query" in err
     assert not (tmp_path / "home" / "warehouse").exists()  # nothing written
+    # a span id of an earlier file is a duplicate too: counted and shown, or with --strict one line naming its file
+    good = path.with_name("good.jsonl")
+    assert main(["traces", "import", "--strict", str(good), str(good)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "good.jsonl: line 1: span " in err and "seen before" in err
+    assert not (tmp_path / "home" / "warehouse").exists()
+    assert main(["traces", "import", str(good), str(good)]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped: {read_traces(good).kept} a span id seen before" in out and "e.g. " in out
+    # a line that is no export request, however it is wrong: one line, nothing written
+    for n, wrong in enumerate(['{"resourceSpans": 5}', '{"resourceSpans": [{"scopeSpans": [{"spans": [1]}]}]}', "[1]"]):
+        (tmp_path / f"wrong{n}.jsonl").write_text(good.read_text() + wrong + "\n")
+        assert main(["traces", "import", str(tmp_path / f"wrong{n}.jsonl")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and ": line 3: not an OTLP export request" in err, err  # good.jsonl has 2
 
 
 def test_a_file_read_in_pieces_reads_the_same_and_finds_duplicates_across_them(traced, tmp_path):
@@ -187,3 +220,30 @@ def test_phoenix_s_own_export_is_read(tmp_path, phoenix_python):
     docs = got.documents_with_content().to_pylist()
     assert len(docs) == 3 * made and {d["rank"] for d in docs} == {1, 2, 3} and all(d["content"] for d in docs)
     assert {s["query"] for s in got.spans.to_pylist()} == set(qs)
+
+
+def test_a_repaired_catalogue_keeps_production(traced, tmp_path, monkeypatch, capsys):
+    """Production lives only in the catalogue: `warehouse repair` copies it from the damaged file it moved aside where
+    that file still reads (here the damage is in the runs table's blocks alone, as a bad sector would leave it)."""
+    import duckdb
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
+    assert main(["traces", "import", str(traced["t"] / "day1.jsonl")]) == 0
+    db = home / "warehouse" / "chunkeval.duckdb"
+    kept = Warehouse(home / "warehouse").production_spans(None, None).num_rows
+    with duckdb.connect(str(db), read_only=True) as con:
+        blocks = lambda t: {b for (b,) in con.execute(f"SELECT block_id FROM pragma_storage_info('{t}')").fetchall()}  # noqa: E731
+        production = set().union(*(blocks(t) for t in ("production_spans", "production_documents")))
+        catalogue = (blocks("meta") | blocks("runs")) - production  # what the health check reads first
+        size = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()[0]
+    with open(db, "r+b") as f:
+        for b in sorted(b for b in catalogue if b >= 0):
+            f.seek(3 * 4096 + b * size + 100)  # DuckDB's file: three header blocks of 4 KiB, then its blocks
+            f.write(b"\xff" * 64)
+    capsys.readouterr()
+    assert main(["runs"]) == 4 and "damaged" in capsys.readouterr().err
+    assert main(["warehouse", "repair"]) == 0
+    out = capsys.readouterr()
+    assert f"production copied from the damaged file: {kept} span(s) of 1 import(s)" in out.out and not out.err
+    assert Warehouse(home / "warehouse").production_spans(None, None).num_rows == kept

@@ -118,8 +118,17 @@ class Terminated(KeyboardInterrupt):
     recorded failed, its temporary server stopped, nothing left running."""
 
 
+_SIGNALLED: list[int] = []  # the signals this command received: what an exception after one is the effect of
+
+
 def _terminate(signum, frame):
+    _SIGNALLED.append(signum)
     raise Terminated()
+
+
+def _interrupt(signum, frame):
+    _SIGNALLED.append(signum)
+    raise KeyboardInterrupt()
 
 
 def internal_error(exc: BaseException) -> str:
@@ -167,7 +176,9 @@ def _main(argv: list[str] | None) -> int:
         parser.print_help()
         return EXIT_INPUT
     in_main_thread = threading.current_thread() is threading.main_thread()
+    _SIGNALLED.clear()
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
+    before = signal.signal(signal.SIGINT, _interrupt) if in_main_thread else None
     try:
         # the deepest path a command writes under the home: a report of an experiment of the longest name
         check_path_length(
@@ -189,12 +200,17 @@ def _main(argv: list[str] | None) -> int:
         print(f"chunkeval: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
         return 143 if terminated else 130
     except Exception as exc:  # noqa: BLE001 - a fault of the machine, else a bug: one line either way
+        if _SIGNALLED:  # a library turned the signal into its own error (DuckDB: "Query interrupted")
+            terminated = _SIGNALLED[-1] == signal.SIGTERM
+            print(f"chunkeval: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+            return 143 if terminated else 130
         fault = as_fault(exc) if isinstance(exc, OSError) else None
         print(f"chunkeval: error: {fault}" if fault else internal_error(exc), file=sys.stderr)
         return fault.exit_code if fault else EXIT_FAULT
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, before)
 
 
 if __name__ == "__main__":

@@ -158,14 +158,14 @@ class Sources:
     trusted: bool = True
 
 
-def add_strict(p) -> None:
-    """`--strict` of commands that read a corpus (the setting `strict`)."""
-    add_setting_flag(p, SETTING["strict"])
+def add_strict(p, help: str | None = None) -> None:
+    """`--strict` of commands that read a corpus (the setting `strict`; `help`: what it means to this command)."""
+    add_setting_flag(p, SETTING["strict"], help)
 
 
-def add_anchor_similarity(p) -> None:
-    """`--anchor-similarity` of commands that place a gold set's references (the setting `anchor_similarity`)."""
-    add_setting_flag(p, SETTING["anchor_similarity"])
+def add_anchor_similarity(p, help: str | None = None) -> None:
+    """`--anchor-similarity` of commands that place text in a corpus (the setting `anchor_similarity`)."""
+    add_setting_flag(p, SETTING["anchor_similarity"], help)
 
 
 def add_html(p) -> None:

@@ -53,7 +53,7 @@ def check_file(run_id: str, path: Path) -> None:
     with reading(run_id, path):
         con = duckdb.connect()
         try:
-            reader = con.execute(f"SELECT * FROM read_parquet({quote(path)})").to_arrow_reader(65536)
+            reader = con.sql(f"SELECT * FROM read_parquet({quote(path)})").to_arrow_reader(65536)
             for _ in reader:
                 pass
         finally:

@@ -22,11 +22,12 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import datetime
+from pathlib import Path
 
 import pyarrow as pa
 
 from chunkeval.warehouse.migrations import Schema
-from chunkeval.warehouse.tables import utc_now
+from chunkeval.warehouse.tables import quote, utc_now
 
 PRODUCTION_TABLES = (
     "production_imports", "production_spans", "production_queries", "production_documents", "production_contents",
@@ -96,6 +97,33 @@ class Production(Schema):
             con.unregister("new_documents")
             con.unregister("new_contents")
         return row
+
+    def recover_production(self, damaged: str | None) -> dict:
+        """Production's tables copied from a damaged catalogue that `warehouse repair` moved aside, as far as it
+        can be read: all of them in one transaction, or none (a span without its documents would mislead).
+        `{"rows": {table: n}, "problem": None}`, or the rows left and the first line of what could not be read."""
+        import duckdb
+
+        if damaged is None:
+            return {"rows": {}, "problem": "no catalogue file was left to read"}
+        rows: dict[str, int] = {}
+        with self.connect() as con:
+            try:
+                con.execute(f"ATTACH {quote(Path(damaged))} AS damaged (READ_ONLY)")
+            except duckdb.Error as exc:
+                return {"rows": {}, "problem": str(exc).splitlines()[0][:160]}
+            try:
+                con.execute("BEGIN TRANSACTION")
+                for table in PRODUCTION_TABLES:
+                    con.execute(f"INSERT INTO main.{table} BY NAME SELECT * FROM damaged.{table}")
+                    rows[table] = con.execute(f"SELECT count(*) FROM main.{table}").fetchone()[0]
+                con.execute("COMMIT")
+                return {"rows": rows, "problem": None}
+            except duckdb.Error as exc:
+                con.execute("ROLLBACK")
+                return {"rows": {}, "problem": str(exc).splitlines()[0][:160]}
+            finally:
+                con.execute("DETACH damaged")
 
     def production_imports(self) -> list[dict]:
         with self.connect() as con:

@@ -17,7 +17,7 @@ from chunkeval.cli.commands import traces_compare
 from chunkeval.cli.options import add_anchor_similarity, add_strict, number_in, whole_number
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.gold.update import csv_text
-from chunkeval.engine.inputs.anchoring import ANCHOR_SIMILARITY
+from chunkeval.engine.inputs.anchoring import ANCHOR_SIMILARITY, check_anchor_similarity
 from chunkeval.engine.inputs.corpus import load_documents
 from chunkeval.engine.inputs.placement import PLACEMENTS, place_documents
 from chunkeval.engine.inputs.trace_sample import sample_queries, strata_counts
@@ -51,8 +51,16 @@ def add_parser(sub) -> argparse.ArgumentParser:
     i.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders of them")
     i.add_argument("--format", default="auto", choices=("auto", "otlp-json", "phoenix"), help="default: by content")
     i.add_argument("--corpus-dir", help="the team's corpus: place production's documents in it")
-    add_anchor_similarity(i)
-    add_strict(i)
+    add_anchor_similarity(
+        i,
+        "how similar (0 to 100) a span of the corpus must be to a document's content to place it "
+        f"approximately (default {ANCHOR_SIMILARITY:g}; 100: exact only)",
+    )
+    add_strict(
+        i,
+        "the first span that would be skipped is an error (one line naming its file, line and span), and "
+        "nothing is imported",
+    )
     i.set_defaults(func=import_traces)
     s = tsub.add_parser(
         "sample",
@@ -77,6 +85,8 @@ def trace_files(paths: list[str]) -> list[Path]:
     """The trace files named: files as given, folders by their files' suffixes (sorted); none is one line."""
     out: list[Path] = []
     for given in paths:
+        if not str(given).strip():
+            raise InputError("an empty PATH: name a trace file or a folder of them")
         path = Path(given)
         if path.is_dir():
             found = sorted(p for p in path.iterdir() if p.suffix.lower() in TRACE_SUFFIXES and p.is_file())
@@ -93,7 +103,7 @@ def import_files(files: list[Path], fmt: str, strict: bool, corpus_dir, similari
     `warehouse()` gives, opened only once everything is read and checked: what `traces import` and the
     `production` deployment do. Each distinct (document id, content) is placed once, whatever the number of spans
     that retrieved it. The import's row, with what was read."""
-    traces = combine([read_traces(f, fmt, strict) for f in files])
+    traces = combine([read_traces(f, fmt, strict) for f in files], strict)
     placed = placements(traces, corpus_dir, similarity)
     none = lambda col, fill: pc.fill_null(col, fill)  # noqa: E731 (a join matches no null key)
     docs = traces.documents
@@ -155,7 +165,8 @@ def placements(traces, corpus_dir, similarity) -> pa.Table:
 
 
 def import_traces(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-
+    if args.anchor_similarity is not None:
+        check_anchor_similarity(args.anchor_similarity, "--anchor-similarity")
     files = trace_files(args.paths)
     got = import_files(files, args.format, args.strict, args.corpus_dir, args.anchor_similarity,
                        lambda: warehouse(must_exist=False))  # fmt: skip
@@ -201,10 +212,13 @@ def parse_when(text: str | None, flag: str, now: datetime) -> datetime | None:
     if text is None:
         return None
     try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        return now - parse_age(text, flag)
-    return when.astimezone(UTC).replace(tzinfo=None) if when.tzinfo else when
+        try:
+            when = datetime.fromisoformat(text)
+        except ValueError:
+            return now - parse_age(text, flag)
+        return when.astimezone(UTC).replace(tzinfo=None) if when.tzinfo else when
+    except OverflowError:  # an age or a zone that takes the time out of the calendar's years 1 to 9999
+        raise InputError(f"{flag} takes a time within the years 1 to 9999, got {text!r}") from None
 
 
 def production_rows(docs: list[dict], texts: dict[str, str] | None) -> list[dict]:
@@ -255,6 +269,10 @@ def sample(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     number_in(args.size, 1, 100_000, "--size")
     now = datetime.now(UTC).replace(tzinfo=None)
     since, until = parse_when(args.since, "--since", now), parse_when(args.until, "--until", now)
+    if since is not None and since >= (until or now):
+        raise InputError(f"--since ({since}) must come before --until ({until or 'now'}): the window is empty")
+    if not args.out.strip():
+        raise InputError("--out names the questions file to write, got ''")
     out = Path(args.out)
     beside = out.with_name(f"{out.stem}.production.jsonl")
     paths = {"--out": check_output(out, [args.corpus_dir]), "production": check_output(beside, [args.corpus_dir])}

@@ -103,6 +103,9 @@ def compare(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     number_in(args.min_grade, 1, 3, "--min-grade")
     number_in(args.k, 1, 1000, "--k")
     number_in(args.batch, 1, 100_000, "--batch")
+    number_in(args.timeout, 0.001, 86_400, "--timeout")  # seconds: a NaN, 0 or a negative never reaches a request
+    if not 0 <= args.delta < 1:  # before anything is read or judged (NaN too)
+        raise InputError(f"--delta takes a number from 0 to below 1, got {args.delta:g}")
     if args.budget is not None:
         number_in(args.budget, 1, 1e15, "--budget")
     if args.judged and (args.endpoint or args.chat_model):

@@ -71,4 +71,12 @@ def repair(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         print(
             f"{wh.db_path} rebuilt from the run manifests: {aside}{done['runs']} run(s) and {done['pins']} pinned baseline(s) restored"
         )
+        production = wh.recover_production(done["moved_to"])  # production lives only in the catalogue
+        if production["problem"] is None:
+            n = production["rows"]
+            print(f"production copied from the damaged file: {n['production_spans']:,} span(s) of "
+                  f"{n['production_imports']:,} import(s), {n['production_results']:,} judged result(s)")  # fmt: skip
+        else:
+            print(f"production could not be read from the damaged file ({production['problem']}): import the traces "
+                  "again; judged results (traces compare) are lost")  # fmt: skip
     return 0

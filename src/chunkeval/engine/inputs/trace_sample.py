@@ -11,12 +11,12 @@ more traffic changes it little.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections import defaultdict
 from pathlib import Path
 
 from chunkeval.errors import InputError
+from chunkeval.limits import DOCUMENT_BYTES, INPUT_BYTES, json_loads, read_text, short
 
 
 def _order(seed: int, key: str) -> str:
@@ -72,26 +72,29 @@ def read_production(path, questions: dict[str, str]) -> tuple[list[dict], dict[s
     rows of query_id, rank, corpus_id, start, end (a placed document's span of the corpus, or `production:<hash>`
     with its content), and the texts of the unplaced ones (`production:<hash>` → content). The file may have been
     edited: a line that is not such a row is one line naming it; a query not among `questions` is left out."""
-    rows, texts = [], {}
-    with open(Path(path), encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except ValueError:
-                raise InputError("not JSON", path, number) from None
-            ok = isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("query_id", "corpus_id"))
-            ok = ok and all(
-                isinstance(r.get(k), int) and not isinstance(r.get(k), bool) for k in ("rank", "start", "end")
-            )
-            if not ok or not 0 <= r["start"] < r["end"] or r["rank"] < 1:
-                raise InputError("a production row has query_id, rank (from 1), corpus_id, start < end", path, number)
-            if r["corpus_id"].startswith("production:"):
-                content = r.get("content")
-                if not isinstance(content, str) or len(content) != r["end"] or r["start"] != 0:
-                    raise InputError("an unplaced document carries its content, 0 to its length", path, number)
-                texts[r["corpus_id"]] = content
-            if r["query_id"] in questions:
-                rows.append({k: r[k] for k in ("query_id", "rank", "corpus_id", "start", "end")})
+    rows, texts, seen = [], {}, set()
+    text = read_text(Path(path), INPUT_BYTES, "production file")  # a regular file, UTF-8, of bounded size
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            r = json_loads(line)
+        except ValueError:
+            raise InputError(f"line {number}: not JSON (or nested too deep)", path) from None
+        ok = isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("query_id", "corpus_id"))
+        ok = ok and all(isinstance(r.get(k), int) and not isinstance(r.get(k), bool) for k in ("rank", "start", "end"))
+        if not ok or not 0 <= r["start"] < r["end"] <= DOCUMENT_BYTES or r["rank"] < 1:  # no document is longer
+            raise InputError(f"line {number}: a production row has query_id, rank (from 1), corpus_id, "
+                             "0 ≤ start < end", path)  # fmt: skip
+        if (r["query_id"], r["rank"]) in seen:
+            raise InputError(f"line {number}: query {short(r['query_id'])} has rank {r['rank']} twice", path)
+        seen.add((r["query_id"], r["rank"]))
+        if r["corpus_id"].startswith("production:"):
+            content = r.get("content")
+            if not isinstance(content, str) or len(content) != r["end"] or r["start"] != 0:
+                raise InputError(f"line {number}: an unplaced document carries its content, 0 to its length",
+                                 path)  # fmt: skip
+            texts[r["corpus_id"]] = content
+        if r["query_id"] in questions:
+            rows.append({k: r[k] for k in ("query_id", "rank", "corpus_id", "start", "end")})
     return sorted(rows, key=lambda r: (r["query_id"], r["rank"])), texts

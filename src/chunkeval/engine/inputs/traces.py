@@ -46,10 +46,14 @@ SKIP_REASONS = {
     "query_type": "the query is not text",
     "query_size": f"the query is over {QUERY_CHARS:,} characters",
     "document_type": "a document's id, content or score is of the wrong type (or a score not finite)",
-    "content_size": f"a document's content is over {CONTENT_CHARS:,} characters",
+    "content_size": f"a document's content or metadata is over {CONTENT_CHARS:,} characters",
     "too_many_documents": f"more than {DOCUMENTS_PER_SPAN:,} documents",
-    "documents_type": "gen_ai.retrieval.documents is not a list of documents",
-    "span_id": "no span id, or one that is not 8 bytes (16 hex digits)",
+    "document_index": "a document's index is past 2^63",
+    "documents_type": "the documents (gen_ai.retrieval.documents, Phoenix's list) are not a list of documents",
+    "span_id": "no span id, or one that is not 8 bytes (16 hex digits, not all zero)",
+    "trace_id": "a trace id that is not 16 bytes (32 hex digits, not all zero)",
+    "start_time": "no start time, or one that is not a time from 1970 to 2262",
+    "attribute_twice": "an attribute read (the query, a document's field, the kind) given twice",
     "duplicate_span": "a span id seen before in this import",
 }
 # the attributes read: every other attribute of a span is left in the file
@@ -135,14 +139,15 @@ def _json_error(exc: Exception, path: Path) -> InputError:
     return InputError(f"cannot be read as traces ({short(str(exc).splitlines()[0])[:160]})", path)
 
 
-def _otlp_sql(con, path: Path, first: int = 0) -> None:
-    """The spans of an OTLP JSON file (or a piece of one whose lines start after line `first`) as `meta` and
-    `flat`."""
+def _otlp_sql(con, path: Path, first: int = 0, named: Path | None = None) -> None:
+    """The spans of an OTLP JSON file (or a piece of one whose lines start after line `first`, of the file `named`)
+    as `meta` and `flat`."""
     con.execute(
         f"CREATE TEMP TABLE raw AS SELECT {int(first)} + row_number() OVER () AS line, json AS j FROM "
         f"read_json_objects(?, format='newline_delimited', maximum_object_size={LINE_BYTES})",
         [str(path)],
     )
+    _check_otlp_shape(con, named or path)
     con.execute("""
         CREATE TEMP TABLE spans AS
         SELECT row_number() OVER () AS sid, line, span FROM (
@@ -165,23 +170,55 @@ def _otlp_sql(con, path: Path, first: int = 0) -> None:
                max(value) FILTER (key = 'gen_ai.retrieval.query.text') AS genai_query,
                coalesce(max(value) FILTER (key = 'session.id'),
                         max(value) FILTER (key = 'gen_ai.conversation.id'))->>'stringValue' AS session_id,
-               max(value) FILTER (key = 'gen_ai.retrieval.documents') AS genai_docs
+               max(value) FILTER (key = 'gen_ai.retrieval.documents') AS genai_docs,
+               false AS docs_bad, count(key) <> count(DISTINCT key) AS twice
         FROM spans s LEFT JOIN attrs a USING (sid)
         GROUP BY s.sid, s.line, s.span""")
     # OpenInference's flattened documents: one row per (span, index, field); values still OTLP's typed JSON
     con.execute(f"""
         CREATE TEMP TABLE flat AS
         SELECT sid, regexp_extract(key, '{DOC_KEY}', 1) AS list,
-               CAST(regexp_extract(key, '{DOC_KEY}', 2) AS BIGINT) AS i,
+               TRY_CAST(regexp_extract(key, '{DOC_KEY}', 2) AS BIGINT) AS i,
                regexp_extract(key, '{DOC_KEY}', 3) AS field, value
         FROM attrs WHERE regexp_matches(key, '{DOC_KEY}')""")
 
 
-def _phoenix_sql(con, path: Path, first: int = 0) -> None:
+# Phoenix's columns of documents, and the list each is in OpenInference's flattened attributes
+DOCUMENT_LISTS = {
+    "attributes.retrieval.documents": "retrieval.documents",
+    "attributes.reranker.output_documents": "reranker.output_documents",
+}
+
+
+def no_list(column: str) -> str:
+    """SQL: the column holds a value that is not a list (a row whose documents cannot be read)."""
+    return f"""("{column}" IS NOT NULL AND json_type(to_json("{column}")) <> 'ARRAY')"""
+
+
+def _check_otlp_shape(con, path: Path) -> None:
+    """Every line of an OTLP JSON file is an export request: an object whose resourceSpans, scopeSpans and spans
+    are lists (each may be left out, as proto3's JSON leaves out an empty one), each span an object."""
+    bad = con.execute("""
+        SELECT line FROM raw
+        WHERE json_type(j) <> 'OBJECT'
+           OR coalesce(json_type(j->'resourceSpans'), 'ARRAY') <> 'ARRAY'
+           OR EXISTS (SELECT 1 FROM (SELECT unnest(json_extract(j, '$.resourceSpans[*]')) AS r)
+                      WHERE json_type(r) <> 'OBJECT' OR coalesce(json_type(r->'scopeSpans'), 'ARRAY') <> 'ARRAY')
+           OR EXISTS (SELECT 1 FROM (SELECT unnest(json_extract(j, '$.resourceSpans[*].scopeSpans[*]')) AS sc)
+                      WHERE json_type(sc) <> 'OBJECT' OR coalesce(json_type(sc->'spans'), 'ARRAY') <> 'ARRAY')
+           OR EXISTS (SELECT 1 FROM (SELECT unnest(json_extract(j, '$.resourceSpans[*].scopeSpans[*].spans[*]')) AS sp)
+                      WHERE json_type(sp) <> 'OBJECT')
+        ORDER BY line LIMIT 1""").fetchone()
+    if bad is not None:
+        raise InputError(f"line {bad[0]}: not an OTLP export request (resourceSpans, scopeSpans and spans: lists of "
+                         "objects)", path)  # fmt: skip
+
+
+def _phoenix_sql(con, path: Path, first: int = 0, named: Path | None = None) -> None:
     """The spans of Phoenix's export (Parquet, or JSON lines) as `meta` and `flat`: its documents are lists of
     `{document.id, document.content, document.score, document.metadata}` in `attributes.retrieval.documents` and
     `attributes.reranker.output_documents`; each value is turned into OTLP's typed JSON so one pipeline checks
-    both."""
+    both. Errors name `named` (the file a piece of JSON lines came from)."""
     with open(path, "rb") as f:
         parquet = f.read(4) == b"PAR1"
     source = (
@@ -189,10 +226,10 @@ def _phoenix_sql(con, path: Path, first: int = 0) -> None:
     )
     con.execute(f"CREATE TEMP TABLE raw AS SELECT {int(first)} + row_number() OVER () AS line, * FROM {source}",
                 [str(path)])  # fmt: skip
-    have = {c for (c,) in con.execute("SELECT column_name FROM (DESCRIBE raw)").fetchall()}
-    need = {"context.span_id"}
-    if not need <= have:
-        raise InputError(f"Phoenix's span export has a column context.span_id; found {short(sorted(have))}", path)
+    have = {c for (c,) in con.execute("SELECT column_name FROM (DESCRIBE raw)").fetchall()} - {"line"}
+    if "context.span_id" not in have:
+        found = short(sorted(have))
+        raise InputError(f"Phoenix's span export has a column context.span_id; found {found}", named or path)
 
     def col(name: str, default: str = "NULL") -> str:
         return f'"{name}"' if name in have else default
@@ -222,11 +259,11 @@ def _phoenix_sql(con, path: Path, first: int = 0) -> None:
                {typed("attributes.gen_ai.retrieval.query.text")} AS genai_query,
                CAST(coalesce({col("attributes.session.id")}, {col("attributes.gen_ai.conversation.id")}) AS VARCHAR)
                    AS session_id,
-               {typed("attributes.gen_ai.retrieval.documents")} AS genai_docs
+               {typed("attributes.gen_ai.retrieval.documents")} AS genai_docs,
+               {" OR ".join(no_list(n) for n in DOCUMENT_LISTS if n in have) or "false"} AS docs_bad, false AS twice
         FROM raw""")
     parts = []
-    for name, list_name in (("attributes.retrieval.documents", "retrieval.documents"),
-                            ("attributes.reranker.output_documents", "reranker.output_documents")):  # fmt: skip
+    for name, list_name in DOCUMENT_LISTS.items():
         if name not in have:
             continue
         for fld in ("id", "content", "score", "metadata"):
@@ -238,7 +275,7 @@ def _phoenix_sql(con, path: Path, first: int = 0) -> None:
                             ELSE json_object('otherValue', v) END AS value
                 FROM (SELECT line, generate_subscripts(docs, 1) AS i, unnest(docs)->'document.{fld}' AS v
                       FROM (SELECT line, CAST(to_json("{name}") AS JSON[]) AS docs FROM raw
-                            WHERE "{name}" IS NOT NULL))""")
+                            WHERE json_type(to_json("{name}")) = 'ARRAY'))""")
     empty = "SELECT NULL::BIGINT AS sid, NULL AS list, NULL::BIGINT AS i, NULL AS field, NULL::JSON AS value LIMIT 0"
     con.execute("CREATE TEMP TABLE flat AS " + " UNION ALL ".join(parts or [empty]))
 
@@ -254,13 +291,14 @@ CREATE TEMP TABLE retrievals AS
 SELECT k.*,
        CASE kind WHEN 'RERANKER' THEN coalesce(reranker_query, input_value)
                  WHEN 'GENAI' THEN genai_query ELSE input_value END AS q,
-       CASE WHEN regexp_full_match(coalesce(span_raw, ''), '[0-9a-fA-F]{{16}}') THEN lower(span_raw)
+       nullif(CASE WHEN regexp_full_match(coalesce(span_raw, ''), '[0-9a-fA-F]{{16}}') THEN lower(span_raw)
             WHEN length(coalesce(span_raw, '')) = 12 AND regexp_full_match(span_raw, '[A-Za-z0-9+/=]+')
-                 AND octet_length(from_base64(span_raw)) = 8 THEN lower(hex(from_base64(span_raw))) END AS span_id,
-       CASE WHEN regexp_full_match(coalesce(trace_raw, ''), '[0-9a-fA-F]{{32}}') THEN lower(trace_raw)
+                 AND octet_length(from_base64(span_raw)) = 8 THEN lower(hex(from_base64(span_raw))) END,
+              '0000000000000000') AS span_id,
+       nullif(CASE WHEN regexp_full_match(coalesce(trace_raw, ''), '[0-9a-fA-F]{{32}}') THEN lower(trace_raw)
             WHEN length(coalesce(trace_raw, '')) = 24 AND regexp_full_match(trace_raw, '[A-Za-z0-9+/=]+')
-                 AND octet_length(from_base64(trace_raw)) = 16 THEN lower(hex(from_base64(trace_raw)))
-            ELSE trace_raw END AS trace_id
+                 AND octet_length(from_base64(trace_raw)) = 16 THEN lower(hex(from_base64(trace_raw))) END,
+              '00000000000000000000000000000000') AS trace_id
 FROM kinds k WHERE kind IS NOT NULL;
 -- GenAI's documents: a JSON string, or OTLP's structured array of key-value lists
 CREATE TEMP TABLE genai_list AS
@@ -271,7 +309,7 @@ SELECT sid,
             WHEN json_type(genai_docs->'arrayValue'->'values') = 'ARRAY'
             THEN list_transform(CAST(genai_docs->'arrayValue'->'values' AS JSON[]),
                     lambda e: CAST(map_from_entries(list_transform(
-                            CAST(coalesce(e->'kvlistValue'->'values', '[]') AS JSON[]),
+                            json_extract(e, '$.kvlistValue.values[*]'),
                             lambda kv: struct_pack(k := kv->>'key', v := kv->'value'))) AS JSON))
             END AS docs,
        genai_docs IS NOT NULL AS given
@@ -297,31 +335,41 @@ FROM (SELECT f.* FROM flat f JOIN retrievals r USING (sid)
 GROUP BY sid, i;
 CREATE TEMP TABLE docs_checked AS
 SELECT sid, i,
-       coalesce(id_v->>'stringValue', id_v->>'intValue',
+       coalesce(id_v->>'stringValue', CAST(TRY_CAST(id_v->>'intValue' AS HUGEINT) AS VARCHAR),
                 CASE WHEN TRY_CAST(id_v->>'doubleValue' AS DOUBLE) = round(TRY_CAST(id_v->>'doubleValue' AS DOUBLE))
-                     THEN CAST(CAST(TRY_CAST(id_v->>'doubleValue' AS DOUBLE) AS BIGINT) AS VARCHAR) END)
+                     THEN CAST(TRY_CAST(TRY_CAST(id_v->>'doubleValue' AS DOUBLE) AS BIGINT) AS VARCHAR) END)
            AS document_id,
        content_v->>'stringValue' AS content,
        coalesce(TRY_CAST(score_v->>'doubleValue' AS DOUBLE), TRY_CAST(score_v->>'intValue' AS DOUBLE)) AS score,
        coalesce(meta_v->>'stringValue', CAST(meta_v->'otherValue' AS VARCHAR)) AS metadata,
-       (id_v IS NOT NULL AND coalesce(id_v->>'stringValue', id_v->>'intValue', id_v->>'doubleValue') IS NULL)
+       (id_v IS NOT NULL AND coalesce(id_v->>'stringValue', CAST(TRY_CAST(id_v->>'intValue' AS HUGEINT) AS VARCHAR),
+            CASE WHEN TRY_CAST(id_v->>'doubleValue' AS DOUBLE) = round(TRY_CAST(id_v->>'doubleValue' AS DOUBLE))
+                 THEN CAST(TRY_CAST(TRY_CAST(id_v->>'doubleValue' AS DOUBLE) AS BIGINT) AS VARCHAR) END) IS NULL)
        OR (content_v IS NOT NULL AND (content_v->>'stringValue') IS NULL)
        OR (score_v IS NOT NULL AND NOT isfinite(coalesce(TRY_CAST(score_v->>'doubleValue' AS DOUBLE),
                                                           TRY_CAST(score_v->>'intValue' AS DOUBLE), 'nan'::DOUBLE)))
        OR (id_v IS NULL AND content_v IS NULL) AS bad_type,
-       length(content_v->>'stringValue') > {CONTENT_CHARS} AS too_long
+       coalesce(length(content_v->>'stringValue') > {CONTENT_CHARS}, false)
+       OR coalesce(length(coalesce(meta_v->>'stringValue', CAST(meta_v->'otherValue' AS VARCHAR))) > {CONTENT_CHARS},
+                   false) AS too_long,
+       i IS NULL AS index_bad
 FROM docs;
 CREATE TEMP TABLE per_span AS
-SELECT sid, count(*) AS n_docs, bool_or(bad_type) AS bad_type, bool_or(coalesce(too_long, false)) AS too_long
+SELECT sid, count(*) AS n_docs, bool_or(bad_type) AS bad_type, bool_or(too_long) AS too_long,
+       bool_or(index_bad) AS index_bad
 FROM docs_checked GROUP BY sid;
 CREATE TEMP TABLE verdicts AS
 SELECT r.*, p.n_docs,
        CASE WHEN r.span_id IS NULL THEN 'span_id'
+            WHEN r.trace_raw IS NOT NULL AND r.trace_id IS NULL THEN 'trace_id'
+            WHEN r.twice THEN 'attribute_twice'
+            WHEN r.start_ns IS NULL OR r.start_ns < 1 OR r.start_ns > 9223372036854775807 THEN 'start_time'
             WHEN r.q IS NULL THEN 'no_query'
             WHEN (r.q->>'stringValue') IS NULL THEN 'query_type'
-            WHEN trim(r.q->>'stringValue') = '' THEN 'no_query'
+            WHEN regexp_full_match(r.q->>'stringValue', '[[:space:]]*') THEN 'no_query'
             WHEN length(r.q->>'stringValue') > {QUERY_CHARS} THEN 'query_size'
-            WHEN r.kind = 'GENAI' AND g.given AND g.docs IS NULL THEN 'documents_type'
+            WHEN (r.kind = 'GENAI' AND g.given AND g.docs IS NULL) OR r.docs_bad THEN 'documents_type'
+            WHEN p.index_bad THEN 'document_index'
             WHEN coalesce(p.n_docs, 0) > {DOCUMENTS_PER_SPAN} THEN 'too_many_documents'
             WHEN p.bad_type THEN 'document_type'
             WHEN p.too_long THEN 'content_size'
@@ -375,7 +423,7 @@ def _read_piece(path: Path, fmt: str, source: Path, first: int, strict: bool, ex
     con = duckdb.connect(config={"preserve_insertion_order": True})
     try:
         try:
-            (_otlp_sql if fmt == "otlp-json" else _phoenix_sql)(con, source, first)
+            (_otlp_sql if fmt == "otlp-json" else _phoenix_sql)(con, source, first, path)
         except duckdb.Error as exc:
             if fmt == "phoenix" and open(path, "rb").read(4) == b"PAR1":
                 raise InputError(
@@ -392,9 +440,8 @@ def _read_piece(path: Path, fmt: str, source: Path, first: int, strict: bool, ex
         ).fetchall()
         if strict and shown:
             line, span, reason = shown[0]
-            raise InputError(
-                f"span {short(span)}: {SKIP_REASONS[reason]} (or leave out --strict to skip it)", path, line
-            )
+            raise InputError(f"line {line}: span {short(span)}: {SKIP_REASONS[reason]} (or leave out --strict to skip it)",
+                             path)  # fmt: skip
         spans = _table(con.sql(_SPANS_SQL, params=[str(path)]).to_arrow_table())
         con.execute(_DOCUMENTS_SQL)
         documents = _table(con.sql(_DOCUMENT_ROWS_SQL).to_arrow_table())
@@ -424,9 +471,18 @@ def read_traces(
     in pieces of `PIECE_BYTES` (whole lines), so memory holds one piece's parsed JSON and the spans kept, each
     distinct content once. With `strict`, the first span that would be skipped is one line naming the file, its
     line and the span."""
+    path = regular_file(Path(path))
+    try:
+        return _read_traces(path, fmt, strict, examples, piece_bytes)
+    except OSError as exc:
+        if exc.filename is not None and Path(exc.filename) != path:  # a fault of the scratch folder, not the input
+            raise
+        raise InputError(f"cannot be read ({exc.strerror or exc})", path) from None
+
+
+def _read_traces(path: Path, fmt: str, strict: bool, examples: int, piece_bytes: int) -> Traces:
     import tempfile
 
-    path = regular_file(Path(path))
     if path.stat().st_size > FILE_BYTES:
         raise InputError(f"a trace file is at most {FILE_BYTES >> 30} GiB", path)
     if fmt not in FORMATS:
@@ -447,8 +503,8 @@ def read_traces(
             if again:
                 if strict:
                     line, span = again[0]
-                    raise InputError(f"span {short(span)}: {SKIP_REASONS['duplicate_span']} (or leave out --strict "
-                                     "to skip it)", path, line)  # fmt: skip
+                    raise InputError(f"line {line}: span {short(span)}: {SKIP_REASONS['duplicate_span']} (or leave "
+                                     "out --strict to skip it)", path)  # fmt: skip
                 bad = [*bad, ("duplicate_span", len(again))]
                 ex = [*ex, *((line, span, "duplicate_span") for line, span in again)]
             read += n
@@ -479,18 +535,14 @@ def _table(result) -> pa.Table:
     return result.read_all() if hasattr(result, "read_all") else result
 
 
-def combine(parts: list[Traces]) -> Traces:
-    """The traces of several files as one import: a span id seen in an earlier file is a duplicate too."""
+def combine(parts: list[Traces], strict: bool = False) -> Traces:
+    """The traces of several files as one import: a span id seen in an earlier file is a duplicate too (skipped and
+    counted, its contents not kept; with `strict`, one line naming its file and line)."""
     if not parts:
         raise InputError("no trace file to import")
     spans = pa.concat_tables([p.spans for p in parts])
     documents = pa.concat_tables([p.documents for p in parts])
     contents = pa.concat_tables([p.contents for p in parts])
-    if len(parts) > 1:  # each content once
-        first_of = {}
-        for n, h in enumerate(contents.column("content_hash").to_pylist()):
-            first_of.setdefault(h, n)
-        contents = contents.take(sorted(first_of.values()))
     skipped: dict[str, int] = {}
     for p in parts:
         for r, n in p.skipped.items():
@@ -501,19 +553,32 @@ def combine(parts: list[Traces]) -> Traces:
     for sid in ids:
         keep.append(sid not in seen)
         seen.add(sid)
+    examples = [e for p in parts for e in p.examples]
     if not all(keep):
-        dup = len(keep) - sum(keep)
-        skipped["duplicate_span"] = skipped.get("duplicate_span", 0) + dup
-        mask = pa.array(keep)
-        spans = spans.filter(mask)
+        again = [i for i, k in enumerate(keep) if not k]
+        files, lines = spans.column("file").to_pylist(), spans.column("line").to_pylist()
+        if strict:
+            i = again[0]
+            reason = SKIP_REASONS["duplicate_span"]
+            raise InputError(f"line {lines[i]}: span {short(ids[i])}: {reason} (or leave out --strict to skip it)",
+                             files[i])  # fmt: skip
+        skipped["duplicate_span"] = skipped.get("duplicate_span", 0) + len(again)
+        examples += [{"file": files[i], "line": int(lines[i]), "span_id": ids[i], "reason": "duplicate_span"}
+                     for i in again]  # fmt: skip
+        spans = spans.filter(pa.array(keep))
         first = {}
         for i, (sid, f) in enumerate(zip(ids, keep)):
             if f:
                 first[sid] = i
         # documents of a dropped duplicate: those after the first file that held the span id
         documents = _documents_of_kept(parts, seen_first=first)
-    examples = [e for p in parts for e in p.examples][:10]
-    return Traces(spans, documents, contents, sum(p.read for p in parts), skipped, examples)
+    kept = set(documents.column("content_hash").to_pylist())  # each content once, and only of documents kept
+    first_of = {}
+    for n, h in enumerate(contents.column("content_hash").to_pylist()):
+        if h in kept:
+            first_of.setdefault(h, n)
+    contents = contents.take(sorted(first_of.values()))
+    return Traces(spans, documents, contents, sum(p.read for p in parts), skipped, examples[:10])
 
 
 def _documents_of_kept(parts: list[Traces], seen_first: dict[str, int]) -> pa.Table:
