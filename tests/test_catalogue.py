@@ -637,6 +637,14 @@ CASES = {
     "report: unknown run": (lambda w: ["report", "--run", "nosuch"], "no run 'nosuch'"),
     "report: unknown experiment": (lambda w: ["report", "--experiment", "nosuch"], "no experiment named 'nosuch'"),
     "report: neither run nor experiment": (lambda w: ["report"], "give --run ID or --experiment NAME"),
+    "report: a configuration for a page not asked for": (
+        lambda w: ["report", "--run", w["run_id"], "--config", "k=1"],
+        "--config chooses the configuration of the HTML report's failure analysis: give --html PATH",
+    ),
+    "inspect: a misspelt question": (
+        lambda w: ["inspect", "--run", w["run_id"], "--query", "lighthouse:1"],
+        "has no question 'lighthouse:1'; did you mean lighthouses:1",
+    ),
     "report: run of another experiment": (
         lambda w: ["report", "--experiment", "other", "--run", w["run_id"]],
         "no experiment named 'other'",
@@ -2291,9 +2299,9 @@ CASES.update(
             "--anchor-similarity: anchor_similarity takes a number from 0 to 100, got 150",
         ),
         "traces import: a FIFO": (lambda w: ["traces", "import", fifo(w["t"])], "is a FIFO"),
-        "traces sample: no production span in the window": (
+        "traces sample: no production span yet": (
             lambda w: ["traces", "sample", "--out", w["t"] / "s.csv"],
-            "no production span in the window",
+            "no production span from the first to now: import traces first",
         ),
         "traces sample: an age past the calendar": (
             lambda w: ["traces", "sample", "--out", w["t"] / "s.csv", "--since", "99999999d"],

@@ -152,6 +152,23 @@ def test_the_report_and_pythons_compare_of_the_demo_fit(demo_first_run, monkeypa
     printed = repr(chunkeval.compare(run_id, metric="span_recall"))
     assert all(len(line) <= TERMINAL_WIDTH for line in printed.splitlines()), printed
     assert printed.count(run_id) == 1 and "more comparison(s) of span_recall" in printed
+    # eight metrics asked for: panels within 120 columns, each naming every configuration by label and config_id;
+    # --wide: one table as wide as it is
+    eight = "span_recall,span_iou,recall_at_k,mrr,ndcg_at_k,map,hit_rate,precision_at_k"
+    assert main(["report", "--run", run_id, "--metrics", eight]) == 0
+    macro = capsys.readouterr().out.split("macro (mean ± sample std over queries)\n")[1].split("\n\n*")[0]
+    panels = [p for p in macro.split("\n\n") if p.startswith("configuration")]
+    assert len(panels) >= 2 and all(len(line) <= TERMINAL_WIDTH for p in panels for line in p.splitlines()), macro
+    assert all(p.split("\n")[0].split()[:2] == ["configuration", "config_id"] for p in panels)
+    assert set(eight.split(",")) <= {m for p in panels for m in p.split("\n")[0].split()[2:]}
+    assert main(["report", "--run", run_id, "--metrics", eight, "--wide"]) == 0
+    assert max(map(len, capsys.readouterr().out.splitlines())) > TERMINAL_WIDTH
+    # every pair of 48 configurations: the second label shortened in its middle, its config_id kept
+    assert main(["compare", "--run", run_id, "--all-pairs", "--metric", "mrr"]) == 0
+    pairs = capsys.readouterr().out
+    assert all(len(line) <= TERMINAL_WIDTH for line in pairs.splitlines()) and "…" in pairs
+    rows = [line for line in pairs.splitlines() if re.search(r"\[[0-9a-f]{8}\] +\d\.\d{3} +\d\.\d{3} ", line)]
+    assert len(rows) >= 48 * 47 // 2, pairs[:2000]
 
 
 def test_served_deployments_run_nightly_and_on_change(prefect_server, tmp_path, demo_first_run):

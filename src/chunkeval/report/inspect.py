@@ -16,8 +16,9 @@ from html import escape
 import pyarrow as pa
 
 from chunkeval.errors import InputError
+from chunkeval.limits import short
 from chunkeval.visible import visible
-from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, config_id, config_label, no_match
+from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS, close_names, config_id, config_label, no_match
 
 CONTEXT = 200  # characters of context on each side of a reference
 ITEM_STYLE = (  # retrieved chunks in HTML (the report's drill-down, the diff page)
@@ -152,7 +153,8 @@ def inspect_doc(wh, run_id: str, query_id: str, config: dict | None = None) -> d
     retrieved = wh.retrieved(run_id, [query_id])  # its errors first: unknown run, or none kept
     per_query = wh.query_results(run_id)
     if query_id not in set(per_query["query_id"].to_pylist()):
-        raise InputError(f"run {run_id} has no question {query_id!r}")
+        hint = close_names(query_id, set(per_query["query_id"].to_pylist()))
+        raise InputError(f"run {run_id} has no question {short(query_id)}" + (f"; {hint}" if hint else ""))
     configs = configurations(per_query, dict(config or {}))
     if not configs:
         raise InputError(no_match(dict(config or {}), configurations(per_query, {}), f"run {run_id}"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -349,15 +350,69 @@ def fold_label(text: str, width: int) -> list[str]:
     return [line.rstrip() for line in lines if line.strip()] or [""]
 
 
+NAMED = re.compile(r".+ \[[0-9a-f]{8}\]")  # a cell naming a configuration by its label and config_id
+SHORTEST_NAMED = 24  # the narrowest a label column other than the first is shortened to
+
+
+def _shortened_labels(header, rows, widths, width):
+    """A table wider than `width` with columns of labels beyond the first (`compare --all-pairs`: a and b) has those
+    labels shortened in their middle, each keeping its start and its config_id (`bm25/recursive_…/k=1 [f6a1f0b4]`),
+    as far as makes it fit; the first column folds after (`format_rows`)."""
+    over = sum(widths) + 2 * (len(widths) - 1) - width
+    named = [i for i in range(1, len(header)) if all(NAMED.fullmatch(r[i]) or not r[i] for r in rows)]
+    fixed = sum(w for i, w in enumerate(widths) if i and i not in named) + 2 * (len(widths) - 1)
+    share = (width - fixed) // (1 + len(named))  # the first column and each of these alike, as far as they need
+    for i in named:
+        if over <= 0:
+            break
+        cut = min(over, widths[i] - max(SHORTEST_NAMED, share, len(header[i])))
+        if cut > 0:
+            widths[i] -= cut
+            over -= cut
+            keep = widths[i] - 12  # the label's start, then `…` and ` [config_id]` (11)
+            for r in rows:
+                if len(r[i]) > widths[i]:
+                    r[i] = r[i][:keep] + "…" + r[i][-11:]
+    return rows, widths
+
+
 def format_rows(header: list[str], rows: list[list[str]], width: int | None = TERMINAL_WIDTH) -> str:
-    """Aligned columns, numbers to the right. A table wider than `width` whose first column (a configuration's label)
-    can shrink to make it fit, down to `FOLDED_LABEL` columns, has its labels folded after a `/` onto lines of their
-    own (indented); a table that cannot fit so (`--wide`, many `--metrics`) is left as wide as it is."""
-    rows = [[visible(c) for c in r] for r in rows]
+    """Aligned columns, numbers to the right, within `width` columns (None: as wide as it is; `--wide`). A table
+    wider than that has its label columns beyond the first shortened (`_shortened_labels`) and its first column (a
+    configuration's label) folded after a `/` onto lines of its own (indented), down to `FOLDED_LABEL` columns; one
+    that still cannot fit (many `--metrics`, a `sql` query of many columns) is cut into panels of as many columns as
+    fit, one under the other, each beginning with the first column (and a config_id beside it)."""
+    return _aligned(header, [[visible(c) for c in r] for r in rows], width)
+
+
+def _panels(header: list[str], widths: list[int], width: int) -> list[list[int]]:
+    """The columns of each panel of a table too wide for `width`: the first column (and a config_id after it) in
+    each, then as many of the others, in order, as fit."""
+    keys = [0, 1] if len(header) > 1 and header[1] in LEFT else [0]
+    base = sum(min(widths[k], width // 2) for k in keys) + 2 * (len(keys) - 1)
+    groups, current, used = [], [], base
+    for i in range(len(keys), len(header)):
+        if current and used + 2 + widths[i] > width:
+            groups.append(current)
+            current, used = [], base
+        current.append(i)
+        used += 2 + widths[i]
+    return [keys + g for g in [*groups, current] if g]
+
+
+def _aligned(header: list[str], rows: list[list[str]], width: int | None) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    if width is not None and rows:
+        rows, widths = _shortened_labels(header, rows, widths, width)
     rest = sum(widths[1:]) + 2 * (len(widths) - 1)
     room = (width or 0) - rest
     fold = width is not None and widths[0] + rest > width and room >= max(FOLDED_LABEL, len(header[0]))
+    if width is not None and widths[0] + rest > width and not fold:
+        panels = _panels(header, widths, width)
+        if len(panels) > 1:
+            return "\n\n".join(
+                _aligned([header[i] for i in g], [[r[i] for i in g] for r in rows], width) for g in panels
+            )
     if fold:
         widths[0] = room
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), "  ".join("-" * w for w in widths)]
@@ -375,15 +430,16 @@ def format_rows(header: list[str], rows: list[list[str]], width: int | None = TE
     return "\n".join(lines)
 
 
-def format_table(table: pa.Table) -> str:
-    """Any Arrow table (a query's rows) as aligned text: numbers to six significant digits, NULL as –."""
+def format_table(table: pa.Table, width: int | None = TERMINAL_WIDTH) -> str:
+    """Any Arrow table (a query's rows) as aligned text within `width` columns (`format_rows`): numbers to six
+    significant digits, NULL as –."""
 
     def cell(value) -> str:
         if isinstance(value, float) and not math.isnan(value):
             return f"{value:.6g}"
         return _cell(value)
 
-    return format_rows(table.column_names, [[cell(v) for v in row.values()] for row in table.to_pylist()])
+    return format_rows(table.column_names, [[cell(v) for v in row.values()] for row in table.to_pylist()], width)
 
 
 def format_summary(
@@ -393,8 +449,9 @@ def format_summary(
     micro: bool = False,
     intervals: bool = False,
     tied: dict[str, set[tuple]] | None = None,
+    width: int | None = TERMINAL_WIDTH,
 ) -> str:
-    """One line per configuration: its label and config_id (`chunkeval.vocabulary.config_label`), then each
+    """One line per configuration (within `width` columns; None: `--wide`): its label and config_id (`chunkeval.vocabulary.config_label`), then each
     metric (`metrics`; default `default_metrics`) as mean±std (macro), its micro value, or (`intervals`) the 95 %
     bootstrap interval of its macro mean, `low–high` (as narrow as mean±std: the means are the macro table's). A
     macro cell of a configuration in `tied[metric]` (tied with the best, `tie_lines`) ends with `*`."""
@@ -417,7 +474,7 @@ def format_summary(
             if tied and not micro and tuple(rec[k] for k in keys) in tied.get(m, ()):
                 row[-1] += "*"
         rows.append(row)
-    return format_rows(["configuration", "config_id"] + extra + present, rows)
+    return format_rows(["configuration", "config_id"] + extra + present, rows, width)
 
 
 # what the label `default` means, said under a table that shows it (a label leaves out every key at its default)
@@ -437,7 +494,7 @@ def summary_block(summary: pa.Table, per_query: pa.Table, metrics=None, wide: bo
     starred where they are a minority, and a line per metric whose ties or ceiling say more (`tie_lines`)."""
     shown = chosen_metrics(summary, metrics, wide)
     tied, lines = summary_ties(per_query, shown)
-    out = [format_summary(summary, CONFIG_KEYS, metrics=shown, tied=tied)]
+    out = [format_summary(summary, CONFIG_KEYS, metrics=shown, tied=tied, width=None if wide else TERMINAL_WIDTH)]
     if any(tied.values()):
         out.append(TIE_NOTE.format(alpha=0.05))
     if any(config_label(row) == DEFAULT_LABEL for row in summary.select(_present(summary)).to_pylist()):

@@ -47,7 +47,10 @@ LOCKED_DOWN = {
 
 
 def _first_line(exc: Exception) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    """DuckDB's message in one line, with its own hint where it gives one (`Did you mean "config_summary"?`)."""
+    lines = [x.strip() for x in str(exc).strip().splitlines() if x.strip()] or [type(exc).__name__]
+    hint = next((x for x in lines[1:] if x.startswith(("Did you mean", "Candidate bindings"))), None)
+    return f"{lines[0]} ({hint[:160]})" if hint else lines[0]
 
 
 def check_sql_timeout(seconds: float) -> float:

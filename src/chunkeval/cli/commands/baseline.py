@@ -11,9 +11,15 @@ WAREHOUSE_SESSION = True  # one short change of the catalogue
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("baseline", help="pin a completed run as the baseline that regressions are measured against")
-    add_experiment(p, required=True)
-    add_run(p, required=True)
+    p = sub.add_parser(
+        "baseline",
+        help="pin a completed run as the baseline that regressions are measured against",
+        description="Pin a completed run of an experiment as its baseline: `trend --fail-on-regression`, the "
+        "nightly's gate and the report then judge the newest run against it rather than against the run before "
+        "(docs/commands.md). Pinning again replaces it.",
+    )
+    add_experiment(p, required=True, help="the experiment whose baseline it becomes")
+    add_run(p, "the completed run to pin (chunkeval runs lists them)", required=True)
     p.set_defaults(func=run)
     return p
 

@@ -13,9 +13,11 @@ from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
 from chunkeval.report.html import write_report
 from chunkeval.report.terminal import (
+    TERMINAL_WIDTH,
     approximate,
     check_output_path,
     chosen_metrics,
+    fold,
     format_index_costs,
     format_summary,
     summary_block,
@@ -58,6 +60,10 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         out = check_output_path(Path(args.html))  # resolved: never a warehouse file, a device or a folder
     if not args.run and not args.experiment:
         raise InputError("give --run ID or --experiment NAME")
+    if (
+        args.config and not args.html
+    ):  # it chooses the HTML page's failure analysis: on the terminal it would do nothing
+        raise InputError("--config chooses the configuration of the HTML report's failure analysis: give --html PATH")
     if args.since is not None:
         age = parse_age(args.since, "--since")
         if args.run or args.html or not args.experiment:
@@ -96,15 +102,20 @@ def _micro(table) -> list[str]:
 def _rollup(wh, experiment: str, since: str, age, args) -> int:
     rollup, run_ids = wh.rollup(experiment, age)
     print(
-        f"experiment {experiment}: {len(run_ids)} completed run(s) started within {since} "
-        f"({run_ids[-1]} to {run_ids[0]}); macro = mean over every query row of those runs, micro = sums over them\n"
+        fold(
+            f"experiment {experiment}: {len(run_ids)} completed run(s) started within {since} "
+            f"({run_ids[-1]} to {run_ids[0]}); macro = mean over every query row of those runs, micro = sums over them",
+            indent="",
+        )
+        + "\n"
     )
     keys = (["duplicates"] if len(set(rollup["duplicates"].to_pylist())) > 1 else []) + CONFIG_KEYS + ["n_runs"]
     metrics = chosen_metrics(rollup, args.metrics, args.wide)  # the columns a single run's report shows
     print("macro (mean ± sample std over query rows)")
-    print(format_summary(rollup, keys, metrics=metrics))
+    width = None if args.wide else TERMINAL_WIDTH
+    print(format_summary(rollup, keys, metrics=metrics, width=width))
     print("\nmicro (counts summed over the period's query rows before dividing)")
-    print(format_summary(rollup, keys, metrics=[m for m in _micro(rollup) if m in metrics], micro=True))
+    print(format_summary(rollup, keys, metrics=[m for m in _micro(rollup) if m in metrics], micro=True, width=width))
     return 0
 
 
@@ -116,18 +127,20 @@ def _print_run(wh, run: dict, args) -> None:
         f"{iso(run['started_at'])} to {iso(run['finished_at'])}\n"
     )
     print("macro (mean ± sample std over queries)")
-    print(summary_block(summary, wh.query_results(run["run_id"]), metrics))
+    print(summary_block(summary, wh.query_results(run["run_id"]), metrics, args.wide))
+    width = None if args.wide else TERMINAL_WIDTH
     if (
         f"{metrics[0]}_ci_low" in summary.column_names
         and summary.num_rows
         and summary[f"{metrics[0]}_ci_low"].null_count == 0
     ):
         print("\n95 % bootstrap interval of each macro mean above (low–high: queries resampled 10,000 times)")
-        print(format_summary(summary, CONFIG_KEYS, metrics=metrics, intervals=True))
+        print(format_summary(summary, CONFIG_KEYS, metrics=metrics, intervals=True, width=width))
     else:
         print("\n(this run was recorded before chunkeval kept intervals: none are shown)")
     print("\nmicro (counts summed over queries before dividing)")
-    print(format_summary(summary, CONFIG_KEYS, metrics=[m for m in _micro(summary) if m in metrics], micro=True))
+    print(format_summary(summary, CONFIG_KEYS, metrics=[m for m in _micro(summary) if m in metrics], micro=True,
+                         width=width))  # fmt: skip
     if approximate(summary):
         print("\nindexes (build seconds, size, and milliseconds per query: one at a time p50/p95, and batched)")
         print(format_index_costs(summary, CONFIG_KEYS))

@@ -15,7 +15,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "serve",
         help="serve every deployment of chunkeval's deployments file (or --prefect-file) from this process",
-        description="Serve the nightly, on-change, poll and weekly deployments from one process (no work pool). "
+        description="Serve the deployments of the deployments file (chunkeval's: nightly, on-change, poll, weekly and "
+        "production) from one process (no work pool). "
         "Needs a Prefect server (PREFECT_API_URL).",
     )
     p.add_argument(

@@ -14,7 +14,7 @@ from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
 from chunkeval.files import CsvRows
 from chunkeval.limits import MAX_INT, capped_memory
-from chunkeval.report.terminal import format_table
+from chunkeval.report.terminal import TERMINAL_WIDTH, format_table
 from chunkeval.warehouse.access import DEFAULT_SQL_TIMEOUT, MAX_SQL_TIMEOUT, check_sql_timeout
 
 WAREHOUSE_SESSION = False  # the query opens its own read-only connection, for as long as it runs
@@ -45,6 +45,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print a JSON list of row objects")
     fmt.add_argument("--csv", action="store_true", help="print CSV with a header line")
+    p.add_argument("--wide", action="store_true", help="one table as wide as its columns (else panels of 120 columns)")
     p.add_argument(
         "--limit",
         type=int,
@@ -181,7 +182,7 @@ def _run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
                     )
                 kept.append(batch)
             table = pa.Table.from_batches(kept, schema=schema)
-            print(format_table(table))
+            print(format_table(table, None if args.wide else TERMINAL_WIDTH))
             print(f"({table.num_rows} row(s))")
     if cut[0]:
         print(

@@ -82,13 +82,11 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     doc_runs = write_doc_runs(result.per_query, doc_runs)
     print(summary_block(result.summary, result.per_query, args.metrics, args.wide))
     truncated = sum(result.summary["truncated_chunks"].to_pylist()) // max(len(exp.k), 1)
-    print(
-        "\n"
-        + fold(
-            f"{result.texts_embedded} text(s) embedded; {truncated} chunk(s) longer than the model's input were "
-            f"embedded from their beginning; results in {out} and " + ", ".join(p.name for p in list(tables)[1:])
-        )
+    embedded = f"{result.texts_embedded} text(s) embedded; " if exp.needs_model() else ""  # said where a model ran
+    cut = (
+        f"{truncated} chunk(s) longer than the model's input were embedded from their beginning; " if truncated else ""
     )
+    print("\n" + fold(f"{embedded}{cut}results in {out} and " + ", ".join(p.name for p in list(tables)[1:])))
     if result.by_slice is not None:
         print(format_slices(result.by_slice))
     if doc_runs:

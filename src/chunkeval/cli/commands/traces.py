@@ -242,7 +242,7 @@ def draw_sample(wh, since, until, size: int, seed: int, corpus_dir, paths: dict)
     do. What was drawn."""
     spans = wh.production_spans(since, until).to_pylist()
     if not spans:
-        raise InputError(f"no production span in the window {since or 'the beginning'} to {until or 'now'}: "
+        raise InputError(f"no production span from {since or 'the first'} to {until or 'now'}: "
                          "import traces first (chunkeval traces import)")  # fmt: skip
     chosen = sample_queries(spans, size, seed)
     docs = wh.production_documents([s["span_id"] for s in chosen])

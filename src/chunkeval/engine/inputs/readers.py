@@ -15,6 +15,7 @@ from pathlib import Path
 
 from chunkeval.errors import InputError
 from chunkeval.limits import HEADER_BYTES, INPUT_BYTES, head, json_loads, read_bytes, regular_file, short
+from chunkeval.vocabulary import close_matches, folded
 
 log = logging.getLogger("chunkeval")
 
@@ -57,6 +58,16 @@ def _check_head(path: Path, check) -> None:
         check(first)
 
 
+def _check_columns(required, columns: list[str], path: Path) -> None:
+    """The one line of a header without a required column: what it has, and the column a typo most looks like."""
+    missing = [c for c in required if c not in columns]
+    if missing:
+        close = close_matches(missing[0], columns)
+        said = f"; is {close[0]} meant to be {missing[0]}?" if close else ""
+        raise InputError(f"missing column(s) {', '.join(missing)}; found {folded(columns) if columns else 'none'}{said}",
+                         path)  # fmt: skip
+
+
 def read_csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     """(row number, row) pairs of a CSV file that must have the `required` columns."""
 
@@ -65,18 +76,13 @@ def read_csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, 
             columns = next(csv.reader([line.rstrip("\r")]), [])
         except csv.Error as exc:
             raise InputError(f"malformed CSV header ({exc})", path, 1) from None
-        missing = [c for c in required if c not in columns]
-        if missing:
-            raise InputError(f"missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}", path)
+        _check_columns(required, columns, path)
 
     _check_head(path, header)
     text = nonempty(read_text(path), path)
     reader = csv.DictReader(io.StringIO(text, newline=""))
     try:  # every csv.Error of the file, its header's included, is one line naming the row
-        columns = reader.fieldnames or []
-        missing = [c for c in required if c not in columns]
-        if missing:
-            raise InputError(f"missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}", path)
+        _check_columns(required, reader.fieldnames or [], path)
         rows = list(reader)
     except csv.Error as exc:
         raise InputError(f"malformed CSV ({exc})", path, reader.line_num) from None
