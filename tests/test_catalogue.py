@@ -1111,11 +1111,19 @@ CASES.update(
         ),
         "run: rrf_k past a machine integer": (
             lambda w: ["run", "--experiment", "cat", "--retriever", "hybrid", "--rrf-k", "99999999999"],
-            "rrf_k must be at most 2147483647",
+            "--rrf-k must be at most 2147483647, got 99999999999",
         ),
         "run: a race's alpha out of range": (
             lambda w: ["run", "--experiment", "cat", "--race", "--race-alpha", "1"],
             "race_alpha takes a number between 0 and 1, got 1.0",
+        ),
+        "run: a race's budget below its first batch": (
+            lambda w: ["run", "--experiment", "cat", "--race", "--budget", "1"],
+            "budget 1 cells is less than the race's first batch:",
+        ),
+        "run: a race's batch past the largest whole number": (
+            lambda w: ["run", "--experiment", "cat", "--race", "--race-batch", "99999999999"],
+            "--race-batch must be at most 2147483647, got 99999999999",
         ),
         "run: a race's setting without --race": (
             lambda w: ["run", "--experiment", "cat", "--race-delta", "0.02"],

@@ -69,6 +69,19 @@ def test_a_raced_run_drops_the_worse_configuration_and_agrees_with_the_full_run(
     assert f"left out: run {raced_full} (raced" in gate.err and gate.out.startswith("no regression")
     assert main(["diff", "--run", raced_full, "--run", full]) == 2
     assert f"run {raced_full} was raced (race: true)" in capsys.readouterr().err
+    # a raced run is named as what it is wherever runs are listed or judged, and never becomes the baseline
+    flat = " ".join(out.split())  # the raced experiment's own run: no full run to judge, the raced one named
+    assert f"verdict: no full run to compare with yet; left out: run {raced} (raced" in flat, out
+    assert main(["baseline", "--experiment", "raced", "--run", raced]) == 2
+    assert f"run {raced} was raced (race: true), scored on part of the questions" in capsys.readouterr().err
+    assert main(["runs"]) == 0
+    listed = {
+        line.split()[0]: line.split()[2] for line in capsys.readouterr().out.splitlines()[2:] if line[:1].isdigit()
+    }
+    assert listed[raced] == listed[raced_full] == "raced" and listed[full] == "completed"
+    assert main(["trend", "--experiment", "full", "--metric", "mrr"]) == 0
+    shown = capsys.readouterr().out
+    assert f"{raced_full} R" in shown and "(R: a raced run" in shown and f"{full} R" not in shown
 
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("race on "))
@@ -111,7 +124,9 @@ def test_a_race_stops_before_the_batch_that_would_pass_its_budget():
                            race_metric="recall_at_k", budget=20)  # fmt: skip
     assert r.race["stopped"] == "budget" and r.race["cells"] == 18 and r.race["bound"] is None  # 3 batches of 6
     assert r.per_query.num_rows == 18 and set(r.per_query.column("k").to_pylist()) == {1, 5, 10}
-    with pytest.raises(InputError, match="budget 5 cells is less than the race's first batch: 2 question"):
+    with pytest.raises(
+        InputError, match=r"budget 5 cells is less than the race's first batch: 6 cells \(2 question\(s\) × 3"
+    ):
         chunkeval.evaluate(str(DEMO_DIR / "corpora"), str(DEMO_DIR / "questions.csv"), chunker=["fixed_token"],
                            chunk_sizes=[200], k=[1, 5, 10], retriever=["bm25"], race=True, race_batch=2,
                            budget=5)  # fmt: skip

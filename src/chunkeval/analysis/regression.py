@@ -186,6 +186,15 @@ def _detectable(checks: list[dict], threshold: float) -> dict | None:
     }
 
 
+def left_out_text(left: list[dict], shown: int = 3) -> str:
+    """`; left out: run A (raced: …); run B (…)` for the runs a verdict left out (the first `shown`, the rest
+    counted), or ''."""
+    if not left:
+        return ""
+    named = "; ".join(f"run {x['run_id']} ({x['why']})" for x in left[:shown])
+    return f"; left out: {named}" + (f" and {len(left) - shown} more" if len(left) > shown else "")
+
+
 def verdict_line(v: dict) -> str:
     """The verdict as one line: what a terminal, a flow's log and the report say first."""
     against = f"run {v['run_id']} against {v['reference_run_id']}"

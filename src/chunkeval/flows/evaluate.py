@@ -24,7 +24,7 @@ from prefect.logging import get_run_logger
 from prefect.runtime import flow_run
 
 from chunkeval import progress
-from chunkeval.analysis.regression import NOTHING_COMPARABLE, verdict_line
+from chunkeval.analysis.regression import NOTHING_COMPARABLE, left_out_text, verdict_line
 from chunkeval.engine.pipeline import sweep
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.fingerprints import input_fingerprints, models_fingerprint
@@ -198,7 +198,14 @@ def tell(wh: Warehouse, exp: Experiment, run_id: str, trigger: str, report: str 
     run = {"run_id": run_id, "trigger": trigger}
     try:
         found = wh.verdict(exp.name)
-        line = verdict_line(found) if found else "the first run: nothing to compare with yet"
+        raced = [] if found else wh.raced_runs(exp.name)  # runs the gate leaves out, named where it says why
+        line = (
+            verdict_line(found) + left_out_text(found.get("left_out", []))
+            if found
+            else f"no full run to compare with yet{left_out_text(raced)}"
+            if raced
+            else "the first run: nothing to compare with yet"
+        )
     except InputError as exc:  # runs scored otherwise (a run setting changed): never compared
         found = {"verdict": NOTHING_COMPARABLE, "reason": str(exc), "run_id": run_id, "reference_run_id": None}
         line = f"nothing comparable: {exc}"

@@ -350,6 +350,7 @@ def fold_label(text: str, width: int) -> list[str]:
     return [line.rstrip() for line in lines if line.strip()] or [""]
 
 
+NUMERIC_START = set("0123456789+-–.")  # a cell that starts so is a number (or none, –): aligned right
 NAMED = re.compile(r".+ \[[0-9a-f]{8}\]")  # a cell naming a configuration by its label and config_id
 SHORTEST_NAMED = 24  # the narrowest a label column other than the first is shortened to
 
@@ -421,7 +422,7 @@ def _aligned(header: list[str], rows: list[list[str]], width: int | None) -> str
         cells = [first, *r[1:]]
         lines.append(
             "  ".join(
-                c.ljust(w) if i == 0 or c[:1].isalpha() or header[i] in LEFT else c.rjust(w)
+                c.rjust(w) if i and c[:1] in NUMERIC_START and header[i] not in LEFT else c.ljust(w)
                 for i, (c, w) in enumerate(zip(cells, widths))
             ).rstrip()
         )
@@ -437,9 +438,17 @@ def format_table(table: pa.Table, width: int | None = TERMINAL_WIDTH) -> str:
     def cell(value) -> str:
         if isinstance(value, float) and not math.isnan(value):
             return f"{value:.6g}"
-        return _cell(value)
+        text = _cell(value)
+        if width is not None and len(text) > width // 2:  # a long text (a run's settings) cut, as the note says
+            cut.append(True)
+            return text[: width // 2 - 1] + "…"
+        return text
 
-    return format_rows(table.column_names, [[cell(v) for v in row.values()] for row in table.to_pylist()], width)
+    cut: list[bool] = []
+    text = format_rows(table.column_names, [[cell(v) for v in row.values()] for row in table.to_pylist()], width)
+    return text + (
+        f"\n(values longer than {width // 2} characters cut; --wide, --json or --csv show them whole)" if cut else ""
+    )
 
 
 def format_summary(

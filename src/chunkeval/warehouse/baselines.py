@@ -19,6 +19,9 @@ class Baselines(RunFiles):
         run = self.run(run_id)
         if run["status"] != "completed" or run["experiment"] != experiment:
             raise InputError(f"run {run_id!r} is not a completed run of experiment {experiment!r}")
+        if self.raced(run_id):  # the gate never compares a raced run: pinned, every verdict would be refused
+            raise InputError(f"run {run_id} was raced (race: true), scored on part of the questions: a baseline is a "
+                             "full run (chunkeval runs lists them)")  # fmt: skip
         pin = {"experiment": experiment, "run_id": run_id, "pinned_at": utc_now()}
         self._write_pin(pin)
         with self.connect() as con:
@@ -138,11 +141,13 @@ class Baselines(RunFiles):
             {"run_id": r["run_id"], "why": r["error"]}
             for r in self.runs(experiment, "quarantined")
             if r["started_at"] >= since
-        ] + [
-            {"run_id": r, "why": "raced: scored on part of the questions (chunkeval run --race)"}
-            for r in self._completed(experiment, raced=True, since=since)
-        ]
+        ] + self.raced_runs(experiment, since)
         return found
+
+    def raced_runs(self, experiment: str, since=None) -> list[dict]:
+        """The experiment's raced runs (since `since`), as the gate names what it leaves out."""
+        why = "raced: scored on part of the questions (chunkeval run --race)"
+        return [{"run_id": r, "why": why} for r in self._completed(experiment, raced=True, since=since)]
 
     def verdict_of_runs(
         self,

@@ -304,7 +304,11 @@ class History(Schema):
         every query row of the experiment's completed runs started within `since`, micro = sums over
         them, with `n_runs`; the same SQL as every summary (`chunkeval.stats.aggregate`). Also the run ids."""
         start = utc_now() - since
-        runs = [r for r in self.runs(experiment, "completed") if r["started_at"] >= start]
+        runs = [
+            r
+            for r in self.runs(experiment, "completed")
+            if r["started_at"] >= start and not json.loads(r["settings"] or "{}").get("race")  # raced: part of it
+        ]
         if not runs:
             raise InputError(f"experiment {experiment!r} has no completed run since {start:%Y-%m-%d %H:%M} UTC")
         files = [self._file(r["run_id"], "per_query") for r in runs]

@@ -104,7 +104,8 @@ def _rollup(wh, experiment: str, since: str, age, args) -> int:
     print(
         fold(
             f"experiment {experiment}: {len(run_ids)} completed run(s) started within {since} "
-            f"({run_ids[-1]} to {run_ids[0]}); macro = mean over every query row of those runs, micro = sums over them",
+            f"({run_ids[-1]} to {run_ids[0]}; raced runs left out); macro = mean over every query row of those runs, "
+            "micro = sums over them",
             indent="",
         )
         + "\n"

@@ -125,7 +125,13 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if not rows:
         print(f"no completed run of experiment {args.experiment!r} with {', '.join(metrics)}")
     elif args.verbose or not args.fail_on_regression:
+        raced = {r["run_id"] for r in wh.raced_runs(args.experiment)}
+        for r in rows:
+            r["raced"] = r["run_id"] in raced
         print("\n\n".join(_table(found, m) for m, found in by_metric.items() if found))
+        if raced & {r["run_id"] for r in rows}:
+            print("(R: a raced run, scored on part of the questions: its means and changes are not a full run's; the "
+                  "gate leaves it out)")  # fmt: skip
         if any(r.get("gold_changed") for r in rows):
             print(
                 "(G: the gold set changed since the previous completed run: `gold update`, a generated, accepted "
@@ -204,7 +210,9 @@ def _verdict(wh, args: argparse.Namespace, config: dict, in_slice: tuple[str, st
     )
     out = sys.stderr if args.json else sys.stdout  # JSON on stdout stays one document
     if found is None:
-        print(f"no regression check: experiment {args.experiment!r} has no run to compare with yet", file=out)
+        for left in wh.raced_runs(args.experiment):
+            print(f"left out: run {left['run_id']} ({left['why']})", file=sys.stderr)
+        print(f"no regression check: experiment {args.experiment!r} has no full run to compare with yet", file=out)
         return 0
     for left in found["left_out"]:
         print(f"left out: run {left['run_id']} ({left['why']})", file=sys.stderr)
@@ -255,7 +263,10 @@ def _table(rows: list[dict], metric: str) -> str:
         cols,
         [
             [
-                r["run_id"] + (" G" if r.get("gold_changed") else "") + (" M" if r.get("model_changed") else ""),
+                r["run_id"]
+                + (" G" if r.get("gold_changed") else "")
+                + (" M" if r.get("model_changed") else "")
+                + (" R" if r.get("raced") else ""),
                 *([iso(r["started_at"])] if when else []),
                 *(str(r[k]) for k in keys),
                 *([f"{r['n_queries']}{'*' if r['too_small'] else ''}"] if sliced else []),

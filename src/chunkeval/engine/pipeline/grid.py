@@ -121,6 +121,17 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min" if seconds >= 60 else "1 min"
 
 
+def check_race_budget(exp: Experiment, n_questions: int) -> None:
+    """A race's `budget` pays at least for its first batch (every configuration, each at each k, on `race_batch`
+    questions): else nothing would be evaluated, found before any work rather than after the chunking."""
+    if exp.race and exp.budget:
+        first = min(exp.race_batch, n_questions) * grid_size(exp)
+        if exp.budget < first:
+            raise InputError(f"budget {exp.budget:,} cells is less than the race's first batch: {first:,} cells "
+                             f"({min(exp.race_batch, n_questions)} question(s) × {grid_size(exp):,} configurations, "
+                             "each at each k)")  # fmt: skip
+
+
 def check_grid(exp: Experiment, embedders: Embedders, consent: Consent = Consent()) -> None:
     """Let a grid start: a small one, one `consent.yes` or `max_configurations` allows, or one the user confirms
     (`consent.confirm`). Past `LARGE_GRID` the estimate is said first (`consent.say`) however the grid is allowed;

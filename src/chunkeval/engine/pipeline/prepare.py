@@ -14,7 +14,7 @@ from pathlib import Path
 from chunkeval.engine.embedding.embedders import Embedders
 from chunkeval.engine.embedding.resolution import resolution, say_choice
 from chunkeval.engine.pipeline.experiment import Experiment
-from chunkeval.engine.pipeline.grid import Consent, check_grid
+from chunkeval.engine.pipeline.grid import Consent, check_grid, check_race_budget
 from chunkeval.engine.pipeline.records import RunState
 from chunkeval.engine.pipeline.sweep import begin, load
 from chunkeval.paths import cache_dir
@@ -53,6 +53,8 @@ def prepare(
         with clock.stage("loading"):  # said by no line of its own: bad input is then the one line
             state = load(state)
     check_grid(exp, state.embedders, consent)
+    if state.inputs is not None:
+        check_race_budget(exp, state.inputs.gold.n_queries)
     say_choice(backend_line, fresh)  # once the inputs are checked: bad input is the one line a mistake prints
     state.clock = clock
     return state

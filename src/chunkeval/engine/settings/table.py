@@ -153,6 +153,8 @@ def read_flag(s: Setting, value):
         return tuple(split_flags(value))
     if s.kind == "ints":
         return parse_ints(value, s.flag)
+    if s.kind == "int":
+        return whole_number(value, s.flag)  # within MAX_INT, as a file's value is (`read_value`)
     if s.kind == "number":
         return read_value(value, s)
     return value
