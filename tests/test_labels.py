@@ -133,6 +133,30 @@ def test_every_list_argument_of_the_api_takes_one_string(tmp_path, monkeypatch):
     assert one == listed
 
 
+def test_the_apis_mistakes_are_one_line_as_the_commands_are(tmp_path, monkeypatch):
+    """What a notebook gets wrong raises chunkeval's InputError with what it looks like, never Python's TypeError or
+    pyarrow's KeyError: a misspelt keyword, a config mapping with an unknown key or a value of the wrong type, a
+    corpus id that would be a path, questions that are no list."""
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
+    res = chunkeval.score({"q1": ["c3"], "q2": ["c1"]}, {"q1": ["c3", "c1"], "q2": ["c2", "c1"]}, k=2)
+    other = chunkeval.score({"q1": ["c3"], "q2": ["c1"]}, {"q1": ["c1", "c3"], "q2": ["c1", "c2"]}, k=2)
+    with pytest.raises(InputError, match=r"unknown keyword of chunkeval.compare\(\) 'metrc'; did you mean metric\?"):
+        chunkeval.compare(res, other, metrc="mrr")
+    with pytest.raises(InputError, match="unknown --config key 'kk'; did you mean k"):
+        chunkeval.compare(res, other, metric="mrr", config={"kk": 2})
+    with pytest.raises(InputError, match="a value is a name or a whole number, got"):
+        chunkeval.compare(res, other, metric="mrr", config={"k": [1, 2]})
+    with pytest.raises(InputError, match="unknown keyword of chunkeval.score"):
+        chunkeval.score({"q1": ["c3"]}, {"q1": ["c3"]}, kk=2)
+    with pytest.raises(InputError, match="corpus id '../x' must be a file name"):
+        chunkeval.evaluate({"../x": "text"}, [], chunker="fixed_token", chunk_sizes=[100], retriever="bm25")
+    assert not (tmp_path / "x.md").exists() and not any(tmp_path.glob("**/x.md"))
+    with pytest.raises(InputError, match="questions must be a file's path or a list of mappings, got int"):
+        chunkeval.evaluate({"doc": "text"}, 5, chunker="fixed_token", chunk_sizes=[100], retriever="bm25")
+    with pytest.raises(InputError, match="question 1: references must be a list, got int"):
+        chunkeval.evaluate({"doc": "text"}, [{"question": "q", "references": 5, "corpus_id": "doc"}], retriever="bm25")
+
+
 def test_a_notebook_repr_names_configurations_as_the_terminal_does():
     res = chunkeval.score({"q1": ["c3"], "q2": ["c1"]}, {"q1": ["c3", "c1"], "q2": ["c2", "c1"]}, k=2)
     text = repr(res)

@@ -45,9 +45,10 @@ from chunkeval.engine.pipeline.sweep import load_inputs, run_steps
 from chunkeval.engine.scoring.metrics import score_run
 from chunkeval.engine.settings.table import check_k
 from chunkeval.errors import InputError, NothingComparable
+from chunkeval.limits import short
 from chunkeval.report.inspect import MARK, format_inspect, inspect_doc
 from chunkeval.report.notebook import comparisons_html, comparisons_text, results_html, results_text
-from chunkeval.vocabulary import check_metric, check_metrics, split_list
+from chunkeval.vocabulary import check_metric, check_metrics, split_list, unknown_name
 from chunkeval.warehouse import Warehouse
 
 
@@ -104,7 +105,12 @@ def _config(config) -> dict:
         return config_filter([config])
     if config is not None and not isinstance(config, Mapping):
         raise InputError(f"config must be a mapping or a string of key=value pairs, got {type(config).__name__}")
-    return dict(config or {})
+    for key, value in (config or {}).items():  # each pair read as --config reads it: its key known, its value typed
+        if not isinstance(value, (str, int)) or isinstance(value, bool):
+            if value is not None:
+                raise InputError(f"config {short(key)}: a value is a name or a whole number, got {short(value)}")
+    pairs = [f"{k}={'none' if v is None else v}" for k, v in (config or {}).items()]
+    return config_filter(pairs) if pairs else {}
 
 
 class MissingLibrary(InputError, ImportError):
@@ -137,6 +143,13 @@ def _corpus_folder(corpora: str | Path | Mapping[str, str], scratch: Path) -> st
         folder = scratch / "corpora"
         folder.mkdir()
         for corpus_id, text in corpora.items():
+            if (
+                not isinstance(corpus_id, str)
+                or not corpus_id
+                or corpus_id.startswith(".")
+                or any(c in corpus_id for c in "/\\\x00")
+            ):  # it names the corpus's file here: never a path, never hidden
+                raise InputError(f"corpus id {short(corpus_id)} must be a file name: no '/', no leading '.'")
             if not isinstance(text, str):
                 raise InputError(f"corpus {corpus_id!r} must be a string of text")
             (folder / f"{corpus_id}.md").write_text(text, encoding="utf-8", newline="")
@@ -149,6 +162,8 @@ def _questions_file(questions: str | Path | Sequence[Mapping], scratch: Path) ->
         return str(questions)
     import csv
 
+    if not isinstance(questions, Sequence) or isinstance(questions, (bytes, Mapping)):
+        raise InputError(f"questions must be a file's path or a list of mappings, got {type(questions).__name__}")
     path = scratch / "questions.csv"
     own = ["query_id", "question", "references", "corpus_id"]
     # other keys are columns a run can slice by (`slice_by`); a list (tags) is written as JSON
@@ -159,6 +174,8 @@ def _questions_file(questions: str | Path | Sequence[Mapping], scratch: Path) ->
         for i, q in enumerate(questions, start=1):
             if not isinstance(q, Mapping) or not {"question", "references", "corpus_id"} <= q.keys():
                 raise InputError(f"question {i} must be a mapping with question, references and corpus_id")
+            if not isinstance(q["references"], (list, tuple)):
+                raise InputError(f"question {i}: references must be a list, got {type(q['references']).__name__}")
             cells = {k: json.dumps(q[k]) if isinstance(q.get(k), list) else q.get(k, "") for k in extra}
             writer.writerow(
                 {
@@ -230,6 +247,23 @@ def _past_throughput() -> dict[str, float]:
     return Warehouse.at_home().model_throughput()
 
 
+def _keywords_checked(fn):
+    """`fn`, whose call with a keyword it does not take (`chunk_sizes=` to `check_gold`, `metrc=`) is one line naming
+    the keyword and what it looks like, as the CLI's flags and the experiment's keys are: never Python's TypeError."""
+    import functools
+
+    known = signature(fn).parameters
+
+    @functools.wraps(fn)
+    def checked(*args, **kwargs):
+        for name in kwargs:
+            if name not in known:
+                raise InputError(unknown_name(f"keyword of chunkeval.{fn.__name__}()", name, known))
+        return fn(*args, **kwargs)
+
+    return checked
+
+
 def _with_settings(fn):
     """`fn`'s signature and docstring with one keyword per experiment setting of the settings table (it
     takes them, and old spellings, through `**settings`)."""
@@ -249,6 +283,7 @@ def _with_settings(fn):
 evaluate = _with_settings(evaluate)
 
 
+@_keywords_checked
 def score(
     gold: Mapping[str, Sequence[str] | Mapping[str, float]],
     run: Mapping[str, Sequence[str]],
@@ -287,6 +322,7 @@ def score(
     return Results(summary, per_query)
 
 
+@_keywords_checked
 def check_gold(
     corpus_dir: str | Path | Mapping[str, str],
     questions: str | Path | Sequence[Mapping],
@@ -319,6 +355,7 @@ def _per_query(side, metric: str, what: str) -> pa.Table:
     return table
 
 
+@_keywords_checked
 def compare(
     a: Results | pa.Table | str,
     b: Results | pa.Table | str | None = None,
@@ -363,6 +400,7 @@ class Regressions(list):
     verdict: dict
 
 
+@_keywords_checked
 def regressions(
     experiment: str,
     metrics: Sequence[str] | str | None = None,
@@ -410,6 +448,7 @@ class Inspection(dict):
         return f'<pre style="white-space: pre-wrap">{text}</pre>'
 
 
+@_keywords_checked
 def inspect(run_id: str, query_id: str, config: Mapping | str | None = None) -> Inspection:
     """One question of a run recorded in the warehouse under `$CHUNKEVAL_HOME`, as `chunkeval inspect
     --json` gives it: `{query_id, question, references: [{corpus_id, start, end, text, context}], configs:
