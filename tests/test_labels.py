@@ -155,6 +155,14 @@ def test_the_apis_mistakes_are_one_line_as_the_commands_are(tmp_path, monkeypatc
         chunkeval.evaluate({"doc": "text"}, 5, chunker="fixed_token", chunk_sizes=[100], retriever="bm25")
     with pytest.raises(InputError, match="question 1: references must be a list, got int"):
         chunkeval.evaluate({"doc": "text"}, [{"question": "q", "references": 5, "corpus_id": "doc"}], retriever="bm25")
+    with pytest.raises(InputError, match="a has no values of metric 'doc_mrr'"):  # span gold measures no doc_*
+        chunkeval.compare(res, other, metric="doc_mrr")
+    with pytest.raises(InputError, match="--alpha must be strictly between 0 and 1, got '0.05'"):
+        chunkeval.compare(res, other, metric="mrr", alpha="0.05")
+    with pytest.raises(InputError, match="chunk_size must be a whole number from 1"):
+        chunkeval.check_gold({"doc": "text"}, [], chunk_size="200")
+    with pytest.raises(InputError, match="cache_dir must be a folder's path, got int"):
+        chunkeval.evaluate({"doc": "text"}, [], retriever="bm25", cache_dir=5)
 
 
 def test_a_notebook_repr_names_configurations_as_the_terminal_does():

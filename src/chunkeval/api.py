@@ -43,7 +43,7 @@ from chunkeval.engine.pipeline.grid import Consent
 from chunkeval.engine.pipeline.prepare import prepare
 from chunkeval.engine.pipeline.sweep import load_inputs, run_steps
 from chunkeval.engine.scoring.metrics import score_run
-from chunkeval.engine.settings.table import check_k
+from chunkeval.engine.settings.table import MAX_CHUNK_SIZE, check_k
 from chunkeval.errors import InputError, NothingComparable
 from chunkeval.limits import short
 from chunkeval.report.inspect import MARK, format_inspect, inspect_doc
@@ -228,6 +228,8 @@ def evaluate(
             values["questions"] = _questions_file(questions, scratch)
         exp = Experiment.from_dict({**base.to_dict(), **values})
         consent = Consent(yes, None, "yes=True", logging.getLogger("chunkeval").warning, _past_throughput)
+        if cache_dir is not None and not isinstance(cache_dir, (str, Path)):
+            raise InputError(f"cache_dir must be a folder's path, got {type(cache_dir).__name__}")
         cache = Path(cache_dir) if cache_dir else None
         state = prepare(exp, batch_size=batch_size, device=device, consent=consent, cache=cache)
         result = run_steps(state)
@@ -334,6 +336,9 @@ def check_gold(
     """`chunkeval gold check` from Python: the lists ambiguous_references, overlapping_references,
     empty_references, long_references (with `chunk_size`), repeated_questions, skipped_documents (the
     documents of the folder left out as unreadable) and left_out_qrels (of document gold; empty here)."""
+    if chunk_size is not None:  # as a run's chunk_sizes is: a whole number from 1
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or not 1 <= chunk_size <= MAX_CHUNK_SIZE:
+            raise InputError(f"chunk_size must be a whole number from 1 to {MAX_CHUNK_SIZE:,}, got {short(chunk_size)}")
     with tempfile.TemporaryDirectory(prefix="chunkeval-") as scratch:
         scratch = Path(scratch)
         exp = Experiment(
@@ -350,8 +355,9 @@ def _per_query(side, metric: str, what: str) -> pa.Table:
     table = side.per_query if isinstance(side, Results) else side
     if not isinstance(table, pa.Table) or "query_id" not in table.column_names:
         raise InputError(f"{what} must be Results, a per-query Arrow table or a recorded run id")
-    if metric not in table.column_names:
-        raise InputError(f"{what} has no metric {metric!r}")
+    if metric not in table.column_names or table.num_rows and table[metric].null_count == table.num_rows:
+        raise InputError(f"{what} has no values of metric {metric!r} (doc_* metrics need document gold, span_* span "
+                         "gold)")  # fmt: skip
     return table
 
 

@@ -121,8 +121,8 @@ def adjust(comparisons: list[dict], alpha: float = 0.05) -> list[dict]:
 
 def check_alpha(alpha: float) -> float:
     """A significance level, strictly between 0 and 1 (the CLI's --alpha, the Python API's alpha)."""
-    if not (math.isfinite(alpha) and 0 < alpha < 1):
-        raise InputError(f"--alpha must be strictly between 0 and 1, got {alpha}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (math.isfinite(alpha) and 0 < alpha < 1):
+        raise InputError(f"--alpha must be strictly between 0 and 1, got {alpha!r}")
     return alpha
 
 

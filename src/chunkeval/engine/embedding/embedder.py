@@ -63,7 +63,9 @@ def check_device(device: str | None) -> str:
     """`auto` (a GPU when torch sees one, else the CPU), `cpu`, `cuda` or `cuda:N`; `cuda` on a machine
     whose torch sees no GPU is an error before any work."""
     device = device or "auto"
-    if device not in DEVICES and not (device.startswith("cuda:") and device[5:].isdigit()):
+    if not isinstance(device, str) or (
+        device not in DEVICES and not (device.startswith("cuda:") and device[5:].isdigit())
+    ):
         raise InputError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}")
     if device.startswith("cuda"):
         import torch
