@@ -240,25 +240,14 @@ def uncorrected_rules():
     α_certify (no weight). It keeps everything else of the race (the weighing, the restart, the bets, the looks),
     so its share of cells, beside the race's, says how much of the race's cost is the guarantee over all
     configurations at once and how much is testing one configuration by betting, look after look."""
-    from chunkeval.stats.racing import WEIGH, Racer
+    from chunkeval.stats.racing import Racer
 
     class Uncorrected(Racer):
-        def look(self) -> None:
-            if self.weights is None:
-                if self.t >= min(WEIGH, self.n):
-                    self.weigh()
-                return
-            lead, e = self.leader(), self.drops.evalue()
-            for c in self.configs():
-                if c != lead and e[c] >= 1 / self.alpha["drops"]:
-                    self.active[c] = False
-                    self.dropped.append({"config": c, "after": self.t, "by": lead, "p": 1 / e[c]})
+        def rejected(self):
+            return self.drops.evalue() >= 1 / self.alpha["drops"]
 
-        def certified(self) -> bool:
-            lead, p = self.leader(), self.pair_p()
-            return self.leads is not None and all(
-                p[c, lead] <= self.alpha["certify"] for c in self.configs() if c != lead
-            )
+        def certify_level(self, lead: int) -> float:
+            return self.alpha["certify"]
 
     return Uncorrected
 

@@ -105,11 +105,11 @@ def _config(config) -> dict:
         return config_filter([config])
     if config is not None and not isinstance(config, Mapping):
         raise InputError(f"config must be a mapping or a string of key=value pairs, got {type(config).__name__}")
-    for key, value in (config or {}).items():  # each pair read as --config reads it: its key known, its value typed
-        if not isinstance(value, (str, int)) or isinstance(value, bool):
-            if value is not None:
-                raise InputError(f"config {short(key)}: a value is a name or a whole number, got {short(value)}")
-    pairs = [f"{k}={'none' if v is None else v}" for k, v in (config or {}).items()]
+    pairs = []  # each read as --config reads it: its key known, its value a name or a whole number
+    for key, value in (config or {}).items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int))):
+            raise InputError(f"config {short(key)}: a value is a name or a whole number, got {short(value)}")
+        pairs.append(f"{key}={'none' if value is None else value}")
     return config_filter(pairs) if pairs else {}
 
 

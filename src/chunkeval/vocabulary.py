@@ -187,8 +187,9 @@ def no_match(config: dict, configs: list[dict], what: str) -> str:
         there = {str(c[key]) for c in configs if key in c}
         if str(value) not in there:
             close = close_matches(value, there)
-            hint = " or ".join(f"{key}={v}" for v in close) + "?" if close else ""
-            return f"{said}; did you mean {hint}" if close else f"{said}; its {key}: {folded(sorted(there))}"
+            if close:
+                return f"{said}; did you mean {' or '.join(f'{key}={v}' for v in close)}?"
+            return f"{said}; its {key}: {folded(sorted(there))}"
     return f"{said}; each of its settings is found, but not together"
 
 

@@ -198,14 +198,15 @@ def tell(wh: Warehouse, exp: Experiment, run_id: str, trigger: str, report: str 
     run = {"run_id": run_id, "trigger": trigger}
     try:
         found = wh.verdict(exp.name)
-        raced = [] if found else wh.raced_runs(exp.name)  # runs the gate leaves out, named where it says why
-        line = (
-            verdict_line(found) + left_out_text(found.get("left_out", []))
-            if found
-            else f"no full run to compare with yet{left_out_text(raced)}"
-            if raced
-            else "the first run: nothing to compare with yet"
-        )
+        if found:  # with the runs the gate left out, named
+            line = verdict_line(found) + left_out_text(found.get("left_out", []))
+        else:
+            raced = wh.raced_runs(exp.name)
+            line = (
+                f"no full run to compare with yet{left_out_text(raced)}"
+                if raced
+                else "the first run: nothing to compare with yet"
+            )
     except InputError as exc:  # runs scored otherwise (a run setting changed): never compared
         found = {"verdict": NOTHING_COMPARABLE, "reason": str(exc), "run_id": run_id, "reference_run_id": None}
         line = f"nothing comparable: {exc}"

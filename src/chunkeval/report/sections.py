@@ -394,9 +394,8 @@ def trend_series(
     (a metric no run of them measured, such as doc_ndcg_at_k under span gold, has no panel), a line per
     configuration with the regressions of `falls` marked; the marks of the runs whose gold set changed; the
     runs `(started_at, run_id)` by position; and what changed at each run."""
-    fell = {
-        (f["metric"], label(f, with_id=True)) for f in falls if not f.get("slice")
-    }  # the lines drawn are of the whole gold set
+    # the lines drawn are of the whole gold set
+    fell = {(f["metric"], label(f, with_id=True)) for f in falls if not f.get("slice")}
     newest = falls[0]["run_id"] if falls else None
     rows = wh.history(experiment, list(REGRESSION_METRICS), configs, TREND_RUNS)
     runs = list(dict.fromkeys((r["started_at"], r["run_id"]) for r in rows))
@@ -413,8 +412,9 @@ def trend_series(
             continue  # never measured (the other kind of gold): no empty panel
         for c in configs:
             mine = by_config.get(tuple(c[k] for k in CONFIG_KEYS), [])
-            bad = [r["run_id"] == newest and (metric, label(c, with_id=True)) in fell for r in mine]
-            series.setdefault(metric, {})[label(c, with_id=True)] = (
+            name = label(c, with_id=True)
+            bad = [r["run_id"] == newest and (metric, name) in fell for r in mine]
+            series.setdefault(metric, {})[name] = (
                 [position[r["run_id"]] for r in mine],
                 [r[f"{metric}_mean"] for r in mine],
                 bad,

@@ -263,11 +263,19 @@ class Racer:
                 self.weigh()
             return
         lead = self.leader()
-        rejected = closed_rejects(self.drops.evalue(), self.alpha["drops"], self.weights)
+        rejected = self.rejected()
         for c in self.configs():
             if c != lead and rejected[c]:
                 self.active[c] = False
                 self.dropped.append({"config": c, "after": self.t, "by": lead, "p": float(self.drops.pvalue()[c])})
+
+    def rejected(self) -> np.ndarray:
+        """Which configurations' drop tests reject now: the closure of their weighted e-values (`closed_rejects`)."""
+        return closed_rejects(self.drops.evalue(), self.alpha["drops"], self.weights)
+
+    def certify_level(self, lead: int) -> float:
+        """The level each pair test against the leader `lead` must reach to certify it: α_certify · its weight."""
+        return self.alpha["certify"] * self.leads[lead]
 
     def certified(self) -> bool:
         """Every configuration still in the race is shown at most δ better than the leader L (an intersection-union
@@ -276,7 +284,7 @@ class Racer:
         if self.alpha["certify"] <= 0 or self.leads is None:
             return False
         lead, p = self.leader(), self.pair_p()
-        level = self.alpha["certify"] * self.leads[lead]
+        level = self.certify_level(lead)
         return all(p[c, lead] <= level for c in self.configs() if c != lead)
 
     def against_reference(self) -> dict | None:

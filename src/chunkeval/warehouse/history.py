@@ -22,6 +22,7 @@ from chunkeval.warehouse.tables import (
     parquet,
     parquet_columns,
     projection,
+    raced,
     utc_now,
 )
 
@@ -307,7 +308,7 @@ class History(Schema):
         runs = [
             r
             for r in self.runs(experiment, "completed")
-            if r["started_at"] >= start and not json.loads(r["settings"] or "{}").get("race")  # raced: part of it
+            if r["started_at"] >= start and not raced(r["settings"])  # a raced run scored part of the questions
         ]
         if not runs:
             raise InputError(f"experiment {experiment!r} has no completed run since {start:%Y-%m-%d %H:%M} UTC")

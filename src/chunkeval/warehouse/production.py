@@ -101,7 +101,7 @@ class Production(Schema):
     def recover_production(self, damaged: str | None) -> dict:
         """Production's tables copied from a damaged catalogue that `warehouse repair` moved aside, as far as it
         can be read: all of them in one transaction, or none (a span without its documents would mislead).
-        `{"rows": {table: n}, "problem": None}`, or the rows left and the first line of what could not be read."""
+        `{"rows": {table: n}, "problem": None}`, or no rows and the first line of what could not be read."""
         import duckdb
 
         if damaged is None:

@@ -5,6 +5,7 @@ Plain names and functions: no connection, no file is opened here."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,6 +59,11 @@ def run_setting_sql(name: str, t: str = "") -> str:
 # a raced run (`chunkeval run --race`): its dropped configurations were scored on the questions before their drop,
 # which the race chose, so the regression gate compares runs scored on every question
 RACED_SQL = "coalesce(json_extract_string({t}settings, '$.race'), 'false') = 'true'"
+
+
+def raced(settings: str | None) -> bool:
+    """`RACED_SQL` of one run's settings (its catalogue row's JSON), in Python."""
+    return bool(json.loads(settings or "{}").get("race"))
 
 
 def run_settings_sql(t: str = "") -> str:

@@ -60,9 +60,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         out = check_output_path(Path(args.html))  # resolved: never a warehouse file, a device or a folder
     if not args.run and not args.experiment:
         raise InputError("give --run ID or --experiment NAME")
-    if (
-        args.config and not args.html
-    ):  # it chooses the HTML page's failure analysis: on the terminal it would do nothing
+    # --config chooses the HTML page's failure analysis: on the terminal it would do nothing
+    if args.config and not args.html:
         raise InputError("--config chooses the configuration of the HTML report's failure analysis: give --html PATH")
     if args.since is not None:
         age = parse_age(args.since, "--since")

@@ -12,6 +12,7 @@ from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
 from chunkeval.report.terminal import format_rows
 from chunkeval.visible import visible
+from chunkeval.warehouse.tables import raced
 
 WAREHOUSE_SESSION = True  # reads the catalogue, or removes runs in one short step
 
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
             [
                 d["run_id"],
                 d["experiment"],
-                "raced" if d["status"] == "completed" and _raced(r) else d["status"],  # completed on part of it
+                "raced" if d["status"] == "completed" and raced(r["settings"]) else d["status"],  # on part of it
                 d["trigger"],
                 r["started_at"].strftime("%Y-%m-%d %H:%M") if r["started_at"] else "",
                 "" if took is None else f"{took:.0f}",
@@ -128,10 +129,3 @@ def prune(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if kept:
         print(f"kept run {kept}: it is the pinned baseline (pin another with `chunkeval baseline` to let it go)")
     return 0
-
-
-def _raced(row: dict) -> bool:
-    """Whether a completed run was raced (`chunkeval run --race`): scored on part of the questions."""
-    import json
-
-    return bool(json.loads(row.get("settings") or "{}").get("race"))

@@ -118,6 +118,13 @@ def sniff(path: Path) -> str:
     raise InputError("not a trace file chunkeval reads: neither OTLP JSON (resourceSpans) nor Phoenix's spans", path)
 
 
+def strict_error(path, line: int, span, reason: str) -> InputError:
+    """With `--strict`, the one line of the first span that would be skipped: its file, line, span and reason."""
+    return InputError(
+        f"line {line}: span {short(span)}: {SKIP_REASONS[reason]} (or leave out --strict to skip it)", path
+    )
+
+
 def _json_error(exc: Exception, path: Path) -> InputError:
     """The one line of a file DuckDB could not read: the first line that is not a JSON object, found by reading
     the file again line by line (only on this path), else DuckDB's own first line."""
@@ -440,8 +447,7 @@ def _read_piece(path: Path, fmt: str, source: Path, first: int, strict: bool, ex
         ).fetchall()
         if strict and shown:
             line, span, reason = shown[0]
-            raise InputError(f"line {line}: span {short(span)}: {SKIP_REASONS[reason]} (or leave out --strict to skip it)",
-                             path)  # fmt: skip
+            raise strict_error(path, line, span, reason)
         spans = _table(con.sql(_SPANS_SQL, params=[str(path)]).to_arrow_table())
         con.execute(_DOCUMENTS_SQL)
         documents = _table(con.sql(_DOCUMENT_ROWS_SQL).to_arrow_table())
@@ -503,8 +509,7 @@ def _read_traces(path: Path, fmt: str, strict: bool, examples: int, piece_bytes:
             if again:
                 if strict:
                     line, span = again[0]
-                    raise InputError(f"line {line}: span {short(span)}: {SKIP_REASONS['duplicate_span']} (or leave "
-                                     "out --strict to skip it)", path)  # fmt: skip
+                    raise strict_error(path, line, span, "duplicate_span")
                 bad = [*bad, ("duplicate_span", len(again))]
                 ex = [*ex, *((line, span, "duplicate_span") for line, span in again)]
             read += n
@@ -559,9 +564,7 @@ def combine(parts: list[Traces], strict: bool = False) -> Traces:
         files, lines = spans.column("file").to_pylist(), spans.column("line").to_pylist()
         if strict:
             i = again[0]
-            reason = SKIP_REASONS["duplicate_span"]
-            raise InputError(f"line {lines[i]}: span {short(ids[i])}: {reason} (or leave out --strict to skip it)",
-                             files[i])  # fmt: skip
+            raise strict_error(files[i], lines[i], ids[i], "duplicate_span")
         skipped["duplicate_span"] = skipped.get("duplicate_span", 0) + len(again)
         examples += [{"file": files[i], "line": int(lines[i]), "span_id": ids[i], "reason": "duplicate_span"}
                      for i in again]  # fmt: skip

@@ -125,11 +125,10 @@ def check_race_budget(exp: Experiment, n_questions: int) -> None:
     """A race's `budget` pays at least for its first batch (every configuration, each at each k, on `race_batch`
     questions): else nothing would be evaluated, found before any work rather than after the chunking."""
     if exp.race and exp.budget:
-        first = min(exp.race_batch, n_questions) * grid_size(exp)
-        if exp.budget < first:
-            raise InputError(f"budget {exp.budget:,} cells is less than the race's first batch: {first:,} cells "
-                             f"({min(exp.race_batch, n_questions)} question(s) × {grid_size(exp):,} configurations, "
-                             "each at each k)")  # fmt: skip
+        questions, size = min(exp.race_batch, n_questions), grid_size(exp)
+        if exp.budget < questions * size:
+            raise InputError(f"budget {exp.budget:,} cells is less than the race's first batch: {questions * size:,} "
+                             f"cells ({questions} question(s) × {size:,} configurations, each at each k)")  # fmt: skip
 
 
 def check_grid(exp: Experiment, embedders: Embedders, consent: Consent = Consent()) -> None:
