@@ -157,12 +157,49 @@ def test_the_apis_mistakes_are_one_line_as_the_commands_are(tmp_path, monkeypatc
         chunkeval.evaluate({"doc": "text"}, [{"question": "q", "references": 5, "corpus_id": "doc"}], retriever="bm25")
     with pytest.raises(InputError, match="a has no values of metric 'doc_mrr'"):  # span gold measures no doc_*
         chunkeval.compare(res, other, metric="doc_mrr")
-    with pytest.raises(InputError, match="--alpha must be strictly between 0 and 1, got '0.05'"):
+    with pytest.raises(InputError, match="^alpha must be strictly between 0 and 1, got '0.05'"):
         chunkeval.compare(res, other, metric="mrr", alpha="0.05")
     with pytest.raises(InputError, match="chunk_size must be a whole number from 1"):
         chunkeval.check_gold({"doc": "text"}, [], chunk_size="200")
     with pytest.raises(InputError, match="cache_dir must be a folder's path, got int"):
         chunkeval.evaluate({"doc": "text"}, [], retriever="bm25", cache_dir=5)
+
+
+def test_what_python_would_read_loosely_is_refused_by_the_api(tmp_path, monkeypatch):
+    """Values Python takes without a word, and a run would then score wrong or explain badly: a grade that is NaN, an
+    item that is None (it became the text 'None'), "no" for a yes-or-no keyword (true in Python), a table named by a
+    number; and an error about questions or a corpus given as objects names the argument, not the temporary file
+    they were written to."""
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
+    gold, run = {"q1": ["c3"]}, {"q1": ["c3", "c1"]}
+    for grade in (float("nan"), float("inf"), None, "2"):
+        with pytest.raises(InputError, match="grade of 'c3' must be a finite number"):
+            chunkeval.score({"q1": {"c3": grade}}, run)
+    for item in (None, 1.5, True):
+        with pytest.raises(InputError, match="run of query 'q1': an item is a chunk id or a text"):
+            chunkeval.score(gold, {"q1": [item, "c3"]})
+    assert chunkeval.score({"q1": [7]}, {"q1": ["c1", 7]}, k=2).summary["mrr_mean"][0].as_py() == 0.5
+    with pytest.raises(InputError, match="gold must be a mapping of query id"):
+        chunkeval.score(["c3"], run)
+    with pytest.raises(InputError, match="skip_empty_gold must be True or False, got 'yes'"):
+        chunkeval.score(gold, run, skip_empty_gold="yes")
+    res = chunkeval.score(gold, run, k=2)
+    with pytest.raises(InputError, match="all_pairs must be True or False, got 'no'"):
+        chunkeval.compare(res, metric="mrr", all_pairs="no")
+    with pytest.raises(InputError, match="^yes must be True or False, got 'no'"):
+        chunkeval.evaluate({"doc": "text"}, [], retriever="bm25", yes="no")
+    with pytest.raises(InputError, match="^device must be auto, cpu, cuda or cuda:N, got 'gpu'"):
+        chunkeval.evaluate({"doc": "text"}, [], retriever="bm25", device="gpu")
+    with pytest.raises(InputError, match=r"a table is named by text \(summary"):
+        res.table(5)
+    with pytest.raises(InputError, match="no table 'per_quer'; did you mean per_query"):
+        res.to_pandas("per_quer")
+    bad = [{"question": "q", "corpus_id": "doc", "references": [{"content": "x", "start_index": "a", "end_index": 1}]}]
+    for call in (chunkeval.check_gold, lambda c, q: chunkeval.evaluate(c, q, retriever="bm25")):
+        with pytest.raises(InputError, match="^questions: question 1: reference 1 of question 'q'"):
+            call({"doc": "text"}, bad)
+        with pytest.raises(InputError, match="^corpus_dir: no documents"):
+            call({}, bad)
 
 
 def test_a_notebook_repr_names_configurations_as_the_terminal_does():

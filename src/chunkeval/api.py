@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import tempfile
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from inspect import Parameter, signature
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from chunkeval.analysis import comparisons as C
@@ -68,10 +71,11 @@ class Results:
     race: dict | None = None  # with race=True: what the race decided; per_query holds the cells it evaluated
 
     def table(self, name: str = "summary") -> pa.Table:
-        table = getattr(self, name, None)
-        if not isinstance(table, pa.Table):
-            raise InputError(f"no table {name!r}; choose summary, per_query, by_corpus, by_slice or models")
-        return table
+        if not isinstance(name, str):
+            raise InputError(f"a table is named by text (summary, per_query, …), got {short(name)}")
+        if name not in self._tables():
+            raise InputError(unknown_name("table", name, self._tables()).replace("unknown table", "no table", 1))
+        return getattr(self, name)
 
     def _tables(self) -> list[str]:
         names = ("summary", "per_query", "by_corpus", "by_slice", "models")
@@ -91,6 +95,57 @@ class Results:
     def to_polars(self, name: str = "summary"):
         table = self.table(name)
         return optional("polars", "Results.to_polars").from_arrow(table)
+
+
+def _yes_or_no(value, what: str) -> bool:
+    """A keyword that is True or False (`yes`, `all_pairs`, `skip_empty_gold`): "no", 1 or None are refused, never
+    read as Python's truth of the value ("no" is true there)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{what} must be True or False, got {short(value)}")
+    return bool(value)
+
+
+def _item(qid, item, what: str) -> str:
+    """An item of a gold or run list, held in memory: a chunk id or a text (a whole number is read as its digits);
+    None, a float or anything else is refused, never written as 'None' and matched as such."""
+    if isinstance(item, bool) or not isinstance(item, (str, int, np.integer)):
+        raise InputError(f"{what} of query {short(qid)}: an item is a chunk id or a text, got {short(item)}")
+    return str(item)
+
+
+def _grade(qid, item, grade) -> float:
+    """A grade of gold held in memory: a finite number (above 0 is relevant; nDCG's gain)."""
+    try:
+        value = float(grade)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(grade, (bool, str)) or not math.isfinite(value):
+        raise InputError(f"gold of query {short(qid)}: the grade of {short(item)} must be a finite number, got "
+                         f"{short(grade)}")  # fmt: skip
+    return value
+
+
+@contextmanager
+def _scratch():
+    """A scratch folder for inputs given as Python objects (a corpus as a mapping, questions as a list), written as
+    the files a run reads; an error about those files names the argument (`questions: question 2: …`), never the
+    temporary file it was written to."""
+    with tempfile.TemporaryDirectory(prefix="chunkeval-") as folder:
+        try:
+            yield Path(folder)
+        except InputError as error:
+            said = str(error)
+            for written, name in (
+                (f"{folder}/questions.csv: row ", "questions: question "),
+                (f"{folder}/questions.csv", "questions"),
+                (f"{folder}/corpora/", "corpus_dir: "),
+                (f"{folder}/corpora", "corpus_dir"),
+            ):
+                said = said.replace(written, name)
+            if said == str(error):
+                raise
+            error.args = (said,)
+            raise error.with_traceback(None) from None
 
 
 def _listed(value) -> list[str] | None:
@@ -213,9 +268,9 @@ def evaluate(
     estimate, before anything is embedded (docs/settings.md, "Large grids").
     """
     check_batch_size(batch_size, "batch_size")
-    check_device(device)
-    with tempfile.TemporaryDirectory(prefix="chunkeval-") as scratch:
-        scratch = Path(scratch)
+    check_device(device, "device")
+    yes = _yes_or_no(yes, "yes")
+    with _scratch() as scratch:
         base = (
             Experiment.resolve(dict(experiment) if isinstance(experiment, Mapping) else str(experiment))
             if experiment
@@ -300,15 +355,16 @@ def score(
     A gold query missing from `run` scores as an empty list; a repeated item keeps its first rank.
     """
     check_k(k)
+    skip_empty_gold = _yes_or_no(skip_empty_gold, "skip_empty_gold")
+    for name, given in (("gold", gold), ("run", run)):
+        if not isinstance(given, Mapping):
+            raise InputError(f"{name} must be a mapping of query id → items, got {type(given).__name__}")
     judgments = {}
     for qid, items in gold.items():
         if isinstance(items, Mapping):
-            try:
-                judgments[str(qid)] = {str(i): float(g) for i, g in items.items()}
-            except (TypeError, ValueError):
-                raise InputError(f"gold of query {qid!r}: grades must be numbers") from None
+            judgments[str(qid)] = {_item(qid, i, "gold"): _grade(qid, i, g) for i, g in items.items()}
         elif isinstance(items, Sequence) and not isinstance(items, str):
-            judgments[str(qid)] = {str(i): 1.0 for i in items}
+            judgments[str(qid)] = {_item(qid, i, "gold"): 1.0 for i in items}
         else:
             raise InputError(f"gold of query {qid!r} must be a list of items or a mapping item → grade")
     ranked = {}
@@ -317,7 +373,7 @@ def score(
             raise InputError(f"run names query {qid!r}, which is not in the gold set")
         if isinstance(items, str) or not isinstance(items, Sequence):
             raise InputError(f"run of query {qid!r} must be a list of items, best first")
-        ranked[str(qid)] = list(dict.fromkeys(str(i) for i in items))
+        ranked[str(qid)] = list(dict.fromkeys(_item(qid, i, "run") for i in items))
     per_query, summary = score_run(
         Qrels(judgments, source="gold"), RankedLists(ranked, source="run"), k, skip_empty_gold
     )
@@ -339,8 +395,7 @@ def check_gold(
     if chunk_size is not None:  # as a run's chunk_sizes is: a whole number from 1
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or not 1 <= chunk_size <= MAX_CHUNK_SIZE:
             raise InputError(f"chunk_size must be a whole number from 1 to {MAX_CHUNK_SIZE:,}, got {short(chunk_size)}")
-    with tempfile.TemporaryDirectory(prefix="chunkeval-") as scratch:
-        scratch = Path(scratch)
+    with _scratch() as scratch:
         exp = Experiment(
             corpus_dir=_corpus_folder(corpus_dir, scratch),
             questions=_questions_file(questions, scratch),
@@ -381,8 +436,9 @@ def compare(
     comparison has `a`, `b`, `metric`, `n_queries`, `n_unmatched`, `mean_a`, `mean_b`, `mean_diff`,
     `ci_low`, `ci_high`, `p_ttest`, `p_permutation`, `p_adjusted` (Holm over the call) and `significant`.
     """
-    C.check_alpha(alpha)
+    C.check_alpha(alpha, "alpha")
     check_metric(metric)
+    all_pairs = _yes_or_no(all_pairs, "all_pairs")
     config = _config(config)
     if isinstance(a, str):
         if b is not None and not isinstance(b, str):
@@ -425,7 +481,7 @@ def regressions(
     (the queries that lost most), `run_id` and `reference_run_id`; an empty list when nothing fell. `.verdict`
     holds the whole verdict (every check, the correction, and `detectable`: the smallest fall the gate sees). `chunkeval.errors.NothingComparable`
     where the runs share no configuration or no paired question."""
-    check_alpha(alpha)
+    check_alpha(alpha, "alpha")
     check_threshold(threshold, "threshold")
     metrics = check_metrics(list(REGRESSION_METRICS) if metrics is None else _listed(metrics))
     wh = Warehouse.at_home(must_exist=True)

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from chunkeval import stats
 from chunkeval.errors import InputError, NothingComparable
+from chunkeval.limits import short
 from chunkeval.stats.columns import numbers
 from chunkeval.stats.maxt import PROCEDURE
 from chunkeval.stats.power import ceiling_share, detectable, t_quantile
@@ -119,10 +120,11 @@ def adjust(comparisons: list[dict], alpha: float = 0.05) -> list[dict]:
     return comparisons
 
 
-def check_alpha(alpha: float) -> float:
-    """A significance level, strictly between 0 and 1 (the CLI's --alpha, the Python API's alpha)."""
+def check_alpha(alpha: float, what: str = "--alpha") -> float:
+    """A significance level, strictly between 0 and 1 (`what` names it as the caller's user wrote it: the CLI's
+    --alpha, the Python API's alpha)."""
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (math.isfinite(alpha) and 0 < alpha < 1):
-        raise InputError(f"--alpha must be strictly between 0 and 1, got {alpha!r}")
+        raise InputError(f"{what} must be strictly between 0 and 1, got {short(alpha)}")
     return alpha
 
 

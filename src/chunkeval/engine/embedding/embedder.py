@@ -59,19 +59,19 @@ def check_batch_size(batch_size: int | None, what: str = "--batch-size") -> int 
     return batch_size
 
 
-def check_device(device: str | None) -> str:
+def check_device(device: str | None, what: str = "--device") -> str:
     """`auto` (a GPU when torch sees one, else the CPU), `cpu`, `cuda` or `cuda:N`; `cuda` on a machine
     whose torch sees no GPU is an error before any work."""
     device = device or "auto"
     if not isinstance(device, str) or (
         device not in DEVICES and not (device.startswith("cuda:") and device[5:].isdigit())
     ):
-        raise InputError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}")
+        raise InputError(f"{what} must be auto, cpu, cuda or cuda:N, got {short(device)}")
     if device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
-            raise InputError(f"--device {device}: torch sees no CUDA GPU on this machine (use auto or cpu)")
+            raise InputError(f"{what} {device}: torch sees no CUDA GPU on this machine (use auto or cpu)")
     return device
 
 
