@@ -294,6 +294,11 @@ CASES = {
     "sweep: overlap not a number": (lambda w: sweep(w["t"], "--overlaps", "ten%"), "overlap must be a whole number"),
     "sweep: overlap not below size": (lambda w: sweep(w["t"], "--overlaps", "50"), "chunk_overlap"),
     "sweep: k below 1": (lambda w: sweep(w["t"], "--k", "0"), "k must be at least 1"),
+    "sweep: a value left out of --k": (
+        lambda w: sweep(w["t"], "--k", "1,,5"),
+        "--k: an empty item in '1,,5' (two commas together, or one at an end)",
+    ),
+    "sweep: --metrics ending in a comma": (lambda w: sweep(w["t"], "--metrics", "mrr,"), "--metrics: an empty item"),
     "sweep: unknown device": (
         lambda w: sweep(w["t"], "--device", "tpu"),
         "--device must be auto, cpu, cuda or cuda:N, got 'tpu'",
@@ -433,6 +438,10 @@ CASES = {
         "exp.yaml: broken YAML: line 2, column 8: expected ',' or ']', but got ':'",
     ),
     "run: experiment file not a mapping": (lambda w: ["run", experiment(w["t"], "- a\n- b\n")], "a YAML mapping"),
+    "run: experiment file with an empty item of a list": (
+        lambda w: ["run", experiment(w["t"], "name: cat\nk: [1, '', 5]\n")],
+        "exp.yaml: k: list items must not be empty",
+    ),
     "run: experiment file not UTF-8": (lambda w: ["run", experiment(w["t"], b"name: caf\xe9\n")], "not UTF-8"),
     "run: experiment file unknown key": (
         lambda w: ["run", experiment(w["t"], GOOD_YAML + "chunk_size: 3\n")],
@@ -578,7 +587,10 @@ CASES = {
         lambda w: ["trend", "--experiment", "cat", "--metric", "mrr", "--metrics", "span_recall"],
         "give --metric NAME or --metrics M1,M2 (or --wide), not both",
     ),
-    "trend: --metrics naming none": (lambda w: ["trend", "--experiment", "cat", "--metrics", ","], "--metrics takes"),
+    "trend: --metrics naming none": (
+        lambda w: ["trend", "--experiment", "cat", "--metrics", ","],
+        "--metrics: an empty item in ','",
+    ),
     "trend: unknown metric": (
         lambda w: ["trend", "--experiment", "cat", "--metric", "accuracy"],
         "unknown metric 'accuracy'",

@@ -148,10 +148,10 @@ def _scratch():
             raise error.with_traceback(None) from None
 
 
-def _listed(value) -> list[str] | None:
+def _listed(value, what: str) -> list[str] | None:
     """A list argument as the API takes it: a list, or one string (a name, or names separated by commas), never
     read letter by letter; None stays None."""
-    return None if value is None else split_list(value)
+    return None if value is None else split_list(value, what)
 
 
 def _config(config) -> dict:
@@ -399,7 +399,7 @@ def check_gold(
         exp = Experiment(
             corpus_dir=_corpus_folder(corpus_dir, scratch),
             questions=_questions_file(questions, scratch),
-            corpus=tuple(_listed(corpus) or ()),
+            corpus=tuple(_listed(corpus, "corpus") or ()),
             html=html,
         )
         inputs = load_inputs(exp)
@@ -483,7 +483,7 @@ def regressions(
     where the runs share no configuration or no paired question."""
     check_alpha(alpha, "alpha")
     check_threshold(threshold, "threshold")
-    metrics = check_metrics(list(REGRESSION_METRICS) if metrics is None else _listed(metrics))
+    metrics = check_metrics(list(REGRESSION_METRICS) if metrics is None else _listed(metrics, "metrics"))
     wh = Warehouse.at_home(must_exist=True)
     wh.check_experiment(experiment)
     if baseline is not None:

@@ -226,25 +226,35 @@ GOLD_FORMATS = ("auto", "chunk-ids", "strings", "trec", "doc-qrels")
 # --------------------------------------------------------------------------- how list settings are written
 
 
-def split_list(value) -> list[str]:
+def split_list(value, what: str = "") -> list[str]:
     """The values of a list setting: a YAML list is a list (its items are taken whole, commas and all);
-    a single string, as a flag gives it, is split on commas (`--k 1,5,10`)."""
+    a single string, as a flag gives it, is split on commas (`--k 1,5,10`). An empty item (`1,,5`, `1,5,`) is an
+    error: a value was left out (`what` names the setting or flag, as the message begins)."""
+    said = f"{what}: " if what else ""
     if value is None:
         return []
     if isinstance(value, (list, tuple)):
         bad = [item for item in value if isinstance(item, (dict, list, tuple)) or item is None]
         if bad:
-            raise InputError(f"list items must be single values, got {short(bad[0])}")
-        return [str(item).strip() for item in value if str(item).strip()]
-    return [part.strip() for part in str(value).split(",") if part.strip()]
+            raise InputError(f"{said}list items must be single values, got {short(bad[0])}")
+        items = [str(item).strip() for item in value]
+        if "" in items:
+            raise InputError(f"{said}list items must not be empty, got {short(list(value))[:80]}")
+        return items
+    parts = [part.strip() for part in str(value).split(",")]
+    if parts == [""]:
+        return []
+    if "" in parts:  # `--k 1,,5` or `--k 1,5,`: a value left out, never read as 1,5
+        raise InputError(f"{said}an empty item in {short(str(value))[:80]} (two commas together, or one at an end)")
+    return parts
 
 
-def split_flags(values) -> list[str]:
+def split_flags(values, flag: str = "") -> list[str]:
     """The values of a command-line flag: every string given (once, or repeated) split on commas."""
     if values is None:
         return []
     items = values if isinstance(values, (list, tuple)) else [values]
-    return [part for item in items for part in split_list(str(item))]
+    return [part for item in items for part in split_list(str(item), flag)]
 
 
 # How a question of span gold met its changed corpus (chunkeval.engine.inputs.anchoring), the worst of its references':

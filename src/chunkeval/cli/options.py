@@ -217,7 +217,7 @@ def metric_flags(args: argparse.Namespace) -> tuple[list[str] | None, bool]:
         return [check_metric(args.metric)], False
     if args.metrics is None:
         return None, args.wide
-    named = split_flags(args.metrics)
+    named = split_flags(args.metrics, "--metrics")
     if not named:
         raise InputError("--metrics takes metric names, comma-separated, e.g. --metrics span_recall,mrr")
     return check_metrics(named), args.wide
@@ -252,7 +252,7 @@ def config_filter(values: list[str] | None) -> dict:
     """The configuration settings of `--config` (key=value pairs, comma-separated or repeated; a key as a label
     writes it, `size=200`, names its configuration key)."""
     out = {}
-    for item in split_flags(values):
+    for item in split_flags(values, "--config"):
         key, sep, value = item.partition("=")
         if not sep:
             raise InputError(f"--config takes key=value pairs (keys: {folded(CONFIG_KEYS)}), got {short(item)}")

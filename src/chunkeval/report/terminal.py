@@ -105,7 +105,7 @@ def chosen_metrics(summary: pa.Table, metrics=None, wide: bool = False) -> tuple
     """The metrics a table shows: `metrics` (`--metrics`, names or one comma-separated string) where given, every
     metric measured (`--wide`), else `default_metrics`. JSON and CSV outputs keep every metric whatever this says."""
     if metrics:
-        return tuple(check_metrics(split_flags(metrics)))
+        return tuple(check_metrics(split_flags(metrics, "--metrics")))
     if wide:
         return tuple(m for m in shown_metrics(summary) if measured(summary, [m]))
     return default_metrics(summary)
@@ -251,17 +251,19 @@ def tie_lines(power: dict, tied: dict[str, set], n_configs: dict[str, int]) -> t
     """The ties worth starring and one line per metric that says more: where more than half of the
     configurations tie with the best (`tied`, of `n_configs` that measured it), that the gold set cannot
     separate them, the smallest difference it detects (the median configuration's MDE) and the questions the
-    largest observed difference needs; where the metric is at its ceiling, that (`ceiling_note`). Stars stay
-    only where ties are a minority. `power`: `chunkeval.analysis.power.against_best`."""
-    starred, lines = {}, []
+    largest observed difference needs. The metrics at their ceiling share one line, said once for them all
+    (`ceiling_line`), where the first of them would have its own. Stars stay only where ties are a minority.
+    `power`: `chunkeval.analysis.power.against_best`."""
+    starred, lines, ceilings = {}, [], {}
     for m, configs in tied.items():
         d, n = power.get(m), n_configs.get(m, 0)
         majority = n > 1 and len(configs) * 2 > n
         if not majority:
             starred[m] = configs
-        note = ceiling_note(d.ceiling) if d is not None else ""
-        if note:
-            lines.append(f"{m}: {note}")
+        if d is not None and ceiling_note(d.ceiling):
+            if not ceilings:
+                lines.append("")  # the place of the one ceiling line
+            ceilings[m] = d.ceiling
         elif majority and d is not None:
             needed = "–" if d.largest_needed is None else str(d.largest_needed)
             lines.append(
@@ -273,7 +275,22 @@ def tie_lines(power: dict, tied: dict[str, set], n_configs: dict[str, int]) -> t
             lines.append(
                 f"{m}: {len(configs)} of {n} configurations tie with the best: the gold set cannot separate them"
             )
+    if ceilings:
+        lines[lines.index("")] = ceiling_line(ceilings)
     return starred, lines
+
+
+def ceiling_line(shares: dict[str, float]) -> str:
+    """One line for every metric at its ceiling (its share of values at or near 1, by metric): the cause said once,
+    `span_recall and mrr: at or near 1 (≥ 0.95) for 92% and 93% of their values, a ceiling effect: …`."""
+    if len(shares) == 1:
+        ((metric, share),) = shares.items()
+        return f"{metric}: {ceiling_note(share)}"
+    percents = _and([f"{share:.0%}" for share in shares.values()])
+    return (
+        f"{_and(list(shares))}: at or near 1 (≥ {CEILING}) for {percents} of their values, a ceiling effect: the gold "
+        "set is too easy to tell configurations apart on them (power figures would mislead)"
+    )
 
 
 def summary_ties(per_query: pa.Table, metrics, alpha: float = 0.05) -> tuple[dict[str, set], list[str]]:

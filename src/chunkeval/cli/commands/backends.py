@@ -53,7 +53,7 @@ def _kept_records() -> list[dict]:
 
 
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
-    models = split_flags(args.model) if args.model else []
+    models = split_flags(args.model, "--model") if args.model else []
     for model in models:  # a name that is no model is bad input, whether to probe it or to show its choice
         if not is_named_model(model) and not resolve_model(model).is_dir():
             raise InputError(f"--model {short(model)} is no local model (a name chunkeval knows or a model folder)")

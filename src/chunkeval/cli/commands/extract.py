@@ -42,7 +42,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     out = check_out(Path(args.out), source)
     reader = DocumentReader(html)
     if source.is_dir():
-        docs = load_documents(source, html, bool(args.strict), tuple(split_flags(args.corpus)), reader)
+        docs = load_documents(source, html, bool(args.strict), tuple(split_flags(args.corpus, "--corpus")), reader)
     elif source.is_file():
         suffix = source.suffix.lower()
         if suffix not in DOCUMENT_SUFFIXES + (".jsonl",):

@@ -342,7 +342,7 @@ def update(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         queries=args.queries or "",
         beir=args.beir or "",
         split=args.split,
-        corpus=tuple(split_flags(args.corpus)),
+        corpus=tuple(split_flags(args.corpus, "--corpus")),
         html=args.html or "full",
         anchor_similarity=ANCHOR_SIMILARITY
         if args.anchor_similarity is None
@@ -391,7 +391,7 @@ def check(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     exp = Experiment(
         corpus_dir=args.corpus_dir,
         questions=args.questions,
-        corpus=tuple(split_flags(args.corpus)),
+        corpus=tuple(split_flags(args.corpus, "--corpus")),
         html=args.html or "full",
         strict=bool(args.strict),
         anchor_similarity=ANCHOR_SIMILARITY

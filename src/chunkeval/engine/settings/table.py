@@ -107,9 +107,9 @@ def whole_number(value, what: str) -> int:
 def parse_ints(values, what: str) -> tuple[int, ...]:
     """Whole numbers from a YAML list (item by item) or a comma-separated string."""
     if isinstance(values, (list, tuple)):
-        split_list(values)  # items must be single values
+        split_list(values, what)  # items must be single values
         return tuple(whole_number(v, what) for v in values)
-    return tuple(whole_number(v, what) for v in split_list(values))
+    return tuple(whole_number(v, what) for v in split_list(values, what))
 
 
 def read_value(value, s: Setting):
@@ -118,7 +118,7 @@ def read_value(value, s: Setting):
     if s.kind == "names":
         if not isinstance(value, (str, int, float, list, tuple)):
             raise InputError(f"{s.name} must be a name or a list of names, got {short(value)}")
-        return tuple(split_list(value))
+        return tuple(split_list(value, s.name))
     if s.kind == "ints":
         return parse_ints(value, s.name)
     if s.kind == "int":
@@ -150,7 +150,7 @@ def read_flag(s: Setting, value):
     if value is None:
         return None
     if s.kind in ("names", "index"):
-        return tuple(split_flags(value))
+        return tuple(split_flags(value, s.flag))
     if s.kind == "ints":
         return parse_ints(value, s.flag)
     if s.kind == "int":
