@@ -264,3 +264,37 @@ def test_the_installed_command_prints_no_traceback(tmp_path):
         "--own-corpus",
     ):
         assert flag in help_text
+
+
+def test_a_terminal_reads_an_error_within_120_columns_a_log_gets_it_as_one_line(tmp_path):
+    """Bad input ends in one line, and no line a person reads is longer than 120 columns (issue 42): on a terminal
+    the message is folded, its words going on indented; off one (a log, a pipe, a scheduler) it is the one line,
+    word for word the same text. Run in a real pseudo-terminal."""
+    import os
+    import pty
+
+    (tmp_path / "exp.yaml").write_text("name: x\nmodels:\n  team: {batch: 1, base_url: 'http://127.0.0.1:9'}\n")
+    argv = [sys.executable, "-m", "chunkeval.cli", "run", "exp.yaml"]
+    env = {**os.environ, "CHUNKEVAL_HOME": str(tmp_path / "home")}
+    piped = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert piped.returncode == 2 and len(piped.stderr.splitlines()) == 1, piped.stderr
+    line = piped.stderr.strip()
+    assert "unknown key(s) batch" in line and len(line) > 160, line
+    main_fd, terminal = pty.openpty()
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal)
+    os.close(terminal)
+    said = b""
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # the terminal closed: the command has ended
+            break
+        if not chunk:
+            break
+        said += chunk
+    os.close(main_fd)
+    assert proc.wait(timeout=60) == 2
+    lines = said.decode().replace("\r\n", "\n").strip().splitlines()
+    assert len(lines) > 1 and all(len(row) <= 120 for row in lines), lines
+    assert all(row.startswith("  ") for row in lines[1:])
+    assert " ".join(row.strip() for row in lines) == line

@@ -16,7 +16,13 @@ from chunkeval.vocabulary import split_flags, split_list
 
 def test_list_items_are_taken_whole_and_strings_are_split():
     assert split_list(["a,b", " c "]) == ["a,b", "c"]
-    assert split_list("a, b,,c") == ["a", "b", "c"]
+    assert split_list("a, b , c") == ["a", "b", "c"]
+    for left_out in ("a, b,,c", "a,b,", ",a", "a, ,b"):  # a value left out is a mistake, never read as a, b, c
+        with pytest.raises(InputError, match=r"^--k: an empty item in '.*' \(two commas together, or one at an end\)"):
+            split_flags(left_out, "--k")
+    with pytest.raises(InputError, match="^k: list items must not be empty"):
+        split_list([1, " ", 5], "k")
+    assert split_list("") == [] and split_flags([]) == []
     assert split_list([1, 5]) == ["1", "5"]
     assert split_list(None) == []
     assert split_flags(["a,b", "c"]) == ["a", "b", "c"]  # flags: every value given is split
@@ -50,4 +56,4 @@ def test_a_mapping_inside_a_list_is_one_line_naming_the_file(tmp_path):
     path.write_text("chunker: [{kind: fixed_token}]\n", encoding="utf-8")
     with pytest.raises(InputError) as err:
         Experiment.from_yaml(path)
-    assert str(err.value) == f"{path}: list items must be single values, got {{'kind': 'fixed_token'}}"
+    assert str(err.value) == f"{path}: chunker: list items must be single values, got {{'kind': 'fixed_token'}}"

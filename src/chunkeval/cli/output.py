@@ -8,6 +8,7 @@ import json
 import math
 import sys
 
+from chunkeval.report.terminal import fold
 from chunkeval.visible import visible_lines
 
 
@@ -28,6 +29,19 @@ class Visible:
 
     def __getattr__(self, name):  # flush, fileno, isatty, encoding, buffer
         return getattr(self.stream, name)
+
+
+def to_reader(text: str, stream=None) -> str:
+    """A message chunkeval says on stderr (an error, a warning, a notice) as `stream` (stderr) should get it: on a
+    terminal, where a person reads it, each line folded within 120 columns, its words going on indented (a path or a
+    URL is never cut); off a terminal (a log, a pipe, a test, a scheduler's capture) one line whatever its length, so
+    that one message is one line to grep and to the rule that bad input ends in one line."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        person = stream.isatty()
+    except (AttributeError, ValueError, OSError):  # closed or no file
+        person = False
+    return "\n".join(fold(line) for line in text.split("\n")) if person else text
 
 
 @contextlib.contextmanager
