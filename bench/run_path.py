@@ -14,7 +14,7 @@ suite's pin of backend auto. What it counts is the code a reader walks, not how 
   already left once; *before the first input* the stays before the first call into the corpus reader
   (`engine.inputs.corpus`, or `engine.corpus` in trees of before the engine's packages).
 
-Prints one row per tree (`RUN_PATH_KEEP=FILE` keeps a tree's raw edges as JSON). Exit 0.
+Prints one row per tree (`RUN_PATH_KEEP=FOLDER` keeps each tree's raw edges there, as `<tree>.json`). Exit 0.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def walk(modules: list[str]) -> dict:
     return {"stays": len(stays), "modules": len(set(stays)), "returns": returns, "before_first_input": first}
 
 
-def trace(tree: Path, argv: list[str], work: Path) -> dict:
+def trace(tree: Path, argv: list[str], work: Path, name: str) -> dict:
     home = work / "home"
     out = work / "trace.json"
     env = {
@@ -110,7 +110,9 @@ def trace(tree: Path, argv: list[str], work: Path) -> dict:
         raise SystemExit(f"the traced run failed in {tree}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
     found = json.loads(out.read_text())
     if os.environ.get("RUN_PATH_KEEP"):
-        Path(os.environ["RUN_PATH_KEEP"]).write_text(json.dumps(found))
+        keep = Path(os.environ["RUN_PATH_KEEP"])
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / f"{name.replace(' ', '-')}.json").write_text(json.dumps(found))
     return walk(found["modules"])
 
 
@@ -140,7 +142,7 @@ def main() -> int:
             for name, tree in trees.items():
                 work = scratch / name.replace(" ", "-")
                 work.mkdir()
-                rows[name] = trace(tree, argv, work)
+                rows[name] = trace(tree, argv, work, name)
         finally:
             if args.base:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(scratch / "base")])

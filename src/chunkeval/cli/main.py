@@ -17,7 +17,7 @@ from chunkeval import progress
 from chunkeval._version import __version__
 from chunkeval.cli.commands import COMMANDS
 from chunkeval.cli.options import SETTING_FLAGS, whole_number
-from chunkeval.cli.output import to_reader, visible_output
+from chunkeval.cli.output import visible_output
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import EXIT_FAULT, EXIT_INPUT, InputError, as_fault, exit_code_table
 from chunkeval.limits import NAME_LENGTH, check_name, check_path_length
@@ -38,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
     unknown flag, a flag's value read as a command, a required flag missing)."""
 
     def error(self, message: str):
-        self.exit(EXIT_INPUT, to_reader(f"{self.prog}: error: {self._explained(message)} (see --help)") + "\n")
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {self._explained(message)} (see --help)\n")
 
     def _explained(self, message: str) -> str:
         flags = [f for f in self._option_string_actions if f.startswith("--")]
@@ -99,8 +99,8 @@ class _Formatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         if getattr(record, progress.NOTICE, False):
-            return to_reader(visible_lines(f"chunkeval: {record.getMessage()}"))
-        return to_reader(visible_lines(super().format(record)))
+            return visible_lines(f"chunkeval: {record.getMessage()}")
+        return visible_lines(super().format(record))
 
 
 def configure_logging(verbose: bool) -> None:
@@ -190,7 +190,7 @@ def _main(argv: list[str] | None) -> int:
         with contextlib.ExitStack() as session:
             return args.func(args, WarehouseAccess(session if args.warehouse_session else None))
     except InputError as exc:
-        print(to_reader(f"chunkeval: error: {exc}"), file=sys.stderr)
+        print(f"chunkeval: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -205,7 +205,7 @@ def _main(argv: list[str] | None) -> int:
             print(f"chunkeval: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
             return 143 if terminated else 130
         fault = as_fault(exc) if isinstance(exc, OSError) else None
-        print(to_reader(f"chunkeval: error: {fault}" if fault else internal_error(exc)), file=sys.stderr)
+        print(f"chunkeval: error: {fault}" if fault else internal_error(exc), file=sys.stderr)
         return fault.exit_code if fault else EXIT_FAULT
     finally:
         if in_main_thread:

@@ -8,20 +8,29 @@ import json
 import math
 import sys
 
-from chunkeval.report.terminal import fold
+from chunkeval.report.terminal import TERMINAL_WIDTH, fold
 from chunkeval.visible import visible_lines
 
 
 class Visible:
     """A text stream that writes to `stream` with every control character but line breaks, carriage returns and
     tabs made visible (`chunkeval.visible.visible_lines`): the net under the names each command already shows
-    with `visible`, for every line the command prints (JSON escapes its own: `json` writes `\\u001b`)."""
+    with `visible`, for every line the command prints (JSON escapes its own: `json` writes `\\u001b`).
 
-    def __init__(self, stream):
+    With `fold` (stderr on a terminal, where a person reads it) a line longer than 120 columns (an error, a warning, a
+    notice, whoever prints it) is folded, its words going on indented, a path or a URL never cut. Off a terminal (a
+    log, a pipe, a scheduler's capture, a test) a message stays one line, word for word, for grep and for the rule
+    that bad input ends in one line. A line that rewrites itself (`\\r`, a progress bar) is left whole."""
+
+    def __init__(self, stream, fold: bool = False):
         self.stream = stream
+        self.fold = fold
 
     def write(self, text: str) -> int:
-        return self.stream.write(visible_lines(text))
+        text = visible_lines(text)
+        if self.fold and "\r" not in text:
+            text = "\n".join(fold(line) if len(line) > TERMINAL_WIDTH else line for line in text.split("\n"))
+        return self.stream.write(text)
 
     def writelines(self, lines) -> None:
         for line in lines:
@@ -31,28 +40,22 @@ class Visible:
         return getattr(self.stream, name)
 
 
-def to_reader(text: str, stream=None) -> str:
-    """A message chunkeval says on stderr (an error, a warning, a notice) as `stream` (stderr) should get it: on a
-    terminal, where a person reads it, each line folded within 120 columns, its words going on indented (a path or a
-    URL is never cut); off a terminal (a log, a pipe, a test, a scheduler's capture) one line whatever its length, so
-    that one message is one line to grep and to the rule that bad input ends in one line."""
-    stream = sys.stderr if stream is None else stream
-    try:
-        person = stream.isatty()
-    except (AttributeError, ValueError, OSError):  # closed or no file
-        person = False
-    return "\n".join(fold(line) for line in text.split("\n")) if person else text
-
-
 @contextlib.contextmanager
 def visible_output():
     """stdout and stderr wrapped in `Visible` while the block runs (a command), as they were after it."""
     was = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = Visible(was[0]), Visible(was[1])
+    sys.stdout, sys.stderr = Visible(was[0]), Visible(was[1], fold=_is_terminal(was[1]))
     try:
         yield
     finally:
         sys.stdout, sys.stderr = was
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):  # closed, or no file behind it
+        return False
 
 
 def print_json(doc, **options) -> None:

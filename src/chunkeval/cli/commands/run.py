@@ -17,7 +17,6 @@ from chunkeval.cli.options import (
     gives_settings,
     metric_flags,
 )
-from chunkeval.cli.output import to_reader
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.gold.judge import run_lines
 from chunkeval.engine.pipeline.experiment import Experiment
@@ -171,7 +170,7 @@ def _run(args, exp: Experiment, mlflow, runner, warehouse: WarehouseAccess) -> i
     state = _prepared(args, exp, warehouse, clock)
     shards = cluster_workers(runner) if runner.distributed else 0
     turn = warehouse(must_exist=False).turn(state.exp.name)  # runs of one experiment never overlap (warehouse.turns)
-    if not turn.enter(say=lambda line: print(to_reader(f"chunkeval: {line}"), file=sys.stderr, flush=True)):
+    if not turn.enter(say=lambda line: print(f"chunkeval: {line}", file=sys.stderr, flush=True)):
         return coalesced(state.exp, warehouse, turn)
     try:
         if turn.waited:  # another run ended meanwhile: the inputs are read as they are now

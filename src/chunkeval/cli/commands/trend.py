@@ -19,7 +19,7 @@ from chunkeval.cli.options import (
     config_filter,
     metric_flags,
 )
-from chunkeval.cli.output import iso, to_reader
+from chunkeval.cli.output import iso
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import Fault, InputError, NothingComparable
 from chunkeval.report.diff import diff_path, write_diff
@@ -211,11 +211,11 @@ def _verdict(wh, args: argparse.Namespace, config: dict, in_slice: tuple[str, st
     out = sys.stderr if args.json else sys.stdout  # JSON on stdout stays one document
     if found is None:
         for left in wh.raced_runs(args.experiment):
-            print(to_reader(f"left out: run {left['run_id']} ({left['why']})"), file=sys.stderr)
+            print(f"left out: run {left['run_id']} ({left['why']})", file=sys.stderr)
         print(f"no regression check: experiment {args.experiment!r} has no full run to compare with yet", file=out)
         return 0
     for left in found["left_out"]:
-        print(to_reader(f"left out: run {left['run_id']} ({left['why']})"), file=sys.stderr)
+        print(f"left out: run {left['run_id']} ({left['why']})", file=sys.stderr)
     if found["verdict"] == NOTHING_COMPARABLE:
         raise NothingComparable(verdict_line(found))
     print(fold(verdict_line(found)), file=out)  # within 120 columns; each regression's alert stays one line
@@ -223,7 +223,7 @@ def _verdict(wh, args: argparse.Namespace, config: dict, in_slice: tuple[str, st
         return 0
     print(_diff_link(wh, args, config, found["reference_run_id"], found["run_id"]), file=out)
     for f in found["regressions"]:
-        print(to_reader(regression_message(f)), file=sys.stderr)
+        print(regression_message(f), file=sys.stderr)
     return 1
 
 
