@@ -341,26 +341,23 @@ FROM (SELECT f.* FROM flat f JOIN retrievals r USING (sid)
       UNION ALL SELECT * FROM genai_flat)
 GROUP BY sid, i;
 CREATE TEMP TABLE docs_checked AS
-SELECT sid, i,
-       coalesce(id_v->>'stringValue', CAST(TRY_CAST(id_v->>'intValue' AS HUGEINT) AS VARCHAR),
-                CASE WHEN TRY_CAST(id_v->>'doubleValue' AS DOUBLE) = round(TRY_CAST(id_v->>'doubleValue' AS DOUBLE))
-                     THEN CAST(TRY_CAST(TRY_CAST(id_v->>'doubleValue' AS DOUBLE) AS BIGINT) AS VARCHAR) END)
-           AS document_id,
-       content_v->>'stringValue' AS content,
-       coalesce(TRY_CAST(score_v->>'doubleValue' AS DOUBLE), TRY_CAST(score_v->>'intValue' AS DOUBLE)) AS score,
-       coalesce(meta_v->>'stringValue', CAST(meta_v->'otherValue' AS VARCHAR)) AS metadata,
-       (id_v IS NOT NULL AND coalesce(id_v->>'stringValue', CAST(TRY_CAST(id_v->>'intValue' AS HUGEINT) AS VARCHAR),
-            CASE WHEN TRY_CAST(id_v->>'doubleValue' AS DOUBLE) = round(TRY_CAST(id_v->>'doubleValue' AS DOUBLE))
-                 THEN CAST(TRY_CAST(TRY_CAST(id_v->>'doubleValue' AS DOUBLE) AS BIGINT) AS VARCHAR) END) IS NULL)
-       OR (content_v IS NOT NULL AND (content_v->>'stringValue') IS NULL)
-       OR (score_v IS NOT NULL AND NOT isfinite(coalesce(TRY_CAST(score_v->>'doubleValue' AS DOUBLE),
-                                                          TRY_CAST(score_v->>'intValue' AS DOUBLE), 'nan'::DOUBLE)))
+SELECT sid, i, document_id, content, score, metadata,
+       (id_v IS NOT NULL AND document_id IS NULL) OR (content_v IS NOT NULL AND content IS NULL)
+       OR (score_v IS NOT NULL AND NOT isfinite(coalesce(score, 'nan'::DOUBLE)))
        OR (id_v IS NULL AND content_v IS NULL) AS bad_type,
-       coalesce(length(content_v->>'stringValue') > {CONTENT_CHARS}, false)
-       OR coalesce(length(coalesce(meta_v->>'stringValue', CAST(meta_v->'otherValue' AS VARCHAR))) > {CONTENT_CHARS},
-                   false) AS too_long,
+       coalesce(length(content) > {CONTENT_CHARS}, false) OR coalesce(length(metadata) > {CONTENT_CHARS}, false)
+           AS too_long,
        i IS NULL AS index_bad
-FROM docs;
+FROM (SELECT *,  -- each value read once, as its type allows: what it cannot be read as is NULL, and bad_type
+             coalesce(id_v->>'stringValue', CAST(TRY_CAST(id_v->>'intValue' AS HUGEINT) AS VARCHAR),
+                      CASE WHEN TRY_CAST(id_v->>'doubleValue' AS DOUBLE)
+                                = round(TRY_CAST(id_v->>'doubleValue' AS DOUBLE))
+                           THEN CAST(TRY_CAST(TRY_CAST(id_v->>'doubleValue' AS DOUBLE) AS BIGINT) AS VARCHAR) END)
+                 AS document_id,
+             content_v->>'stringValue' AS content,
+             coalesce(TRY_CAST(score_v->>'doubleValue' AS DOUBLE), TRY_CAST(score_v->>'intValue' AS DOUBLE)) AS score,
+             coalesce(meta_v->>'stringValue', CAST(meta_v->'otherValue' AS VARCHAR)) AS metadata
+      FROM docs);
 CREATE TEMP TABLE per_span AS
 SELECT sid, count(*) AS n_docs, bool_or(bad_type) AS bad_type, bool_or(too_long) AS too_long,
        bool_or(index_bad) AS index_bad
