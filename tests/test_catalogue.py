@@ -472,6 +472,11 @@ CASES = {
         "no experiment named 'nosuch'",
     ),
     "run: k below 1": (lambda w: ["run", "--experiment", "cat", "--k", "0"], "k must be at least 1"),
+    "run: a flag given by its first letters": (  # argparse took it for --chunk-sizes and ran, recorded
+        lambda w: ["run", "--experiment", "cat", "--chunk-size", "100"],
+        "unknown flag --chunk-size; did you mean --chunk-sizes?",
+    ),
+    "runs: a flag cut short": (lambda w: ["runs", "--exp", "cat"], "unknown flag --exp; did you mean --experiment?"),
     "run: unknown chunker": (lambda w: ["run", "--experiment", "cat", "--chunker", "magic"], "unknown chunker 'magic'"),
     "run: unknown model": (
         lambda w: ["run", "--experiment", "cat", "--model", "no-such-model"],

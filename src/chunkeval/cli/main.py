@@ -35,7 +35,13 @@ _ROOT_FLAGS: set[str] = set()  # chunkeval's own flags (-v, --version), which no
 class _Parser(argparse.ArgumentParser):
     """Usage mistakes end like every other bad input: one line, exit status 2, and where a flag or a command is
     misspelt, the one it looks like (`did you mean --experiment?`), however argparse came to stumble on it (an
-    unknown flag, a flag's value read as a command, a required flag missing)."""
+    unknown flag, a flag's value read as a command, a required flag missing). A flag is never taken by its first
+    letters (argparse's abbreviations): `run --chunk-size 100` ran the grid of `--chunk-sizes 100` without a word and
+    recorded it; a flag not spelt whole is a mistake, with the flag it looks like."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False  # every command's parser: subcommands are made of this class
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(EXIT_INPUT, f"{self.prog}: error: {self._explained(message)} (see --help)\n")
@@ -43,8 +49,8 @@ class _Parser(argparse.ArgumentParser):
     def _explained(self, message: str) -> str:
         flags = [f for f in self._option_string_actions if f.startswith("--")]
         for token in (t.split("=", 1)[0] for t in _GIVEN if t.startswith("--") and len(t) > 2):
-            if token not in flags and token not in _ROOT_FLAGS and (close := close_matches(token, flags)):
-                return f"unknown flag {token}; did you mean {' or '.join(close)}?"
+            if token not in flags and token not in _ROOT_FLAGS:
+                return f"unknown flag {token}" + (f"; {hint}" if (hint := _flag_hint(token, flags)) else "")
         bad = re.match(r"argument (\S+): invalid choice: '(.*?)' \(choose from", message)
         if bad and bad.group(1) in self._option_string_actions:  # a flag's value
             return not_one_of(bad.group(1), bad.group(2), self._option_string_actions[bad.group(1)].choices)
@@ -52,6 +58,15 @@ class _Parser(argparse.ArgumentParser):
         if bad and subcommands:
             return unknown_name("command", bad.group(2), subcommands[0].choices)
         return message if len(message) <= 100 else message[:100] + "…"
+
+
+def _flag_hint(token: str, flags: list[str]) -> str:
+    """`did you mean …?` for a flag not spelt whole: the flags it begins (`--exp` → `--experiment`), else those it
+    looks like, compared without their dashes (which every flag shares)."""
+    name = token.lstrip("-")
+    begun = sorted(f for f in flags if f[2:].startswith(name))
+    close = begun[:3] or ["--" + c for c in close_matches(name, [f[2:] for f in flags])]
+    return f"did you mean {' or '.join(close)}?" if close else ""
 
 
 def build_parser() -> argparse.ArgumentParser:
