@@ -296,7 +296,16 @@ def test_auto_resolves_to_an_installed_lossless_backend_that_the_run_records(tmp
     auto.cache_path(model_fingerprint("all-MiniLM-L6-v2")).unlink(missing_ok=True)  # no choice kept yet: a probe
     exp = Experiment(name="auto", chunk_sizes=(200,), k=(5,))
     assert exp.backend == "auto"
-    ran, line, fresh = resolution.resolution(exp)
+    import io
+
+    from chunkeval import progress
+
+    shown = io.StringIO()  # off a terminal: the probe's progress, a line as it begins and as it ends (and every 10 s)
+    with progress.show_progress(shown):
+        ran, line, fresh = resolution.resolution(exp)
+    lines = shown.getvalue().splitlines()
+    assert lines[0].startswith("probing backends [") and lines[0].split()[3] == "0/3", lines
+    assert lines[-1].startswith("probing backends [####") and lines[-1].split()[3] == "3/3", lines
     resolution.say_choice(line, fresh)  # what a run's preparation says, once its inputs are checked
     choice = choose_backend("auto", ["all-MiniLM-L6-v2"])  # now the kept choice: said no more
     assert ran.backend == choice.backend in choice.lossless and backends.check_backend(ran.backend) is None

@@ -7,6 +7,7 @@ import argparse
 import json
 from datetime import UTC, datetime
 
+from chunkeval import progress
 from chunkeval.cli.output import print_json
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.embedding import auto
@@ -60,7 +61,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if args.reprobe:
         for model in models or [DEFAULT_MODEL]:
             folder = resolve_model(model)
-            choice = auto.choose(model, folder, model_fingerprint(model), reprobe=True)
+            with progress.show_progress():  # a bar on a terminal; off one a line at least every 10 s
+                choice = auto.choose(model, folder, model_fingerprint(model), reprobe=True)
             print(f"{model}: {choice.line}")
         return 0
     rows = [r for r in _kept_records() if not models or r["model"] in models]

@@ -141,6 +141,9 @@ def _timed(runners: dict, texts: list[str], batch_size: int) -> tuple[dict, dict
     return vectors, best
 
 
+PROBING = "probing backends"  # the progress step of a probe
+
+
 def probe(
     model: str, folder: Path, model_fingerprint: str, candidates=tuple((b, "none") for b in CANDIDATES)
 ) -> Choice:
@@ -155,7 +158,9 @@ def probe(
     progress.notice("backend auto: probing torch, onnx and openvino on %d texts of %s (once per model and machine)",
                     PROBE_TEXTS, model)  # fmt: skip
     skipped = {}
-    for backend, quantize in candidates:
+    steps = len(candidates) + 1  # each candidate made ready (exported where it is not yet), then all of them timed
+    progress.step(PROBING, 0, steps)  # off a terminal, a line at least every 10 s while it lasts
+    for done, (backend, quantize) in enumerate(candidates, start=1):
         name = backend if quantize == "none" else f"{backend} {quantize}"
         why = installed(backend)
         if why is None:
@@ -167,7 +172,9 @@ def probe(
                 why = f"cannot run this model ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
         if why is not None:
             skipped[name] = why
+        progress.step(PROBING, done, steps)
     vectors, speeds = _timed(runners, probe_texts(), 16)
+    progress.step(PROBING, steps, steps)
     agreed = {name: agreement(vectors[name], vectors["torch"]) for name in runners if name != "torch"}
     for name, a in agreed.items():
         if not lossless(a):
