@@ -173,6 +173,11 @@ def test_the_report_and_pythons_compare_of_the_demo_fit(demo_first_run, monkeypa
     assert set(eight.split(",")) <= {m for p in panels for m in p.split("\n")[0].split()[2:]}
     assert main(["report", "--run", run_id, "--metrics", eight, "--wide"]) == 0
     assert max(map(len, capsys.readouterr().out.splitlines())) > TERMINAL_WIDTH
+    # a query of every column: each panel begins with the label and config_id, which SELECT * puts last
+    assert main(["sql", "SELECT * FROM config_summary LIMIT 3"]) == 0
+    panels = capsys.readouterr().out.strip().split("\n\n")
+    assert len(panels) > 3 and all(p.split()[:2] == ["label", "config_id"] for p in panels), panels[:3]
+    assert all(len(line) <= TERMINAL_WIDTH for p in panels for line in p.splitlines())
     # every pair of 48 configurations: the second label shortened in its middle, its config_id kept
     assert main(["compare", "--run", run_id, "--all-pairs", "--metric", "mrr"]) == 0
     pairs = capsys.readouterr().out

@@ -404,12 +404,16 @@ def format_rows(header: list[str], rows: list[list[str]], width: int | None = TE
 
 
 def _panels(header: list[str], widths: list[int], width: int) -> list[list[int]]:
-    """The columns of each panel of a table too wide for `width`: the first column (and a config_id after it) in
-    each, then as many of the others, in order, as fit."""
-    keys = [0, 1] if len(header) > 1 and header[1] in LEFT else [0]
+    """The columns of each panel of a table too wide for `width`: what names a row in each (a configuration's label
+    and config_id where the table has them, wherever they are: a `sql` query's `SELECT *` puts them last; else the
+    first column, and a config_id after it), then as many of the others, in order, as fit."""
+    if "label" in header and header[0] != "configuration":
+        keys = [header.index(k) for k in ("label", "config_id") if k in header]
+    else:
+        keys = [0, 1] if len(header) > 1 and header[1] in LEFT else [0]
     base = sum(min(widths[k], width // 2) for k in keys) + 2 * (len(keys) - 1)
     groups, current, used = [], [], base
-    for i in range(len(keys), len(header)):
+    for i in (i for i in range(len(header)) if i not in keys):
         if current and used + 2 + widths[i] > width:
             groups.append(current)
             current, used = [], base
