@@ -26,6 +26,7 @@ from chunkeval.report.html import SCRIPT, SCRIPT_HASH, build_report
 from chunkeval.report.sections import best_rows, budget_table, budgets_for, label, label_html
 from chunkeval.run_result import RunResult
 from chunkeval.stats import bootstrap_ci
+from chunkeval.vocabulary import config_id
 from chunkeval.warehouse import Warehouse
 
 EVIL = "What <script>document.title='pwned'</script> did the first stone tower burn & when?"
@@ -152,7 +153,9 @@ def test_budget_curves_follow_their_definition(warehouse):
     for name, values in curves.items():
         assert np.all(np.diff(values) >= -1e-12)  # more budget never finds less
         assert name.startswith("model")  # the configuration's label (across its depths): the model folder `model`
-        mine = [r for r in rows if label(r, with_k=False) == name]
+        mine = [r for r in rows if label(r, with_k=False) == name.split(" [")[0]]
+        ids = sorted({(r["k"], config_id(r)) for r in mine})  # then the config_id of each of its depths
+        assert name.endswith(" [" + ", ".join(f"{i} k={k}" for k, i in ids) + "]"), name
         low, high = intervals[name]
         for i, (budget, value) in enumerate(zip(budgets, values, strict=True)):
             best = {q: 0.0 for q in {r["query_id"] for r in mine}}
@@ -234,7 +237,7 @@ def test_the_budget_chart_draws_only_what_was_measured(warehouse):
     rows = only.to_pylist()
     missing = 0
     for name, values in curves.items():
-        mine = [r for r in rows if label(r, with_k=False) == name]
+        mine = [r for r in rows if label(r, with_k=False) == name.split(" [")[0]]
         for budget, value, low in zip(budgets, values, intervals[name][0]):
             if all(r["retrieved_tokens"] <= budget for r in mine):
                 assert value == pytest.approx(np.mean([r["span_recall"] for r in mine])) and np.isfinite(low)

@@ -146,10 +146,23 @@ def budget_table(
     unmeasured = ~np.asarray(best["measured"].to_pylist(), dtype=bool)[first]
     means, low, high = (np.where(unmeasured, np.nan, a) for a in (means, low, high))
     configs = best.select(CONFIG_KEYS[:-1]).take(pa.array(first)).to_pylist()
+    names = across_k(per_query)
     curves: dict[str, list[int]] = {}
     for p, config in enumerate(configs):
-        curves.setdefault(label(config, with_k=False), []).append(p)
+        curves.setdefault(names[label(config, with_k=False)], []).append(p)
     return ({k: means[v] for k, v in curves.items()}, {k: (low[v], high[v]) for k, v in curves.items()})
+
+
+def across_k(per_query: pa.Table) -> dict[str, str]:
+    """What names a configuration across its depths (a line of the budget chart): its label without k, then the
+    config_id of each of its configurations, by k (`bm25/recursive_token [04c4813f k=1, 651306d1 k=5]`); keyed by the
+    label without k."""
+    present = [k for k in CONFIG_KEYS if k in per_query.column_names]
+    rows = per_query.select(present).group_by(present).aggregate([]).to_pylist()
+    ids: dict[str, list[tuple[int, str]]] = {}
+    for row in rows:
+        ids.setdefault(label(row, with_k=False), []).append((row["k"], config_id(row)))
+    return {name: f"{name} [{', '.join(f'{i} k={k}' for k, i in sorted(found))}]" for name, found in ids.items()}
 
 
 def budgets_for(per_query: pa.Table) -> list[int]:
@@ -347,7 +360,7 @@ def section_distributions(summary: list[dict], per_query: pa.Table) -> str:
 def section_budget(per_query: pa.Table, chosen: dict | None = None) -> str:
     budgets = budgets_for(per_query)
     curves, intervals = budget_table(per_query, budgets)
-    picked = label(chosen, with_k=False) if chosen else None
+    picked = across_k(per_query).get(label(chosen, with_k=False)) if chosen else None
     return (
         '<section id="budget"><h2>7. Recall against retrieved-token budget</h2><p>For each chunking, the span recall a query '
         "reaches with the largest evaluated k whose retrieved chunks fit the budget: which chunking finds the most of the answer "
