@@ -159,7 +159,7 @@ def test_repair_rebuilds_every_run_and_pin_from_the_manifests(history, capsys):
     summary_before = wh.summary(done[1]).to_pylist()
     overwrite_a_page(wh.db_path)
     assert main(["warehouse", "repair"]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # its sentences, folded within 120 columns
     assert "rebuilt from the run manifests" in out and "4 run(s)" in out and "1 pinned baseline(s)" in out
     aside = list(wh.root.glob("chunkeval.duckdb.damaged-*"))
     assert len(aside) == 1  # the damaged file is kept, aside, for whoever wants to look at it
@@ -174,7 +174,7 @@ def test_repair_rebuilds_every_run_and_pin_from_the_manifests(history, capsys):
     assert {r["run_id"] for r in json.loads(capsys.readouterr().out)} == set(before)
     # a healthy catalogue is left alone
     assert main(["warehouse", "repair"]) == 0
-    assert "is readable: nothing to rebuild" in capsys.readouterr().out
+    assert "is readable: nothing to rebuild" in " ".join(capsys.readouterr().out.split())
 
 
 def test_a_lost_catalogue_is_rebuilt_too(history, capsys):

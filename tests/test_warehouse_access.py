@@ -122,7 +122,9 @@ def test_sql_reads_beside_a_reader_and_lets_go_at_once(home, capsys):
 def test_a_snapshot_is_self_contained(home, tmp_path_factory, capsys):
     out = tmp_path_factory.mktemp("snap") / "night.duckdb"
     assert main(["warehouse", "snapshot", str(out)]) == 0
-    assert f"snapshot of 1 run(s) written to {out}" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert f"snapshot of 1 run(s) written to {out}" in " ".join(said.split())  # one sentence, folded
+    assert all(len(line) <= 120 or str(out) in line for line in said.splitlines()), said
     wh = Warehouse(home / "warehouse")
     expected = wh.table("SELECT count(*) AS n FROM query_results")["n"][0].as_py()
     shutil.rmtree(home / "warehouse")  # nothing of the warehouse is needed to read it

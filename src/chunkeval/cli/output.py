@@ -58,6 +58,11 @@ def _is_terminal(stream) -> bool:
         return False
 
 
+def print_prose(text: str) -> None:
+    """A sentence on stdout within 120 columns, its words going on indented (a path or a URL is never cut)."""
+    print(fold(text))
+
+
 def print_json(doc, **options) -> None:
     """`doc` as indented JSON on stdout, ended by a newline."""
     json.dump(doc, sys.stdout, indent=2, **options)

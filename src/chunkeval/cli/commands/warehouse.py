@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 
+from chunkeval.cli.output import print_prose
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
 from chunkeval.limits import check_path_length
+from chunkeval.vocabulary import folded
 
 WAREHOUSE_SESSION = False  # a repair may move the catalogue file aside: no connection may stay open
 
@@ -44,9 +46,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def snapshot(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     check_path_length(args.out, "OUT.duckdb")
     done = warehouse().snapshot(args.out)
-    print(
+    print_prose(
         f"snapshot of {done['runs']} run(s) written to {done['path']} ({done['bytes'] / 1e6:.1f} MB, "
-        f"{len(done['tables'])} tables: {', '.join(done['tables'])}); open it with duckdb, e.g. "
+        f"tables {folded(done['tables'])}); open it with duckdb, e.g. "
         f"duckdb {done['path']} -c 'SELECT * FROM config_summary'"
     )
     return 0
@@ -58,9 +60,9 @@ def repair(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         raise InputError("no warehouse here: nothing to repair", wh.db_path)
     done = wh.repair()
     for q in done["quarantined"]:
-        print(f"run {q['run_id']} {q['why']}")
+        print_prose(f"run {q['run_id']} {q['why']}")
     if not done["damaged"]:
-        print(
+        print_prose(
             f"{wh.db_path} is readable: nothing to rebuild ({done['runs']} run(s); "
             f"{done['manifests_written']} manifest(s) written for runs that had none"
             + (f"; {len(done['quarantined'])} run(s) quarantined" if done["quarantined"] else "")
@@ -68,15 +70,15 @@ def repair(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         )
     else:
         aside = f"the damaged file was moved to {done['moved_to']}; " if done["moved_to"] else ""
-        print(
+        print_prose(
             f"{wh.db_path} rebuilt from the run manifests: {aside}{done['runs']} run(s) and {done['pins']} pinned baseline(s) restored"
         )
         production = wh.recover_production(done["moved_to"])  # production lives only in the catalogue
         if production["problem"] is None:
             n = production["rows"]
-            print(f"production copied from the damaged file: {n['production_spans']:,} span(s) of "
+            print_prose(f"production copied from the damaged file: {n['production_spans']:,} span(s) of "
                   f"{n['production_imports']:,} import(s), {n['production_results']:,} judged result(s)")  # fmt: skip
         else:
-            print(f"production could not be read from the damaged file ({production['problem']}): import the traces "
+            print_prose(f"production could not be read from the damaged file ({production['problem']}): import the traces "
                   "again; judged results (traces compare) are lost")  # fmt: skip
     return 0
