@@ -325,3 +325,20 @@ def test_extract_reads_one_file_and_writes_unsafe_ids_encoded(tmp_path, capsys):
     assert document_path("notes/keeper") == "notes/keeper.txt"
     assert document_path("../etc/passwd") == "..%2Fetc%2Fpasswd.txt" and document_path("a//b") == "a%2F%2Fb.txt"
     assert document_path("doc:7") == "doc%3A7.txt"
+
+
+def test_documents_left_out_for_one_cause_are_one_warning(tmp_path, capsys):
+    """Sixteen empty files are one cause: one warning line naming the files, folded with a count (issue 42's notices
+    once per cause), not sixteen; a document left out for a cause of its own keeps its own line."""
+    folder = tmp_path / "corpora"
+    folder.mkdir()
+    (folder / "good.md").write_text("Bees dance to say where the flowers are.\n", encoding="utf-8")
+    for i in range(16):
+        (folder / f"e{i:02d}.md").write_text("", encoding="utf-8")
+    shutil.copy(FORMATS / "scanned.pdf", folder / "scanned.pdf")
+    assert main(["extract", str(folder), "--out", str(tmp_path / "texts")]) == 0
+    warnings = capsys.readouterr().err.strip().splitlines()
+    assert len(warnings) == 2, warnings
+    empty = next(w for w in warnings if "16 documents are unreadable and left out: file is empty: " in w)
+    assert "e00.md" in empty and "(16 in all)" in empty and len(empty) < 200, empty
+    assert any("scanned.pdf: document 'scanned' is unreadable and left out: no text layer" in w for w in warnings)

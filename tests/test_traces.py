@@ -245,5 +245,8 @@ def test_a_repaired_catalogue_keeps_production(traced, tmp_path, monkeypatch, ca
     assert main(["runs"]) == 4 and "damaged" in capsys.readouterr().err
     assert main(["warehouse", "repair"]) == 0
     out = capsys.readouterr()
-    assert f"production copied from the damaged file: {kept} span(s) of 1 import(s)" in " ".join(out.out.split()) and not out.err
+    assert (
+        f"production copied from the damaged file: {kept} span(s) of 1 import(s)" in " ".join(out.out.split())
+        and not out.err
+    )
     assert Warehouse(home / "warehouse").production_spans(None, None).num_rows == kept

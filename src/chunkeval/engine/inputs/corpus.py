@@ -29,6 +29,7 @@ from chunkeval.engine.inputs.span_gold import listing
 from chunkeval.errors import InputError
 from chunkeval.files import hash_file
 from chunkeval.limits import DOCUMENT_BYTES
+from chunkeval.vocabulary import folded
 
 log = logging.getLogger("chunkeval")
 
@@ -80,16 +81,33 @@ class Documents:
         return all(doc == corpus for doc, corpus in self.corpus_of.items())
 
     def warn(self) -> None:
-        """One warning line per document left out, and per text file read in another encoding than UTF-8."""
+        """One warning line per cause: a document left out, and a text file read in another encoding than UTF-8,
+        each named in a line of its own; documents of one cause (16 empty files) in one line, their files folded
+        with a count."""
+        causes: dict[str, list[Skipped]] = {}
         for s in self.skipped.values():
-            log.warning("%s: document %r is unreadable and left out: %s", s.where(), s.document, s.reason)
+            causes.setdefault(s.reason, []).append(s)
+        for reason, docs in causes.items():
+            if len(docs) == 1:
+                log.warning("%s: document %r is unreadable and left out: %s", docs[0].where(), docs[0].document, reason)
+            else:
+                log.warning("%d documents are unreadable and left out: %s: %s", len(docs), reason,
+                            folded([s.where() for s in docs], 80))  # fmt: skip
+        encodings: dict[str, list[str]] = {}
         for doc, encoding in self.encodings.items():
+            encodings.setdefault(encoding, []).append(doc)
+        for encoding, docs in encodings.items():
+            said = f"document {docs[0]!r}" if len(docs) == 1 else f"{len(docs)} documents"
+            where = self.source[docs[0]] if len(docs) == 1 else folded([self.source[d] for d in docs], 80)
             log.warning(
-                "%s: document %r is not UTF-8: read as %s (its text, and the gold set's offsets, are as before; "
-                "save it as UTF-8 to silence this)",
-                self.source[doc],
-                doc,
+                "%s: %s %s not UTF-8: read as %s (%s text, and the gold set's offsets, are as before; save %s as UTF-8 "
+                "to silence this)",
+                where,
+                said,
+                "is" if len(docs) == 1 else "are",
                 encoding,
+                "its" if len(docs) == 1 else "their",
+                "it" if len(docs) == 1 else "them",
             )
 
 
