@@ -211,11 +211,11 @@ def _verdict(wh, args: argparse.Namespace, config: dict, in_slice: tuple[str, st
     out = sys.stderr if args.json else sys.stdout  # JSON on stdout stays one document
     if found is None:
         for left in wh.raced_runs(args.experiment):
-            print(f"left out: run {left['run_id']} ({left['why']})", file=sys.stderr)
+            _said_left_out(left)
         print(f"no regression check: experiment {args.experiment!r} has no full run to compare with yet", file=out)
         return 0
     for left in found["left_out"]:
-        print(f"left out: run {left['run_id']} ({left['why']})", file=sys.stderr)
+        _said_left_out(left)
     if found["verdict"] == NOTHING_COMPARABLE:
         raise NothingComparable(verdict_line(found))
     print(fold(verdict_line(found)), file=out)  # within 120 columns; each regression's alert stays one line
@@ -225,6 +225,11 @@ def _verdict(wh, args: argparse.Namespace, config: dict, in_slice: tuple[str, st
     for f in found["regressions"]:
         print(regression_message(f), file=sys.stderr)
     return 1
+
+
+def _said_left_out(left: dict) -> None:
+    """A run the verdict leaves out (raced, quarantined), said as every notice is: `chunkeval: left out: run …`."""
+    print(f"chunkeval: left out: run {left['run_id']} ({left['why']})", file=sys.stderr)
 
 
 def _diff_link(wh, args: argparse.Namespace, config: dict, reference: str, newest: str) -> str:
