@@ -165,6 +165,10 @@ GOOD_YAML = "corpus_dir: corpora\nquestions: q.csv\nchunk_sizes: [50]\nk: [1]\n"
 CASES = {
     # ---------------------------------------------------------------- sweep: files
     "sweep: corpus folder missing": (lambda w: sweep(w["t"], corpus=w["t"] / "nope"), "corpus folder not found"),
+    "sweep: corpus folder misspelt": (
+        lambda w: sweep(w["t"], corpus=w["t"] / "corpra"),
+        "corpra: corpus folder not found; did you mean corpora?",
+    ),
     "sweep: questions missing": (lambda w: sweep(w["t"], questions=w["t"] / "nope.csv"), "nope.csv: file not found"),
     "sweep: questions is a folder": (lambda w: sweep(w["t"], questions=w["t"] / "corpora"), "cannot read file"),
     "sweep: questions under a regular file": (lambda w: sweep(w["t"], questions=w["t"] / "plain" / "q.csv"), "q.csv"),
@@ -291,7 +295,10 @@ CASES = {
         "--chunk-sizes must be whole numbers",
     ),
     "sweep: chunk size 0": (lambda w: sweep(w["t"], "--chunk-sizes", "0"), "chunk_sizes must be at least 1"),
-    "sweep: overlap not a number": (lambda w: sweep(w["t"], "--overlaps", "ten%"), "overlap must be a whole number"),
+    "sweep: overlap not a number": (
+        lambda w: sweep(w["t"], "--overlaps", "ten%"),
+        "--overlaps: overlap must be a whole number",
+    ),
     "sweep: overlap not below size": (lambda w: sweep(w["t"], "--overlaps", "50"), "chunk_overlap"),
     "sweep: k below 1": (lambda w: sweep(w["t"], "--k", "0"), "k must be at least 1"),
     "sweep: a value left out of --k": (

@@ -142,7 +142,9 @@ def _blamed_on_flag(exc: InputError, flags: dict) -> InputError:
     `--k: k must be at least 1, got 0` (the setting is the one its first words name)."""
     words = re.split(r"[\s:'\"]+", exc.message)[:3]
     for s in SETTINGS:
-        if s.flag and s.name in flags and s.name in words:
+        if (
+            s.flag and s.name in flags and (s.name in words or s.name.removesuffix("s") == words[0])
+        ):  # overlap, of overlaps
             return InputError(exc.message, s.flag)
     return exc
 

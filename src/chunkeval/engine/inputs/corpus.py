@@ -29,7 +29,7 @@ from chunkeval.engine.inputs.span_gold import listing
 from chunkeval.errors import InputError
 from chunkeval.files import hash_file
 from chunkeval.limits import DOCUMENT_BYTES
-from chunkeval.vocabulary import folded
+from chunkeval.vocabulary import close_names, folded
 
 log = logging.getLogger("chunkeval")
 
@@ -144,7 +144,9 @@ def wanted_files(folder: Path, corpora: tuple[str, ...] = ()) -> list[tuple[Path
     """`document_files` of the corpora asked for, in the order asked (all of them, in name order, by default)."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise InputError("corpus folder not found", folder)
+        beside = [p.name for p in folder.parent.iterdir() if p.is_dir()] if folder.parent.is_dir() else []
+        hint = close_names(folder.name, beside)  # `corpra` beside `corpora`
+        raise InputError("corpus folder not found" + (f"; {hint}" if hint else ""), folder)
     files = document_files(folder)
     if not files:
         raise InputError("no documents (*.md, *.txt, *.html, *.htm, *.pdf, *.jsonl, or folders of them)", folder)
