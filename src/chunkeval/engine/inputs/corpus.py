@@ -156,7 +156,8 @@ def wanted_files(folder: Path, corpora: tuple[str, ...] = ()) -> list[tuple[Path
     wanted = list(dict.fromkeys(corpora))
     unknown = [c for c in wanted if c not in names]
     if unknown:
-        raise InputError(f"no corpus named {', '.join(unknown)}; available: {listing(names)}", folder)
+        hint = close_names(unknown[0], names)  # `lighthouse` for `lighthouses`
+        raise InputError(f"no corpus named {', '.join(unknown)}; {hint or f'available: {listing(names)}'}", folder)
     return [f for c in wanted for f in files if f[1] == c]
 
 

@@ -22,6 +22,7 @@ from chunkeval.engine.inputs.anchoring import (
 from chunkeval.engine.inputs.readers import json_value, read_csv_rows
 from chunkeval.errors import InputError
 from chunkeval.limits import short
+from chunkeval.vocabulary import close_names
 
 log = logging.getLogger("chunkeval")
 
@@ -106,7 +107,8 @@ def load_span_gold(
             if unreadable and cid in unreadable:
                 gone = f"corpus_id {cid!r} names an unreadable document ({unreadable[cid]})"
             elif known is not None and cid not in known:
-                gone = f"corpus_id {cid!r} names no corpus file or document (deleted or renamed?)"
+                hint = close_names(cid, known)  # `lighthouse` for `lighthouses`: a typo, not a rename
+                gone = f"corpus_id {cid!r} names no corpus file or document ({hint or 'deleted or renamed?'})"
             else:  # a document of a corpus the run leaves out (`--corpus`)
                 continue
         question = rec["question"]
