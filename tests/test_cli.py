@@ -298,3 +298,24 @@ def test_a_terminal_reads_an_error_within_120_columns_a_log_gets_it_as_one_line(
     assert len(lines) > 1 and all(len(row) <= 120 for row in lines), lines
     assert all(row.startswith("  ") for row in lines[1:])
     assert " ".join(row.strip() for row in lines) == line
+
+
+def test_a_sweeps_files_name_each_configuration_as_it_printed_it(tmp_path, capsys):
+    """The summary and per-query files of `sweep` carry each row's label and config_id (issue 42: one face), the ones
+    its table printed, computed by the warehouse's own expressions and equal to Python's `config_label`."""
+    from chunkeval.paths import DEMO_DIR
+    from chunkeval.vocabulary import config_id, config_label
+
+    out = tmp_path / "r.parquet"
+    argv = ["sweep", "--corpus-dir", DEMO_DIR / "corpora", "--questions", DEMO_DIR / "questions.csv"]
+    code, stdout, _ = run_cli(
+        capsys, *argv, "--retriever", "bm25", "--chunk-sizes", "100,200", "--k", "1,5", "--out", out
+    )
+    assert code == 0
+    for table in (pq.read_table(out), pq.read_table(tmp_path / "r.per_query.parquet")):
+        rows = table.to_pylist()
+        assert [r["label"] for r in rows] == [config_label(r) for r in rows]
+        assert [r["config_id"] for r in rows] == [config_id(r) for r in rows]
+        assert table.column_names.index("label") == table.column_names.index("k") + 1
+    printed = {tuple(line.split()[:2]) for line in stdout.splitlines() if line.startswith("bm25")}
+    assert printed == {(r["label"], r["config_id"]) for r in pq.read_table(out).to_pylist()}

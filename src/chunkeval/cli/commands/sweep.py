@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import pyarrow as pa
+
 from chunkeval.cli.options import (
     add_experiment_flags,
     add_metric_flags,
@@ -31,10 +33,27 @@ from chunkeval.report.terminal import (
     format_slices,
     summary_block,
 )
-from chunkeval.vocabulary import CONFIG_KEYS
+from chunkeval.vocabulary import CONFIG_KEYS, config_id_sql, config_label_sql
 from chunkeval.warehouse import Warehouse
 
 WAREHOUSE_SESSION = False  # a sweep records nothing (a large grid's estimate reads past throughput, if any)
+
+
+def labelled(table: pa.Table) -> pa.Table:
+    """`table` with each row's configuration named as every command names it: `label` and `config_id` after its
+    configuration keys, computed by the very expressions of the warehouse's views (`config_label_sql`,
+    `config_id_sql`), so that a written result joins what the sweep printed and what the warehouse holds."""
+    import duckdb
+
+    if not set(CONFIG_KEYS) <= set(table.column_names):
+        return table
+    con = duckdb.connect()
+    con.register("t", table)
+    named = con.sql(f"SELECT {config_label_sql()} AS label, {config_id_sql()} AS config_id FROM t").to_arrow_table()
+    at = max(table.column_names.index(k) for k in CONFIG_KEYS) + 1
+    for i, name in enumerate(("label", "config_id")):
+        table = table.add_column(at + i, name, named[name])
+    return table
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -76,7 +95,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     }
     if result.by_slice is not None:
         tables[beside_out["by_slice"]] = result.by_slice
-    write_tables(tables)
+    write_tables({path: labelled(table) for path, table in tables.items()})
     for note in result.notes:
         print(fold(f"note: {note}"))
     doc_runs = write_doc_runs(result.per_query, doc_runs)
