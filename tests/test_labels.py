@@ -142,7 +142,7 @@ def test_the_apis_mistakes_are_one_line_as_the_commands_are(tmp_path, monkeypatc
     other = chunkeval.score({"q1": ["c3"], "q2": ["c1"]}, {"q1": ["c1", "c3"], "q2": ["c1", "c2"]}, k=2)
     with pytest.raises(InputError, match=r"unknown keyword of chunkeval.compare\(\) 'metrc'; did you mean metric\?"):
         chunkeval.compare(res, other, metrc="mrr")
-    with pytest.raises(InputError, match="unknown --config key 'kk'; did you mean k"):
+    with pytest.raises(InputError, match="unknown config key 'kk'; did you mean k"):
         chunkeval.compare(res, other, metric="mrr", config={"kk": 2})
     with pytest.raises(InputError, match="a value is a name or a whole number, got"):
         chunkeval.compare(res, other, metric="mrr", config={"k": [1, 2]})
@@ -194,6 +194,14 @@ def test_what_python_would_read_loosely_is_refused_by_the_api(tmp_path, monkeypa
         res.table(5)
     with pytest.raises(InputError, match="no table 'per_quer'; did you mean per_query"):
         res.to_pandas("per_quer")
+    with pytest.raises(InputError, match="^unknown config key 'kk'; did you mean k"):  # the keyword, not --config
+        chunkeval.compare(res, metric="mrr", config="kk=2")
+    with pytest.raises(InputError, match="^compare two recorded runs by their ids, or two results held in memory"):
+        chunkeval.compare(res, "20261128T000000-aaaaaaaa", metric="mrr")
+    with pytest.raises(InputError, match="^corpus_dir must be a folder's path or a mapping corpus_id → text, got int"):
+        chunkeval.check_gold(123, [])  # never read as a path: `123: corpus folder not found`
+    with pytest.raises(InputError, match="^experiment must be a file's path, a name or a mapping, got int"):
+        chunkeval.evaluate({"doc": "text"}, [], experiment=5)
     bad = [{"question": "q", "corpus_id": "doc", "references": [{"content": "x", "start_index": "a", "end_index": 1}]}]
     for call in (chunkeval.check_gold, lambda c, q: chunkeval.evaluate(c, q, retriever="bm25")):
         with pytest.raises(InputError, match="^questions: question 1: reference 1 of question 'q'"):

@@ -157,7 +157,7 @@ def _listed(value, what: str) -> list[str] | None:
 def _config(config) -> dict:
     """A `config` argument: a mapping of configuration keys, or a string as --config takes it ("k=5,chunker=...")."""
     if isinstance(config, str):
-        return config_filter([config])
+        return config_filter([config], "config")
     if config is not None and not isinstance(config, Mapping):
         raise InputError(f"config must be a mapping or a string of key=value pairs, got {type(config).__name__}")
     pairs = []  # each read as --config reads it: its key known, its value a name or a whole number
@@ -165,7 +165,7 @@ def _config(config) -> dict:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int))):
             raise InputError(f"config {short(key)}: a value is a name or a whole number, got {short(value)}")
         pairs.append(f"{key}={'none' if value is None else value}")
-    return config_filter(pairs) if pairs else {}
+    return config_filter(pairs, "config") if pairs else {}
 
 
 class MissingLibrary(InputError, ImportError):
@@ -194,6 +194,10 @@ class Comparisons(list):
 
 
 def _corpus_folder(corpora: str | Path | Mapping[str, str], scratch: Path) -> str:
+    if not isinstance(corpora, (str, Path, Mapping)):  # never read as a path: `None: corpus folder not found`
+        raise InputError(
+            f"corpus_dir must be a folder's path or a mapping corpus_id → text, got {type(corpora).__name__}"
+        )
     if isinstance(corpora, Mapping):
         folder = scratch / "corpora"
         folder.mkdir()
@@ -271,6 +275,8 @@ def evaluate(
     check_device(device, "device")
     yes = _yes_or_no(yes, "yes")
     with _scratch() as scratch:
+        if experiment is not None and not isinstance(experiment, (str, Path, Mapping)):
+            raise InputError(f"experiment must be a file's path, a name or a mapping, got {type(experiment).__name__}")
         base = (
             Experiment.resolve(dict(experiment) if isinstance(experiment, Mapping) else str(experiment))
             if experiment
@@ -448,6 +454,8 @@ def compare(
                 metric, [a] + ([b] if b else []), config=config, all_pairs=all_pairs, alpha=alpha
             )
         )
+    if isinstance(b, str):
+        raise InputError("compare two recorded runs by their ids, or two results held in memory")
     first = C.matching(_per_query(a, metric, "a"), config, "a")
     if b is None:
         return Comparisons(C.within_run(first, metric, "a", all_pairs, alpha))

@@ -250,21 +250,20 @@ LABEL_KEYS = {
 }  # size → chunk_size, overlap → chunk_overlap
 
 
-def config_filter(values: list[str] | None) -> dict:
+def config_filter(values: list[str] | None, what: str = "--config") -> dict:
     """The configuration settings of `--config` (key=value pairs, comma-separated or repeated; a key as a label
-    writes it, `size=200`, names its configuration key)."""
+    writes it, `size=200`, names its configuration key); `what` names them as the caller's user gave them (the
+    Python API's `config`)."""
     out = {}
-    for item in split_flags(values, "--config"):
+    for item in split_flags(values, what):
         key, sep, value = item.partition("=")
         if not sep:
-            raise InputError(f"--config takes key=value pairs (keys: {folded(CONFIG_KEYS)}), got {short(item)}")
+            raise InputError(f"{what} takes key=value pairs (keys: {folded(CONFIG_KEYS)}), got {short(item)}")
         key = LABEL_KEYS.get(key.strip(), key.strip())  # size=200 as a label writes it: chunk_size=200
         if key not in CONFIG_KEYS:
-            raise InputError(unknown_name("--config key", key, [*CONFIG_KEYS, *LABEL_KEYS]))
+            raise InputError(unknown_name(f"{what} key", key, [*CONFIG_KEYS, *LABEL_KEYS]))
         number = key in NUMBER_KEYS and value.strip() not in ("", "none", "null")  # candidates=none: no reranker
-        out[key] = (
-            parse_ints(value, f"--config {key}")[0] if number else (None if key in NUMBER_KEYS else value.strip())
-        )
+        out[key] = parse_ints(value, f"{what} {key}")[0] if number else (None if key in NUMBER_KEYS else value.strip())
     return out
 
 
