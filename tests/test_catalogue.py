@@ -2202,7 +2202,7 @@ CASES.update(
                 "--limit",
                 "-1",
             ],
-            "argument --limit: '-1' is not a whole number from 0 to 2147483647",
+            "argument --limit: '-1' is below 0",
         ),
         "gold check: --limit 0": (
             lambda w: [
@@ -2219,7 +2219,7 @@ CASES.update(
         ),
         "trend: --json --last past a machine integer": (
             lambda w: ["trend", "--experiment", "cat", "--json", "--last", "99999999999999999999999"],
-            "argument --last: '99999999999999999999999' is not a whole number from 0 to 2147483647",
+            "argument --last: '99999999999999999999999' is over 2147483647 (docs/limits.md)",
         ),
         "sweep: a query_id given twice is named": (
             lambda w: sweep(

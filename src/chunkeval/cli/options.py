@@ -289,8 +289,10 @@ def whole_number(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{short(text)} is not a whole number") from None
-    if not 0 <= value <= MAX_INT:
-        raise argparse.ArgumentTypeError(f"{short(text)} is not a whole number from 0 to {MAX_INT}")
+    if value < 0:  # the command's own lower bound (--last at least 1) is said by the command: no range claimed here
+        raise argparse.ArgumentTypeError(f"{short(text)} is below 0")
+    if value > MAX_INT:
+        raise argparse.ArgumentTypeError(f"{short(text)} is over {MAX_INT} (docs/limits.md)")
     return value
 
 
