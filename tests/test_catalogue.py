@@ -484,6 +484,10 @@ CASES = {
         "unknown flag --chunk-size; did you mean --chunk-sizes?",
     ),
     "runs: a flag cut short": (lambda w: ["runs", "--exp", "cat"], "unknown flag --exp; did you mean --experiment?"),
+    "a misspelt command with its own flags": (  # the command is the mistake, not its flags
+        lambda w: ["rnu", "--experiment", "cat"],
+        "unknown command 'rnu'; did you mean run?",
+    ),
     "run: unknown chunker": (lambda w: ["run", "--experiment", "cat", "--chunker", "magic"], "unknown chunker 'magic'"),
     "run: unknown model": (
         lambda w: ["run", "--experiment", "cat", "--model", "no-such-model"],

@@ -119,7 +119,7 @@ def _grade(qid, item, grade) -> float:
         value = float(grade)
     except (TypeError, ValueError):
         value = math.nan
-    if isinstance(grade, (bool, str)) or not math.isfinite(value):
+    if isinstance(grade, (bool, np.bool_, str)) or not math.isfinite(value):
         raise InputError(f"gold of query {short(qid)}: the grade of {short(item)} must be a finite number, got "
                          f"{short(grade)}")  # fmt: skip
     return value
@@ -144,7 +144,8 @@ def _scratch():
                 said = said.replace(written, name)
             if said == str(error):
                 raise
-            error.args = (said,)
+            error.args = (said,)  # and its fields, which a caller may read: the argument, never the deleted file
+            error.message, error.path, error.row = said, None, None
             raise error.with_traceback(None) from None
 
 

@@ -50,7 +50,9 @@ class _Parser(argparse.ArgumentParser):
         flags = [f for f in self._option_string_actions if f.startswith("--")]
         for token in (t.split("=", 1)[0] for t in _GIVEN if t.startswith("--") and len(t) > 2):
             if token not in flags and token not in _ROOT_FLAGS:
-                return f"unknown flag {token}" + (f"; {hint}" if (hint := _flag_hint(token, flags)) else "")
+                hint = _flag_hint(token, flags)  # else a flag of a command misspelt itself (`rnu --experiment x`)
+                if hint or (message.startswith("unrecognized arguments") and token in message.split()):
+                    return f"unknown flag {token}" + (f"; {hint}" if hint else "")
         bad = re.match(r"argument (\S+): invalid choice: '(.*?)' \(choose from", message)
         if bad and bad.group(1) in self._option_string_actions:  # a flag's value
             return not_one_of(bad.group(1), bad.group(2), self._option_string_actions[bad.group(1)].choices)
@@ -64,6 +66,8 @@ def _flag_hint(token: str, flags: list[str]) -> str:
     """`did you mean …?` for a flag not spelt whole: the flags it begins (`--exp` → `--experiment`), else those it
     looks like, compared without their dashes (which every flag shares)."""
     name = token.lstrip("-")
+    if len(name) < 2:  # `---` or `--x`: no flag to guess
+        return ""
     begun = sorted(f for f in flags if f[2:].startswith(name))
     close = begun[:3] or ["--" + c for c in close_matches(name, [f[2:] for f in flags])]
     return f"did you mean {' or '.join(close)}?" if close else ""

@@ -45,11 +45,13 @@ def labelled(table: pa.Table) -> pa.Table:
     `config_id_sql`), so that a written result joins what the sweep printed and what the warehouse holds."""
     import duckdb
 
-    if not set(CONFIG_KEYS) <= set(table.column_names):
+    if not set(CONFIG_KEYS) <= set(table.column_names) or {"label", "config_id"} & set(table.column_names):
         return table
     con = duckdb.connect()
-    con.register("t", table)
-    named = con.sql(f"SELECT {config_label_sql()} AS label, {config_id_sql()} AS config_id FROM t").to_arrow_table()
+    con.register("t", table.append_column("_row", pa.array(range(table.num_rows), pa.int64())))
+    named = con.sql(
+        f"SELECT {config_label_sql()} AS label, {config_id_sql()} AS config_id FROM t ORDER BY _row"
+    ).to_arrow_table()  # in the table's own order, whatever DuckDB's threads do
     at = max(table.column_names.index(k) for k in CONFIG_KEYS) + 1
     for i, name in enumerate(("label", "config_id")):
         table = table.add_column(at + i, name, named[name])

@@ -144,7 +144,10 @@ def wanted_files(folder: Path, corpora: tuple[str, ...] = ()) -> list[tuple[Path
     """`document_files` of the corpora asked for, in the order asked (all of them, in name order, by default)."""
     folder = Path(folder)
     if not folder.is_dir():
-        beside = [p.name for p in folder.parent.iterdir() if p.is_dir()] if folder.parent.is_dir() else []
+        try:  # a hint only: a parent that cannot be listed, or a huge one, gives none
+            beside = [p.name for _, p in zip(range(1000), folder.parent.iterdir()) if p.is_dir()]
+        except OSError:
+            beside = []
         hint = close_names(folder.name, beside)  # `corpra` beside `corpora`
         raise InputError("corpus folder not found" + (f"; {hint}" if hint else ""), folder)
     files = document_files(folder)
