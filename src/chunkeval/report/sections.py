@@ -360,7 +360,8 @@ def section_distributions(summary: list[dict], per_query: pa.Table) -> str:
 def section_budget(per_query: pa.Table, chosen: dict | None = None) -> str:
     budgets = budgets_for(per_query)
     curves, intervals = budget_table(per_query, budgets)
-    picked = across_k(per_query).get(label(chosen, with_k=False)) if chosen else None
+    mine = label(chosen, with_k=False) if chosen else None  # a curve's name is its label (no space), then its ids
+    picked = next((name for name in curves if name.split(" [")[0] == mine), None)
     return (
         '<section id="budget"><h2>7. Recall against retrieved-token budget</h2><p>For each chunking, the span recall a query '
         "reaches with the largest evaluated k whose retrieved chunks fit the budget: which chunking finds the most of the answer "

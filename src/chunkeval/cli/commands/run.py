@@ -17,6 +17,7 @@ from chunkeval.cli.options import (
     gives_settings,
     metric_flags,
 )
+from chunkeval.cli.output import print_prose
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.gold.judge import run_lines
 from chunkeval.engine.pipeline.experiment import Experiment
@@ -222,7 +223,7 @@ def _flow(args, exp, mlflow, runner, warehouse, clock, state, shards, turn) -> i
     # what the gate, the weekly flow and the alarms say of this run
     print("\n" + fold(f"verdict: {result['verdict_line']}"))
     for line in run_lines(json.loads(wh.run(result["run_id"])["settings"] or "{}"), wh.gold_check(result["run_id"])):
-        print(fold(line))  # a generated or judged gold set, said (docs/gold.md)
+        print_prose(line)  # a generated or judged gold set, said (docs/gold.md)
     raced = race_lines(wh.race(result["run_id"]))  # a raced run: what it decided, and the share of cells evaluated
     if raced:
         print("\n" + "\n".join(raced))

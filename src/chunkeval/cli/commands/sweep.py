@@ -14,6 +14,7 @@ from chunkeval.cli.options import (
     experiment_inputs,
     metric_flags,
 )
+from chunkeval.cli.output import print_prose
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.pipeline.grid import Consent, terminal_confirm
 from chunkeval.engine.pipeline.prepare import prepare
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         tables[beside_out["by_slice"]] = result.by_slice
     write_tables({path: labelled(table) for path, table in tables.items()})
     for note in result.notes:
-        print(fold(f"note: {note}"))
+        print_prose(f"note: {note}")
     doc_runs = write_doc_runs(result.per_query, doc_runs)
     print(summary_block(result.summary, result.per_query, args.metrics, args.wide))
     truncated = sum(result.summary["truncated_chunks"].to_pylist()) // max(len(exp.k), 1)
