@@ -177,3 +177,21 @@ def test_the_smallest_fall_the_gate_sees():
     assert smallest_fall(28, 0.0, 1) < smallest_fall(28, 0.0, 24) < smallest_fall(28, 0.2, 24)
     assert smallest_fall(3, 5.0) == 1.0 and math.isnan(smallest_fall(1, 0.0))
     assert t_quantile(1 - 0.05 / 48, 27) == pytest.approx(sp.t.ppf(1 - 0.05 / 48, 27), rel=1e-9)
+
+
+def test_the_interval_of_a_fall_stays_within_what_the_metric_can_do() -> None:
+    """A change of a metric in [0, 1] from a mean `before` lies in [−before, 1 − before]: the paired t interval is
+    cut to it (docs/statistics.md, "One verdict"). The issue's case: MRR falls on most questions from 1 to near 0,
+    and the uncut interval read −1.091…−0.755."""
+    from chunkeval.analysis.comparisons import _fall
+
+    n = 10
+    whole = _fall(np.zeros(n), np.ones(n), [f"q{i}" for i in range(n)], 3, None)  # a fall of 1.0: every question
+    assert whole["change"] == -1.0 and whole["ci_low"] == -1.0 and whole["ci_high"] == -1.0
+    before = np.array([1.0] * 9 + [0.5])
+    after = np.array([0.0] * 8 + [1.0, 0.5])
+    f = _fall(after, before, [f"q{i}" for i in range(n)], 3, None)
+    half = t_quantile(0.975, n - 1) * np.std(after - before, ddof=1) / math.sqrt(n)
+    assert f["change"] - half < -before.mean()  # the uncut interval would pass the bound
+    assert f["ci_low"] == pytest.approx(-before.mean()) and f["ci_high"] == pytest.approx(f["change"] + half)
+    assert -1.0 <= f["ci_low"] <= f["change"] <= f["ci_high"] <= 1.0 - f["before"]

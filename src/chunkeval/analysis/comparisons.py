@@ -351,17 +351,20 @@ def _family_matrix(changes: list[tuple[list[str], np.ndarray]]) -> np.ndarray:
 
 def _fall(x: np.ndarray, y: np.ndarray, queries: list[str], worst: int, questions: dict[str, str] | None) -> dict:
     """What one paired check of a regression says: the means, the change with its 95 % interval (the paired t
-    interval, mean ± t₀.₉₇₅,ₙ₋₁ · s/√n: the t-test's own), the t-test, the queries that lost most."""
+    interval, mean ± t₀.₉₇₅,ₙ₋₁ · s/√n: the t-test's own, cut to the changes the metric can make: every metric
+    lies in [0, 1], so from the reference's mean `before` the change lies in [−before, 1 − before]; docs/statistics.md),
+    the t-test, the queries that lost most."""
     diff = x - y
     order = np.argsort(diff, kind="stable")[:worst]
     change = float(np.mean(diff))
+    before = float(np.mean(y))
     half = t_quantile(0.975, len(diff) - 1) * float(np.std(diff, ddof=1)) / math.sqrt(len(diff))
     return {
-        "before": float(np.mean(y)),
+        "before": before,
         "after": float(np.mean(x)),
         "change": change,
-        "ci_low": change - half,
-        "ci_high": change + half,
+        "ci_low": max(change - half, -before),
+        "ci_high": min(change + half, 1.0 - before),
         "sd": float(np.std(diff, ddof=1)),
         "n_queries": len(queries),
         "p_ttest": stats.paired_ttest(x, y),
