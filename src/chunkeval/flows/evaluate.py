@@ -25,6 +25,7 @@ from prefect.runtime import flow_run
 
 from chunkeval import progress
 from chunkeval.analysis.regression import NOTHING_COMPARABLE, left_out_text, verdict_line
+from chunkeval.engine.gold.update import update_command
 from chunkeval.engine.pipeline import sweep
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.fingerprints import input_fingerprints, models_fingerprint
@@ -213,7 +214,8 @@ def tell(wh: Warehouse, exp: Experiment, run_id: str, trigger: str, report: str 
     payloads = A.verdict_payloads(exp.name, run, found, line, report)
     drifted = A.drift(getattr(gold, "anchoring", ()), exp.gold_drift)
     if drifted:
-        payloads.append(A.gold_drift_payload(exp.name, run, drifted, exp.questions or exp.qrels or exp.beir))
+        out = f"{exp.name}-gold-{run_id}{'.tsv' if exp.doc_gold else '.csv'}"  # in the folder the reader runs it from
+        payloads.append(A.gold_drift_payload(exp.name, run, drifted, update_command(exp, out)))
     for payload in payloads:
         emit(payload)
     wh.record_alarms(

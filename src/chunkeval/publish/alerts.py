@@ -170,7 +170,9 @@ def drift(anchoring, threshold: float) -> dict | None:
             "threshold": threshold}  # fmt: skip
 
 
-def gold_drift_payload(experiment: str, run: dict, drifted: dict, questions: str) -> dict:
+def gold_drift_payload(experiment: str, run: dict, drifted: dict, command: str) -> dict:
+    """The gold set drifted past the experiment's bar; `command` is the `chunkeval gold update` line that corrects it
+    (`chunkeval.engine.gold.update.update_command`), runnable as written."""
     n = len(drifted["retired"]) + len(drifted["approximate"])
     ids = ", ".join((drifted["retired"] + drifted["approximate"])[:8]) + ("…" if n > 8 else "")
     return {
@@ -179,7 +181,7 @@ def gold_drift_payload(experiment: str, run: dict, drifted: dict, questions: str
         "subject": f"chunkeval {experiment}: gold set drift, {n} of {drifted['questions']} questions",
         "text": f"{experiment}: run {run['run_id']}: {len(drifted['retired'])} question(s) retired and "
         f"{len(drifted['approximate'])} placed approximately of {drifted['questions']} ({ids})\n"
-        f"correct it: chunkeval gold update --questions {questions} --out NEW.csv (docs/gold.md)",
+        f"correct it: {command} (then review the changes: docs/gold.md)",
     }
 
 

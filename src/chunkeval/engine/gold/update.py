@@ -120,3 +120,17 @@ def corrected_qrels(path: Path, gold) -> tuple[str, list[dict]]:
     ]  # fmt: skip
     text = "\n".join(kept)
     return text if text.endswith("\n") else text + "\n", review
+
+
+def update_command(exp, out: str | Path) -> str:
+    """The `chunkeval gold update` command line that corrects `exp`'s gold set for the corpus it now meets, written
+    to `out`: what an alarm or a notice tells a person to run, runnable as written (each value shell-quoted)."""
+    import shlex
+
+    if exp.beir:
+        given = ["--beir", exp.beir] + (["--split", exp.split] if exp.split != "test" else [])
+    elif exp.qrels:
+        given = ["--qrels", exp.qrels, "--queries", exp.queries, "--corpus-dir", exp.corpus_dir]
+    else:
+        given = ["--questions", exp.questions, "--corpus-dir", exp.corpus_dir]
+    return shlex.join(["chunkeval", "gold", "update", *given, "--out", str(out)])

@@ -267,10 +267,16 @@ def gold_summary(gold, examples: int = 3, remedy: bool = True) -> list[str]:
             lines.append(
                 f"  placed {visible(a['query_id'])} (row {a['row']}) at similarity {a['similarity']:g}: {spans}"
             )
-    unshown = [visible(a["query_id"]) for a in anchoring if a["status"] == "retired" and a not in shown]
-    if unshown:  # every retired question is named, by id: the rest in one line
+    unshown = [a for a in anchoring if a["status"] == "retired" and a not in shown]
+    if unshown:  # every retired question is named, by id, with its reason: the rest in one line
+        named = [f"{visible(a['query_id'])} ({visible(a['reason'])})" for a in unshown[:20]]
         lines.append(
-            f"  retired too: {', '.join(unshown[:20])}" + (f", … ({len(unshown)} in all)" if len(unshown) > 20 else "")
+            f"  retired too: {'; '.join(named)}" + (f"; … ({len(unshown)} in all)" if len(unshown) > 20 else "")
+        )
+    for a in [a for a in anchoring if a.get("moved_from") and a["status"] != "retired"][:examples]:
+        lines.append(  # a typo in corpus_id or a renamed document: which question, and where it went
+            f"  moved {visible(a['query_id'])} (row {a['row']}) to document {visible(a['corpus_id'])}, which holds its "
+            f"references: {visible(a.get('moved_why', 'its document is gone'))}"
         )
     if (counts["retired"] or approx or moved) and remedy:
         lines.append("  (`chunkeval gold update` writes the corrected gold set and a review file: docs/gold.md)")

@@ -132,7 +132,14 @@ def load_span_gold(
                     for _, start, end in checked
                 ] or [{"status": "retired", "start": 0, "end": 0, "similarity": 0.0, "reason": reason, "was": [0, 0]}]  # fmt: skip
             else:
-                record.update(corpus_id=moved_to, moved_from=cid)
+                if strict:  # a corpus_id that names no document is an error in the gold file, moved or not
+                    raise InputError(
+                        f"question {qid!r}: {gone}; its references are in document {moved_to!r} (strict: nothing "
+                        "in the inputs may be set aside or moved)",
+                        path,
+                        row,
+                    )
+                record.update(corpus_id=moved_to, moved_from=cid, moved_why=gone)
                 cid = moved_to
         if gone is None or "moved_from" in record:
             text = corpora[cid]
