@@ -6,7 +6,9 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
+from pathlib import Path
 
 from chunkeval.cli.options import (
     Sources,
@@ -29,7 +31,7 @@ from chunkeval.engine.pipeline.runners import check_task_runner, cluster_workers
 from chunkeval.errors import InputError
 from chunkeval.files import check_writable_dir
 from chunkeval.flows.temporary_server import check_folders, temporary_server
-from chunkeval.limits import check_name
+from chunkeval.limits import NAME_LENGTH, check_name
 from chunkeval.paths import DEMO_DIR, home
 from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
 from chunkeval.publish.mlflow import check_server, check_uri
@@ -102,6 +104,31 @@ def named_experiment(name: str, defining: bool, warehouse: WarehouseAccess) -> S
     raise InputError(f"no experiment named {name!r} (not demo, no experiments/{path.name}, no recorded run); {hint}")
 
 
+DEFINING = ("corpus_dir", "beir", "questions", "qrels", "queries")  # flags that name an experiment's inputs
+
+
+def experiment_name(args: argparse.Namespace) -> str:
+    """The experiment a run without a file records into: `--experiment`, else the demo, unless flags name inputs
+    of the user's own (`--corpus-dir`, `--questions`, …): those define a new experiment, never the demo's history,
+    named after the corpus folder (else the gold file), said in one notice; a name that cannot be made from it
+    asks for `--experiment`."""
+    if args.experiment:
+        return args.experiment
+    given = [key for key in DEFINING if getattr(args, key, None)]
+    if not given:
+        return "demo"
+    flag = "--" + given[0].replace("_", "-")
+    value = str(getattr(args, given[0])).rstrip("/\\")
+    base = Path(value).name if given[0] in ("corpus_dir", "beir") else Path(value).stem
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("._-")[:NAME_LENGTH].rstrip("._-")
+    if not name or name == "demo":
+        raise InputError(f"{flag} names inputs of your own: give the experiment a name (--experiment NAME), so that "
+                         "its runs are not recorded as the demo's")  # fmt: skip
+    print(f"chunkeval: recording as experiment {name!r}, named after {flag} {value} (--experiment NAME names it "
+          "otherwise)", file=sys.stderr, flush=True)  # fmt: skip
+    return name
+
+
 def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     metric_flags(args)  # the summary's columns, checked before any work: a typo there is bad input too
     if not os.environ.get("PREFECT_API_URL"):  # before Prefect is imported: it makes its home when it is
@@ -118,8 +145,9 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
             )
         exp = experiment_from_args(args, name=args.experiment)
     else:
-        named = named_experiment(args.experiment or "demo", gives_settings(args), warehouse)
-        exp = experiment_from_args(args, named, name=args.experiment)
+        name = experiment_name(args)
+        named = named_experiment(name, gives_settings(args), warehouse)
+        exp = experiment_from_args(args, named, name=None if name == "demo" else name)
     mlflow = args.mlflow or exp.mlflow
     if mlflow:  # before anything is read or built: a URI where no server answers is bad input
         mlflow = check_server(mlflow, "--mlflow" if args.mlflow else "the experiment's mlflow")

@@ -105,13 +105,31 @@ def check_late(exp, source: str | None = None) -> None:
     size = max((n for n in sizes if n is not None), default=None)
     if size is None or not exp.needs_model():
         return
+    refused = late_refusals(exp)
+    for model in dict.fromkeys(exp.embedding_rerankers()):  # a reranker reads its vectors as the grid's models do
+        if model in refused:
+            raise InputError(refused[model], source)
+    if refused and all(model in refused for model in exp.model):  # nothing left to read late
+        raise InputError(refused[exp.model[0]], source)
+
+
+def late_refusals(exp) -> dict[str, str]:
+    """Each model of the grid that cannot read chunks late in the largest window asked for, with why (a static
+    model, one that pools otherwise, a window past its limit). The grid leaves out the late configurations of these
+    models, said in one notice (`late_notice`), where another model takes them; none where late is `none` alone."""
+    sizes = [n for n in (parse_late(text) for text in exp.late) if n is not None]
+    if not sizes:
+        return {}
+    out = {}
     for model in dict.fromkeys(exp.model + tuple(exp.embedding_rerankers())):
         served = lookup(model, exp.models) is not None or is_spec(model)
         if static.is_buildable(model):  # known without building it
-            raise InputError(f"late: {model} is a static model, whose words have no embeddings in context", source)
-        why = refusal(model, None if served else resolve_model(model), size)
+            out[model] = f"late: {model} is a static model, whose words have no embeddings in context"
+            continue
+        why = refusal(model, None if served else resolve_model(model), max(sizes))
         if why:
-            raise InputError(why, source)
+            out[model] = why
+    return out
 
 
 def tokenizer_of(folder: Path):

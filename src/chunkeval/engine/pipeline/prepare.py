@@ -16,9 +16,9 @@ from chunkeval.engine.embedding.resolution import resolution, say_choice
 from chunkeval.engine.pipeline.experiment import Experiment
 from chunkeval.engine.pipeline.grid import Consent, check_grid, check_race_budget
 from chunkeval.engine.pipeline.records import RunState
-from chunkeval.engine.pipeline.sweep import begin, load
+from chunkeval.engine.pipeline.sweep import begin, late_notice, load
 from chunkeval.paths import cache_dir
-from chunkeval.progress import Stopwatch
+from chunkeval.progress import Stopwatch, notice
 
 
 def prepare(
@@ -56,5 +56,8 @@ def prepare(
     if state.inputs is not None:
         check_race_budget(exp, state.inputs.gold.n_queries)
     say_choice(backend_line, fresh)  # once the inputs are checked: bad input is the one line a mistake prints
+    left_out = late_notice(exp)
+    if left_out:
+        notice(left_out)
     state.clock = clock
     return state

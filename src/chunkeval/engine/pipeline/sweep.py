@@ -22,7 +22,7 @@ import pyarrow as pa
 from chunkeval.engine.chunking import ChunkerSpec, chunk_corpora, needs_embeddings
 from chunkeval.engine.embedding import Embedder, probes
 from chunkeval.engine.embedding.embedders import Embedders, embed_shard, probe_models
-from chunkeval.engine.embedding.late import parse_late
+from chunkeval.engine.embedding.late import late_refusals, parse_late
 from chunkeval.engine.gold.check import check_gold as gold_report
 from chunkeval.engine.gold.judge import judged_lines, run_judged_share
 from chunkeval.engine.inputs.corpus import corpus_names, load_documents, skipped_notes
@@ -136,6 +136,21 @@ def with_contexts(exp: Experiment, chunkings: list[Chunking], inputs: Inputs | N
     return out
 
 
+def late_notice(exp: Experiment) -> str | None:
+    """The one line a grid with late chunking says of what `plan` leaves out: the models that cannot read late
+    (`late_refusals`), and the retrievers that read no vectors (bm25), which run without late only. None where
+    nothing is left out."""
+    if all(text == NO_LATE for text in exp.late):
+        return None
+    parts = [
+        f"{why.removeprefix('late: ')}: its late configurations are left out" for why in late_refusals(exp).values()
+    ]
+    lexical = [r for r in exp.retriever if not retrievers.needs_embeddings(r)]
+    if lexical:
+        parts.append(f"{', '.join(lexical)} reads no vectors: it runs without late chunking only")
+    return "late chunking: " + "; ".join(parts) if parts else None
+
+
 def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
     """Every (chunking, model, retriever, index): a retriever that reads vectors runs once per model and
     index; one that does not runs once, under the model of its chunking (`none` for chunkings that embed
@@ -143,13 +158,18 @@ def plan(exp: Experiment, chunkings: list[Chunking]) -> list[Config]:
     vectors, and settings that differ only at search time share one build)."""
     configs = []
     specs = exp.index_specs()
+    refused = late_refusals(exp)
     for i, chunking in enumerate(chunkings):
         for retriever in exp.retriever:
             reads = retrievers.needs_embeddings(retriever)
+            if chunking.late != NO_LATE and not reads:
+                continue  # bm25 reads no vectors: late chunking changes nothing of it (it runs under late none)
             if chunking.model is not None:
                 models = [chunking.model]
             else:
                 models = list(exp.model) if reads else [NO_MODEL]
+            if chunking.late != NO_LATE:
+                models = [m for m in models if m not in refused]  # a static model has no words in context
             for model in models:
                 configs += (
                     [Config(i, model, retriever, spec) for spec in specs] if reads else [Config(i, model, retriever)]
