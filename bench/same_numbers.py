@@ -4,8 +4,9 @@ side on this machine, and compares their result tables value by value.
     python bench/same_numbers.py [--base REV] [--data ../shared/datasets/chroma_general] [--tolerance 1e-12]
 
 Three workloads, each run by both sides in a fresh `CHUNKEVAL_HOME` (so each side embeds for itself):
-- demo: `chunkeval sweep` of the demo experiment (48 configurations, with minilm-static built on the way);
-- beir: document gold (a BEIR folder written from the demo: each paragraph of its corpora a document, its
+- demo: `chunkeval sweep` of the three-document demo of before (tests/data/tiny_demo: the same files for both
+  sides, whatever demo the base shipped; 48 configurations, with minilm-static built on the way);
+- beir: document gold (a BEIR folder written from that demo: each paragraph of its corpora a document, its
   questions the queries, the paragraphs that hold a reference their qrels), chunked by fixed_token at 40 and
   120 tokens and whole documents (`none`), retrieved by dense and bm25 at k 1, 5 and 10;
 - shared: two corpora of the shared general evaluation (chatlogs, state_of_the_union) chunked by
@@ -40,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MAIN = "from chunkeval.cli import main; raise SystemExit(main({argv!r}))"
 
 
-def demo_beir(root: Path, demo: Path = ROOT / "data" / "demo") -> Path:
+def demo_beir(root: Path, demo: Path = ROOT / "tests" / "data" / "tiny_demo") -> Path:
     """A BEIR folder made from the demo: each paragraph of each corpus a document (`<corpus>:<n>`, titled by its
     corpus), each question a query, judged relevant (grade 1) in every paragraph a reference of it overlaps."""
     (root / "qrels").mkdir(parents=True)
@@ -70,8 +71,9 @@ def demo_beir(root: Path, demo: Path = ROOT / "data" / "demo") -> Path:
 
 
 def workloads(data: Path, beir: Path) -> dict[str, list[str]]:
-    """Each workload's arguments; `{tree}` is the side's checkout (data/demo is the demo in both layouts)."""
-    out = {"demo": ["{tree}/data/demo/experiment.yaml"]}
+    """Each workload's arguments; `{tree}` is the side's checkout. The demo workload reads this tree's copy of
+    the three-document demo on both sides (the shipped demo changed with issue 52)."""
+    out = {"demo": [str(ROOT / "tests" / "data" / "tiny_demo" / "experiment.yaml")]}
     out["beir"] = [
         "--beir", str(beir), "--model", "all-MiniLM-L6-v2", "--chunker", "fixed_token,none",
         "--chunk-sizes", "40,120", "--overlaps", "0", "--retriever", "dense,bm25", "--k", "1,5,10",

@@ -67,7 +67,7 @@ NOTES = "# Notes\n\nThe notes of the beekeeping club list the meetings of the ye
 # part of one (its first or last 40 characters), 1 where it is of the question's document, else 0. Grade 1 is
 # written as JSON ({"grade": 1}), the others in UMBRELA's form (##final score: N); every passage of the question
 # below is answered with prose that holds no grade (an unusable answer).
-DEMO_GOLD = Path(__file__).resolve().parents[1] / "src" / "chunkeval" / "data" / "demo" / "questions.csv"
+DEMO_GOLD = Path(__file__).resolve().parent / "data" / "tiny_demo" / "questions.csv"
 NO_GRADE_QUESTION = "How do beekeepers try to prevent swarming?"
 NO_GRADE = "The passage is about bees, and swarming is a topic of it, so I would call it fairly relevant."
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-DEMO_CORPORA = Path(__file__).resolve().parents[1] / "src" / "chunkeval" / "data" / "demo" / "corpora"
+DEMO_CORPORA = Path(__file__).resolve().parent / "data" / "tiny_demo" / "corpora"
 
 
 def _hex_ids(obj):

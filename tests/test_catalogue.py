@@ -1898,9 +1898,7 @@ CASES.update(
 
 
 def gold_judge(w, *extra, endpoint="http://127.0.0.1:9/v1", questions=None, run=None, out=None):
-    questions = (
-        questions or Path(__file__).resolve().parents[1] / "src" / "chunkeval" / "data" / "demo" / "questions.csv"
-    )
+    questions = questions or Path(__file__).resolve().parent / "data" / "tiny_demo" / "questions.csv"
     return ["gold", "judge", "--questions", questions, "--run", run or w["run_id"], "--out", out or w["t"] / "j.csv",
             "--endpoint", endpoint, "--chat-model", "m", "--max-retries", "0", *extra]  # fmt: skip
 
@@ -2405,7 +2403,7 @@ def production_at(args: list, path) -> list:
 
 
 def traces_compare(w, *extra, production=PRODUCTION_ROW):
-    demo = Path(__file__).resolve().parents[1] / "src" / "chunkeval" / "data" / "demo" / "questions.csv"
+    demo = Path(__file__).resolve().parent / "data" / "tiny_demo" / "questions.csv"
     return ["traces", "compare", "--questions", demo, "--run", w["run_id"], "--production",
             write(w["t"] / "p.production.jsonl", production), *extra]  # fmt: skip
 

@@ -25,7 +25,7 @@ from chunkeval.cli import main
 from chunkeval.engine.gold import generate as gg
 from prefect_server import BIN
 
-DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "corpora"
+DEMO = Path(__file__).resolve().parent / "data" / "tiny_demo" / "corpora"
 
 
 def corpus(folder: Path) -> Path:

@@ -254,7 +254,7 @@ def test_a_run_over_judged_gold_says_so(judged, prefect_server, shared_home, tmp
     says so, and it prints and keeps the share of its top k that was judged."""
     t = judged["t"]
     env = {**os.environ, **prefect_server, "CHUNKEVAL_HOME": str(shared_home)}
-    corpora = Path(__file__).resolve().parents[1] / "src" / "chunkeval" / "data" / "demo" / "corpora"
+    corpora = Path(__file__).resolve().parent / "data" / "tiny_demo" / "corpora"
     argv = [str(BIN / "chunkeval"), "run", "--corpus-dir", str(corpora), "--queries", str(t / "j.queries.jsonl")]
     grid = ["--qrels", str(t / "j.qrels.tsv"), "--chunk-sizes", "100", "--overlaps", "0", "--k", "3,10"]
     grid += ["--retriever", "bm25", "--experiment", "judged-demo"]

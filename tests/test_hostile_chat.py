@@ -40,7 +40,7 @@ from prefect_server import BIN
 from served_server import Proxy
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "src" / "chunkeval" / "data" / "demo"
+DEMO = ROOT / "tests" / "data" / "tiny_demo"
 KEY = "sk-hostile-" + secrets.token_hex(12)
 FUZZ = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

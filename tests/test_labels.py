@@ -123,11 +123,8 @@ def test_every_list_argument_of_the_api_takes_one_string(tmp_path, monkeypatch):
     assert len(by_text) == 1 and by_text == chunkeval.compare(res, other, metric="mrr", config={"k": 2})
     with pytest.raises(InputError, match="key=value"):
         chunkeval.compare(res, other, metric="mrr", config="k")
-    from importlib.resources import files
+    from chunkeval.paths import DEMO_DIR as demo_dir  # the tests' demo (conftest)
 
-    from chunkeval.data import demo  # noqa: F401
-
-    demo_dir = files("chunkeval") / "data" / "demo"
     one = chunkeval.check_gold(str(demo_dir / "corpora"), str(demo_dir / "questions.csv"), corpus="honeybees")
     listed = chunkeval.check_gold(str(demo_dir / "corpora"), str(demo_dir / "questions.csv"), corpus=["honeybees"])
     assert one == listed

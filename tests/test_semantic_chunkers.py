@@ -24,7 +24,7 @@ from chunkeval.engine.chunking.semantic import (
 )
 from chunkeval.errors import InputError
 
-DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+DEMO = Path(__file__).resolve().parent / "data" / "tiny_demo"
 
 SEMANTIC = {"cluster_semantic": cluster_semantic, "semantic_breakpoint": semantic_breakpoint}
 

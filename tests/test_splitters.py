@@ -25,7 +25,7 @@ from chunkeval.engine.chunking import (
 from chunkeval.engine.chunking.splitters import ChunkerOutputError, as_chunker, locate_chunks, to_offsets
 from chunkeval.errors import InputError
 
-DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "corpora"
+DEMO = Path(__file__).resolve().parent / "data" / "tiny_demo" / "corpora"
 CHROMA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "chroma_general"
 HERE = __name__  # splitters below are named to `--chunker` as f"{HERE}:function"
 

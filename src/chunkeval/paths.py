@@ -11,7 +11,9 @@ from importlib.resources import files
 from pathlib import Path
 
 PACKAGE = Path(str(files("chunkeval")))
-DEMO_DIR = PACKAGE / "data" / "demo"  # the demo experiment: three Markdown corpora and 28 questions
+# the demo experiment: 16 Markdown documents in four families and 264 questions (data/demo/README.md);
+# $CHUNKEVAL_DEMO_DIR names another folder of the same layout (the test suite's three-document demo, for speed)
+DEMO_DIR = Path(os.environ.get("CHUNKEVAL_DEMO_DIR") or PACKAGE / "data" / "demo")
 DEPLOYMENTS_FILE = PACKAGE / "deployments" / "prefect.yaml"  # chunkeval's Prefect deployments
 
 
