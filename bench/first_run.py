@@ -25,7 +25,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2, help="runs over the same home (the first from empty)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as cwd:
-        env = {k: v for k, v in os.environ.items() if k != "CHUNKEVAL_AUTO_BACKEND"}  # auto probes, as installed
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("CHUNKEVAL_AUTO_BACKEND", "CHUNKEVAL_DEMO_DIR")
+        }  # as installed
         env.update(CHUNKEVAL_HOME=home, HF_HUB_OFFLINE="1")
         for n in range(args.runs):
             start = time.perf_counter()
@@ -46,6 +48,39 @@ def main() -> None:
             print(f"  {stages}")
             for line in shown[:12]:
                 print(f"  | {line}")
+            if done.returncode == 0:
+                print(f"  {figures(Path(home), done.stdout)}")
+
+
+def figures(home: Path, out: str) -> str:
+    """What issue 52 asks of the demo, measured by the run itself: each headline metric's share of per-question
+    values at or above 0.95 (the run's ceiling rule, over every configuration's questions), the configurations its
+    table stars as tied with the best, and the smallest fall the gate sees (its verdict line, from a second run)."""
+    import re
+
+    import duckdb
+
+    from chunkeval.stats.power import CEILING
+
+    metrics = ("span_recall", "span_iou", "recall_at_k", "mrr")
+    with duckdb.connect(str(home / "warehouse" / "chunkeval.duckdb"), read_only=True) as con:
+        run = con.execute(
+            "SELECT run_id FROM runs WHERE status = 'completed' ORDER BY started_at DESC LIMIT 1"
+        ).fetchone()
+        shares = con.execute(
+            "SELECT "
+            + ", ".join(f"avg(({m} >= {CEILING})::INT)" for m in metrics)
+            + " FROM query_results WHERE run_id = ?",
+            [run[0]],
+        ).fetchone()
+    rows = [line.split() for line in out.splitlines() if re.match(r"^\S+\s+[0-9a-f]{8}\s", line)]
+    tied = [sum(row[2 + i].endswith("*") for row in rows) for i in range(len(metrics))]
+    seen = re.search(r"larger than ([0-9.]+) \(what", " ".join(out.split()))
+    return (
+        "at or above 0.95: " + ", ".join(f"{m} {s:.1%}" for m, s in zip(metrics, shares))
+        + "; tied with the best: " + ", ".join(f"{m} {n} of {len(rows)}" for m, n in zip(metrics, tied))
+        + f"; the gate sees falls larger than {seen.group(1) if seen else '– (first run)'}"
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -300,3 +300,31 @@ def test_the_trade_off_chart_carries_the_intervals_as_error_bars():
         ["a", "b", "c"], recall, precision, tokens, (recall - 0.05, recall + 0.04), (precision - 0.02, precision + 0.03)
     )
     assert plain.count('class="errorbar"') == 0 and with_bars.count('class="errorbar"') == 3  # a bar per configuration
+
+
+def test_the_decision_names_the_best_and_what_it_beats_as_the_stars_do(recorded, capsys):
+    """`decision` (the first line of run, sweep and report, and of the HTML's first screen): the best configuration
+    of the headline metric, the runner-up and the default each with best − other, its paired t interval (scipy's)
+    and the adjusted p of the very tests that star the ties, so that 'not told apart' and a star never disagree."""
+    wh, (run_id, _) = recorded
+    per_query = wh.query_results(run_id)
+    d = C.decision(per_query, "span_precision")
+    tied = C.tied_with_best(per_query, "span_precision")
+    assert d["best"] == tied[0] and d["tied"] == len(tied) - 1 and d["n_queries"] == 28
+    for side in (d["runner_up"], d["default"]):
+        if side is None:
+            continue
+        a = C.values_of(per_query, d["best"], "span_precision")
+        b = C.values_of(per_query, side["config"], "span_precision")
+        x, y, n = C.pair(a, b)
+        low, high = sps.ttest_rel(x, y).confidence_interval(0.95)
+        assert side["difference"] == pytest.approx(float(np.mean(x - y)), abs=1e-12)
+        assert side["ci_low"] == pytest.approx(max(low, -1.0), abs=1e-9)
+        assert side["ci_high"] == pytest.approx(min(high, 1.0), abs=1e-9)
+        assert side["significant"] == (side["config"] not in tied)
+    runner = max((c for c in C.configurations(per_query) if c != d["best"]),
+                 key=lambda c: np.mean(list(C.values_of(per_query, c, "span_precision").values())))  # fmt: skip
+    assert d["runner_up"]["config"] == runner
+    assert main(["report", "--run", run_id, "--metrics", "span_precision"]) == 0
+    out = capsys.readouterr().out
+    assert "decision on span_precision: best" in out.split("configuration")[0]  # it leads, before the table

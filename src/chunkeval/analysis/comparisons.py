@@ -199,6 +199,53 @@ def tied_with_best(per_query: pa.Table, metric: str, alpha: float = 0.05) -> lis
     return [best] + [{k: v for k, v in c["b"].items() if k != "run_id"} for c in comparisons if not c["significant"]]
 
 
+def decision(per_query: pa.Table, metric: str, alpha: float = 0.05) -> dict | None:
+    """What a person decides from one run on `metric`: the best configuration, and what it beats by how much, the
+    runner-up (the next mean) and the default configuration (every key at its default, where the grid has it),
+    each with the mean paired difference best − other, its 95 % paired t interval (cut to [−1, 1], the differences a
+    metric in [0, 1] can have) and its adjusted p: the same paired randomisation tests, Holm over every other
+    configuration, that star the ties (`tied_with_best`), so the two never disagree; and `tied`, the number of
+    others not significantly worse. None where the configurations did not all answer the same questions."""
+    configs = configurations(per_query)
+    grid = _query_grid(per_query) if len(configs) > 1 and metric in per_query.column_names else None
+    if grid is None:
+        return None
+    column = numbers(per_query[metric]).astype(np.float64)
+    matrix = column[grid]
+    if np.isnan(matrix).any():
+        return None
+    means = np.array([np.nanmean(column[np.sort(grid[:, j])]) for j in range(grid.shape[1])])
+    best = int(np.argmax(means))
+    others = [j for j in range(len(configs)) if j != best]
+    diffs = matrix[:, [best]] - matrix[:, others]
+    adjusted = stats.holm(stats.paired_permutation_columns(diffs))
+    n = diffs.shape[0]
+
+    def against(j: int | None) -> dict | None:
+        if j is None or j == best:
+            return None
+        i = others.index(j)
+        change = float(diffs[:, i].mean())
+        half = t_quantile(0.975, n - 1) * float(diffs[:, i].std(ddof=1)) / math.sqrt(n)
+        return {"config": configs[j], "mean": float(means[j]), "difference": change, "ci_low": max(change - half, -1.0),
+                "ci_high": min(change + half, 1.0), "p_adjusted": float(adjusted[i]),
+                "significant": bool(adjusted[i] < alpha)}  # fmt: skip
+
+    default = next((j for j, c in enumerate(configs) if config_label(c) == "default"), None)
+    runner_up = max(others, key=lambda j: (means[j], -j))
+    return {
+        "metric": metric,
+        "best": configs[best],
+        "mean": float(means[best]),
+        "n_queries": n,
+        "n_configs": len(configs),
+        "runner_up": against(runner_up),
+        "default": against(default),
+        "tied": int(sum(1 for p in adjusted if not p < alpha)),
+        "alpha": alpha,
+    }
+
+
 def _query_grid(per_query: pa.Table) -> np.ndarray | None:
     """Row numbers (queries × configurations, both in order: sorted query ids, `configurations` order)
     when every configuration has every query once; else None."""

@@ -23,6 +23,7 @@ from chunkeval.report.inspect import (
     references_by_query,
 )
 from chunkeval.report.sections import _num, _table
+from chunkeval.stats.power import CEILING
 from chunkeval.vocabulary import CHUNKING_KEYS, CONFIG_KEYS
 
 OPEN = 5  # the worst questions the overview links to
@@ -57,6 +58,11 @@ def embedded(data: dict) -> str:
     return f'<script type="application/json" id="questions-data">{text}</script>'
 
 
+def _at_ceiling(value) -> bool:
+    """A question at or near 1 (`CEILING`) is never among the worst, however few others fall below it."""
+    return value is not None and value >= CEILING
+
+
 def drilldown(wh, run_id: str, chosen: dict, per_query: pa.Table) -> tuple[str, list[dict]]:
     """The drill-down of the chosen configuration (an HTML fragment for the failure analysis), and its
     worst questions first `{anchor, query_id, question, value, metric}` (the overview links to them).
@@ -83,6 +89,7 @@ def drilldown(wh, run_id: str, chosen: dict, per_query: pa.Table) -> tuple[str, 
                 "metric": metric,
             }
             for r in order[:OPEN]
+            if not _at_ceiling(r.get(metric))
         ]
         return f"{title}<p>{escape(exc.message)}</p>", worst
     group = tuple(chosen[k] for k in CHUNKING_KEYS)
@@ -137,7 +144,7 @@ def drilldown(wh, run_id: str, chosen: dict, per_query: pa.Table) -> tuple[str, 
                 ]
             )
         data.append([shown, items])
-        if i < OPEN:
+        if len(worst) < OPEN and i < OPEN and not _at_ceiling(r.get(metric)):
             worst.append(
                 {"anchor": f"q-{i}", "query_id": qid, "question": question, "value": r.get(metric), "metric": metric}
             )

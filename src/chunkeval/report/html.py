@@ -198,7 +198,7 @@ def build_report(
     tied = ties(per_query, METRICS)
     questions, worst = drilldown(wh, run_id, chosen, per_query)
     sections = [
-        section_overview(wh, experiment, run_id, summary, tied, spans, found, checked[0], worst),
+        section_overview(wh, experiment, run_id, summary, tied, spans, found, checked[0], worst, chosen, per_query),
         section_summary(run, settings, summary, wh.models(run_id).to_pylist()),
         section_grid(summary, tied, against_best(per_query, METRICS), watched),
         *([section_slices(slices, chosen, watched, mine, compared)] if slices else []),

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from html import escape
 
+from chunkeval.analysis.comparisons import decision
 from chunkeval.analysis.regression import NO_REGRESSION, NOTHING_COMPARABLE, verdict_line
 from chunkeval.report import charts
 from chunkeval.report.sections import _num, _table, best_rows, label_html, trend_series
+from chunkeval.report.terminal import decision_line
 from chunkeval.vocabulary import CONFIG_KEYS
 
 # the metrics a reader looks at first, per kind of gold (the rest are in the grid)
@@ -52,6 +54,8 @@ def section_overview(
     found: tuple[dict | None, str],
     falls: list[dict],
     worst: list[dict],
+    chosen: dict,
+    per_query=None,
 ) -> str:
     """The overview: `found` is `sections.the_verdict`'s answer, `falls` its regressions, `worst` the drill-down's
     worst questions (`drilldown.drilldown`)."""
@@ -72,6 +76,8 @@ def section_overview(
         )
     table = _table(["metric", "best configuration", "mean [95 % CI]", "tied with it"], rows)
     headline = metrics[0] if metrics else None
+    decided = decision_line(decision(per_query, headline)) if headline and per_query is not None else None
+    lead = f'<p class="decision"><strong>{escape(decided)}</strong></p>' if decided else ""
     chart = ""
     if headline is not None:
         series = trend_series(wh, experiment, [best[headline]], (headline,), falls)[0]
@@ -85,13 +91,14 @@ def section_overview(
         for w in worst
     )
     questions = (
-        f'<p>The worst questions of the chosen configuration (<a href="#failures">failure analysis</a>):</p>'
+        f"<p>The worst questions of the chosen configuration, {label_html(chosen)}, by {named} "
+        f'(<a href="#failures">failure analysis</a>; none at or near 1):</p>'
         f'<ol class="worst">{links}</ol>'
         if links
         else ""
     )
     return (
-        f'<section id="overview"><h2>At a glance</h2>{_verdict_html(*found, run_id)}<div class="glance">'
+        f'<section id="overview"><h2>At a glance</h2>{lead}{_verdict_html(*found, run_id)}<div class="glance">'
         f"<div><p>Best configuration of each headline metric (of {len(summary)}; all metrics in the "
         f'<a href="#grid">grid</a>):</p>{table}{questions}</div>'
         f"<div>{chart}</div></div></section>"

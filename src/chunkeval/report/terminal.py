@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chunkeval.analysis.comparisons import TIE_NOTE, ties
+from chunkeval.analysis.comparisons import TIE_NOTE, decision, ties
 from chunkeval.analysis.power import against_best
 from chunkeval.errors import InputError
 from chunkeval.files import check_output
@@ -519,20 +520,51 @@ def _present(table: pa.Table) -> list[str]:
     return [k for k in CONFIG_KEYS if k in table.column_names]
 
 
+def decision_line(d: dict | None) -> str | None:
+    """The decision a run supports on its headline metric (`chunkeval.analysis.comparisons.decision`), in one
+    sentence: the best configuration, by how much it beats the default and the runner-up (the paired interval and
+    adjusted p), and how many configurations the gold set cannot tell from it."""
+    if d is None:
+        return None
+
+    def side(what: str, o: dict) -> str:
+        told = "" if o["significant"] else ": not told apart"
+        label = config_label(o["config"])
+        return (
+            f"{what}{'' if label == DEFAULT_LABEL else ' ' + label} [{config_id(o['config'])}] {o['mean']:.3f} by "
+            f"{o['difference']:+.3f} [{o['ci_low']:+.3f}, {o['ci_high']:+.3f}], adjusted p {o['p_adjusted']:.2g}{told}"
+        )
+
+    same = d["default"] and d["runner_up"] and d["runner_up"]["config"] == d["default"]["config"]
+    sides = [side("the default (also the runner-up)" if same else "the default", d["default"])] if d["default"] else []
+    if d["runner_up"] and not same:
+        sides.append(side("the runner-up", d["runner_up"]))
+    tied = (
+        f"the gold set cannot tell {d['tied']} of the other {d['n_configs'] - 1} from it"
+        if d["tied"]
+        else f"every other configuration is significantly worse (of {d['n_configs']})"
+    )
+    return (
+        f"decision on {d['metric']}: best {config_label(d['best'])} [{config_id(d['best'])}] {d['mean']:.3f}"
+        + (f"; it beats {' and '.join(sides)}" if sides else "")
+        + f"; {tied} (paired randomisation tests, Holm, alpha {d['alpha']:g}; {d['n_queries']} questions)"
+    )
+
+
 def summary_block(summary: pa.Table, per_query: pa.Table, metrics=None, wide: bool = False) -> str:
     """What `run`, `sweep` and `report` print of a run's macro means: the table of `chosen_metrics`, the ties
     starred where they are a minority, and a line per metric whose ties or ceiling say more (`tie_lines`)."""
     shown = chosen_metrics(summary, metrics, wide)
     tied, lines = summary_ties(per_query, shown)
+    decided = decision_line(decision(per_query, shown[0])) if shown else None
+    lead = [textwrap.fill(decided, TERMINAL_WIDTH, subsequent_indent="  "), ""] if decided else []
     out = [format_summary(summary, CONFIG_KEYS, metrics=shown, tied=tied, width=None if wide else TERMINAL_WIDTH)]
     if any(tied.values()):
         out.append(TIE_NOTE.format(alpha=0.05))
     if any(config_label(row) == DEFAULT_LABEL for row in summary.select(_present(summary)).to_pylist()):
         out.append(DEFAULT_NOTE)
-    import textwrap
-
     notes = [textwrap.fill(line, TERMINAL_WIDTH, subsequent_indent="  ") for line in out[1:] + lines]
-    return "\n".join(out[:1] + notes)
+    return "\n".join(lead + out[:1] + notes)
 
 
 def format_macro_micro(summary: pa.Table, metrics: list[str]) -> str:

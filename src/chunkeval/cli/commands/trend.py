@@ -22,6 +22,8 @@ from chunkeval.cli.options import (
 from chunkeval.cli.output import iso
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import Fault, InputError, NothingComparable
+from chunkeval.limits import check_name
+from chunkeval.paths import home
 from chunkeval.report.diff import diff_path, write_diff
 from chunkeval.report.terminal import SPAN_HEADLINE, chosen_metrics, fold, format_rows, regression_message
 from chunkeval.stats.judged import METRICS as PRODUCTION_METRICS
@@ -94,6 +96,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     check_at_least_one(args.last, "--last")
     check_threshold(args.threshold)
     check_alpha(args.alpha)
+    if args.fail_on_regression:
+        _nothing_recorded_yet(warehouse, args.experiment)
     wh = warehouse()
     wh.check_experiment(args.experiment)
     if args.baseline:
@@ -209,11 +213,10 @@ def _verdict(wh, args: argparse.Namespace, config: dict, in_slice: tuple[str, st
         args.experiment, metrics, args.threshold, args.baseline, args.alpha, config, in_slice and slice_name(*in_slice)
     )
     out = sys.stderr if args.json else sys.stdout  # JSON on stdout stays one document
-    if found is None:
+    if found is None:  # one full run, or none beside raced ones: nothing to compare, as after a changed grid
         for left in wh.raced_runs(args.experiment):
             _said_left_out(left)
-        print(f"no regression check: experiment {args.experiment!r} has no full run to compare with yet", file=out)
-        return 0
+        raise NothingComparable(f"experiment {args.experiment!r} has no full run to compare with yet")
     for left in found["left_out"]:
         _said_left_out(left)
     if found["verdict"] == NOTHING_COMPARABLE:
@@ -225,6 +228,17 @@ def _verdict(wh, args: argparse.Namespace, config: dict, in_slice: tuple[str, st
     for f in found["regressions"]:
         print(regression_message(f), file=sys.stderr)
     return 1
+
+
+def _nothing_recorded_yet(warehouse: WarehouseAccess, experiment: str) -> None:
+    """The gate of an experiment that is defined (the demo, `$CHUNKEVAL_HOME/experiments/NAME.yaml`) but has no
+    recorded run yet, in a fresh home too, meets nothing to compare (exit 3), as it does after one run or a changed
+    grid; an experiment nobody defined or recorded stays bad input (a typo: exit 2, with what it looks like)."""
+    wh = warehouse(must_exist=False)
+    if wh.exists() and wh.runs(experiment, limit=1):
+        return
+    if experiment == "demo" or (home() / "experiments" / f"{check_name(experiment)}.yaml").is_file():
+        raise NothingComparable(f"experiment {experiment!r} has no recorded run yet: nothing to compare")
 
 
 def _said_left_out(left: dict) -> None:
