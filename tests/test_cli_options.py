@@ -18,6 +18,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 DATA = Path(__file__).resolve().parent / "data"
 
 
@@ -64,3 +66,38 @@ def test_every_command_module_says_how_it_reaches_the_warehouse():
         "baseline",
         "compare",
     }
+
+
+def test_flags_that_name_inputs_never_record_into_the_demo(tmp_path, monkeypatch, capsys):
+    """`run --corpus-dir docs --questions gold.csv` without `--experiment` (issue 52) defines a new experiment named
+    after the corpus folder, said in one notice; a folder whose name makes no name (or makes `demo`) asks for one."""
+    import argparse
+
+    from chunkeval.cli.commands.run import experiment_name
+    from chunkeval.errors import InputError
+
+    def args(**given):
+        base = dict.fromkeys(("experiment", "corpus_dir", "beir", "questions", "qrels", "queries"))
+        return argparse.Namespace(**{**base, **given})
+
+    assert experiment_name(args()) == "demo" and experiment_name(args(experiment="nightly")) == "nightly"
+    assert experiment_name(args(corpus_dir="work/docs/", questions="gold.csv")) == "docs"
+    assert "recording as experiment 'docs', named after --corpus-dir work/docs" in capsys.readouterr().err
+    assert experiment_name(args(questions="my gold.csv")) == "my-gold"
+    for folder in ("demo", "..", "!!!"):
+        with pytest.raises(InputError, match="--experiment NAME"):
+            experiment_name(args(corpus_dir=folder))
+
+
+def test_the_gate_meets_nothing_to_compare_with_one_status(tmp_path, monkeypatch, capsys):
+    """'Nothing to compare' is exit 3 wherever the gate meets it (issue 52): in a fresh home for the demo (it was 2)
+    and an experiment file not yet run; an experiment nobody defined is still bad input (2, a typo)."""
+    from chunkeval.cli import main
+
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
+    assert main(["trend", "--experiment", "demo", "--fail-on-regression"]) == 3
+    assert "experiment 'demo' has no recorded run yet: nothing to compare" in capsys.readouterr().err
+    (tmp_path / "home" / "experiments").mkdir(parents=True)
+    (tmp_path / "home" / "experiments" / "nightly.yaml").write_text("k: [5]\n")
+    assert main(["trend", "--experiment", "nightly", "--fail-on-regression"]) == 3
+    assert main(["trend", "--experiment", "nosuch", "--fail-on-regression"]) == 2

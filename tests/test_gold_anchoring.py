@@ -245,3 +245,32 @@ def test_run_if_changed_on_change_and_gold_update_on_an_edited_corpus(tmp_path, 
 
 def demo_refs_questions() -> set[str]:
     return {q for q, _, _ in demo_refs()}
+
+
+def test_a_corpus_id_that_names_no_document_is_named_and_strict_refuses_it(tmp_path, monkeypatch, capsys):
+    """A question whose corpus_id is a typo (issue 52: `chesss`, 'exits 0 with 1 moved to another document, naming
+    no question') is named on the run's warning with that corpus_id and 'did you mean'; `--strict` refuses it."""
+    import csv
+    import shutil
+
+    from chunkeval.cli import main
+    from chunkeval.paths import DEMO_DIR
+
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
+    shutil.copytree(DEMO_DIR / "corpora", tmp_path / "corpora")
+    with open(DEMO_DIR / "questions.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    rows[12]["corpus_id"], rows[13]["corpus_id"] = "sourdouhg", "nosuchcorpus"
+    with open(tmp_path / "q.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    given = ["sweep", "--corpus-dir", str(tmp_path / "corpora"), "--questions", str(tmp_path / "q.csv"),
+             "--retriever", "bm25", "--out", str(tmp_path / "r.csv")]  # fmt: skip
+    assert main(given) == 0
+    err = capsys.readouterr().err
+    assert ("moved sourdouhg:13 (row 13) to document sourdough, which holds its references: corpus_id 'sourdouhg' "
+            "names no corpus file or document (did you mean sourdough?)") in err  # fmt: skip
+    assert "moved nosuchcorpus:14 (row 14) to document sourdough" in err
+    assert main([*given[:-1], str(tmp_path / "r2.csv"), "--strict"]) == 2
+    assert "row 13: question 'sourdouhg:13': corpus_id 'sourdouhg' names no corpus file" in capsys.readouterr().err

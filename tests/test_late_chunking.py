@@ -231,3 +231,20 @@ def test_the_axis_late_none_keeps_todays_rows_and_ids_and_a_second_run_embeds_no
     second = run_sweep(exp, again)
     assert again.texts_embedded == 0 and not again.model_loaded
     assert second.per_query.to_pylist() == both.per_query.to_pylist()
+
+
+def test_a_grid_with_late_leaves_out_what_cannot_read_late_and_says_so():
+    """Late chunking on the demo's grid (issue 52): minilm-static cannot read late and bm25 reads no vectors, so
+    their late configurations are left out (one notice names both) instead of the grid being refused or bm25's
+    unchanged rows labelled late; only a grid whose every model refuses is an error (the catalogue's cases)."""
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.engine.pipeline.grid import grid_size
+    from chunkeval.engine.pipeline.sweep import late_notice
+
+    base = Experiment.demo()
+    late = base.with_overrides(late=("none", "window:size=256"))
+    # 8 chunkings × k 2: without late, (2 dense + bm25) each; late adds MiniLM's dense alone
+    assert grid_size(base) == 8 * 2 * 3 and grid_size(late) == 8 * 2 * 3 + 8 * 2
+    said = late_notice(late)
+    assert "minilm-static is a static model" in said and "bm25 reads no vectors" in said
+    assert late_notice(base) is None

@@ -219,9 +219,11 @@ def test_the_page_reads_from_the_top(warehouse, page):
         for r in warehouse.query_results(run_id).to_pylist()
         if all(r[k] == chosen[k] for k in ("chunker", "chunk_size", "chunk_overlap", "k"))
     ]
-    worst = sorted(mine, key=lambda r: (r["span_recall"], r["query_id"]))[:5]
+    worst = [r for r in sorted(mine, key=lambda r: (r["span_recall"], r["query_id"]))[:5] if r["span_recall"] < 0.95]
     listed = re.findall(r"<li>([^<]*) \(span recall ([\d.]+)\): ", top)  # runs recorded without retrieved lists:
     assert listed == [(escape(r["query_id"]), f"{r['span_recall']:.3f}") for r in worst]  # no view to link to
+    if worst:  # the worst questions name their configuration; none at or near 1 is among them
+        assert f"The worst questions of the chosen configuration, {label_html(chosen)}, by span recall" in top
     # a span-gold run measures no document metric: no column, panel or line of one
     assert "doc_ndcg_at_k" not in html and "doc_recall_at_k" not in html
 
