@@ -274,3 +274,26 @@ def test_a_corpus_id_that_names_no_document_is_named_and_strict_refuses_it(tmp_p
     assert "moved nosuchcorpus:14 (row 14) to document sourdough" in err
     assert main([*given[:-1], str(tmp_path / "r2.csv"), "--strict"]) == 2
     assert "row 13: question 'sourdouhg:13': corpus_id 'sourdouhg' names no corpus file" in capsys.readouterr().err
+
+
+def test_the_gold_drift_alarms_command_runs_as_written(tmp_path, monkeypatch, capsys):
+    """The gold-drift alarm tells the reader to run `chunkeval gold update …` (issue 52: it lacked --corpus-dir and
+    exited 2): the very line `update_command` writes into the alarm runs, from the folder the reader is in."""
+    import shlex
+
+    from chunkeval.cli import main
+    from chunkeval.engine.gold.update import update_command
+    from chunkeval.engine.pipeline.experiment import Experiment
+    from chunkeval.publish.alerts import gold_drift_payload
+
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    exp = Experiment.demo()
+    command = update_command(exp, "demo-gold-RUN.csv")
+    drifted = {"questions": 28, "retired": ["lighthouses:4"], "approximate": [], "share": 0.04, "threshold": 0.01}
+    text = gold_drift_payload("demo", {"run_id": "RUN", "trigger": "schedule"}, drifted, command)["text"]
+    assert f"correct it: {command} (then review" in text
+    argv = shlex.split(command)
+    assert argv[:3] == ["chunkeval", "gold", "update"] and "--corpus-dir" in argv
+    assert main(argv[1:]) == 0
+    assert (tmp_path / "demo-gold-RUN.csv").is_file() and "wrote 28 question(s)" in capsys.readouterr().out
