@@ -266,22 +266,14 @@ def test_the_installed_command_prints_no_traceback(tmp_path):
         assert flag in help_text
 
 
-def test_a_terminal_reads_an_error_within_120_columns_a_log_gets_it_as_one_line(tmp_path):
-    """Bad input ends in one line, and no line a person reads is longer than 120 columns (issue 42): on a terminal
-    the message is folded, its words going on indented; off one (a log, a pipe, a scheduler) it is the one line,
-    word for word the same text. Run in a real pseudo-terminal."""
+def in_a_terminal(argv: list, cwd, env: dict, timeout: float = 300) -> tuple[int, str]:
+    """Run a command in a real pseudo-terminal (stdout and stderr one terminal, as a person's): its exit status
+    and everything it drew."""
     import os
     import pty
 
-    (tmp_path / "exp.yaml").write_text("name: x\nmodels:\n  team: {batch: 1, base_url: 'http://127.0.0.1:9'}\n")
-    argv = [sys.executable, "-m", "chunkeval.cli", "run", "exp.yaml"]
-    env = {**os.environ, "CHUNKEVAL_HOME": str(tmp_path / "home")}
-    piped = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert piped.returncode == 2 and len(piped.stderr.splitlines()) == 1, piped.stderr
-    line = piped.stderr.strip()
-    assert "unknown key(s) batch" in line and len(line) > 160, line
     main_fd, terminal = pty.openpty()
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal)
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal)
     os.close(terminal)
     said = b""
     while True:
@@ -293,8 +285,45 @@ def test_a_terminal_reads_an_error_within_120_columns_a_log_gets_it_as_one_line(
             break
         said += chunk
     os.close(main_fd)
-    assert proc.wait(timeout=60) == 2
-    lines = said.decode().replace("\r\n", "\n").strip().splitlines()
+    return proc.wait(timeout=timeout), said.decode()
+
+
+@pytest.mark.slow  # a real run, with its temporary Prefect server
+def test_a_run_on_a_terminal_shows_chunkevals_lines_alone(tmp_path):
+    """A new user's first run on a terminal (issue 52): every bar is ended before the next line, and Prefect's
+    first-run telemetry notice is not shown (chunkeval's temporary server already sends nothing: the client is told
+    so too, DO_NOT_TRACK)."""
+    import os
+
+    argv = [sys.executable, "-m", "chunkeval.cli", "run", "--experiment", "tty", "--retriever", "bm25", "--k", "1"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "DO_NOT_TRACK"}
+    env.update(CHUNKEVAL_HOME=str(tmp_path / "home"), PREFECT_HOME=str(tmp_path / "prefect"))
+    code, said = in_a_terminal(argv, tmp_path, env)
+    assert code == 0, said
+    assert "anonymous usage" not in said and "telemetry" not in said, said
+    drawn = said.replace("\r\n", "\n")
+    assert "…\r" in drawn or "]\r" in drawn or "\rchunking" in drawn, drawn  # bars were drawn in place
+    for line in drawn.split("\n"):  # what a bar left on a line is a bar: no message glued after it
+        last = line.rsplit("\r", 1)[-1]
+        assert not ("\r" in line and ("chunkeval:" in last or last.startswith("experiment "))), repr(line)
+
+
+def test_a_terminal_reads_an_error_within_120_columns_a_log_gets_it_as_one_line(tmp_path):
+    """Bad input ends in one line, and no line a person reads is longer than 120 columns (issue 42): on a terminal
+    the message is folded, its words going on indented; off one (a log, a pipe, a scheduler) it is the one line,
+    word for word the same text. Run in a real pseudo-terminal."""
+    import os
+
+    (tmp_path / "exp.yaml").write_text("name: x\nmodels:\n  team: {batch: 1, base_url: 'http://127.0.0.1:9'}\n")
+    argv = [sys.executable, "-m", "chunkeval.cli", "run", "exp.yaml"]
+    env = {**os.environ, "CHUNKEVAL_HOME": str(tmp_path / "home")}
+    piped = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert piped.returncode == 2 and len(piped.stderr.splitlines()) == 1, piped.stderr
+    line = piped.stderr.strip()
+    assert "unknown key(s) batch" in line and len(line) > 160, line
+    code, said = in_a_terminal(argv, tmp_path, env)
+    assert code == 2
+    lines = said.replace("\r\n", "\n").strip().splitlines()
     assert len(lines) > 1 and all(len(row) <= 120 for row in lines), lines
     assert all(row.startswith("  ") for row in lines[1:])
     assert " ".join(row.strip() for row in lines) == line
@@ -319,3 +348,38 @@ def test_a_sweeps_files_name_each_configuration_as_it_printed_it(tmp_path, capsy
         assert table.column_names.index("label") == table.column_names.index("k") + 1
     printed = {tuple(line.split()[:2]) for line in stdout.splitlines() if line.startswith("bm25")}
     assert printed == {(r["label"], r["config_id"]) for r in pq.read_table(out).to_pylist()}
+
+
+def test_a_progress_bar_is_ended_before_any_other_line():
+    """On a terminal a bar is redrawn in place (`\\r`); a notice or a table printed while it is open starts on a line
+    of its own (issue 52: `…29528/29528    84 schunkeval: backend auto: probing torch…`), on stderr and stdout alike
+    (one terminal); off a terminal nothing is added."""
+    import io
+
+    from chunkeval.cli.output import Visible
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    screen = Terminal()
+    err, out = Visible(screen, fold=True), Visible(screen)
+    err.write("\rbuilding [####....] 1/2")
+    err.write("\rbuilding [########] 2/2")
+    err.write("chunkeval: backend auto: probing torch…\n")
+    err.write("\rembedding [########] 2/2")
+    out.write("experiment demo: run x completed")
+    out.write("\n")
+    err.write("\rscoring…")
+    err.write("\n")  # the bar's own end: no second line break
+    out.write("done\n")
+    assert screen.getvalue() == (
+        "\rbuilding [####....] 1/2\rbuilding [########] 2/2\nchunkeval: backend auto: probing torch…\n"
+        "\rembedding [########] 2/2\nexperiment demo: run x completed\n\rscoring…\ndone\n"
+    )
+    Visible.open_line[0] = False
+    log = io.StringIO()
+    Visible(log).write("\rbar 1/2")
+    Visible(log).write("next\n")
+    assert log.getvalue() == "\rbar 1/2next\n"  # off a terminal: never a bar drawn, nothing added
+    Visible.open_line[0] = False

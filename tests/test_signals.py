@@ -1,4 +1,5 @@
-"""A run ended by a signal: SIGTERM ends it as an interrupt does (recorded failed, exit 143, one line), and
+"""A run ended by a signal: SIGTERM ends it as an interrupt does (recorded interrupted, with the signal's name, exit
+143, one line and none of Prefect's crash lines), and
 the temporary Prefect server it started dies with it, after SIGKILL too (a parent-death signal)."""
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def wait_gone(tag: str, seconds: float = 15.0) -> list[int]:
 
 def test_sigkill_and_sigterm_end_runs_and_their_temporary_servers(tmp_path):
     """Both runs at once (each starts a Prefect server: the slow part): SIGKILL at `started` (the server is
-    up and the run row written) leaves no server behind; SIGTERM there ends the run as failed, in one line,
-    exit 143, and leaves no server either."""
+    up and the run row written) leaves no server behind; SIGTERM there ends the run as interrupted (issue 52: it was
+    `failed … TerminationSignal`, with Prefect's `Crash detected!` lines), in one line, exit 143, no server left."""
     killed, killed_tag, _ = start_killed_at(tmp_path / "kill", "started")
     termed, termed_tag, env = start_killed_at(tmp_path / "term", "started:TERM")
     _, killed_err = killed.communicate(timeout=300)
@@ -69,10 +70,13 @@ def test_sigkill_and_sigterm_end_runs_and_their_temporary_servers(tmp_path):
     assert wait_gone(killed_tag) == []
     assert termed.returncode == 143, termed_err
     assert termed_err.strip().splitlines()[-1] == "chunkeval: terminated"
-    assert "Traceback" not in termed_err
+    assert "Traceback" not in termed_err and "Crash detected" not in termed_err and "Crashed" not in termed_err
     assert wait_gone(termed_tag) == []
     env.pop("CHUNKEVAL_KILL_AT")
     runs = subprocess.run(
         [sys.executable, "-m", "chunkeval.cli", "runs", "--json"], env=env, capture_output=True, text=True, check=True
     )
-    assert [(r["experiment"], r["status"]) for r in json.loads(runs.stdout)] == [("signals", "failed")]
+    found = json.loads(runs.stdout)
+    assert [(r["experiment"], r["status"], r["error"]) for r in found] == [
+        ("signals", "interrupted", "interrupted by SIGTERM")
+    ]

@@ -207,7 +207,12 @@ def quiet_prefect(verbose: bool = False) -> None:
         logging.getLogger("distributed").setLevel(logging.ERROR)
     if not os.environ.get("PREFECT_API_URL"):  # a temporary server: no telemetry, and time to start on a busy machine
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        os.environ.setdefault("DO_NOT_TRACK", "1")  # the client's too: its first-run notice on a terminal says so
         os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+
+# how Prefect's crash lines name an interrupt (^C, SIGTERM): they are not shown, the command's one line says it
+INTERRUPTED = ("interrupt signal", "termination signal", "KeyboardInterrupt", "Terminated", "TerminationSignal")
 
 
 class _SaidInOneLine(logging.Filter):
@@ -224,7 +229,12 @@ class _SaidInOneLine(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, InputError):
             return False
-        return "InputError" not in record.getMessage()
+        message = record.getMessage()
+        if ("Crash detected!" in message or "in state Crashed" in message or "Crashed(" in message) and any(
+            why in message for why in INTERRUPTED
+        ):  # an interrupt: the command says `chunkeval: interrupted`, the run is recorded so
+            return False
+        return "InputError" not in message
 
 
 def one_line_input_errors() -> None:

@@ -22,6 +22,8 @@ class Visible:
     log, a pipe, a scheduler's capture, a test) a message stays one line, word for word, for grep and for the rule
     that bad input ends in one line. A line that rewrites itself (`\\r`, a progress bar) is left whole."""
 
+    open_line = [False]  # a line redrawn in place (`\r`, a progress bar) not yet ended, on either stream: one terminal
+
     def __init__(self, stream, fold: bool = False):
         self.stream = stream
         self.fold = fold
@@ -30,6 +32,12 @@ class Visible:
         text = visible_lines(text)
         if self.fold and "\r" not in text:
             text = "\n".join(fold(line) if len(line) > TERMINAL_WIDTH else line for line in text.split("\n"))
+        if not text:
+            return 0
+        if Visible.open_line[0] and not text.startswith(("\r", "\n")) and _is_terminal(self.stream):
+            text = "\n" + text  # a bar is ended before any other line: never `…29528/29528 84 schunkeval: …`
+        if "\r" in text or Visible.open_line[0]:
+            Visible.open_line[0] = "\r" in text.rsplit("\n", 1)[-1]
         return self.stream.write(text)
 
     def writelines(self, lines) -> None:

@@ -13,6 +13,7 @@ deployment passes settings, and the flow prepares the state itself, the same way
 from __future__ import annotations
 
 import re
+import signal
 import traceback
 from pathlib import Path
 
@@ -306,6 +307,20 @@ def evaluate(
             turn.leave()
 
 
+def signal_name(exc: BaseException) -> str | None:
+    """The signal an exception is the effect of (SIGINT for ^C's KeyboardInterrupt, SIGTERM for the command's
+    `Terminated` and Prefect's `TerminationSignal`), else None: such a run is recorded `interrupted`, not failed."""
+    number = getattr(exc, "signal", None)
+    if isinstance(number, int):
+        try:
+            return signal.Signals(number).name
+        except ValueError:
+            return f"signal {number}"
+    if isinstance(exc, KeyboardInterrupt):
+        return "SIGTERM" if type(exc).__name__ == "Terminated" else "SIGINT"
+    return None
+
+
 def _failed_before(name: str, trigger: str, exc: BaseException) -> str | None:
     """A deployment's run that failed before it began (a broken experiment file, bad input, a refused grid),
     recorded `failed` with its reason and nothing else; None where even that cannot be written."""
@@ -369,7 +384,11 @@ def _run(state: RunState, turn, trigger, if_changed, shards, mlflow, logger, wh)
         if held:
             raise LockTimeout(held)
     except BaseException as exc:
-        wh.fail_run(run_id, "".join(traceback.format_exception_only(exc)).strip())
+        signalled = signal_name(exc)
+        if signalled:  # ^C, a scheduler's SIGTERM: the run did not fail, it was stopped
+            wh.fail_run(run_id, f"interrupted by {signalled}", status="interrupted")
+        else:
+            wh.fail_run(run_id, "".join(traceback.format_exception_only(exc)).strip())
         failed(exp.name, run_id, trigger, exc)
         raise
     create_table_artifact(

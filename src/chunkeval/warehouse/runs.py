@@ -84,7 +84,7 @@ class Lifecycle(History):
             "status": status,
             "trigger": trigger,
             "started_at": now,
-            "finished_at": now if status in ("skipped", "coalesced", "failed") else None,
+            "finished_at": now if status in ("skipped", "coalesced", "failed", "interrupted") else None,
             "corpus_fingerprint": fingerprints.get("corpus"),
             "gold_fingerprint": fingerprints.get("gold"),
             "model_fingerprint": fingerprints.get("model"),
@@ -191,14 +191,14 @@ class Lifecycle(History):
         skip = bool(json.loads(settings or "{}").get("skip_empty_gold"))
         return per_query if skip or "has_gold" not in per_query.column_names else per_query.drop_columns(["has_gold"])
 
-    def fail_run(self, run_id: str, error: str) -> None:
-        """Record a running run failed (its manifest first). Where the catalogue is held past the lock
-        timeout, the manifest says so and the next command that opens the warehouse records it."""
+    def fail_run(self, run_id: str, error: str, status: str = "failed") -> None:
+        """Record a running run failed, or `interrupted` by a signal (its manifest first). Where the catalogue is
+        held past the lock timeout, the manifest says so and the next command that opens the warehouse records it."""
         manifest = self.read_manifest(run_id)
         if (manifest or self.run(run_id))["status"] != "running":
             return
         try:
-            self._update(run_id, status="failed", finished_at=utc_now(), error=error[:2000])
+            self._update(run_id, status=status, finished_at=utc_now(), error=error[:2000])
         except LockTimeout:
             pass  # the manifest says failed: `_settle` records it
 

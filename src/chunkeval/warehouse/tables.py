@@ -26,7 +26,7 @@ from chunkeval.vocabulary import (
 
 # quarantined: results unreadable (repair); coalesced: a trigger that arrived while a run ran and another waited to
 # follow it (`warehouse.turns`): it ran nothing, its reason says into which
-STATUSES = ("running", "completed", "failed", "skipped", "coalesced", "quarantined")
+STATUSES = ("running", "completed", "failed", "interrupted", "skipped", "coalesced", "quarantined")
 # what started a run: `manual` (a command, the API, or a deployment run by hand), `schedule` (the scheduler),
 # `change` (a change event's automation); runs recorded before 2026-11-28 read `event` for `change`
 TRIGGERS = ("manual", "schedule", "change", "event")

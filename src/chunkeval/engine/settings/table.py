@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, short
+from chunkeval.paths import DEMO_DIR
 from chunkeval.vocabulary import AXES, FIRST, close_names, split_flags, split_list
 
 # documented maxima (docs/limits.md): past them a value is refused before anything is allocated
@@ -215,7 +216,7 @@ def _default_text(s: Setting) -> str:
     if value in ("", None) or (s.kind == "models" and not value):
         return "—"
     text = str(value).lower() if isinstance(value, bool) else str(value)
-    if "/chunkeval/data/demo/" in text:
+    if text.startswith(str(DEMO_DIR) + "/"):  # the packaged demo's, or $CHUNKEVAL_DEMO_DIR's: not a path to print
         return "the demo's " + text.rsplit("/", 1)[-1]
     return f"`{text}`"
 
