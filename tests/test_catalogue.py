@@ -1141,6 +1141,14 @@ CASES.update(
             lambda w: ["run", "--experiment", "cat", "--retriever", "hybrid", "--rrf-k", "99999999999"],
             "--rrf-k must be at most 2147483647, got 99999999999",
         ),
+        "run: the fall to detect out of range": (
+            lambda w: ["run", "--experiment", "cat", "--detect-fall", "2"],
+            "--detect-fall: detect_fall must be at most 1 (docs/limits.md), got 2.0",
+        ),
+        "run: the fall to detect no number": (
+            lambda w: ["run", "--experiment", "cat", "--detect-fall", "x"],
+            "argument --detect-fall: invalid float value: 'x'",
+        ),
         "run: a race's alpha out of range": (
             lambda w: ["run", "--experiment", "cat", "--race", "--race-alpha", "1"],
             "race_alpha takes a number between 0 and 1, got 1.0",

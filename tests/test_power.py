@@ -62,3 +62,28 @@ def test_edges():
         P.n_needed(0.2, 0)
     with pytest.raises(InputError, match="strictly between 0 and 1"):
         P.mde(0.2, 28, power=1.0)
+
+
+def test_questions_for_a_fall_see_it_with_the_promised_power_by_simulation():
+    """`questions_for_fall(δ, sd, checks)` (issue 52): the gold set it asks for sees a fall of mean δ with power 0.8.
+    Simulated the way smallest_fall bounds it, the fall spread the widest way (each question falls from 1 to 0 with
+    probability δ) on top of the night's own noise, tested by the paired t-test at α / checks: 4,000 nights each."""
+    from chunkeval.stats.power import questions_for_fall, smallest_fall, t_quantile
+
+    rng = np.random.default_rng(7)
+
+    def power_of(n: int, delta: float, sd: float, checks: int) -> float:
+        falls = -(rng.random((4000, n)) < delta).astype(float) + rng.normal(0.0, sd, (4000, n))
+        spread = falls.std(axis=1, ddof=1)
+        t = np.where(spread > 0, falls.mean(axis=1) / (spread / np.sqrt(n)), 0.0)
+        return float(np.mean(np.abs(t) > t_quantile(1 - 0.05 / (2 * checks), n - 1)))
+
+    for delta, sd, checks in ((0.05, 0.0, 1), (0.10, 0.0, 48), (0.05, 0.05, 10)):
+        n = questions_for_fall(delta, sd, checks)
+        assert smallest_fall(n, sd, checks) <= delta < smallest_fall(n - 1, sd, checks)
+        seen = power_of(n, delta, sd, checks)
+        # at least the promised 0.8 (the normal bound is conservative for falls this skewed: 0.95 at δ 0.05, sd 0),
+        # and half as many questions fall short of it: the size asked for is not a wild overestimate
+        assert seen >= 0.78 and power_of(n // 2, delta, sd, checks) < 0.8, (delta, sd, checks, n, seen)
+    assert questions_for_fall(0.05, float("nan")) is None
+    assert questions_for_fall(0.071, 0.0, 320) == 286  # the demo's 284 questions see 0.0715 over its 320 checks

@@ -153,6 +153,11 @@ def within_run(
         best = int(np.argmax(means))
         pairs = [(best, j) for j in range(len(configs)) if j != best]
     found = [compare(values[i], values[j], side(i), side(j), metric, alpha=alpha, power=power) for i, j in pairs]
+    # within a run, the ceiling is the metric's over every configuration compared, as the run's summary and the
+    # report say it (one share, one test: `stats.power.at_ceiling`), not each pair's own
+    share = ceiling_share(np.array([x for v in values for x in v.values()], dtype=np.float64))
+    for f in found:
+        f["ceiling"] = share
     return adjust(found, alpha)
 
 

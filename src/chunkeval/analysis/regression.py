@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from chunkeval.analysis import comparisons as C
 from chunkeval.errors import InputError
-from chunkeval.stats.power import smallest_fall
+from chunkeval.stats.power import DETECT_FALL, questions_for_fall, smallest_fall
 from chunkeval.vocabulary import MIN_SLICE_QUERIES, check_metric
 
 # what the regression check watches by default, and by how much (absolute) a macro mean may fall
@@ -98,6 +98,7 @@ def verdict(
     in_slice: str | None = None,
     n_resamples: int = N_RESAMPLES,
     seed: int = SEED,
+    detect_fall: float = DETECT_FALL,
 ) -> dict:
     """The one regression verdict of run `newest` (its per-query columns `after`) against its baseline run
     `reference` (`before`): what `trend --fail-on-regression`, the `trend-report` flow, `chunkeval.regressions()`,
@@ -163,27 +164,48 @@ def verdict(
         "alpha": alpha,
         **pairing,
         **correction,
-        "detectable": _detectable(checks, threshold),
+        "detectable": _detectable(checks, threshold, detect_fall, alpha),
         "checks": checks,
         "regressions": falls,
     }
 
 
-def _detectable(checks: list[dict], threshold: float) -> dict | None:
+def _detectable(
+    checks: list[dict], threshold: float, detect_fall: float = DETECT_FALL, alpha: float = 0.05
+) -> dict | None:
     """What the gate can see (None without checks): the check of the whole gold set (of the slice where every check
     is of one) whose smallest detectable fall, `mde`, is largest; `fall`, the larger of it and the threshold (the
-    gate flags no smaller fall by its rule): 'no regression larger than fall'."""
+    gate flags no smaller fall by its rule): 'no regression larger than fall'. Where that check cannot see a fall of
+    `detect_fall`, `needed` is how many questions would (`questions_for_fall`, at the check's own spread of changes
+    and the family's size), else None."""
     whole = [c for c in checks if c["slice"] is None] or checks
     if not whole:
         return None
     weakest = max(whole, key=lambda c: c["mde"])
+    blind = 0 < detect_fall < 1 and weakest["mde"] > detect_fall
     return {
         "fall": max(threshold, weakest["mde"]),
         "mde": weakest["mde"],
         "metric": weakest["metric"],
         "config": {k: weakest[k] for k in C.KEYS if k in weakest},
         "n_queries": weakest["n_queries"],
+        "detect_fall": detect_fall,
+        "needed": questions_for_fall(detect_fall, weakest["sd"], len(checks), alpha) if blind else None,
     }
+
+
+def first_sight(n_questions: int, checks: int, detect_fall: float = DETECT_FALL, alpha: float = 0.05) -> str:
+    """What a first run's gold set will let the gate see, said where there is nothing to compare yet: the smallest
+    fall `smallest_fall` gives its questions over the family the next verdict will check (its configurations × the
+    watched metrics it measured), with no night-to-night spread (the best case: a second run of the same inputs
+    changes nothing), and where that is above `detect_fall`, how many questions would see it."""
+    if n_questions < 2 or checks < 1:
+        return ""
+    sight = smallest_fall(n_questions, 0.0, checks, alpha)
+    said = f"; its {n_questions} question(s) will let the gate see falls larger than {sight:.2g}"
+    if 0 < detect_fall < 1 and sight > detect_fall:
+        said += f" (a fall of {detect_fall:g} needs {questions_for_fall(detect_fall, 0.0, checks, alpha):,})"
+    return said
 
 
 def left_out_text(left: list[dict], shown: int = 3) -> str:
@@ -216,6 +238,8 @@ def verdict_line(v: dict) -> str:
             if seen["mde"] > v["threshold"]
             else "the threshold"
         )
+        if seen.get("needed"):  # the gold set is too small for the fall the experiment cares about
+            why += f"; a fall of {seen['detect_fall']:g} needs {seen['needed']:,} question(s)"
         return (
             f"no regression of {what} larger than {seen['fall']:.2g} ({why}) in {against} (threshold "
             f"{v['threshold']:g}, alpha {v['alpha']:g}, {family}; {paired})"

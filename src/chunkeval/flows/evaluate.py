@@ -25,7 +25,13 @@ from prefect.logging import get_run_logger
 from prefect.runtime import flow_run
 
 from chunkeval import progress
-from chunkeval.analysis.regression import NOTHING_COMPARABLE, left_out_text, verdict_line
+from chunkeval.analysis.regression import (
+    NOTHING_COMPARABLE,
+    REGRESSION_METRICS,
+    first_sight,
+    left_out_text,
+    verdict_line,
+)
 from chunkeval.engine.gold.update import update_command
 from chunkeval.engine.pipeline import sweep
 from chunkeval.engine.pipeline.experiment import Experiment
@@ -207,7 +213,7 @@ def tell(wh: Warehouse, exp: Experiment, run_id: str, trigger: str, report: str 
             line = (
                 f"no full run to compare with yet{left_out_text(raced)}"
                 if raced
-                else "the first run: nothing to compare with yet"
+                else "the first run: nothing to compare with yet" + _sight(wh, exp, run_id)
             )
     except InputError as exc:  # runs scored otherwise (a run setting changed): never compared
         found = {"verdict": NOTHING_COMPARABLE, "reason": str(exc), "run_id": run_id, "reference_run_id": None}
@@ -229,6 +235,16 @@ def tell(wh: Warehouse, exp: Experiment, run_id: str, trigger: str, report: str 
         },
     )
     return line
+
+
+def _sight(wh: Warehouse, exp: Experiment, run_id: str) -> str:
+    """`first_sight` of a first run: its questions, and the checks its next verdict will make (each configuration's
+    watched metrics, those it measured)."""
+    summary = wh.summary(run_id)
+    columns = [f"{m}_mean" for m in REGRESSION_METRICS if f"{m}_mean" in summary.column_names]
+    checks = sum(summary[c].null_count != len(summary) and len(summary) - summary[c].null_count for c in columns)
+    n = max(summary["n_queries"].to_pylist(), default=0) if "n_queries" in summary.column_names else 0
+    return first_sight(n, int(checks), exp.detect_fall)
 
 
 def failed(exp_name: str, run_id: str | None, trigger: str, exc: BaseException) -> None:

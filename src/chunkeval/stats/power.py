@@ -122,6 +122,34 @@ def smallest_fall(n: int, sd: float, checks: int = 1, alpha: float = ALPHA, powe
     return min(1.0, (k + math.sqrt(k * k + 4 * (1 + k) * k * sd * sd)) / (2 * (1 + k)))
 
 
+DETECT_FALL = 0.05  # the fall a verdict says how many questions would see, where its gold set cannot (`detect_fall`)
+
+
+def questions_for_fall(
+    delta: float, sd: float, checks: int = 1, alpha: float = ALPHA, power: float = POWER
+) -> int | None:
+    """The fewest questions n (at least 2) whose `smallest_fall(n, sd, checks)` is at most `delta`: how large a gold
+    set must be for the gate to see a fall of mean δ (however it is spread) with probability `power`, beside the
+    night's own differences of standard deviation `sd`, over a family of `checks`. smallest_fall falls as n grows,
+    so n is found by doubling, then halving the interval; None for a `sd` that is not a number. The normal
+    approximation, n ≈ (z_{1−α/(2·checks)} + z_power)² (δ(1 − δ) + sd²) / δ², is where the doubling starts."""
+    if not 0 < delta < 1:
+        raise InputError(f"a fall to detect lies strictly between 0 and 1, got {delta}")
+    if not math.isfinite(sd):
+        return None
+    z = NormalDist().inv_cdf(1 - alpha / (2 * max(1, checks))) + NormalDist().inv_cdf(power)
+    low, high = 1, max(2, math.ceil(z * z * (delta * (1 - delta) + sd * sd) / delta**2))
+    while smallest_fall(high, sd, checks, alpha, power) > delta:
+        low, high = high, high * 2
+    while high - low > 1:  # smallest_fall(low) > delta >= smallest_fall(high)
+        mid = (low + high) // 2
+        if smallest_fall(mid, sd, checks, alpha, power) > delta:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
 def detectable(
     differences, alpha: float = ALPHA, power: float = POWER, deltas: tuple[float, ...] = DELTAS
 ) -> tuple[float, dict[str, int | None]]:

@@ -4,8 +4,11 @@ and reads their rows; the rules are `chunkeval.analysis.regression`'s."""
 
 from __future__ import annotations
 
+import json
+
 from chunkeval.analysis import regression as P
 from chunkeval.errors import Fault, InputError, NothingComparable
+from chunkeval.stats.power import DETECT_FALL
 from chunkeval.vocabulary import CONFIG_KEYS, RUN_SETTINGS
 from chunkeval.warehouse.damage import DamagedResults
 from chunkeval.warehouse.results import RunFiles
@@ -177,9 +180,11 @@ class Baselines(RunFiles):
         after = self.run_columns(newest, "per_query", columns)
         questions.update(self._question_texts(newest))
         slices = self.query_slices(newest)
+        settings = json.loads(self.run(newest)["settings"] or "{}")  # the fall its run asked to see (`detect_fall`)
         return P.verdict(
-            newest, reference, after, before, metrics, threshold, alpha, config, questions, slices, in_slice
-        )
+            newest, reference, after, before, metrics, threshold, alpha, config, questions, slices, in_slice,
+            detect_fall=float(settings.get("detect_fall", DETECT_FALL)),
+        )  # fmt: skip
 
     @staticmethod
     def _unreadable_baseline(run: dict, why: str, pinned: bool) -> Fault:
@@ -188,7 +193,7 @@ class Baselines(RunFiles):
             return Fault(f"the baseline run {run['run_id']} cannot be read: {why}")
         return Fault(
             f"the pinned baseline of experiment {run['experiment']!r}, run {run['run_id']}, cannot be read: {why}; "
-            f"pin another with `chunkeval baseline --experiment {run['experiment']} --run RUN_ID`"
+            f"pin another with `chunkeval baseline --experiment {run['experiment']} --run <run-id>`"
         )
 
     def regressions(

@@ -62,6 +62,7 @@ from chunkeval.engine.settings.table import (
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, check_name, short, yaml_load
 from chunkeval.paths import DEMO_DIR
+from chunkeval.stats.power import DETECT_FALL
 from chunkeval.vocabulary import (
     CONTEXTS,
     DEFAULT_MODEL,
@@ -395,6 +396,16 @@ class Experiment:
         minimum=0,
         maximum=1,
         recorded=False,
+    )
+    detect_fall: float = setting(  # chunkeval.stats.power.questions_for_fall; docs/statistics.md
+        DETECT_FALL,
+        "number",
+        "the fall of a metric you want the gate to see: where the gold set is too small for it, the run's verdict "
+        "and the gate say how many questions would see it (0 to 1, default 0.05; 0: never said)",
+        "output",
+        minimum=0,
+        maximum=1,
+        added=True,
     )
     max_configurations: int = setting(
         0,
