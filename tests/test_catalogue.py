@@ -1842,6 +1842,22 @@ CASES.update(
             lambda w: gold_generate(w["t"], endpoint="nope"),
             "--endpoint: no endpoint 'nope' in",
         ),
+        "gold generate: a fall to size for out of range": (
+            lambda w: gold_generate(w["t"], "--for-fall", "2"),
+            "--for-fall",
+        ),
+        "gold generate: a fall to size for beside a number of questions": (
+            lambda w: gold_generate(w["t"], "--for-fall", "0.1", "--questions", "5"),
+            "give --questions N or --for-fall X, not both",
+        ),
+        "gold generate: checks without a fall": (
+            lambda w: gold_generate(w["t"], "--checks", "4"),
+            "--checks goes with --for-fall X",
+        ),
+        "gold generate: a target past its budget of requests": (
+            lambda w: gold_generate(w["t"], "--for-fall", "0.1", "--budget", "1", corpus=many(w["t"])),
+            "more than --budget 1: raise the budget or --per-passage, or ask for fewer",
+        ),
         "gold generate: an unknown question type": (
             lambda w: gold_generate(w["t"], "--types", "fact,opinion"),
             "--types takes fact, number, list, section; got opinion",

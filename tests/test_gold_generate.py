@@ -206,3 +206,28 @@ def test_the_generated_gold_set_runs_end_to_end(generated, prefect_server, share
     )
     assert trend.returncode == 0, trend.stderr
     assert f"{second} G" in trend.stdout and "(G: the gold set changed" in trend.stdout
+
+
+def test_a_gold_set_sized_for_the_fall_to_see(tmp_path, capsys):
+    """`gold generate --for-fall X` (issue 52) asks for the questions the gate needs to see a fall of X
+    (`questions_for_fall`, here 0.5 over one check: 10), says whether those kept reach it and, where they fall short,
+    what to ask for next (the answers paid for come from the cache); `--budget` refuses, before any request, a
+    target that needs more requests. Against the stand-in chat server, which replays written answers."""
+    from chunkeval.stats.power import questions_for_fall
+
+    with ChatServer() as server:
+        prov = generate(corpus(tmp_path / "corpora"), tmp_path / "g.csv", server.url, "--for-fall", "0.5",
+                        "--per-passage", "3")  # fmt: skip
+        out = capsys.readouterr().out
+        need = questions_for_fall(0.5, 0.0, 1)
+        assert f"--for-fall 0.5 over 1 check(s): {need} questions" in out
+        kept = len(rows(tmp_path / "g.csv"))
+        assert f"for a fall of 0.5: {kept} kept of the {need} needed" in out
+        assert ("ask again with --questions" in out) == (kept < need)
+        assert prov["settings"]["for_fall"] == 0.5 and prov["settings"]["questions"] == need
+        calls = server.calls
+        args = ["gold", "generate", "--corpus-dir", str(tmp_path / "corpora"), "--out", str(tmp_path / "h.csv"),
+                "--endpoint", server.url, "--chat-model", "m", "--for-fall", "0.5", "--budget", "1"]  # fmt: skip
+        assert main(args) == 2 and server.calls == calls  # refused before any request
+        assert "more than --budget 1" in capsys.readouterr().err
+        assert main([*args[:-4], "--questions", "5", "--for-fall", "0.5"]) == 2

@@ -41,6 +41,7 @@ from chunkeval.errors import InputError
 from chunkeval.files import check_output, check_writable_dir, write_texts
 from chunkeval.report.gold_review import generated_html, qrels_review_html, review_html
 from chunkeval.report.terminal import format_rows
+from chunkeval.stats.power import questions_for_fall
 from chunkeval.vocabulary import DEFAULT_MODEL, split_flags
 
 WAREHOUSE_SESSION = False  # reads a gold set and its corpora; `gold judge` opens the warehouse to read a run
@@ -126,7 +127,21 @@ def _add_generate(gsub) -> None:
     g.add_argument("--out", required=True, help="the generated gold set: a new CSV file")
     g.add_argument("--endpoint", required=True, help="an endpoint of endpoints.yaml, or a base URL (docs/served.md)")
     g.add_argument("--chat-model", required=True, help="the model name the endpoint knows")
-    g.add_argument("--questions", type=int, default=20, help="questions to ask for in all (default 20)")
+    g.add_argument("--questions", type=int, default=None, help="questions to ask for in all (default 20)")
+    g.add_argument(
+        "--for-fall",
+        type=float,
+        metavar="X",
+        help="ask for as many questions as the gate needs to see a fall of X (0 to 1) with power 0.8 over --checks "
+        "checks (`questions_for_fall`, docs/statistics.md), instead of --questions; says whether those kept reach it",
+    )
+    g.add_argument(
+        "--checks",
+        type=int,
+        default=1,
+        help="with --for-fall: the checks the gate will make (configurations × watched metrics; default 1)",
+    )
+    g.add_argument("--budget", type=int, metavar="R", help="the most requests to make: refused before any where more")
     g.add_argument("--per-passage", type=int, default=2, help="questions asked of one passage (default 2)")
     g.add_argument(
         "--types",
@@ -159,7 +174,20 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     import datetime
     import json
 
+    target = None
+    if args.for_fall is not None:
+        if args.questions is not None:
+            raise InputError("give --questions N or --for-fall X, not both")
+        number_in(args.for_fall, 0.001, 0.999, "--for-fall")
+        number_in(args.checks, 1, 1_000_000, "--checks")
+        target = questions_for_fall(args.for_fall, 0.0, args.checks)
+        args.questions = target
+    elif args.checks != 1:
+        raise InputError("--checks goes with --for-fall X")
+    args.questions = 20 if args.questions is None else args.questions
     number_in(args.questions, 1, gg.MAX_QUESTIONS, "--questions")
+    if args.budget is not None:
+        number_in(args.budget, 1, gg.MAX_QUESTIONS, "--budget")
     number_in(args.per_passage, 1, gg.MAX_PER_PASSAGE, "--per-passage")
     number_in(args.passage_chars, 100, gg.MAX_PASSAGE_CHARS, "--passage-chars")
     number_in(args.dedup_similarity, -1, 1, "--dedup-similarity")
@@ -193,7 +221,14 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if not pool:
         raise InputError("the corpus holds no text to ask questions about", args.corpus_dir)
     requests = gg.plan(pool, args.questions, args.per_passage, types, args.seed)
+    if args.budget is not None and len(requests) > args.budget:
+        raise InputError(
+            f"{args.questions:,} questions take {len(requests):,} request(s) of {args.per_passage} question(s), more "
+            f"than --budget {args.budget:,}: raise the budget or --per-passage, or ask for fewer"
+        )
     tokens = gg.estimate(requests, texts)
+    if target is not None:
+        print(f"--for-fall {args.for_fall:g} over {args.checks} check(s): {target:,} questions (docs/statistics.md)")
     print(f"{len(requests)} request(s) to {args.chat_model} at {chat.url}: about {tokens:,} tokens sent and received")
     if tokens > gg.ASK_YES_TOKENS and not args.yes:
         raise InputError(f"about {tokens:,} tokens is more than {gg.ASK_YES_TOKENS:,}: pass --yes to go ahead")
@@ -233,6 +268,8 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         "corpus_dir": str(Path(args.corpus_dir).resolve()),
         "settings": {
             "questions": args.questions,
+            "for_fall": args.for_fall,
+            "checks": args.checks if args.for_fall is not None else None,
             "per_passage": args.per_passage,
             "types": list(types),
             "passage_chars": args.passage_chars,
@@ -273,6 +310,17 @@ def generate(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
         f"({chat.cached} answered from the cache)"
     )
     print(f"review: {paths_out['the review CSV']} (an accept column) and {paths_out['the review page']}")
+    if target is not None:
+        short = target - c["kept"]
+        print(
+            f"for a fall of {args.for_fall:g}: {c['kept']:,} kept of the {target:,} needed"
+            + (
+                f"; ask again with --questions {-(-target * target // max(1, c['kept'])):,} (the answers paid for are "
+                "read from the cache, not asked again)"
+                if short > 0
+                else ": enough"
+            )
+        )
     return 0
 
 
