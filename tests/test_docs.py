@@ -171,3 +171,31 @@ def test_every_documented_command_is_of_a_known_kind_and_what_it_names_exists(ca
             else:  # runnable: a placeholder is one the test knows, written so a reader sees it must be replaced
                 assert set(PLACEHOLDER.findall(line)) <= {"<run-id>", "<older-run-id>"}, (b["where"], line)
                 assert not re.search(r"\bRUN_ID\b|…", line), (b["where"], line)
+
+
+def test_every_command_chunkeval_tells_a_reader_to_run_exists_with_its_flags(capsys) -> None:
+    """Every `chunkeval …` a message, a notice, an alarm or a docstring of the code names (issue 52: an alarm told
+    the reader to run `gold update` without the flag it needs) is a command whose --help runs and whose every flag it
+    names is one of that command's. Where a command line is built from an experiment (the gold-drift alarm's), a test
+    runs the very line: tests/test_gold_anchoring.py."""
+    from chunkeval.cli import main
+
+    named = set()
+    for path in (ROOT / "src" / "chunkeval").rglob("*.py"):
+        named |= set(re.findall(r"`(chunkeval [^`]+)`", path.read_text(encoding="utf-8")))
+    assert len(named) >= 30
+    for command in sorted(named):
+        words = command.split()[1:]
+        sub = [w for w in words[:2] if re.fullmatch(r"[a-z][a-z-]*", w)]
+        helped = None
+        for depth in (2, 1, 0):
+            try:
+                main([*sub[:depth], "--help"])
+            except SystemExit as exc:
+                if exc.code == 0:
+                    helped = capsys.readouterr().out
+                    break
+            capsys.readouterr()
+        assert helped is not None, command
+        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", command):
+            assert flag in helped, f"{command}: no flag {flag} in `chunkeval {' '.join(sub[:depth])} --help`"

@@ -2,7 +2,7 @@
 
 `ensure_model(name)` returns the folder of a registered model under `$CHUNKEVAL_HOME/models/<name>/`,
 building it on first use. The folder is an ordinary sentence-transformers folder, so
-`SentenceTransformer(folder)` and `chunkeval --model <folder>` read it like any local model.
+`SentenceTransformer(folder)` and `chunkeval run --model <folder>` read it like any local model.
 
 `minilm-static` is a static (bag of word pieces) model distilled from the bundled all-MiniLM-L6-v2 the
 way model2vec does it: every word piece of MiniLM's vocabulary is embedded alone (`[CLS] piece [SEP]`,
