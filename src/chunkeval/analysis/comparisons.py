@@ -247,6 +247,7 @@ def decision(per_query: pa.Table, metric: str, alpha: float = 0.05) -> dict | No
         "runner_up": against(runner_up),
         "default": against(default),
         "tied": int(sum(1 for p in adjusted if not p < alpha)),
+        "tied_configs": [configs[best]] + [configs[j] for j, p in zip(others, adjusted) if not p < alpha],
         "alpha": alpha,
     }
 
@@ -266,14 +267,19 @@ def _query_grid(per_query: pa.Table) -> np.ndarray | None:
     return np.asarray([[r[q] for r in rows.values()] for q in queries], dtype=np.int64)
 
 
-def ties(per_query: pa.Table, metrics, alpha: float = 0.05) -> dict[str, set[tuple]]:
-    """Per metric, the configurations (as tuples of KEYS values) tied with the best one."""
+def ties(per_query: pa.Table, metrics, alpha: float = 0.05, known: dict | None = None) -> dict[str, set[tuple]]:
+    """Per metric, the configurations (as tuples of KEYS values) tied with the best one; `known`: a metric's
+    `decision`, whose tests are these (its `tied_configs`), so that they are not made twice."""
     import pyarrow.compute as pc
 
     present = [k for k in KEYS if k in per_query.column_names]
     out = {}
     for m in metrics:
         if m not in per_query.column_names:
+            continue
+        decided = (known or {}).get(m)
+        if decided is not None and decided["alpha"] == alpha and not per_query[m].null_count:
+            out[m] = {tuple(c[k] for k in present) for c in decided["tied_configs"]}
             continue
         rows = per_query
         if per_query[m].null_count:  # only the configurations that measured it (searched an index; its gold kind)

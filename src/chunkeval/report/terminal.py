@@ -294,9 +294,10 @@ def ceiling_line(shares: dict[str, float]) -> str:
     )
 
 
-def summary_ties(per_query: pa.Table, metrics, alpha: float = 0.05) -> tuple[dict[str, set], list[str]]:
-    """`tie_lines` of a run's per-query rows: the configurations to star per metric, and the lines to print."""
-    tied = ties(per_query, metrics, alpha)
+def summary_ties(per_query: pa.Table, metrics, alpha: float = 0.05, known: dict | None = None):
+    """`tie_lines` of a run's per-query rows: the configurations to star per metric, and the lines to print
+    (`known`: decisions already made, by metric, whose tests are the ties')."""
+    tied = ties(per_query, metrics, alpha, known)
     counts = {}
     for m in tied:
         rows = per_query.filter(pc.is_valid(per_query[m])) if per_query[m].null_count else per_query
@@ -555,8 +556,9 @@ def summary_block(summary: pa.Table, per_query: pa.Table, metrics=None, wide: bo
     """What `run`, `sweep` and `report` print of a run's macro means: the table of `chosen_metrics`, the ties
     starred where they are a minority, and a line per metric whose ties or ceiling say more (`tie_lines`)."""
     shown = chosen_metrics(summary, metrics, wide)
-    tied, lines = summary_ties(per_query, shown)
-    decided = decision_line(decision(per_query, shown[0])) if shown else None
+    made = decision(per_query, shown[0]) if shown else None
+    tied, lines = summary_ties(per_query, shown, known={shown[0]: made} if made else None)
+    decided = decision_line(made)
     lead = [textwrap.fill(decided, TERMINAL_WIDTH, subsequent_indent="  "), ""] if decided else []
     out = [format_summary(summary, CONFIG_KEYS, metrics=shown, tied=tied, width=None if wide else TERMINAL_WIDTH)]
     if any(tied.values()):
