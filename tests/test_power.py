@@ -75,7 +75,7 @@ def test_questions_for_a_fall_see_it_with_the_promised_power_by_simulation():
     def power_of(n: int, delta: float, sd: float, checks: int) -> float:
         falls = -(rng.random((4000, n)) < delta).astype(float) + rng.normal(0.0, sd, (4000, n))
         spread = falls.std(axis=1, ddof=1)
-        t = np.where(spread > 0, falls.mean(axis=1) / (spread / np.sqrt(n)), 0.0)
+        t = np.divide(falls.mean(axis=1), spread / np.sqrt(n), out=np.zeros(len(spread)), where=spread > 0)
         return float(np.mean(np.abs(t) > t_quantile(1 - 0.05 / (2 * checks), n - 1)))
 
     for delta, sd, checks in ((0.05, 0.0, 1), (0.10, 0.0, 48), (0.05, 0.05, 10)):

@@ -195,7 +195,7 @@ def test_a_damaged_results_file_is_a_fault_and_repair_quarantines_its_run(worse,
         assert main(["trend", "--experiment", "verdict", "--fail-on-regression"]) == 4
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"the pinned baseline of experiment 'verdict', run {a}, cannot be read" in err[0]
-        assert "pin another with `chunkeval baseline --experiment verdict --run RUN_ID`" in err[0]
+        assert "pin another with `chunkeval baseline --experiment verdict --run <run-id>`" in err[0]
         assert main(["warehouse", "repair"]) == 0
         capsys.readouterr()
 
