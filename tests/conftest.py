@@ -53,7 +53,7 @@ SLOW_FIXTURES = frozenset(
 LONGEST_FIRST = (
     "test_month.py",  # 98 s and 44 of setup: five nights through the scheduler
     "test_orchestration.py",  # 110 s: kill points, four runs at once, a scheduler that creates nothing
-    "test_first_run.py",  # 80 s: the demo's first run, then the deployments served from its home
+    "test_first_run.py",  # the shipped demo's first run (170 s alone), its documented commands, its deployments served
     "test_flows.py",  # 66 s
     "test_backends.py",  # 61 s
     "test_alerts.py",  # 49 s
