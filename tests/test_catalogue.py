@@ -1855,7 +1855,18 @@ CASES.update(
             "--checks goes with --for-fall X",
         ),
         "gold generate: a target past its budget of requests": (
-            lambda w: gold_generate(w["t"], "--for-fall", "0.1", "--budget", "1", corpus=many(w["t"])),
+            lambda w: gold_generate(
+                w["t"],
+                "--for-fall",
+                "0.3",
+                "--per-passage",
+                "1",
+                "--passage-chars",
+                "100",
+                "--budget",
+                "1",
+                corpus=many(w["t"]),
+            ),  # 21 questions, 21 requests  # fmt: skip
             "more than --budget 1: raise the budget or --per-passage, or ask for fewer",
         ),
         "gold generate: an unknown question type": (

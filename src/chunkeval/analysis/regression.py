@@ -238,7 +238,7 @@ def verdict_line(v: dict) -> str:
             if seen["mde"] > v["threshold"]
             else "the threshold"
         )
-        if seen.get("needed"):  # the gold set is too small for the fall the experiment cares about
+        if seen.get("needed") and seen["mde"] > v["threshold"]:  # the gold set too small for the fall asked for
             why += f"; a fall of {seen['detect_fall']:g} needs {seen['needed']:,} question(s)"
         return (
             f"no regression of {what} larger than {seen['fall']:.2g} ({why}) in {against} (threshold "

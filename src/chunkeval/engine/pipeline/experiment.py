@@ -386,27 +386,12 @@ class Experiment:
         flag=None,
         recorded=False,
     )
-    gold_drift: float = setting(
-        GOLD_DRIFT,
-        "number",
-        "the share of the gold set's questions retired or placed approximately at which a run emits gold_drift "
-        "(0 to 1; docs/loop.md)",
-        "output",
-        flag=None,
-        minimum=0,
-        maximum=1,
-        recorded=False,
-    )
-    detect_fall: float = setting(  # chunkeval.stats.power.questions_for_fall; docs/statistics.md
-        DETECT_FALL,
-        "number",
-        "the fall of a metric you want the gate to see: where the gold set is too small for it, the run's verdict "
-        "and the gate say how many questions would see it (0 to 1, default 0.05; 0: never said)",
-        "output",
-        minimum=0,
-        maximum=1,
-        added=True,
-    )
+    gold_drift: float = setting(GOLD_DRIFT, "number", "the share of the gold set's questions retired or placed "
+        "approximately at which a run emits gold_drift (0 to 1; docs/loop.md)", "output", flag=None, minimum=0,
+        maximum=1, recorded=False)  # fmt: skip
+    detect_fall: float = setting(DETECT_FALL, "number", "the fall of a metric you want the gate to see: where the "
+        "gold set is too small for it, the run's verdict and the gate say how many questions would see it (0 to 1, "
+        "default 0.05; 0: never said)", "output", minimum=0, maximum=1, added=True)  # fmt: skip
     max_configurations: int = setting(
         0,
         "int",
