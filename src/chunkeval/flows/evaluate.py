@@ -199,7 +199,7 @@ def true_trigger(asked: str) -> str:
     return "manual"
 
 
-def tell(wh: Warehouse, exp: Experiment, run_id: str, trigger: str, report: str | None, gold) -> str:
+def tell(wh: Warehouse, exp: Experiment, run_id: str, trigger: str, report: str | None, gold, summary=None) -> str:
     """After a completed run: its one verdict against its baseline (`Warehouse.verdict`, what the gate says), and
     the events it emits (completed; regression or nothing comparable; gold drift past `gold_drift`), recorded
     with the run (`alarms.json`). Returns the verdict's line."""
@@ -213,7 +213,7 @@ def tell(wh: Warehouse, exp: Experiment, run_id: str, trigger: str, report: str 
             line = (
                 f"no full run to compare with yet{left_out_text(raced)}"
                 if raced
-                else "the first run: nothing to compare with yet" + _sight(wh, exp, run_id)
+                else "the first run: nothing to compare with yet" + _sight(exp, summary)
             )
     except InputError as exc:  # runs scored otherwise (a run setting changed): never compared
         found = {"verdict": NOTHING_COMPARABLE, "reason": str(exc), "run_id": run_id, "reference_run_id": None}
@@ -237,10 +237,12 @@ def tell(wh: Warehouse, exp: Experiment, run_id: str, trigger: str, report: str 
     return line
 
 
-def _sight(wh: Warehouse, exp: Experiment, run_id: str) -> str:
-    """`first_sight` of a first run: its questions, and the checks its next verdict will make (each configuration's
-    watched metrics, those it measured)."""
-    summary = wh.summary(run_id)
+def _sight(exp: Experiment, summary: pa.Table | None) -> str:
+    """`first_sight` of a first run, from its summary in memory (no second reading of the warehouse, which other
+    runs may hold): its questions, and the checks its next verdict will make (each configuration's watched metrics,
+    those it measured)."""
+    if summary is None or not len(summary):
+        return ""
     columns = [f"{m}_mean" for m in REGRESSION_METRICS if f"{m}_mean" in summary.column_names]
     checks = sum(len(summary) - summary[c].null_count for c in columns)  # each configuration that measured each
     n = max(summary["n_queries"].to_pylist(), default=0) if "n_queries" in summary.column_names else 0
@@ -429,7 +431,7 @@ def _run(state: RunState, turn, trigger, if_changed, shards, mlflow, logger, wh)
         description=f"The HTML report of experiment {exp.name} at run {run_id} (a file on the machine that ran it)",
     )
     with clock.stage("verdict"):
-        line = tell(wh, exp, run_id, trigger, str(page), state.inputs.gold)
+        line = tell(wh, exp, run_id, trigger, str(page), state.inputs.gold, state.summary)
     logger.info("experiment %s: %s", exp.name, line)
     done = {
         "run_id": run_id,
