@@ -51,8 +51,8 @@ SLOW_FIXTURES = frozenset(
 # keeps this order; xdist's own puts the files with most tests first). Files that wait for a test server's venv come
 # after the first few, so that the venv is built meanwhile. The rest keep their order.
 LONGEST_FIRST = (
-    # served alarms first, beside the month's nights: under the shipped demo's first run (which keeps both cores busy
-    # for minutes) its served runs queued behind a 5-second schedule and timed out (2026-12-02)
+    # served alarms first, beside the month's nights (together 268 s, 2026-12-02), not under the shipped demo's first
+    # run, which keeps both cores busy for minutes
     "test_alerts.py",  # 49 s
     "test_month.py",  # 98 s and 44 of setup: five nights through the scheduler
     "test_orchestration.py",  # 110 s: kill points, four runs at once, a scheduler that creates nothing

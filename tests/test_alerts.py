@@ -10,7 +10,6 @@ import json
 import shutil
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -83,13 +82,15 @@ def _world(tmp_path: Path, hook: str, smtp_port: int) -> dict:
         )
     )
     flow = "chunkeval.flows.evaluate:evaluate"
-    # a schedule whose time does not come while the test runs: a stopped schedule (serve refuses anchors past a year)
-    tomorrow = (datetime.now(UTC) + timedelta(days=300)).isoformat()
+    # a schedule whose time does not come while the test runs, a minute apart when it does (on 29 February): a
+    # stopped schedule whose silence alarm fires 65 s after serve starts. (An interval anchored ahead was meant to be
+    # one, but an interval's anchor is its phase, not its start: it ran every 5 s, and under load those runs queued
+    # before the alarmed one.)
     spec = {
         "deployments": [
             {"name": "alarmed", "entrypoint": flow, "parameters": {"experiment": str(alarmed)}},
             {"name": "quiet", "entrypoint": flow, "parameters": {"experiment": str(quiet)},
-             "schedules": [{"interval": 5, "anchor_date": tomorrow}]},
+             "schedules": [{"cron": "* * 29 2 *", "timezone": "UTC"}]},
         ]
     }  # fmt: skip
     (tmp_path / "prefect.yaml").write_text(yaml.safe_dump(spec))
