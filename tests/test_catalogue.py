@@ -1844,7 +1844,7 @@ CASES.update(
         ),
         "gold generate: a fall to size for out of range": (
             lambda w: gold_generate(w["t"], "--for-fall", "2"),
-            "--for-fall",
+            "--for-fall takes a number from 0.001 to 0.999, got 2",
         ),
         "gold generate: a fall to size for beside a number of questions": (
             lambda w: gold_generate(w["t"], "--for-fall", "0.1", "--questions", "5"),

@@ -22,7 +22,7 @@ from chunkeval.stats.columns import numbers
 from chunkeval.stats.maxt import PROCEDURE
 from chunkeval.stats.power import ceiling_share, detectable, t_quantile
 from chunkeval.vocabulary import CONFIG_KEYS as KEYS
-from chunkeval.vocabulary import MIN_SLICE_QUERIES, config_id, config_label, no_match
+from chunkeval.vocabulary import DEFAULT_LABEL, MIN_SLICE_QUERIES, config_id, config_label, no_match
 
 
 def configurations(per_query: pa.Table, keys=KEYS) -> list[dict]:
@@ -189,16 +189,9 @@ def tied_with_best(per_query: pa.Table, metric: str, alpha: float = 0.05) -> lis
     configs = configurations(per_query)
     if len(configs) < 2:
         return configs
-    grid = _query_grid(per_query)
-    if grid is not None:  # every configuration answered the same queries: one batch of sign flips
-        column = numbers(per_query[metric]).astype(np.float64)
-        matrix = column[grid]
-        if not np.isnan(matrix).any():
-            # the means as `within_run` sums them (in table order), so that the same configuration is best
-            best = int(np.argmax([np.nanmean(column[np.sort(grid[:, j])]) for j in range(grid.shape[1])]))
-            others = [j for j in range(len(configs)) if j != best]
-            p = stats.holm(stats.paired_permutation_columns(matrix[:, [best]] - matrix[:, others]))
-            return [configs[best]] + [configs[j] for j, pj in zip(others, p) if not pj < alpha]
+    decided = decision(per_query, metric, alpha)  # every configuration answered the same queries: one batch
+    if decided is not None:
+        return decided["tied_configs"]
     comparisons = within_run(per_query, metric, "", alpha=alpha, power=False)
     best = {k: v for k, v in comparisons[0]["a"].items() if k != "run_id"}
     return [best] + [{k: v for k, v in c["b"].items() if k != "run_id"} for c in comparisons if not c["significant"]]
@@ -219,6 +212,7 @@ def decision(per_query: pa.Table, metric: str, alpha: float = 0.05) -> dict | No
     matrix = column[grid]
     if np.isnan(matrix).any():
         return None
+    # the means as `within_run` sums them (in table order), so that the same configuration is best
     means = np.array([np.nanmean(column[np.sort(grid[:, j])]) for j in range(grid.shape[1])])
     best = int(np.argmax(means))
     others = [j for j in range(len(configs)) if j != best]
@@ -236,7 +230,7 @@ def decision(per_query: pa.Table, metric: str, alpha: float = 0.05) -> dict | No
                 "ci_high": min(change + half, 1.0), "p_adjusted": float(adjusted[i]),
                 "significant": bool(adjusted[i] < alpha)}  # fmt: skip
 
-    default = next((j for j, c in enumerate(configs) if config_label(c) == "default"), None)
+    default = next((j for j, c in enumerate(configs) if config_label(c) == DEFAULT_LABEL), None)
     runner_up = max(others, key=lambda j: (means[j], -j))
     return {
         "metric": metric,
