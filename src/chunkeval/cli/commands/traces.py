@@ -21,7 +21,7 @@ from chunkeval.engine.inputs.anchoring import ANCHOR_SIMILARITY, check_anchor_si
 from chunkeval.engine.inputs.corpus import load_documents
 from chunkeval.engine.inputs.placement import PLACEMENTS, place_documents
 from chunkeval.engine.inputs.trace_sample import sample_queries, strata_counts
-from chunkeval.engine.inputs.traces import SKIP_REASONS, combine, read_traces
+from chunkeval.engine.inputs.traces import SKIP_REASONS, check_kept, combine, read_traces
 from chunkeval.errors import InputError
 from chunkeval.files import check_output, write_texts
 from chunkeval.visible import visible
@@ -103,7 +103,7 @@ def import_files(files: list[Path], fmt: str, strict: bool, corpus_dir, similari
     `warehouse()` gives, opened only once everything is read and checked: what `traces import` and the
     `production` deployment do. Each distinct (document id, content) is placed once, whatever the number of spans
     that retrieved it. The import's row, with what was read."""
-    traces = combine([read_traces(f, fmt, strict) for f in files], strict)
+    traces = check_kept(combine([read_traces(f, fmt, strict) for f in files], strict), files)
     placed = placements(traces, corpus_dir, similarity)
     none = lambda col, fill: pc.fill_null(col, fill)  # noqa: E731 (a join matches no null key)
     docs = traces.documents
@@ -189,14 +189,21 @@ def import_traces(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
             )
     queries = len(set(traces.spans.column("query_hash").to_pylist()))
     contents = traces.contents.num_rows
+    empty = found_nothing(traces)
     print(f"{queries:,} distinct quer(ies), {documents.num_rows:,} retrieved document(s) of {contents:,} distinct "
-          "content(s)")  # fmt: skip
+          "content(s)" + (f"; {empty:,} retrieval span(s) found nothing (kept: an empty ranking)" if empty else ""))  # fmt: skip
     if corpus:
         print("placed in the corpus: " + ", ".join(f"{n:,} {s}" for s, n in counts.items()))
         if unplaced:
             shown = ", ".join(visible(d or h)[:60] for d, h in unplaced[:5])
             print(f"{len(unplaced):,} distinct document(s) not placed (listed in the import's record): {shown}")
     return 0
+
+
+def found_nothing(traces) -> int:
+    """The kept spans that retrieved no document: a query production answered with nothing, kept as such."""
+    held = pc.is_in(traces.spans.column("span_id"), value_set=traces.documents.column("span_id").combine_chunks())
+    return traces.kept - pc.sum(held).as_py() if traces.kept else 0
 
 
 def _placed_schema(base):

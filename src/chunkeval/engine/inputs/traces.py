@@ -20,7 +20,9 @@ Traces are untrusted input. A file that is not what it says (a line that is not 
 spans' columns) is one line naming the file and line. A span that is unusable is skipped and counted by reason
 (`SKIP_REASONS`), or with `strict` is one line naming the file, line and span: no query, a query or a document
 field of the wrong type, a query or content over its bound (`QUERY_CHARS`, `CONTENT_CHARS`), more documents than
-`DOCUMENTS_PER_SPAN`, a span id that is not one, a span id seen before in the same import.
+`DOCUMENTS_PER_SPAN`, a span id that is not one, a span id seen before in the same import. Files that keep no
+retrieval span at all are one line saying why (`check_kept`); a kept span whose retriever found nothing is an empty
+ranking, and holds no document (docs/exit-codes.md, "Empty is a result").
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from chunkeval.errors import InputError
 from chunkeval.limits import regular_file, short
@@ -221,6 +225,28 @@ def _check_otlp_shape(con, path: Path) -> None:
                          "objects)", path)  # fmt: skip
 
 
+PHOENIX_KINDS = ("span_kind", "attributes.openinference.span.kind", "attributes.gen_ai.operation.name")
+
+
+def _check_phoenix_shape(have: set[str], path: Path) -> None:
+    """Phoenix's spans data frame as its export writes it: a column `context.span_id`, a column that says each
+    span's kind (`PHOENIX_KINDS`), and attributes flattened into `attributes.*` columns. Any other frame (nested
+    `context` or `attributes`, another tool's table) is one line naming what was expected and what is missing,
+    not a file whose spans are all skipped."""
+    flattened = any(c.startswith("attributes.") for c in have)
+    missing = [
+        *(["context.span_id"] if "context.span_id" not in have else []),
+        *(["span_kind (or " + ", ".join(PHOENIX_KINDS[1:]) + ")"] if not have & set(PHOENIX_KINDS) else []),
+        *(["attributes.* (attributes nested in one column)"] if "attributes" in have and not flattened else []),
+    ]
+    if missing:
+        raise InputError(
+            "not Phoenix's span export (columns context.span_id, span_kind and attributes.input.value, … "
+            f"flattened): no {'; no '.join(missing)}; found {short(sorted(have))}",
+            path,
+        )
+
+
 def _phoenix_sql(con, path: Path, first: int = 0, named: Path | None = None) -> None:
     """The spans of Phoenix's export (Parquet, or JSON lines) as `meta` and `flat`: its documents are lists of
     `{document.id, document.content, document.score, document.metadata}` in `attributes.retrieval.documents` and
@@ -234,9 +260,7 @@ def _phoenix_sql(con, path: Path, first: int = 0, named: Path | None = None) -> 
     con.execute(f"CREATE TEMP TABLE raw AS SELECT {int(first)} + row_number() OVER () AS line, * FROM {source}",
                 [str(path)])  # fmt: skip
     have = {c for (c,) in con.execute("SELECT column_name FROM (DESCRIBE raw)").fetchall()} - {"line"}
-    if "context.span_id" not in have:
-        found = short(sorted(have))
-        raise InputError(f"Phoenix's span export has a column context.span_id; found {found}", named or path)
+    _check_phoenix_shape(have, named or path)
 
     def col(name: str, default: str = "NULL") -> str:
         return f'"{name}"' if name in have else default
@@ -572,13 +596,43 @@ def combine(parts: list[Traces], strict: bool = False) -> Traces:
                 first[sid] = i
         # documents of a dropped duplicate: those after the first file that held the span id
         documents = _documents_of_kept(parts, seen_first=first)
-    kept = set(documents.column("content_hash").to_pylist())  # each content once, and only of documents kept
-    first_of = {}
-    for n, h in enumerate(contents.column("content_hash").to_pylist()):
-        if h in kept:
-            first_of.setdefault(h, n)
-    contents = contents.take(sorted(first_of.values()))
+    contents = _contents_of(contents, documents)
     return Traces(spans, documents, contents, sum(p.read for p in parts), skipped, examples[:10])
+
+
+def _contents_of(contents: pa.Table, documents: pa.Table) -> pa.Table:
+    """Each content of `contents` once (its first row), and only those a row of `documents` holds: none where no
+    document kept carries content (a retriever that found nothing, documents by id alone), which is a result too."""
+    wanted = pc.is_in(contents.column("content_hash"), value_set=documents.column("content_hash").combine_chunks())
+    held = contents.filter(pc.fill_null(wanted, False))
+    hashes = held.column("content_hash").to_numpy(zero_copy_only=False).astype(object)
+    _, first = np.unique(hashes, return_index=True)
+    return held.take(pa.array(np.sort(first), pa.int64()))  # typed: an empty list of rows takes no row
+
+
+RETRIEVAL_SPANS = "openinference.span.kind RETRIEVER or RERANKER, or gen_ai.operation.name retrieval"
+
+
+def check_kept(traces: Traces, files: list[Path]) -> Traces:
+    """`traces` where the import keeps a retrieval span, else the one line that says why it keeps none (no span
+    in the files, none a retrieval span, every retrieval span skipped: by reason, with the first one's line): a
+    file that holds nothing to import is bad input, said before anything is written (docs/exit-codes.md). A kept
+    span whose retriever found nothing is kept: an empty ranking is a result."""
+    if traces.kept:
+        return traces
+    where = files[0] if len(files) == 1 else None
+    source = "" if where is not None else f" in {len(files)} trace files"
+    if not traces.read:
+        raise InputError(f"nothing to import: no span{source}", where)
+    said = f"nothing to import: {traces.read:,} span(s) read{source}"
+    if not traces.skipped:
+        raise InputError(f"{said}, none a retrieval span ({RETRIEVAL_SPANS})", where)
+    skipped = sum(traces.skipped.values())
+    why = "; ".join(f"{n:,} {SKIP_REASONS[r]}" for r, n in sorted(traces.skipped.items()))
+    first = traces.examples[0] if traces.examples else None
+    at = f"{Path(first['file']).name}: " if first and where is None else ""
+    example = f"; e.g. {at}line {first['line']}" if first else ""
+    raise InputError(f"{said}, {skipped:,} retrieval span(s) skipped ({why}{example}), none kept", where)
 
 
 def _documents_of_kept(parts: list[Traces], seen_first: dict[str, int]) -> pa.Table:
