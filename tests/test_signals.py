@@ -80,3 +80,38 @@ def test_sigkill_and_sigterm_end_runs_and_their_temporary_servers(tmp_path):
     assert [(r["experiment"], r["status"], r["error"]) for r in found] == [
         ("signals", "interrupted", "interrupted by SIGTERM")
     ]
+
+
+@pytest.mark.parametrize("how", ["report:TERM", "after report…"], ids=["at-report", "sent-during-report"])
+def test_sigterm_once_the_run_is_recorded_is_one_line_and_the_run_stays_whole(tmp_path, how):
+    """SIGTERM while the recorded run's report is written (issue 55), from the process itself at the `report` point
+    and from outside once `report…` is said: exit 143, `chunkeval: terminated`, none of Prefect's crash lines nor
+    `TerminationSignal` on stderr; the run, whose results are all stored, stays `completed`, and no row names
+    Prefect's exception."""
+    import signal
+
+    process, tag, env = start_killed_at(tmp_path, how if ":" in how else "none")
+    if ":" not in how:
+        said = []
+        for line in process.stderr:
+            said.append(line)
+            if line.startswith("report"):
+                process.send_signal(signal.SIGTERM)
+                break
+        _, rest = process.communicate(timeout=300)
+        err = "".join(said) + rest
+    else:
+        _, err = process.communicate(timeout=300)
+    assert process.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "chunkeval: terminated", err
+    for noise in ("Crash detected", "Crashed", "TerminationSignal", "Traceback", "termination signal"):
+        assert noise not in err, err
+    assert wait_gone(tag) == []
+    env.pop("CHUNKEVAL_KILL_AT")
+    runs = subprocess.run(
+        [sys.executable, "-m", "chunkeval.cli", "runs", "--json"], env=env, capture_output=True, text=True, check=True
+    )
+    (run,) = json.loads(runs.stdout)
+    assert run["status"] in ("completed", "interrupted") and "TerminationSignal" not in str(run["error"]), run
+    if run["status"] == "interrupted":
+        assert run["error"] == "interrupted by SIGTERM", run

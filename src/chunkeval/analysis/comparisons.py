@@ -25,6 +25,25 @@ from chunkeval.vocabulary import CONFIG_KEYS as KEYS
 from chunkeval.vocabulary import DEFAULT_LABEL, MIN_SLICE_QUERIES, config_id, config_label, no_match
 
 
+class TooFewQuestions(InputError):
+    """A paired comparison of fewer than 2 questions: no test can be made. Bad input where a person asked for the
+    comparison (`chunkeval compare`, exit 2); where a command makes it on its own after a run is recorded (the ties
+    of its summary and report), what the questions cannot tell is said after the table (`ties`' `untested`)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        super().__init__(f"only {n} query in common: a paired comparison needs at least 2")
+
+
+class Ties(dict):
+    """Per metric, the configurations tied with the best (`ties`); `untested`: metric → the questions paired,
+    for each metric whose ties no test could make (fewer than 2 questions), starred nowhere."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.untested: dict[str, int] = {}
+
+
 def configurations(per_query: pa.Table, keys=KEYS) -> list[dict]:
     """The configurations of a per-query table, in table order."""
     present = [k for k in keys if k in per_query.column_names]
@@ -89,7 +108,7 @@ def compare(
     `ceiling`, the share of both sides' values at the metric's ceiling (`chunkeval.stats.power.ceiling_share`)."""
     x, y, unmatched = pair(a, b)
     if len(x) < 2:
-        raise InputError(f"only {len(x)} query in common: a paired comparison needs at least 2")
+        raise TooFewQuestions(len(x))
     result = stats.compare_paired(x, y, seed=seed)
     smallest, needed = detectable(x - y, alpha) if power else (None, None)
     return {
@@ -261,13 +280,15 @@ def _query_grid(per_query: pa.Table) -> np.ndarray | None:
     return np.asarray([[r[q] for r in rows.values()] for q in queries], dtype=np.int64)
 
 
-def ties(per_query: pa.Table, metrics, alpha: float = 0.05, known: dict | None = None) -> dict[str, set[tuple]]:
+def ties(per_query: pa.Table, metrics, alpha: float = 0.05, known: dict | None = None) -> Ties:
     """Per metric, the configurations (as tuples of KEYS values) tied with the best one; `known`: a metric's
-    `decision`, whose tests are these (its `tied_configs`), so that they are not made twice."""
+    `decision`, whose tests are these (its `tied_configs`), so that they are not made twice. A metric whose
+    questions are too few to test (a gold set of one question) ties nothing and is named in `untested`: the
+    summary says so after its table, and the run stays recorded and reported (issue 55)."""
     import pyarrow.compute as pc
 
     present = [k for k in KEYS if k in per_query.column_names]
-    out = {}
+    out = Ties()
     for m in metrics:
         if m not in per_query.column_names:
             continue
@@ -278,8 +299,22 @@ def ties(per_query: pa.Table, metrics, alpha: float = 0.05, known: dict | None =
         rows = per_query
         if per_query[m].null_count:  # only the configurations that measured it (searched an index; its gold kind)
             rows = per_query.filter(pc.is_valid(per_query[m]))
-        out[m] = {tuple(c[k] for k in present) for c in tied_with_best(rows, m, alpha)} if rows.num_rows else set()
+        try:
+            out[m] = {tuple(c[k] for k in present) for c in tied_with_best(rows, m, alpha)} if rows.num_rows else set()
+        except TooFewQuestions as few:
+            out[m], out.untested[m] = set(), few.n
     return out
+
+
+def untested_line(untested: dict[str, int]) -> str | None:
+    """The notice of the metrics whose ties no test could make (`Ties.untested`), said after the summary table;
+    None where every metric was tested."""
+    if not untested:
+        return None
+    names = list(untested)
+    which = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    n = min(untested.values())
+    return f"{which}: no tie with the best was tested: {n} question(s) paired, and a paired comparison needs at least 2"
 
 
 TIE_NOTE = (

@@ -20,8 +20,9 @@ from chunkeval.cli.options import SETTING_FLAGS, whole_number
 from chunkeval.cli.output import visible_output
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import EXIT_FAULT, EXIT_INPUT, InputError, as_fault, exit_code_table
+from chunkeval.flows.temporary_server import as_unreachable
 from chunkeval.limits import NAME_LENGTH, check_name, check_path_length
-from chunkeval.paths import home
+from chunkeval.paths import check_home, home
 from chunkeval.visible import visible_lines
 from chunkeval.vocabulary import close_matches, not_one_of, unknown_name
 
@@ -203,6 +204,7 @@ def _main(argv: list[str] | None) -> int:
         check_path_length(
             home() / "warehouse" / "reports" / ("n" * NAME_LENGTH) / f"{'r' * 24}.html", "$CHUNKEVAL_HOME"
         )
+        check_home()  # a symlink loop, a file on its way: one line now, not an OSError where it is first made
         for dest in ("experiment", "prune_experiment"):  # a name may become a path: checked before any use
             if getattr(args, dest, None) is not None:
                 check_name(getattr(args, dest))
@@ -223,7 +225,7 @@ def _main(argv: list[str] | None) -> int:
             terminated = _SIGNALLED[-1] == signal.SIGTERM
             print(f"chunkeval: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
             return 143 if terminated else 130
-        fault = as_fault(exc) if isinstance(exc, OSError) else None
+        fault = as_fault(exc) if isinstance(exc, OSError) else as_unreachable(exc)  # a Prefect server down: 4
         print(f"chunkeval: error: {fault}" if fault else internal_error(exc), file=sys.stderr)
         return fault.exit_code if fault else EXIT_FAULT
     finally:

@@ -249,10 +249,16 @@ def _sight(exp: Experiment, summary: pa.Table | None) -> str:
     return first_sight(n, int(checks), exp.detect_fall)
 
 
+def _reason(exc: BaseException) -> str:
+    """What a run's row and its `failed` event say of the exception that ended it: its type and message."""
+    return ("".join(traceback.format_exception_only(exc)).strip() if str(exc) else "") or type(exc).__name__
+
+
 def failed(exp_name: str, run_id: str | None, trigger: str, exc: BaseException) -> None:
     """The `failed` event of a run that ended with `exc` (before its row was written too: a deployment whose
     experiment file broke is heard of)."""
-    reason = "".join(traceback.format_exception_only(exc)).strip().splitlines()[-1] if str(exc) else type(exc).__name__
+    signalled = signal_name(exc)
+    reason = f"interrupted by {signalled}" if signalled else _reason(exc).splitlines()[-1]
     try:
         emit(A.failed_payload(exp_name, {"run_id": run_id, "trigger": trigger}, reason))
     except Exception:  # no server to tell: the run's own failure is what is raised
@@ -341,10 +347,13 @@ def signal_name(exc: BaseException) -> str | None:
 
 def _failed_before(name: str, trigger: str, exc: BaseException) -> str | None:
     """A deployment's run that failed before it began (a broken experiment file, bad input, a refused grid),
-    recorded `failed` with its reason and nothing else; None where even that cannot be written."""
-    reason = "".join(traceback.format_exception_only(exc)).strip() or type(exc).__name__
+    recorded `failed` with its reason and nothing else (`interrupted`, naming the signal, where one stopped it);
+    None where even that cannot be written."""
+    signalled = signal_name(exc)  # a scheduler's SIGTERM: stopped, not failed, and named by its signal
+    reason = f"interrupted by {signalled}" if signalled else _reason(exc)
+    status = "interrupted" if signalled else "failed"
     try:
-        return warehouse().record_skipped(name, {}, trigger, {}, flow_run.get_id(), status="failed", reason=reason)
+        return warehouse().record_skipped(name, {}, trigger, {}, flow_run.get_id(), status=status, reason=reason)
     except Exception:  # the warehouse itself is what failed: the event still says it
         return None
 

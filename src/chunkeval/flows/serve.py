@@ -10,18 +10,20 @@ import inspect
 import sys
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from prefect import serve
 from prefect.events import DeploymentEventTrigger
 from prefect.exceptions import PrefectHTTPStatusError
-from prefect.schedules import Cron, Interval
+from prefect.schedules import Cron, Interval, RRule
 
 from chunkeval.engine.settings.plugins import check_module_name, is_stdlib
 from chunkeval.errors import InputError
-from chunkeval.flows.alerts import plan_alerts, say_run_ends, sync_automations
+from chunkeval.flows.alerts import interval_seconds, plan_alerts, say_run_ends, sync_automations
+from chunkeval.flows.schedules import next_times
+from chunkeval.flows.temporary_server import check_api
 from chunkeval.limits import read_text, yaml_load
 from chunkeval.paths import DEPLOYMENTS_FILE
 
@@ -47,10 +49,11 @@ def _flow(entrypoint, where: str):
 
 
 def _schedule(spec, where: str):
-    """A schedule of the file (cron with a timezone, or interval seconds with an anchor_date), checked here so
-    that the server is never sent one it would refuse, or one that never fires."""
+    """A schedule of the file (cron or an RRule with a timezone, or interval seconds with an anchor_date), checked
+    here so that the server is never sent one it would refuse, one that never fires, or one the silence alarm
+    could not read."""
     if not isinstance(spec, dict):
-        raise InputError(f"{where}: a schedule is a mapping with cron or interval, got {spec!r}")
+        raise InputError(f"{where}: a schedule is a mapping with cron, rrule or interval, got {spec!r}")
     timezone = spec.get("timezone", "UTC")
     active = spec.get("active", True)
     if not isinstance(active, bool):
@@ -59,14 +62,9 @@ def _schedule(spec, where: str):
         ZoneInfo(str(timezone))
     except (ZoneInfoNotFoundError, ValueError):
         raise InputError(f"{where}: unknown timezone {timezone!r} (an IANA name such as UTC or Europe/Paris)") from None
-    if "cron" in spec:
-        try:
-            schedule = Cron(str(spec["cron"]), timezone=timezone, active=active)
-        except ValueError:
-            raise InputError(
-                f"{where}: {spec['cron']!r} is not a cron expression (minute hour day month weekday)"
-            ) from None
-        _fires(str(spec["cron"]), where)
+    if "cron" in spec or "rrule" in spec:
+        schedule, what = _calendar(spec, timezone, active, where)
+        _reads(schedule, what, where)
         return schedule
     if "interval" in spec:  # anchor_date: an ISO time the intervals count from (default: when it is served)
         seconds, anchor = spec["interval"], spec.get("anchor_date")
@@ -84,22 +82,47 @@ def _schedule(spec, where: str):
                     "run would wait that long (the intervals count from it)"
                 )
         return Interval(seconds, anchor_date=start, timezone=timezone if "timezone" in spec else None, active=active)
-    raise InputError(f"{where}: a schedule needs cron or interval, got {spec!r}")
+    raise InputError(f"{where}: a schedule needs cron, rrule or interval, got {spec!r}")
 
 
 MAX_ANCHOR_AHEAD = timedelta(days=366)  # the furthest an interval schedule's anchor_date may lie ahead
 DEPLOYMENTS_BYTES = 1 << 20  # a deployments file is a few lines
 
 
-def _fires(cron: str, where: str) -> None:
-    """Refuse a cron expression the server's scheduler (croniter, as Prefect vendors it) finds no next time for:
-    `0 0 31 2 *` reads, and never fires."""
-    from prefect._vendor.croniter import CroniterBadDateError, croniter
+def _calendar(spec: dict, timezone, active: bool, where: str):
+    """A cron or RRule schedule of the file as Prefect builds it (which checks its syntax), and its text."""
+    kind = "cron" if "cron" in spec else "rrule"
+    what = str(spec[kind])
+    try:
+        if kind == "cron":
+            return Cron(what, timezone=timezone, active=active), what
+        return RRule(what, timezone=timezone, active=active), what
+    except ValueError:
+        shape = "a cron expression (minute hour day month weekday)" if kind == "cron" else "an RRule (RFC 5545)"
+        raise InputError(f"{where}: {what!r} is not {shape}") from None
+
+
+def _reads(schedule, what: str, where: str) -> None:
+    """Refuse up front, in one line naming the deployment and the schedule, a cron or RRule that the server's
+    scheduler finds no next time for (`0 0 31 2 *` reads, and never fires; an RRule whose COUNT has passed) or
+    cannot compute (an RRule's UNTIL in local time beside a zoned start): read as the server and the silence
+    alarm read it (`chunkeval.flows.schedules`), so that what passes here, both read."""
+    from prefect._vendor.croniter import CroniterBadDateError
 
     try:
-        croniter(cron, datetime.now(UTC), day_or=True).get_next(datetime)
-    except (CroniterBadDateError, ValueError, KeyError):
-        raise InputError(f"{where}: {cron!r} never fires: no date matches it (day, month and weekday)") from None
+        ahead = next_times(schedule, 1)
+        interval_seconds(schedule)  # the silence alarm's reading of it
+    except CroniterBadDateError:
+        ahead = []
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        raise InputError(f"{where}: schedule {what!r} cannot be read by the server ({_first_line(exc)})") from None
+    if not ahead:
+        raise InputError(f"{where}: {what!r} never fires: no time from now on matches it")
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's first line, cut (a schedule's error quotes the schedule back)."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
 
 
 def deployments(prefect_file: Path = DEFAULT_FILE) -> list:
@@ -258,6 +281,7 @@ def serve_all(prefect_file: Path = DEFAULT_FILE) -> None:
     and reads back each scheduled deployment's next run and says it, and another says each served run's end."""
     served = deployments(prefect_file)
     plan = plan_alerts(served)  # every destination named is defined: else one line, before anything is served
+    check_api()  # a Prefect server that does not answer: one line naming it, exit 4 (not Prefect's ConnectError)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     threading.Thread(target=after_registration, args=(served, plan, say), daemon=True).start()
     say_run_ends(say)

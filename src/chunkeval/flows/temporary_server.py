@@ -218,3 +218,91 @@ def _drain_prefect(timeout: float = 10.0) -> None:
     for worker in (APILogWorker, EventsWorker):
         with contextlib.suppress(Exception):  # a worker never started, or already stopped
             worker.drain_all(timeout=timeout, at_exit=False)
+
+
+API_SECONDS = 10.0  # how long a configured Prefect server may take to answer its /health before it is a fault
+
+
+def api_url() -> str | None:
+    """The configured Prefect server's API URL (`PREFECT_API_URL`), its credentials left out; None where unset."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    url = os.environ.get("PREFECT_API_URL")
+    if not url:
+        return None
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if _port(parts) else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _port(parts) -> int | None:
+    try:
+        return parts.port
+    except ValueError:  # a port out of range: not one to show
+        return None
+
+
+def unreachable(url: str, reason: str) -> Fault:
+    """A configured Prefect server that does not answer: the machine's fault (its server down, a wrong host or
+    port), one line naming the URL, exit 4, not a bug report."""
+    return Fault(
+        f"the Prefect server at {url} (PREFECT_API_URL) does not answer ({reason}): start it (prefect server "
+        "start), or point PREFECT_API_URL at one that runs"
+    )
+
+
+def check_api() -> None:
+    """Where `PREFECT_API_URL` is set, its server answers (any HTTP status: one that wants a key answers too),
+    before anything is run on it; else `unreachable`. Without it, nothing: a temporary server is started."""
+    import urllib.error
+    import urllib.request
+
+    url = api_url()
+    if url is None:
+        return
+    try:
+        with urllib.request.urlopen(os.environ["PREFECT_API_URL"].rstrip("/") + "/health", timeout=API_SECONDS):
+            pass
+    except urllib.error.HTTPError:
+        return  # it answered
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise unreachable(url, str(getattr(exc, "reason", exc)).splitlines()[0][:200] or type(exc).__name__) from None
+
+
+def as_unreachable(exc: BaseException) -> Fault | None:
+    """An exception (or one it was raised from) that says the configured Prefect server did not answer: a
+    connection to its API URL that failed (httpx's transport errors; Prefect's `Failed to reach API`), as
+    `unreachable`; else None. What the server said (an HTTP error) is not this, nor a failure to reach any
+    other server."""
+    url = api_url()
+    if url is None:
+        return None
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if _reaches_api(exc):
+            return unreachable(url, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _reaches_api(exc: BaseException) -> bool:
+    """Whether `exc` is a failure to connect to the Prefect API (`PREFECT_API_URL`'s host and port)."""
+    from urllib.parse import urlsplit
+
+    if isinstance(exc, RuntimeError) and str(exc).startswith("Failed to reach API at"):
+        return True
+    httpx = sys.modules.get("httpx")
+    if httpx is None or not isinstance(exc, httpx.TransportError):
+        return False
+    try:
+        target = urlsplit(str(exc.request.url))
+    except RuntimeError:  # raised without its request
+        return False
+    return _where(target) == _where(urlsplit(os.environ["PREFECT_API_URL"]))
+
+
+def _where(parts) -> tuple:
+    """A URL's host and port (the scheme's default where none is given)."""
+    return (parts.hostname, _port(parts) or {"http": 80, "https": 443}.get(parts.scheme))

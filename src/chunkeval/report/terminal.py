@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chunkeval.analysis.comparisons import TIE_NOTE, decision, ties
+from chunkeval.analysis.comparisons import TIE_NOTE, decision, ties, untested_line
 from chunkeval.analysis.power import against_best
 from chunkeval.errors import InputError
 from chunkeval.files import check_output
@@ -303,7 +303,9 @@ def summary_ties(per_query: pa.Table, metrics, alpha: float = 0.05, known: dict 
         rows = per_query.filter(pc.is_valid(per_query[m])) if per_query[m].null_count else per_query
         present = [k for k in CONFIG_KEYS if k in rows.column_names]
         counts[m] = len(set(zip(*(rows[k].to_pylist() for k in present)))) if rows.num_rows else 0
-    return tie_lines(against_best(per_query, list(tied), alpha), tied, counts)
+    starred, lines = tie_lines(against_best(per_query, list(tied), alpha), tied, counts)
+    untested = untested_line(tied.untested)  # a gold set too small to test: said, never the command's failure
+    return starred, lines + ([untested] if untested else [])
 
 
 def _and(items: list[str]) -> str:

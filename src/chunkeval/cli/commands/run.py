@@ -30,7 +30,7 @@ from chunkeval.engine.pipeline.records import RunState
 from chunkeval.engine.pipeline.runners import check_task_runner, cluster_workers, parse_task_runner
 from chunkeval.errors import InputError
 from chunkeval.files import check_writable_dir
-from chunkeval.flows.temporary_server import check_folders, temporary_server
+from chunkeval.flows.temporary_server import check_api, check_folders, temporary_server
 from chunkeval.limits import NAME_LENGTH, check_name
 from chunkeval.paths import DEMO_DIR, home
 from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
@@ -133,6 +133,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     metric_flags(args)  # the summary's columns, checked before any work: a typo there is bad input too
     if not os.environ.get("PREFECT_API_URL"):  # before Prefect is imported: it makes its home when it is
         check_folders()
+    else:  # a configured server that does not answer: one line, exit 4, before anything is read or run
+        check_api()
 
     if args.mlflow:
         check_uri(args.mlflow, "--mlflow")  # before the experiment is read
