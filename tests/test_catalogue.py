@@ -2474,7 +2474,9 @@ def test_the_catalogue_is_large_enough():
 ASKING = re.compile(r"(asking the chat model|judging the pool|judging the canaries) \[[#.]+\] \d+/\d+ ")
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# CASES itself, not a copy: pytest reads it at collection, once the whole module ran, so a block of cases added at
+# the end of the file is parametrized too
+@pytest.mark.parametrize("case", CASES)
 def test_bad_input_gets_one_line_exit_2_and_writes_nothing(case, ws, capsys):
     make, message = CASES[case]
     argv = [str(a) for a in make(ws)]  # writes the case's input files
@@ -2617,4 +2619,268 @@ def test_an_unexpected_exception_is_one_line_exit_4_and_its_traceback_goes_to_th
     assert "an internal error (KeyError: 'no such key'): please report it; the traceback is in " in err
     log = Path(err.strip().rsplit(" ", 1)[1])
     assert log.parent == ws["home"] / "logs" and "in has_a_bug" in log.read_text() and "Traceback" in log.read_text()
+    assert not (ws["t"] / "out.csv").exists()
+
+
+# issue 55: an import that keeps nothing: a trace file that is valid but holds no retrieval span to keep is bad
+# input (exit 2, one line naming the file and what was skipped and why, nothing written), and a Phoenix export of
+# the wrong shape is one line naming what was expected (a retriever that found nothing is kept: exit 0, not here)
+def otlp_spans(t: Path, name: str, *spans: dict) -> Path:
+    """One export request of `spans` (each: span id, then attributes as key → string) as a file of OTLP JSON."""
+    made = [{"traceId": "ab" * 16, "spanId": s.pop("spanId"), "startTimeUnixNano": "1767225600000000000",
+             "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in s.items()]} for s in spans]  # fmt: skip
+    return write(t / name, json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": made}]}]}) + "\n")
+
+
+def parquet_at(path: Path, table: pa.Table) -> Path:
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, path)
+    return path
+
+
+RETRIEVER = {"openinference.span.kind": "RETRIEVER", "input.value": "How tall is the lighthouse?"}
+CASES.update(
+    {
+        "traces import: nothing to import: its only span skipped (a document's content of 5 MB)": (
+            lambda w: [
+                "traces",
+                "import",
+                otlp_spans(
+                    w["t"],
+                    "t.jsonl",
+                    {"spanId": "cd" * 8, **RETRIEVER, "retrieval.documents.0.document.content": "x" * 5_000_000},
+                ),
+            ],
+            "t.jsonl: nothing to import: 1 span(s) read, 1 retrieval span(s) skipped (1 a document's content or "
+            "metadata is over 200,000 characters; e.g. line 1), none kept",
+        ),
+        "traces import: nothing to import: no retrieval span": (
+            lambda w: [
+                "traces",
+                "import",
+                otlp_spans(w["t"], "t.jsonl", {"spanId": "cd" * 8, **RETRIEVER, "openinference.span.kind": "LLM"}),
+            ],
+            "t.jsonl: nothing to import: 1 span(s) read, none a retrieval span (openinference.span.kind RETRIEVER "
+            "or RERANKER, or gen_ai.operation.name retrieval)",
+        ),
+        "traces import: nothing to import: every span skipped": (
+            lambda w: [
+                "traces",
+                "import",
+                otlp_spans(
+                    w["t"],
+                    "t.jsonl",
+                    {"spanId": "cd" * 8, **RETRIEVER, "input.value": " "},
+                    {"spanId": "00" * 8, **RETRIEVER},
+                ),
+            ],
+            "t.jsonl: nothing to import: 2 span(s) read, 2 retrieval span(s) skipped (1 no query (input.value, "
+            "reranker.query or gen_ai.retrieval.query.text); 1 no span id",
+        ),
+        "traces import: nothing to import: no span at all": (
+            lambda w: ["traces", "import", write(w["t"] / "t.jsonl", '{"resourceSpans": []}\n')],
+            "t.jsonl: nothing to import: no span",
+        ),
+        "traces import: nothing to import: a folder of files that keep nothing": (
+            lambda w: [
+                "traces",
+                "import",
+                otlp_spans(
+                    w["t"] / "corpora", "a.jsonl", {"spanId": "cd" * 8, **RETRIEVER, "openinference.span.kind": "CHAIN"}
+                ).parent,
+            ],
+            "nothing to import: 1 span(s) read, none a retrieval span",
+        ),
+        "traces import: a Phoenix export of the wrong shape (JSON lines, attributes nested)": (
+            lambda w: [
+                "traces",
+                "import",
+                write(
+                    w["t"] / "p.jsonl",
+                    json.dumps(
+                        {
+                            "context.span_id": "cd" * 8,
+                            "span_kind": "RETRIEVER",
+                            "attributes": {"input.value": "How tall?"},
+                        }
+                    )
+                    + "\n",
+                ),
+            ],
+            "p.jsonl: not Phoenix's span export (columns context.span_id, span_kind and attributes.input.value, … "
+            "flattened): no attributes.* (attributes nested in one column)",
+        ),
+        "traces import: a Phoenix export of the wrong shape (Parquet, no span kind)": (
+            lambda w: [
+                "traces",
+                "import",
+                parquet_at(
+                    w["t"] / "p.parquet",
+                    pa.table({"context.span_id": ["cd" * 8], "attributes.input.value": ["How tall?"]}),
+                ),
+            ],
+            "p.parquet: not Phoenix's span export (columns context.span_id, span_kind and attributes.input.value, … "
+            "flattened): no span_kind (or attributes.openinference.span.kind, attributes.gen_ai.operation.name); "
+            "found ['attributes.input.value', 'context.span_id']",
+        ),
+    }
+)
+
+
+def alarm_test(t: Path, entry: dict) -> list:
+    """`alerts test` of an experiment whose one alarm goes to the destination `entry` of the user's endpoints.yaml."""
+    (t / "config" / "chunkeval").mkdir(parents=True, exist_ok=True)
+    write(t / "config" / "chunkeval" / "endpoints.yaml", yaml.safe_dump({"team-alerts": entry}))
+    exp = write(t / "alarmed.yaml", GOOD_YAML + "alerts: [{to: team-alerts, events: [completed]}]\n")
+    return ["alerts", "test", exp]
+
+
+SLACK_SECRET = "T000/B000/S3CRETt0ken"
+# issue 55: an alarm destination refused by its check is named with the part that is wrong, never shown (its token
+# ends the URL); a variable it names that is not set is the user's input (it exited 4)
+CASES.update(
+    {
+        "alerts test: a Slack URL whose port is past 65535": (
+            lambda w: alarm_test(
+                w["t"], {"base_url": f"https://hooks.slack.com:443000/services/{SLACK_SECRET}", "kind": "slack"}
+            ),
+            "destination team-alerts: base_url is not a URL: its port is not a number from 0 to 65535",
+        ),
+        "alerts test: a Slack URL with a stray '['": (
+            lambda w: alarm_test(
+                w["t"], {"base_url": f"https://[hooks.slack.com/services/{SLACK_SECRET}", "kind": "slack"}
+            ),
+            "destination team-alerts: base_url is not a URL: its host is not valid",
+        ),
+        "alerts test: a webhook token's variable that is not set": (
+            lambda w: alarm_test(
+                w["t"],
+                {"base_url": "http://127.0.0.1:9/hook", "kind": "webhook", "api_key_env": "CHUNKEVAL_UNSET_HOOK"},
+            ),
+            "destination team-alerts: the API key variable CHUNKEVAL_UNSET_HOOK is not set",
+        ),
+        "alerts test: an SMTP password's variable that is not set": (
+            lambda w: alarm_test(
+                w["t"],
+                {
+                    "base_url": "smtp://127.0.0.1:9",
+                    "kind": "email",
+                    "to": ["a@example.com"],
+                    "username": "u",
+                    "password_env": "CHUNKEVAL_UNSET_SMTP",
+                },
+            ),  # fmt: skip
+            "destination team-alerts: the API key variable CHUNKEVAL_UNSET_SMTP is not set",
+        ),
+    }
+)
+
+
+# issue 55: exit codes by whose fault it is
+def symlink_loop(t: Path) -> Path:
+    """A link that points at itself: the system cannot resolve a path through it (ELOOP)."""
+    loop = t / "loop"
+    if not loop.is_symlink():
+        loop.symlink_to(loop)
+    return loop
+
+
+CASES.update(
+    {
+        "run: CHUNKEVAL_HOME is a symlink loop": (
+            lambda w: [
+                os.environ.__setitem__("CHUNKEVAL_HOME", str(symlink_loop(w["t"]))),
+                "run",
+                "--experiment",
+                "x",
+                "--corpus-dir",
+                w["t"] / "corpora",
+                "--questions",
+                w["t"] / "q.csv",
+            ][1:],  # fmt: skip
+            "$CHUNKEVAL_HOME cannot be used: a symbolic link on its way points back round to itself",
+        ),
+        "runs: CHUNKEVAL_HOME under a symlink loop": (
+            lambda w: [os.environ.__setitem__("CHUNKEVAL_HOME", str(symlink_loop(w["t"]) / "home")), "runs"][1:],
+            "$CHUNKEVAL_HOME cannot be used: a symbolic link on its way points back round to itself",
+        ),
+        "serve: an RRule that is no RRule": (
+            lambda w: deployments_file(w["t"], "rrule", schedules=[{"rrule": "FREQ=SOMETIMES"}]),
+            "deployment nightly: 'FREQ=SOMETIMES' is not an RRule (RFC 5545)",
+        ),
+        "serve: an RRule whose COUNT has passed": (
+            lambda w: deployments_file(w["t"], "count", schedules=[{"rrule": "FREQ=DAILY;COUNT=2"}]),
+            "deployment nightly: 'FREQ=DAILY;COUNT=2' never fires: no time from now on matches it",
+        ),
+        "serve: an RRule the server's scheduler cannot compute": (
+            lambda w: deployments_file(w["t"], "until", schedules=[{"rrule": "FREQ=DAILY;UNTIL=20300101T000000Z"}]),
+            "deployment nightly: schedule 'FREQ=DAILY;UNTIL=20300101T000000Z' cannot be read by the server",
+        ),
+    }
+)
+
+# a configured Prefect server that does not answer: the machine's fault, one line naming the URL, exit 4
+FAULT_CASES = {
+    "serve: the Prefect server down": (
+        lambda w: [environ(PREFECT_API_URL=f"http://127.0.0.1:{free_port()}/api"), "serve"][1:],
+        "(PREFECT_API_URL) does not answer",
+    ),
+    "run: the Prefect server down": (
+        lambda w: [
+            environ(PREFECT_API_URL=f"http://127.0.0.1:{free_port()}/api"),
+            "run",
+            "--experiment",
+            "x",
+            "--corpus-dir",
+            w["t"] / "corpora",
+            "--questions",
+            w["t"] / "q.csv",
+        ][1:],  # fmt: skip
+        "(PREFECT_API_URL) does not answer",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(FAULT_CASES))
+def test_an_unreachable_prefect_server_is_one_line_exit_4_naming_it(case, ws, capsys):
+    make, message = FAULT_CASES[case]
+    argv = [str(a) for a in make(ws)]
+    before, rows_before = snapshot(ws["t"], ws["home"]), catalogue_rows(ws["home"])
+    code = call(argv)
+    err = capsys.readouterr().err
+    assert code == 4 and err.count("\n") == 1 and "Traceback" not in err and "internal error" not in err, err
+    assert message in err and os.environ["PREFECT_API_URL"] in err, err
+    assert snapshot(ws["t"], ws["home"]) == before and catalogue_rows(ws["home"]) == rows_before
+
+
+def test_a_connection_to_the_prefect_api_that_fails_later_is_the_same_fault(ws, monkeypatch):
+    """Past the check up front (a server that went down mid-command): Prefect's ConnectError and its `Failed to
+    reach API` are the same one line (`as_unreachable`), where they were internal errors; another server's is not."""
+    import httpx
+
+    from chunkeval.flows.temporary_server import as_unreachable
+
+    url = f"http://127.0.0.1:{free_port()}/api"
+    monkeypatch.setenv("PREFECT_API_URL", url)
+    with pytest.raises(httpx.ConnectError) as down, httpx.Client() as client:
+        client.get(f"{url}/flows/filter")
+    assert as_unreachable(down.value).exit_code == 4 and url in str(as_unreachable(down.value))
+    assert as_unreachable(RuntimeError(f"Failed to reach API at {url}/")) is not None
+    with pytest.raises(httpx.ConnectError) as other, httpx.Client() as client:
+        client.get(f"http://127.0.0.1:{free_port()}/v1/embeddings")
+    assert as_unreachable(other.value) is None
+
+
+def test_a_home_whose_warehouse_folder_is_a_symlink_loop_is_one_line_exit_2(ws, capsys):
+    """The home's own folders are checked with it: a warehouse folder that is a symlink loop is the same one line
+    (its name said), not an OSError where the folder is first made."""
+    home = ws["t"] / "h"
+    home.mkdir()
+    (home / "warehouse").symlink_to(home / "warehouse")
+    os.environ["CHUNKEVAL_HOME"] = str(home)
+    code = call([str(a) for a in sweep(ws["t"])])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "$CHUNKEVAL_HOME (warehouse) cannot be used: a symbolic link on its way points back round" in err, err
     assert not (ws["t"] / "out.csv").exists()

@@ -3,8 +3,8 @@
 - `emit`: a run's events (`chunkeval.publish.alerts` says what each holds), on resource
   `chunkeval.experiment.<name>` with the run as a related resource.
 - `sync_automations`: what `chunkeval serve` creates, or updates (never twice), on the Prefect server: one
-  automation per destination of the served experiments' `alerts:` (a Webhook block and its CallWebhook action
-  for webhook, Slack and Teams; the `chunkeval-smtp-email` notification block and SendNotification for email),
+  automation per destination of the served experiments' `alerts:` (chunkeval's notification block for its kind,
+  `chunkeval-webhook` for webhook, Slack and Teams, `chunkeval-smtp-email` for email, and a SendNotification),
   and the silence alarm of each scheduled deployment: a proactive trigger that fires when no run of it ended
   within its interval plus grace. The server delivers them, whether or not chunkeval runs in the foreground.
 - `say_run_ends`: the line `chunkeval serve` prints when a served run ends, read from the same events.
@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 
 from chunkeval.engine.pipeline.experiment import Experiment
-from chunkeval.engine.settings.endpoints import Destination, destination, read_key
-from chunkeval.flows.email_block import ChunkevalEmail
-from chunkeval.publish.alerts import EMAIL_BODY, EMAIL_SUBJECT, TEMPLATES, render, silence_payload
+from chunkeval.engine.settings.endpoints import Destination, destination
+from chunkeval.flows.blocks import ChunkevalEmail, ChunkevalWebhook
+from chunkeval.flows.schedules import next_times
+from chunkeval.publish.alerts import EMAIL_BODY, EMAIL_SUBJECT, TEMPLATES, credentials, render, silence_payload
 from chunkeval.vocabulary import ALERT_EVENTS
 
 PREFIX = "chunkeval"  # of the automations and blocks serve owns (found again by name: updated, never doubled)
@@ -52,42 +53,35 @@ def _slug(text: str) -> str:
 
 
 def _block(dest: Destination):
-    """The Prefect block that reaches `dest`, saved under `chunkeval-<name>` (its secrets stored as secrets)."""
+    """The Prefect block that reaches `dest`, saved under `chunkeval-<name>` (its secrets stored as secrets): one
+    of chunkeval's own notification blocks (`chunkeval.flows.blocks`), which deliver within one exchange's bounds
+    and say a failure masked, where Prefect's Webhook block would read any answer whole."""
     from urllib.parse import urlsplit
 
     name = f"{PREFIX}-{_slug(dest.name)}"
+    token, password = credentials(dest)
     if dest.kind == "email":
         parts = urlsplit(dest.url)
         security = "ssl" if parts.scheme == "smtps" else "starttls" if dest.starttls else "none"
-        password = read_key(dest.password_env, f"destination {dest.name}") if dest.password_env else None
         block = ChunkevalEmail(
             host=parts.hostname, port=parts.port or (465 if security == "ssl" else 25), security=security,
             sender=dest.sender, to=list(dest.to), username=dest.username, password=password,
         )  # fmt: skip
     else:
-        from prefect.blocks.webhook import Webhook
-
-        headers = {"Content-Type": "application/json", "User-Agent": "chunkeval-alerts"}
-        if dest.api_key_env:
-            headers["Authorization"] = f"Bearer {read_key(dest.api_key_env, f'destination {dest.name}')}"
-        block = Webhook(method="POST", url=dest.url, headers=headers)
-    block_id = block.save(name, overwrite=True)
-    return block_id
+        block = ChunkevalWebhook(url=dest.url, token=token)
+    return block.save(name, overwrite=True)
 
 
 def _action(dest: Destination, block_id, payload: dict | None = None):
     """The action that delivers to `dest`: its kind's template, rendered by the server from the event (or, for the
-    silence alarm, which has no event, rendered here from `payload`)."""
-    from prefect.events.actions import CallWebhook, SendNotification
+    silence alarm, which has no event, rendered here from `payload`), sent by its block."""
+    from prefect.events.actions import SendNotification
 
     if payload is not None:
         subject, body = render(dest.kind, payload["event"], payload)
-        if dest.kind == "email":
-            return SendNotification(block_document_id=block_id, subject=subject, body=body)
-        return CallWebhook(block_document_id=block_id, payload=body)
-    if dest.kind == "email":
-        return SendNotification(block_document_id=block_id, subject=EMAIL_SUBJECT, body=EMAIL_BODY)
-    return CallWebhook(block_document_id=block_id, payload=TEMPLATES[dest.kind])
+        return SendNotification(block_document_id=block_id, subject=subject, body=body)
+    body = EMAIL_BODY if dest.kind == "email" else TEMPLATES[dest.kind]
+    return SendNotification(block_document_id=block_id, subject=EMAIL_SUBJECT, body=body)
 
 
 def _upsert(client, automation) -> str:
@@ -110,22 +104,17 @@ def deployment_experiments(deployment) -> list[Experiment]:
 
 
 def interval_seconds(schedule) -> float | None:
-    """The longest wait between two runs of a deployment schedule: an interval's, or a cron's over its next ten
-    times (a weekdays-only cron waits three days over a weekend, and a silence alarm must not fire then)."""
+    """The longest wait between two runs of a deployment schedule: an interval's, or a cron's or an RRule's over
+    its next ten times (a weekdays-only cron waits three days over a weekend, and a silence alarm must not fire
+    then); None where it has fewer than two times left (an RRule that ends). The times are the server's own
+    (`chunkeval.flows.schedules.next_times`), so that every schedule Prefect accepts (`@daily`, `0 0 ? * *`)
+    reads here as its scheduler reads it."""
     inner = getattr(schedule, "schedule", schedule)
     interval = getattr(inner, "interval", None)
     if interval is not None:
         return interval.total_seconds() if isinstance(interval, timedelta) else float(interval)
-    cron = getattr(inner, "cron", None)
-    if not cron:
-        return None
-    from datetime import datetime
-
-    from cronsim import CronSim
-
-    times = CronSim(cron, datetime.now(UTC))
-    points = [next(times) for _ in range(10)]
-    return max((b - a).total_seconds() for a, b in zip(points, points[1:]))
+    points = next_times(inner, 10, datetime.now(UTC))
+    return max((b - a).total_seconds() for a, b in zip(points, points[1:])) if len(points) > 1 else None
 
 
 def plan_alerts(deployments) -> dict:

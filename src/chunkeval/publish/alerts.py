@@ -5,24 +5,20 @@ delivery straight from this process (`send`, what `chunkeval alerts test` does).
 
 When runs are served, Prefect's automations deliver the events instead (`chunkeval.flows.alerts`): they render
 the very templates below on the Prefect server, so a test message and an alarm look alike. Everything a
-destination answers is untrusted: it is cut short and masked before it is shown. Definitions: docs/loop.md,
+destination answers is untrusted: read within one exchange's bounds, masked of every secret of the destination,
+cut and escaped before it is shown (`chunkeval.publish.delivery`). Definitions: docs/loop.md,
 "Who is told".
 """
 
 from __future__ import annotations
 
-import smtplib
-import ssl
-from email.message import EmailMessage
 from urllib.parse import urlsplit
 
 from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION
-from chunkeval.engine.settings.endpoints import Destination, mask, read_key
-from chunkeval.visible import visible
+from chunkeval.engine.settings.endpoints import Destination, read_key
+from chunkeval.publish.delivery import Exchange, Redaction, post, send_mail
 from chunkeval.vocabulary import ALERT_EVENTS, config_id, config_label
 
-TIMEOUT = 10.0  # seconds a destination has to answer
-ANSWER_CHARS = 300  # of a destination's answer, at most, shown
 MAX_FALLS = 5  # falls a regression payload lists (the worst first); the diff has them all
 
 # What a destination receives, rendered with `{"event": {"event": name, "payload": payload}}`: the templates a
@@ -286,62 +282,59 @@ def verdict_payloads(experiment: str, run: dict, verdict: dict | None, line: str
 # --------------------------------------------------------------------------- delivery from this process
 
 
+def credentials(destination: Destination) -> tuple[str | None, str | None]:
+    """(the bearer token, the SMTP password) `destination` is sent with, read from the variables it names: a
+    variable that is not set is the user's input, one line naming the destination and the variable."""
+    what = f"destination {destination.name}"
+    token = read_key(destination.api_key_env, what) if destination.api_key_env else None
+    password = read_key(destination.password_env, what) if destination.password_env else None
+    return token, password
+
+
+def redaction(destination: Destination, token: str | None, password: str | None) -> Redaction:
+    """What is masked of everything `destination` answers: its URL (path segments, query values), its token, its
+    login, in every form a server may echo them (`chunkeval.publish.delivery.Redaction`)."""
+    logins = ((destination.username, password),) if destination.username else ()
+    return Redaction(token, password, destination.username, urls=(destination.url,), logins=logins)
+
+
 def send(destination: Destination, event: str, payload: dict) -> str:
-    """Deliver one message to `destination` now; what it answered, in a few words (masked). A destination that
-    cannot be reached or refuses raises nothing: the answer says so (the caller reports each)."""
+    """Deliver one message to `destination` now, within one exchange's bounds (`chunkeval.publish.delivery`);
+    what it answered, in a few words, masked. A destination that cannot be reached, refuses or goes past a bound
+    raises nothing: the answer says so (the caller reports each). A variable it names that is not set raises
+    `InputError` before anything is sent."""
     subject, body = render(destination.kind, event, payload)
-    secrets = destination.secrets()
-    try:
-        if destination.kind == "email":
-            answer = _send_email(destination, subject, body)
-        else:
-            answer = _post(destination, body)
-    except Exception as exc:  # refused, timed out, a TLS or SMTP error, httpx's own: each said, none raised
-        answer = f"failed: {type(exc).__name__}: {exc}"
-    return short_answer(mask(answer, *secrets))
+    token, password = credentials(destination)
+    masked = redaction(destination, token, password)
+    with Exchange() as exchange:
+        try:
+            if destination.kind == "email":
+                verdict, said = _send_email(destination, subject, body, password, exchange)
+            else:
+                verdict, said = _post(destination, body, token, exchange)
+        except Exception as exc:  # refused, timed out, past a bound, a TLS or SMTP error: each said, none raised
+            verdict, said = "failed", exchange.said(exc)
+    return f"{verdict}: {masked.shown(said)}"
 
 
-def short_answer(text: str) -> str:
-    """An answer as one line of printable text, cut at `ANSWER_CHARS` (a server may answer anything)."""
-    line = visible(" ".join(str(text).split()))
-    return line if len(line) <= ANSWER_CHARS else line[: ANSWER_CHARS - 1] + "…"
-
-
-def _post(destination: Destination, body: str) -> str:
-    import httpx  # here, not at the top: only where a message goes out
-
+def _post(destination: Destination, body: str, token: str | None, exchange: Exchange) -> tuple[str, str]:
     headers = {"Content-Type": "application/json", "User-Agent": "chunkeval-alerts"}
-    if destination.api_key_env:
-        key = read_key(destination.api_key_env, f"destination {destination.name}")
-        headers["Authorization"] = f"Bearer {key}"
-    with httpx.Client(timeout=TIMEOUT, follow_redirects=False) as client:
-        response = client.post(destination.url, content=body.encode("utf-8"), headers=headers)
-    text = response.text[:ANSWER_CHARS]
-    verdict = "delivered" if 200 <= response.status_code < 300 else "refused"
-    return f"{verdict}: HTTP {response.status_code}" + (f" {text}" if text.strip() else "")
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    status, text = post(destination.url, body.encode("utf-8"), headers, exchange)
+    return ("delivered" if 200 <= status < 300 else "refused"), f"HTTP {status} {text}"
 
 
-def _send_email(destination: Destination, subject: str, body: str) -> str:
+def _send_email(
+    destination: Destination, subject: str, body: str, password: str | None, exchange: Exchange
+) -> tuple[str, str]:
     parts = urlsplit(destination.url)
-    secure = parts.scheme == "smtps"
-    port = parts.port or (465 if secure else 25)
-    message = EmailMessage()
-    message["Subject"], message["From"], message["To"] = subject, destination.sender, ", ".join(destination.to)
-    message.set_content(body)
-    context = ssl.create_default_context()
-    cls = smtplib.SMTP_SSL if secure else smtplib.SMTP
-    kwargs = {"context": context} if secure else {}
-    with cls(parts.hostname, port, timeout=TIMEOUT, **kwargs) as server:
-        if destination.starttls and not secure:
-            server.starttls(context=context)
-        if destination.username:
-            password = (
-                read_key(destination.password_env, f"destination {destination.name}")
-                if destination.password_env
-                else ""
-            )
-            server.login(destination.username, password or "")
-        refused = server.send_message(message)
+    security = "ssl" if parts.scheme == "smtps" else "starttls" if destination.starttls else "none"
+    port = parts.port or (465 if security == "ssl" else 25)
+    refused = send_mail(
+        parts.hostname, port, security, destination.sender, list(destination.to), subject, body,
+        destination.username, password, exchange,
+    )  # fmt: skip
     if refused:
-        return f"refused for {', '.join(refused)}"
-    return f"delivered: accepted by {parts.hostname}:{port} for {len(destination.to)} recipient(s)"
+        return "refused", f"for {', '.join(refused)}"
+    return "delivered", f"accepted by {parts.hostname}:{port} for {len(destination.to)} recipient(s)"

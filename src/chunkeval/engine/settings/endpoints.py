@@ -90,15 +90,6 @@ class Destination:
         hidden = "/***" if urlsplit(self.url).path.strip("/") or urlsplit(self.url).query else ""
         return f"{scheme}://{host}:{port}{hidden}"
 
-    def secrets(self) -> tuple[str, ...]:
-        """Every secret a message or an answer may quote: the URL's path and query, the token, the password."""
-        parts = urlsplit(self.url)
-        out = [parts.path, parts.query, self.url]
-        for env in (self.api_key_env, self.password_env):
-            if env:
-                out.append(os.environ.get(env, ""))
-        return tuple(x for x in out if x and len(x) >= 4 and x != "/")
-
 
 def _destination(name: str, entry: dict, path: Path) -> Destination:
     where = f"destination {name}"
@@ -117,11 +108,10 @@ def _destination(name: str, entry: dict, path: Path) -> Destination:
             raise InputError(f"{where}: {key} names an environment variable, not a secret", path)
     if any(c.isspace() or ord(c) < 32 for c in url):
         raise InputError(f"{where}: base_url holds white space", path)
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 (a port that is no number raises here)
-    except ValueError:
-        raise InputError(f"{where}: base_url {short(url)} is not a URL", path) from None
+    fault = url_fault(url)
+    if fault:
+        raise InputError(f"{where}: base_url is not a URL: {fault}", path)
+    parts = urlsplit(url)
     if kind != "email":
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
             raise InputError(f"{where}: a {kind} destination's base_url is http:// or https:// with a host", path)
@@ -156,23 +146,47 @@ def files() -> list[Path]:
     return [home() / FILE, config / "chunkeval" / FILE]
 
 
-def check_base_url(url: str, what: str, source: str | None = None) -> str:
-    """An http(s) URL with a host and no credentials, query or fragment, without its trailing `/`."""
+def url_fault(url: str) -> str | None:
+    """What is wrong with `url` as a URL, naming the part (its port, its host) and never quoting the value: a
+    URL may hold a secret (a webhook's token is its path), and a message that shows it lands in CI logs. None
+    where it parses."""
     try:
         parts = urlsplit(url)
-        port = parts.port
+    except ValueError as exc:  # urlsplit's own words name the part: an unclosed '[', an invalid IPv6 host
+        return "its host is not valid (an unclosed '[' or a bad IPv6 address)" if "IPv6" in str(exc) else str(exc)
+    try:
+        parts.port  # noqa: B018 (a port that is no number, or past 65535, raises here)
     except ValueError:
-        raise InputError(f"{what}: base URL {short(url)} is not a URL", source) from None
+        return "its port is not a number from 0 to 65535"
+    return None
+
+
+def shown_origin(url: str) -> str:
+    """`url` as a message may show it: its scheme, host and port, and `/…` for whatever follows (never a path, a
+    query or a user, where a secret may be)."""
+    parts = urlsplit(url)
+    rest = "/…" if parts.path.strip("/") or parts.query or parts.fragment else ""
+    netloc = parts.netloc.rpartition("@")[2]
+    return short(f"{parts.scheme}://{netloc}{rest}" if parts.scheme else "(no scheme)")
+
+
+def check_base_url(url: str, what: str, source: str | None = None) -> str:
+    """An http(s) URL with a host and no credentials, query or fragment, without its trailing `/`."""
+    fault = url_fault(url)
+    if fault:
+        raise InputError(f"{what}: base URL is not a URL: {fault}", source)
+    parts = urlsplit(url)
+    port = parts.port
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError(f"{what}: base URL {short(url)} must be http:// or https:// with a host", source)
+        raise InputError(f"{what}: base URL {shown_origin(url)} must be http:// or https:// with a host", source)
     if parts.username or parts.password or parts.query or parts.fragment or (port is not None and port < 1):
         raise InputError(
-            f"{what}: base URL {short(url)} must hold no user, password, query or fragment "
+            f"{what}: base URL {shown_origin(url)} must hold no user, password, query or fragment "
             "(a key goes in the variable api_key_env names)",
             source,
         )
     if any(c.isspace() or ord(c) < 32 for c in url):
-        raise InputError(f"{what}: base URL {short(url)} holds white space", source)
+        raise InputError(f"{what}: base URL {shown_origin(url)} holds white space", source)
     return url.rstrip("/")
 
 
