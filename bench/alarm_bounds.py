@@ -1,6 +1,6 @@
 """What `chunkeval alerts test` costs against hostile destinations (issue 55, docs/limits.md "Alarm destinations"):
 each hostile answer of tests/hostile_receivers.py alone, `alerts test` as a whole process, its wall seconds and
-peak RSS (`os.wait4`), beside a destination that answers `ok`.
+peak RSS (its own `VmHWM`, written as it exits), beside a destination that answers `ok`.
 
     python bench/alarm_bounds.py
 """
@@ -8,17 +8,15 @@ peak RSS (`os.wait4`), beside a destination that answers `ok`.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from hostile_receivers import http_receiver, smtp_receiver  # noqa: E402
+from hostile_receivers import http_receiver, run_measured, smtp_receiver  # noqa: E402
 
 BIN = Path(sys.executable).parent
 TINY = ROOT / "tests" / "data" / "tiny_demo"
@@ -37,11 +35,8 @@ def one(tmp: Path, entry: dict) -> tuple[float, float, str]:
         )
     )  # fmt: skip
     env = {**os.environ, "CHUNKEVAL_HOME": str(home), "SMTP_PASS": "x" * 12}
-    started = time.monotonic()
-    proc = subprocess.Popen([str(BIN / "chunkeval"), "alerts", "test", str(exp)], env=env, stdout=subprocess.PIPE)
-    out = proc.stdout.read().decode()
-    _, _, usage = os.wait4(proc.pid, 0)
-    return time.monotonic() - started, usage.ru_maxrss / 1024, out.strip().split(": ", 1)[-1][:70]
+    _, out, seconds, peak = run_measured(["alerts", "test", exp], env, tmp / "peak.txt")
+    return seconds, peak, out.strip().split(": ", 1)[-1][:70]
 
 
 def main() -> None:

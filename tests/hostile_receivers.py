@@ -24,10 +24,13 @@ import contextlib
 import gzip
 import socket
 import socketserver
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from functools import cache
+from pathlib import Path
 from urllib.parse import unquote
 
 TRICKLE = 0.2  # seconds between two bytes of a trickle
@@ -195,3 +198,29 @@ def smtp_receiver(way: str) -> Iterator[tuple[int, list[bytes]]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# the chunkeval command, run so that it writes its own peak RSS (VmHWM) when it exits: `VmHWM` is its own memory
+# since exec, where a child's `ru_maxrss` (os.wait4) starts from the parent it was forked from (a test worker that
+# has held 1.7 GB reports 1.7 GB for a child that never held 100 MiB)
+_MEASURED = """import atexit, sys
+PEAK = sys.argv[1]
+def _peak():
+    with open('/proc/self/status') as f, open(PEAK, 'w') as out:
+        out.write(next(line.split()[1] for line in f if line.startswith('VmHWM:')))
+atexit.register(_peak)
+sys.argv = ['chunkeval', *sys.argv[2:]]
+from chunkeval.cli import main
+sys.exit(main())
+"""
+
+
+def run_measured(args: list[str], env: dict, peak_file: Path) -> tuple[int, str, float, float]:
+    """`chunkeval ARGS` as a whole process: (exit status, stdout + stderr, wall seconds, its own peak RSS in MiB)."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURED, str(peak_file), *map(str, args)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300,
+    )  # fmt: skip
+    seconds = time.monotonic() - started
+    return done.returncode, done.stdout.decode("utf-8", "replace"), seconds, int(peak_file.read_text()) / 1024

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ from hypothesis import strategies as st
 
 from chunkeval.paths import DEMO_DIR
 from chunkeval.publish.delivery import DEADLINE, Redaction
-from hostile_receivers import http_receiver, smtp_receiver
+from hostile_receivers import http_receiver, run_measured, smtp_receiver
 
 BIN = Path(sys.executable).parent
 PATH_SECRET = "S3CRETpathSEGMENT42"
@@ -74,18 +73,8 @@ def _home(tmp_path: Path, endpoints: dict) -> dict:
 
 
 def _alerts_test(env: dict, experiment: Path) -> tuple[int, str, float, float]:
-    """`chunkeval alerts test` as a whole process: (exit status, stdout + stderr, seconds, its peak RSS in MiB)."""
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        [str(BIN / "chunkeval"), "alerts", "test", str(experiment)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    out = proc.stdout.read().decode("utf-8", "replace")
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, out, time.monotonic() - started, usage.ru_maxrss / 1024
+    """`chunkeval alerts test` as a whole process: (exit status, stdout + stderr, seconds, its own peak RSS in MiB)."""
+    return run_measured(["alerts", "test", experiment], env, experiment.parent / "peak.txt")
 
 
 def _leaks(text: str) -> list[str]:
