@@ -49,10 +49,10 @@ def test_the_recorded_file_is_what_the_script_writes():
 def test_every_command_module_says_how_it_reaches_the_warehouse():
     """One module per command, its options beside its handler, and an explicit WAREHOUSE_SESSION: the
     commands that only read the warehouse hold one connection for the whole command."""
-    from chunkeval.cli.commands import COMMANDS
+    from chunkeval.cli.commands import command_modules
 
     sessions = {}
-    for command in COMMANDS:
+    for command in command_modules():
         assert callable(command.add_parser), command.__name__
         assert isinstance(command.WAREHOUSE_SESSION, bool), command.__name__
         sessions[command.__name__.rpartition(".")[2]] = command.WAREHOUSE_SESSION

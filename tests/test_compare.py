@@ -269,7 +269,7 @@ def test_configurations_tied_with_the_best_are_marked(recorded, capsys, tmp_path
     per_query = wh.query_results(run_id)
     comparisons = C.within_run(per_query, "span_precision", run_id)
     tied = C.tied_with_best(per_query, "span_precision")
-    grid = C._query_grid(
+    grid = C.query_grid(
         per_query
     )  # one batch of sign flips: a null key (candidates) is one configuration, not one per row
     assert grid is not None and grid.shape == (28, len(C.configurations(per_query)))

@@ -230,6 +230,62 @@ def test_every_documented_command_runs_as_written(demo_first_run, tmp_path):
     assert ran >= 18, ran  # 2026-12-02: 18 commands of 7 blocks
 
 
+# what each command may load (issue 54): the read commands pay for duckdb, numpy and pyarrow and nothing heavier;
+# --version and --help not even those
+HEAVY = ("prefect", "torch", "transformers", "sentence_transformers", "scipy", "pandas", "mlflow", "tiktoken",
+         "onnxruntime", "openvino", "yaml", "httpx")  # fmt: skip
+FLOOR = ("duckdb", "numpy", "pyarrow")
+LOADED = (
+    "import json, sys\n"
+    "from chunkeval.cli.main import main\n"
+    "try:\n    rc = main(sys.argv[1:])\nexcept SystemExit as end:  # --version, --help\n    rc = end.code\n"
+    "sys.__stderr__.write('\\nLOADED ' + json.dumps(sorted({m.split('.')[0] for m in sys.modules})) + '\\n')\n"
+    "sys.exit(rc)\n"
+)
+
+
+def test_each_command_loads_only_what_it_uses(demo_first_run, tmp_path):
+    """The import graph of every read command, as a whole process against the demo's warehouse: none loads Prefect,
+    torch, scipy, pandas, PyYAML or the tokenizer (`chunkeval --help` used to load all of the engine: 1.0 s before
+    any work; pyarrow loads pandas on its first array unless told there is none, `cli.main._WithoutPandas`), and
+    `--version` and `--help` load not even duckdb, numpy or pyarrow. docs/performance.md ("Commands") times them."""
+    import json
+    import os
+    import shutil
+    import sys
+
+    _, home = demo_first_run
+    mine = tmp_path / "home"
+    shutil.copytree(home, mine, symlinks=True)  # `baseline` pins a run: in a copy
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(CHUNKEVAL_HOME=str(mine), HF_HUB_OFFLINE="1")
+    run_id = _runs(env)[0]["run_id"]
+    sql = [str(BIN / "chunkeval"), "sql", "SELECT min(query_id) FROM query_results", "--csv"]
+    query = subprocess.run(sql, env=env, capture_output=True, text=True, check=True).stdout.split()[-1]
+    commands = {
+        "--version": ["--version"],
+        "--help": ["--help"],
+        "runs": ["runs"],
+        "report": ["report", "--experiment", "demo"],
+        "report --html": ["report", "--experiment", "demo", "--html", str(tmp_path / "r.html")],
+        "trend": ["trend", "--experiment", "demo", "--metric", "span_recall"],
+        "the gate": ["trend", "--experiment", "demo", "--fail-on-regression"],
+        "compare": ["compare", "--experiment", "demo", "--metric", "span_recall"],
+        "sql": ["sql", "SELECT count(*) FROM runs"],
+        "inspect": ["inspect", "--run", run_id, "--query", query],
+        "diff": ["diff", "--run", run_id, "--run", run_id],
+        "baseline": ["baseline", "--experiment", "demo", "--run", run_id],
+        "backends": ["backends"],
+    }
+    for name, argv in commands.items():
+        done = subprocess.run([sys.executable, "-c", LOADED, *argv], env=env, capture_output=True, text=True)
+        assert done.returncode in (0, 3), (name, done.returncode, done.stderr[-1000:])  # 3: nothing to compare
+        loaded = set(json.loads(done.stderr.rpartition("LOADED ")[2]))
+        assert loaded.isdisjoint(HEAVY), (name, sorted(loaded & set(HEAVY)))
+        if name in ("--version", "--help"):
+            assert loaded.isdisjoint(FLOOR), (name, sorted(loaded & set(FLOOR)))
+
+
 def _runs(env: dict) -> list[dict]:
     import json
 

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import re
 import reprlib
 import stat
 from pathlib import Path
-
-import numpy as np
-import yaml
 
 from chunkeval.errors import InputError
 
@@ -191,36 +189,41 @@ def expanded_size(value, limit: int = YAML_NODES) -> int:
     return size(value)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """YAML's safe loader, where a mapping's keys are strings, each given once (PyYAML keeps the last of
-    a key given twice, and takes numbers, booleans, null and lists as keys)."""
+@functools.cache
+def _strict_loader():
+    """YAML's safe loader, where a mapping's keys are strings, each given once (PyYAML keeps the last of a key given
+    twice, and takes numbers, booleans, null and lists as keys). Made on first use: PyYAML is imported by what reads
+    YAML, not by every command."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        pass
+
+    def strict_mapping(loader: StrictLoader, node: yaml.MappingNode) -> dict:
+        seen = set()
+        for key_node, _ in node.value:  # the keys written here; merged ones (`<<: *alias`) may be overridden
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            if key_node.tag != "tag:yaml.org,2002:str":
+                shown = key_node.value if isinstance(key_node, yaml.ScalarNode) else f"a {key_node.id}"
+                raise _BadKey(f"a mapping key must be a name, got {short(shown)}", key_node.start_mark)
+            if key_node.value in seen:
+                raise _BadKey(f"key {short(key_node.value)} given twice", key_node.start_mark)
+            seen.add(key_node.value)
+        loader.flatten_mapping(node)
+        return loader.construct_mapping(node, deep=True)
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, strict_mapping)
+    return StrictLoader
 
 
-def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
-    seen = set()
-    for key_node, _ in node.value:  # the keys written here; merged ones (`<<: *alias`) may be overridden
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        if key_node.tag != "tag:yaml.org,2002:str":
-            shown = key_node.value if isinstance(key_node, yaml.ScalarNode) else f"a {key_node.id}"
-            raise _BadKey(f"a mapping key must be a name, got {short(shown)}", key_node.start_mark)
-        if key_node.value in seen:
-            raise _BadKey(f"key {short(key_node.value)} given twice", key_node.start_mark)
-        seen.add(key_node.value)
-    loader.flatten_mapping(node)
-    return loader.construct_mapping(node, deep=True)
-
-
-class _BadKey(yaml.YAMLError):
+class _BadKey(Exception):
     def __init__(self, message: str, mark):
         super().__init__(message)
         self.message, self.mark = message, mark
 
 
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
-
-
-def yaml_problem(exc: yaml.YAMLError) -> str:
+def yaml_problem(exc) -> str:
     """PyYAML's error as a short phrase with its place (`line 5, column 2: expected ',' or ']', but got ':'`),
     without the quoted lines and the caret it draws under them."""
     mark = getattr(exc, "problem_mark", None)
@@ -232,8 +235,10 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
 def yaml_load(text: str, source) -> object:
     """`yaml.safe_load`, with a key given twice or a key that is no string refused, and aliases that expand
     past `YAML_NODES` values refused (a 'billion laughs')."""
+    import yaml
+
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader, stricter
+        data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader, stricter
     except _BadKey as exc:
         raise InputError(f"{exc.message} (line {exc.mark.line + 1})", source) from None
     except yaml.YAMLError as exc:
@@ -246,11 +251,13 @@ def yaml_load(text: str, source) -> object:
 
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-_OPEN, _CLOSE = np.frombuffer(b"[{", np.uint8), np.frombuffer(b"]}", np.uint8)
 
 
 def json_depth(text: str) -> int:
     """The deepest nesting of arrays and objects in a JSON text (strings skipped), without parsing it."""
+    import numpy as np
+
+    _OPEN, _CLOSE = np.frombuffer(b"[{", np.uint8), np.frombuffer(b"]}", np.uint8)
     raw = np.frombuffer(_STRING.sub(b'""', text.encode("utf-8", "surrogatepass")), np.uint8)
     steps = np.isin(raw, _OPEN).astype(np.int64) - np.isin(raw, _CLOSE).astype(np.int64)
     return int(np.cumsum(steps).max(initial=0))

@@ -38,3 +38,23 @@ def visible_lines(text: str) -> str:
     """`visible`, but keeping line breaks (`\\n`), carriage returns (a progress bar's redraw) and tabs: what the
     command's whole output passes through, as a net under the names already shown with `visible`."""
     return _CONTROL_BUT_LINES.sub(_escape, text)
+
+
+TERMINAL_WIDTH = 120  # what the default summary fits: the width prose is folded to
+
+
+def fold(text: str, width: int = TERMINAL_WIDTH, indent: str = "  ") -> str:
+    """A line of prose within `width` columns: its words (a path, an id or a label is never cut, nor a label from
+    its `[config_id]`, nor `a − b`) go on on lines indented by `indent` more than its own indent."""
+    import textwrap
+
+    lead = text[: len(text) - len(text.lstrip(" "))]
+    glued = text.lstrip(" ").replace(" [", "\0[").replace(" − ", "\0−\0")  # a label and its [id] stay together
+    return textwrap.fill(
+        glued,
+        width,
+        initial_indent=lead,
+        subsequent_indent=lead + indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ).replace("\0", " ")

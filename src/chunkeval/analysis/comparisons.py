@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chunkeval import stats
+from chunkeval.analysis.pairing import configurations, query_grid
 from chunkeval.errors import InputError, NothingComparable
 from chunkeval.limits import short
 from chunkeval.stats.columns import numbers
@@ -42,12 +43,6 @@ class Ties(dict):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.untested: dict[str, int] = {}
-
-
-def configurations(per_query: pa.Table, keys=KEYS) -> list[dict]:
-    """The configurations of a per-query table, in table order."""
-    present = [k for k in keys if k in per_query.column_names]
-    return [dict(zip(present, row)) for row in dict.fromkeys(zip(*(per_query[k].to_pylist() for k in present)))]
 
 
 def select(per_query: pa.Table, config: dict) -> pa.Table:
@@ -109,7 +104,11 @@ def compare(
     x, y, unmatched = pair(a, b)
     if len(x) < 2:
         raise TooFewQuestions(len(x))
-    result = stats.compare_paired(x, y, seed=seed)
+    return _compared(x, y, unmatched, stats.compare_paired(x, y, seed=seed), side_a, side_b, metric, alpha, power)
+
+
+def _compared(x, y, unmatched: int, result: dict, side_a, side_b, metric: str, alpha: float, power: bool) -> dict:
+    """`compare`'s answer from the paired test's `result` of the values x and y."""
     smallest, needed = detectable(x - y, alpha) if power else (None, None)
     return {
         "a": side_a,
@@ -171,7 +170,21 @@ def within_run(
     else:
         best = int(np.argmax(means))
         pairs = [(best, j) for j in range(len(configs)) if j != best]
-    found = [compare(values[i], values[j], side(i), side(j), metric, alpha=alpha, power=power) for i, j in pairs]
+    paired = [pair(values[i], values[j]) for i, j in pairs]
+    few = next((len(x) for x, _, _ in paired if len(x) < 2), None)
+    if few is not None:
+        raise TooFewQuestions(few)
+    found = [None] * len(pairs)
+    width = len(paired[0][0])  # pairs of as many questions, none NaN: one batch (each meets what it would alone)
+    same = [n for n, (x, y, _) in enumerate(paired) if len(x) == width and not np.isnan(x - y).any()]
+    if same:
+        results = stats.compare_paired_rows([paired[n][0] for n in same], [paired[n][1] for n in same])
+        for n, result in zip(same, results):
+            (i, j), (x, y, unmatched) = pairs[n], paired[n]
+            found[n] = _compared(x, y, unmatched, result, side(i), side(j), metric, alpha, power)
+    for n, ((i, j), (x, y, unmatched)) in enumerate(zip(pairs, paired)):
+        if found[n] is None:  # values missing on one side (NaN): compared alone, without them
+            found[n] = _compared(x, y, unmatched, stats.compare_paired(x, y), side(i), side(j), metric, alpha, power)
     # within a run, the ceiling is the metric's over every configuration compared, as the run's summary and the
     # report say it (one share, one test: `stats.power.at_ceiling`), not each pair's own
     share = ceiling_share(np.array([x for v in values for x in v.values()], dtype=np.float64))
@@ -224,7 +237,7 @@ def decision(per_query: pa.Table, metric: str, alpha: float = 0.05) -> dict | No
     configuration, that star the ties (`tied_with_best`), so the two never disagree; and `tied`, the number of
     others not significantly worse. None where the configurations did not all answer the same questions."""
     configs = configurations(per_query)
-    grid = _query_grid(per_query) if len(configs) > 1 and metric in per_query.column_names else None
+    grid = query_grid(per_query) if len(configs) > 1 and metric in per_query.column_names else None
     if grid is None:
         return None
     column = numbers(per_query[metric]).astype(np.float64)
@@ -263,21 +276,6 @@ def decision(per_query: pa.Table, metric: str, alpha: float = 0.05) -> dict | No
         "tied_configs": [configs[best]] + [configs[j] for j, p in zip(others, adjusted) if not p < alpha],
         "alpha": alpha,
     }
-
-
-def _query_grid(per_query: pa.Table) -> np.ndarray | None:
-    """Row numbers (queries × configurations, both in order: sorted query ids, `configurations` order)
-    when every configuration has every query once; else None."""
-    present = [k for k in KEYS if k in per_query.column_names]
-    rows = rows_by_config(per_query, present)
-    queries = sorted(next(iter(rows.values()), {}))
-    if (
-        len(queries) < 2
-        or any(len(r) != len(queries) or r.keys() != set(queries) for r in rows.values())
-        or sum(len(r) for r in rows.values()) != per_query.num_rows
-    ):
-        return None
-    return np.asarray([[r[q] for r in rows.values()] for q in queries], dtype=np.int64)
 
 
 def ties(per_query: pa.Table, metrics, alpha: float = 0.05, known: dict | None = None) -> Ties:

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from chunkeval.analysis.pairing import configurations, query_grid
 from chunkeval.stats.columns import numbers
 from chunkeval.stats.power import ALPHA, ceiling_share, detectable, mde, n_needed
 from chunkeval.vocabulary import CONFIG_KEYS
@@ -43,21 +44,10 @@ def against_best(per_query: pa.Table, metrics, alpha: float = ALPHA) -> dict[str
         if metric not in per_query.column_names:
             continue
         rows = per_query.filter(pc.is_valid(per_query[metric])) if per_query[metric].null_count else per_query
-        values: dict[tuple, dict[str, float]] = {}  # configuration → query_id → value (keys as lists: None stays None)
-        keys = zip(*(rows[k].to_pylist() for k in present))
-        for key, query, value in zip(keys, rows["query_id"].to_pylist(), rows[metric].to_pylist()):
-            values.setdefault(key, {})[query] = value
-        if len(values) < 2:
+        found = _differences(rows, metric, present)
+        if found is None:
             continue
-        means = {key: np.mean(list(values[key].values())) for key in values}
-        best = max(values, key=means.get)  # the first of equal means
-        diffs = {}
-        for key, mine in values.items():
-            common = sorted(set(mine) & set(values[best]))
-            if key != best and len(common) >= 2:
-                diffs[key] = np.asarray([values[best][q] - mine[q] for q in common])
-        if not diffs:
-            continue
+        means, best, diffs = found
         smallest = {key: mde(float(d.std(ddof=1)), len(d), alpha) for key, d in diffs.items()}
         median = sorted(diffs, key=lambda key: smallest[key])[(len(diffs) - 1) // 2]
         value, needed = detectable(diffs[median], alpha)
@@ -68,3 +58,32 @@ def against_best(per_query: pa.Table, metrics, alpha: float = ALPHA) -> dict[str
         share = ceiling_share(numbers(rows[metric]).astype(np.float64))
         out[metric] = Detectable(smallest, len(diffs[median]), value, needed, share, largest, largest_needed)
     return out
+
+
+def _differences(rows: pa.Table, metric: str, present: list[str]):
+    """(each configuration's mean, the best one, best − other per query for every other configuration that
+    shares at least 2 queries with it): by the question × configuration grid where every configuration answered
+    every question (`pairing.query_grid`), else query by query. None for fewer than 2 configurations or no
+    difference. Means are summed in table order, the first of equal means is the best."""
+    grid = query_grid(rows)
+    if grid is not None:
+        column = numbers(rows[metric]).astype(np.float64)
+        keys = [tuple(c[k] for k in present) for c in configurations(rows)]
+        means = {key: np.mean(column[np.sort(grid[:, j])]) for j, key in enumerate(keys)}
+        b = keys.index(max(keys, key=means.get))
+        diffs = {key: column[grid[:, b]] - column[grid[:, j]] for j, key in enumerate(keys) if j != b}
+        return (means, keys[b], diffs) if diffs else None
+    values: dict[tuple, dict[str, float]] = {}  # configuration → query_id → value (keys as lists: None stays None)
+    keys = zip(*(rows[k].to_pylist() for k in present))
+    for key, query, value in zip(keys, rows["query_id"].to_pylist(), rows[metric].to_pylist()):
+        values.setdefault(key, {})[query] = value
+    if len(values) < 2:
+        return None
+    means = {key: np.mean(list(values[key].values())) for key in values}
+    best = max(values, key=means.get)
+    diffs = {}
+    for key, mine in values.items():
+        common = sorted(set(mine) & set(values[best]))
+        if key != best and len(common) >= 2:
+            diffs[key] = np.asarray([values[best][q] - mine[q] for q in common])
+    return (means, best, diffs) if diffs else None

@@ -15,12 +15,10 @@ import threading
 
 from chunkeval import progress
 from chunkeval._version import __version__
-from chunkeval.cli.commands import COMMANDS
-from chunkeval.cli.options import SETTING_FLAGS, whole_number
+from chunkeval.cli.commands import COMMANDS, command_module
 from chunkeval.cli.output import visible_output
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import EXIT_FAULT, EXIT_INPUT, InputError, as_fault, exit_code_table
-from chunkeval.flows.temporary_server import as_unreachable
 from chunkeval.limits import NAME_LENGTH, check_name, check_path_length
 from chunkeval.paths import check_home, home
 from chunkeval.visible import visible_lines
@@ -74,7 +72,12 @@ def _flag_hint(token: str, flags: list[str]) -> str:
     return f"did you mean {' or '.join(close)}?" if close else ""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of `chunkeval`. Given a command line, only the command it names is built whole (its module
+    imported, its flags declared); every other command is a name and its line of help, which is all that `--help`
+    and a misspelt command need: a command pays for its own imports and no other's. With no command line, every
+    command is built (what the tests and the docs read of the options)."""
+    chosen = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
     parser = _Parser(
         prog="chunkeval",
         description="Measure how well chunking, an embedding model and a retrieval depth k find the text that answers each question.",
@@ -85,8 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (model loading, texts embedded)")
     _ROOT_FLAGS.update(parser._option_string_actions)
     sub = parser.add_subparsers(dest="command", metavar="command")
-    for command in COMMANDS:
-        command.add_parser(sub).set_defaults(warehouse_session=command.WAREHOUSE_SESSION)
+    for name in COMMANDS:
+        if chosen is None or name == chosen:
+            command = command_module(name)
+            command.add_parser(sub).set_defaults(warehouse_session=command.WAREHOUSE_SESSION)
+        else:
+            sub.add_parser(name, help=COMMANDS[name][1], add_help=False)
     _bound_whole_numbers(parser)
     return parser
 
@@ -95,8 +102,10 @@ def _bound_whole_numbers(parser: argparse.ArgumentParser) -> None:
     """Every whole-number flag of every command reads a number from 0 to `MAX_INT` (`options.whole_number`), so
     that none reaches a query or an allocation as -1 or 10**23 (each command's own lower bound still holds); the
     experiment settings' flags are checked by the settings table, as the setting is however it arrives."""
+    from chunkeval.cli.options import is_setting_flag, whole_number  # not for --version: its 0.1 s are Python's
+
     for action in parser._actions:
-        if action.type is int and action.dest not in SETTING_FLAGS:
+        if action.type is int and not is_setting_flag(action):
             action.type = whole_number
         for child in (action.choices or {}).values() if isinstance(action, argparse._SubParsersAction) else ():
             _bound_whole_numbers(child)
@@ -180,14 +189,35 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
     return parser
 
 
+class _WithoutPandas:
+    """While a command runs, `import pandas` fails (as where pandas is not installed), unless pandas is loaded
+    already. pyarrow asks for pandas on the first array it makes from Python values (its C++ conversion looks for
+    pandas' NA and NaT; its shim, whether a value is a pandas object): 0.3 to 0.5 s of every command, for objects
+    no command is given. pyarrow takes a pandas that fails to import as absent, which is what the commands need;
+    chunkeval's own code never imports pandas but in the Python API's `Results.to_pandas`, which no command calls
+    (docs/performance.md, "Commands"; `tests/test_layers.py` holds the imports of each command)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError("chunkeval's commands do not load pandas", name=name)
+        return None
+
+    def __enter__(self):
+        sys.meta_path.insert(0, self)
+        return self
+
+    def __exit__(self, *exc):
+        sys.meta_path.remove(self)
+
+
 def main(argv: list[str] | None = None) -> int:
     with visible_output():  # no text from data drives the terminal, whatever prints it
         return _main(argv)
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
     _GIVEN[:] = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    parser = build_parser(_GIVEN)
     args, extra = parser.parse_known_args(argv)
     if extra:  # an unknown flag: what it looks like, among the flags of the command it was given to
         _command(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
@@ -208,7 +238,7 @@ def _main(argv: list[str] | None) -> int:
         for dest in ("experiment", "prune_experiment"):  # a name may become a path: checked before any use
             if getattr(args, dest, None) is not None:
                 check_name(getattr(args, dest))
-        with contextlib.ExitStack() as session:
+        with contextlib.ExitStack() as session, _WithoutPandas():
             return args.func(args, WarehouseAccess(session if args.warehouse_session else None))
     except InputError as exc:
         print(f"chunkeval: error: {exc}", file=sys.stderr)
@@ -225,6 +255,8 @@ def _main(argv: list[str] | None) -> int:
             terminated = _SIGNALLED[-1] == signal.SIGTERM
             print(f"chunkeval: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
             return 143 if terminated else 130
+        from chunkeval.flows.temporary_server import as_unreachable  # Prefect's errors, where a command met them
+
         fault = as_fault(exc) if isinstance(exc, OSError) else as_unreachable(exc)  # a Prefect server down: 4
         print(f"chunkeval: error: {fault}" if fault else internal_error(exc), file=sys.stderr)
         return fault.exit_code if fault else EXIT_FAULT

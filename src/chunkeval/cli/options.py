@@ -11,13 +11,12 @@ the layer below: metric names in `chunkeval.stats.aggregate`, alpha and the regr
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from chunkeval.engine.embedding import check_batch_size, check_device
-from chunkeval.engine.pipeline.experiment import SETTINGS, Experiment
-from chunkeval.engine.settings.plugins import check_plugin_modules
 from chunkeval.engine.settings.table import LARGE_GRID, Setting, parse_ints, read_flag
 from chunkeval.errors import InputError
 from chunkeval.limits import MAX_INT, short
@@ -33,9 +32,19 @@ from chunkeval.vocabulary import (
     unknown_name,
 )
 
+if TYPE_CHECKING:
+    from chunkeval.engine.pipeline.experiment import Experiment
+
 # --------------------------------------------------------------------------- experiment settings
 
-SETTING = {s.name: s for s in SETTINGS}
+
+@functools.cache
+def _settings() -> dict[str, Setting]:
+    """The settings table by name, read where a command declares or reads a setting's flag: the experiment's
+    module (and what it imports) is loaded by the commands that take settings, not by every command."""
+    from chunkeval.engine.pipeline.experiment import SETTINGS  # on demand: the engine, for the commands of settings
+
+    return {s.name: s for s in SETTINGS}
 
 
 def add_experiment_flags(p: argparse.ArgumentParser) -> None:
@@ -48,7 +57,7 @@ def add_experiment_flags(p: argparse.ArgumentParser) -> None:
         help="an experiment file; flags given as well override its settings",
     )
     g = p.add_argument_group("experiment settings")
-    for s in SETTINGS:
+    for s in _settings().values():
         if s.flag:
             add_setting_flag(g, s)
     p.add_argument(
@@ -94,16 +103,18 @@ def add_setting_flag(p, s: Setting, help: str | None = None) -> None:
         kwargs["type"] = float
     if s.repeatable:
         kwargs.update(action="extend", nargs="+")
-    p.add_argument(s.flag, **kwargs)
+    p.add_argument(s.flag, **kwargs).chunkeval_setting = s.name
 
 
-# the settings among the experiment flags (not --batch-size or --device): giving one defines an experiment
-SETTING_FLAGS = tuple(s.dest for s in SETTINGS if s.flag)
+def is_setting_flag(action: argparse.Action) -> bool:
+    """Whether the flag is a setting's (`add_setting_flag`), whose values the settings table checks."""
+    return getattr(action, "chunkeval_setting", None) is not None
 
 
 def gives_settings(args: argparse.Namespace) -> bool:
-    """Whether any experiment setting was given on the command line."""
-    return any(getattr(args, f) not in (None, [], ()) for f in SETTING_FLAGS)
+    """Whether any experiment setting was given on the command line (not --batch-size or --device: giving a
+    setting defines an experiment)."""
+    return any(s.flag and getattr(args, s.dest, None) not in (None, [], ()) for s in _settings().values())
 
 
 def experiment_inputs(args: argparse.Namespace, exp: Experiment) -> list[str]:
@@ -120,6 +131,10 @@ def experiment_inputs(args: argparse.Namespace, exp: Experiment) -> list[str]:
 def experiment_from_args(args: argparse.Namespace, named: Sources | None = None, name: str | None = None) -> Experiment:
     """The experiment of the file given (else the `named` one's settings, else the built-in defaults) changed by
     the flags given, read and validated once (`Experiment.from_dict`)."""
+    from chunkeval.engine.embedding import check_batch_size, check_device  # the engine, on demand
+    from chunkeval.engine.pipeline.experiment import Experiment  # (the commands that run an experiment)
+    from chunkeval.engine.settings.plugins import check_plugin_modules  # (idem)
+
     check_batch_size(args.batch_size)
     check_device(args.device)
     allow = tuple(check_plugin_modules(args.plugin or (), "--plugin"))
@@ -127,7 +142,7 @@ def experiment_from_args(args: argparse.Namespace, named: Sources | None = None,
         path = Path(args.experiment_file)
         named = Sources(Experiment.file_settings(path), path.parent, str(path), trusted=False)
     named = named or Sources({})
-    flags = {s.name: read_flag(s, getattr(args, s.dest)) for s in SETTINGS if s.flag}
+    flags = {s.name: read_flag(s, getattr(args, s.dest)) for s in _settings().values() if s.flag}
     flags = {k: v for k, v in flags.items() if v not in (None, (), [])}
     if name:
         flags["name"] = name
@@ -141,7 +156,7 @@ def _blamed_on_flag(exc: InputError, flags: dict) -> InputError:
     """The error of a setting whose value a flag gave names the flag, not the file whose value the flag replaced:
     `--k: k must be at least 1, got 0` (the setting is the one its first words name)."""
     words = re.split(r"[\s:'\"]+", exc.message)[:3]
-    for s in SETTINGS:
+    for s in _settings().values():
         if (
             s.flag and s.name in flags and (s.name in words or s.name.removesuffix("s") == words[0])
         ):  # overlap, of overlaps
@@ -162,22 +177,22 @@ class Sources:
 
 def add_strict(p, help: str | None = None) -> None:
     """`--strict` of commands that read a corpus (the setting `strict`; `help`: what it means to this command)."""
-    add_setting_flag(p, SETTING["strict"], help)
+    add_setting_flag(p, _settings()["strict"], help)
 
 
 def add_anchor_similarity(p, help: str | None = None) -> None:
     """`--anchor-similarity` of commands that place text in a corpus (the setting `anchor_similarity`)."""
-    add_setting_flag(p, SETTING["anchor_similarity"], help)
+    add_setting_flag(p, _settings()["anchor_similarity"], help)
 
 
 def add_html(p) -> None:
     """`--html full|main` of commands that read a corpus (the setting `html`; docs/formats.md)."""
-    add_setting_flag(p, SETTING["html"])
+    add_setting_flag(p, _settings()["html"])
 
 
 def add_corpus_filter(p, help: str) -> None:
     """`--corpus ID …` of commands that read a corpus (the setting `corpus`), with the command's own help."""
-    add_setting_flag(p, SETTING["corpus"], help)
+    add_setting_flag(p, _settings()["corpus"], help)
 
 
 # --------------------------------------------------------------------------- what a command reads

@@ -8,8 +8,7 @@ import json
 import math
 import sys
 
-from chunkeval.report.terminal import TERMINAL_WIDTH, fold
-from chunkeval.visible import visible_lines
+from chunkeval.visible import TERMINAL_WIDTH, fold, visible_lines
 
 
 class Visible:

@@ -12,7 +12,9 @@ import json
 from html import escape
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from chunkeval.analysis.comparisons import select
 from chunkeval.errors import InputError
 from chunkeval.report.diff import default_metric
 from chunkeval.report.inspect import (
@@ -73,7 +75,7 @@ def drilldown(wh, run_id: str, chosen: dict, per_query: pa.Table) -> tuple[str, 
     by the page's script when the question is opened (`report.html.SCRIPT`, with DOM text nodes: nothing in
     the data is ever parsed as HTML)."""
     title = "<h3>Every question: what was retrieved</h3>"
-    rows = [r for r in per_query.to_pylist() if all(r[k] == chosen[k] for k in CONFIG_KEYS if k in r)]
+    rows = select(per_query, {k: chosen[k] for k in CONFIG_KEYS if k in per_query.column_names}).to_pylist()
     metric = default_metric(wh, run_id)
     order = sorted(rows, key=lambda r: (r.get(metric) or 0, r["query_id"]))
     try:
@@ -92,11 +94,10 @@ def drilldown(wh, run_id: str, chosen: dict, per_query: pa.Table) -> tuple[str, 
             if not _at_ceiling(r.get(metric))
         ]
         return f"{title}<p>{escape(exc.message)}</p>", worst
-    group = tuple(chosen[k] for k in CHUNKING_KEYS)
+    mine = select(retrieved, {k: chosen[k] for k in CHUNKING_KEYS if k in retrieved.column_names})
     lists: dict[str, list[dict]] = {}
-    for r in retrieved.to_pylist():
-        if r["rank"] <= chosen["k"] and tuple(r[k] for k in CHUNKING_KEYS) == group:
-            lists.setdefault(r["query_id"], []).append(r)
+    for r in mine.filter(pc.less_equal(mine["rank"], chosen["k"])).to_pylist():
+        lists.setdefault(r["query_id"], []).append(r)
     judged = doc_judgements(wh, run_id)
     documents = judged is not None
     questions, refs = judged if documents else references_by_query(wh, run_id)

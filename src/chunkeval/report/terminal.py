@@ -15,7 +15,7 @@ from chunkeval.analysis.power import against_best
 from chunkeval.errors import InputError
 from chunkeval.files import check_output
 from chunkeval.stats.power import CEILING, at_ceiling
-from chunkeval.visible import visible
+from chunkeval.visible import TERMINAL_WIDTH, fold, visible
 from chunkeval.vocabulary import (
     CONFIG_KEYS,
     DEFAULT_LABEL,
@@ -42,7 +42,6 @@ SPAN_HEADLINE = ("span_recall", "span_iou", "recall_at_k", "mrr")
 DOC_HEADLINE = ("doc_ndcg_at_k", "doc_recall_at_k", "mrr")
 RANK_HEADLINE = ("ndcg_at_k", "recall_at_k", "mrr")  # of ranked-list files (`compare --run-file`): rank metrics only
 TERMINAL_METRICS = SPAN_HEADLINE
-TERMINAL_WIDTH = 120  # what the default summary fits
 
 
 def check_table_path(path: Path, inputs=()) -> Path:
@@ -327,23 +326,6 @@ def _cell(value) -> str:
 
 
 LEFT = ("config_id",)  # columns left-aligned whatever their cells start with
-
-
-def fold(text: str, width: int = TERMINAL_WIDTH, indent: str = "  ") -> str:
-    """A line of prose within `width` columns: its words (a path, an id or a label is never cut, nor a label from
-    its `[config_id]`, nor `a − b`) go on on lines indented by `indent` more than its own indent."""
-    import textwrap
-
-    lead = text[: len(text) - len(text.lstrip(" "))]
-    glued = text.lstrip(" ").replace(" [", "\0[").replace(" − ", "\0−\0")  # a label and its [id] stay together
-    return textwrap.fill(
-        glued,
-        width,
-        initial_indent=lead,
-        subsequent_indent=lead + indent,
-        break_long_words=False,
-        break_on_hyphens=False,
-    ).replace("\0", " ")
 
 
 def listed(names: list[str], shown: int = 8) -> str:

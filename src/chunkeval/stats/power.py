@@ -61,12 +61,13 @@ def t_quantile(p: float, df: int) -> float:
         return 0.0
     if p < 0.5:
         return -t_quantile(1 - p, df)
-    t = NormalDist().inv_cdf(p)
+    t, last = NormalDist().inv_cdf(p), math.inf
     for _ in range(200):
         step = (0.5 * incomplete_beta(df / 2, 0.5, df / (df + t * t)) - (1 - p)) / t_pdf(t, df)
         t += step
-        if abs(step) <= 1e-13 * t:
+        if abs(step) <= 1e-13 * t or (abs(step) >= last and abs(step) <= 1e-9 * t):  # converged, or at the rounding
             break
+        last = abs(step)
     return t
 
 

@@ -154,7 +154,7 @@ def empty_results() -> dict[str, pa.Table]:
         }
     )
     return {
-        name: schema.empty_table()
+        name: pa.Table.from_batches([], schema=schema)  # not schema.empty_table(), which imports pandas
         for name, schema in (
             ("per_query", per_query),
             ("summary", SUMMARY),

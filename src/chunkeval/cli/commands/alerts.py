@@ -7,6 +7,7 @@ import argparse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from chunkeval.cli.commands import summary
 from chunkeval.cli.commands.run import named_experiment
 from chunkeval.cli.options import add_experiment
 from chunkeval.cli.session import WarehouseAccess
@@ -21,7 +22,7 @@ WAREHOUSE_SESSION = False  # reads an experiment file and the user's endpoints, 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "alerts",
-        help="alarms: `alerts test` sends a test message to each destination of an experiment and says what answered",
+        help=summary("alerts"),
     )
     asub = p.add_subparsers(dest="alerts_command", metavar="command", required=True)
     t = asub.add_parser(

@@ -8,6 +8,7 @@ import json
 from datetime import UTC, datetime
 
 from chunkeval import progress
+from chunkeval.cli.commands import summary
 from chunkeval.cli.output import print_json
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.embedding import auto
@@ -23,7 +24,7 @@ WAREHOUSE_SESSION = False  # reads and writes the kept choices under $CHUNKEVAL_
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "backends",
-        help="what backend auto chose for each model on this machine (--reprobe: probe again and keep the new choice)",
+        help=summary("backends"),
         description="Show the backend `auto` chose for each model on this machine, kept since its probe: "
         "installing or removing a package never changes it. --reprobe probes the models named (--model; by "
         f"default {DEFAULT_MODEL}) again and keeps the new choice.",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from chunkeval.cli.commands import summary
 from chunkeval.cli.options import add_experiment, add_run
 from chunkeval.cli.session import WarehouseAccess
 
@@ -13,7 +14,7 @@ WAREHOUSE_SESSION = True  # one short change of the catalogue
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "baseline",
-        help="pin a completed run as the baseline that regressions are measured against",
+        help=summary("baseline"),
         description="Pin a completed run of an experiment as its baseline: `trend --fail-on-regression`, the "
         "nightly's gate and the report then judge the newest run against it rather than against the run before "
         "(docs/commands.md). Pinning again replaces it.",

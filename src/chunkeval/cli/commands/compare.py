@@ -8,6 +8,7 @@ from pathlib import Path
 
 from chunkeval.analysis import comparisons as C
 from chunkeval.analysis.comparisons import check_alpha
+from chunkeval.cli.commands import summary
 from chunkeval.cli.options import (
     add_alpha,
     add_config,
@@ -44,7 +45,7 @@ WAREHOUSE_SESSION = True  # only reads
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "compare",
-        help="paired significance tests between configurations, runs or run files",
+        help=summary("compare"),
         description="Compare configurations query by query: within a run (each against the best, or --all-pairs), "
         "two runs of one experiment (the configurations they share), or two ranked-list files "
         "(--gold G --run-file A --run-file B), on --metric, on each of --metrics (one table each), on every metric "

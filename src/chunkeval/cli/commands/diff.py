@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from chunkeval.analysis.comparisons import check_alpha, check_threshold
+from chunkeval.cli.commands import summary
 from chunkeval.cli.options import add_alpha, add_config, add_json, add_run, add_threshold, config_filter
 from chunkeval.cli.output import print_json
 from chunkeval.cli.session import WarehouseAccess
@@ -21,7 +22,7 @@ WAREHOUSE_SESSION = True  # only reads
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "diff",
-        help="what changed between two runs: questions better, worse or unchanged, and what they retrieved",
+        help=summary("diff"),
         description="For each configuration two runs of one experiment share: the questions that got better, worse "
         "or stayed on --metric (a change of at most 1e-9 is none), the check of the one regression verdict of b "
         "against a (change b - a, as trend --fail-on-regression gives it: docs/statistics.md, 'One verdict'), "

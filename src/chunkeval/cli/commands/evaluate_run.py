@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from chunkeval.cli.commands import summary
 from chunkeval.cli.options import add_json, add_run_file_options
 from chunkeval.cli.output import clean, print_json
 from chunkeval.cli.session import WarehouseAccess
@@ -20,7 +21,7 @@ WAREHOUSE_SESSION = False  # scores files; never opens the warehouse
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "evaluate-run",
-        help="score a run file of a retriever that runs elsewhere against a gold set",
+        help=summary("evaluate-run"),
         description="Set and rank metrics of a ranked run file against chunk-id, string-list or TREC gold.",
     )
     p.add_argument("--gold", required=True, help="gold set: chunk-id CSV/JSONL, string-list JSONL or TREC qrels")

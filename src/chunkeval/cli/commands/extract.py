@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from chunkeval.cli.commands import summary
 from chunkeval.cli.options import add_corpus_filter, add_html, add_strict
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.inputs.corpus import load_documents, read_documents
@@ -19,7 +20,7 @@ WAREHOUSE_SESSION = False  # reads a corpus folder; never opens the warehouse
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "extract",
-        help="write the text chunkeval chunks, one file per document (to write span gold against)",
+        help=summary("extract"),
         description="Read a corpus folder (or one document file, or a JSONL corpus) as a run reads it and write each "
         "document's text to DIR/<document id>.txt, with DIR/documents.jsonl listing every document (its corpus, "
         "source file, extractor, length, PDF page starts, JSONL metadata) and every unreadable document left out. "

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from chunkeval import paths, progress
-from chunkeval.cli.commands import gold_judge
+from chunkeval.cli.commands import gold_judge, summary
 from chunkeval.cli.options import (
     add_anchor_similarity,
     add_corpus_filter,
@@ -50,9 +50,7 @@ WAREHOUSE_SESSION = False  # reads a gold set and its corpora; `gold judge` open
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "gold",
-        help="`gold check`: what in a gold set makes its numbers unfair; `gold update`: correct it for a changed corpus; "
-        "`gold generate`: a gold set from your documents, asked of a chat model; `gold judge`: graded relevance of a "
-        "run's passages, asked of a chat model",
+        help=summary("gold"),
     )
     gsub = p.add_subparsers(dest="gold_command", metavar="command", required=True)
     g = gsub.add_parser(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from chunkeval.cli.commands import summary
 from chunkeval.cli.options import add_config, add_json, add_run, config_filter
 from chunkeval.cli.output import print_json
 from chunkeval.cli.session import WarehouseAccess
@@ -16,7 +17,7 @@ WAREHOUSE_SESSION = True  # only reads
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "inspect",
-        help="one question of a run: its references in context and what each configuration retrieved",
+        help=summary("inspect"),
         description="Show one question of a recorded run: each reference with 200 characters of context, and for "
         "each configuration the chunks it retrieved at its k, with rank, score and text, the characters they "
         "share with a reference marked (colour on a terminal, [[…]] otherwise). Texts come from the copy of the "

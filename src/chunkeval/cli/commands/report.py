@@ -7,6 +7,7 @@ from pathlib import Path
 
 from chunkeval.analysis.comparisons import check_threshold
 from chunkeval.cli.ages import parse_age
+from chunkeval.cli.commands import summary
 from chunkeval.cli.options import add_config, add_experiment, add_metric_flags, add_run, add_threshold, config_filter
 from chunkeval.cli.output import iso
 from chunkeval.cli.session import WarehouseAccess
@@ -30,7 +31,7 @@ WAREHOUSE_SESSION = True  # only reads
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "report",
-        help="the macro/micro table of a run, or its HTML page",
+        help=summary("report"),
         description="Print a run's macro/micro table, or with --html write the experiment's self-contained HTML report.",
     )
     add_run(p, "the run (default: the experiment's last completed run)")

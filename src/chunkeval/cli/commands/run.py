@@ -10,6 +10,7 @@ import re
 import sys
 from pathlib import Path
 
+from chunkeval.cli.commands import summary
 from chunkeval.cli.options import (
     Sources,
     add_experiment,
@@ -46,7 +47,7 @@ log = logging.getLogger("chunkeval")
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "run",
-        help="run an experiment as a Prefect flow, record it in the warehouse, print its summary",
+        help=summary("run"),
         description="Run the evaluate flow for an experiment (the demo experiment when none is given): chunk, "
         "embed (through the cache), retrieve, score every setting, and record the run in the warehouse.",
     )

@@ -6,6 +6,7 @@ import argparse
 import re
 
 from chunkeval.cli.ages import parse_age
+from chunkeval.cli.commands import summary
 from chunkeval.cli.options import add_experiment, add_json, check_at_least_one
 from chunkeval.cli.output import iso, print_json_rows
 from chunkeval.cli.session import WarehouseAccess
@@ -37,7 +38,7 @@ REASON_WIDTH = 116  # a failed, skipped or coalesced run's reason, on the line b
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("runs", help="list the recorded runs, newest first (`runs delete`, `runs prune` remove them)")
+    p = sub.add_parser("runs", help=summary("runs"))
     add_experiment(p, "only this experiment's runs")
     add_json(p, "print a JSON list of run objects")
     p.set_defaults(func=run)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from chunkeval.cli.commands import summary
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.paths import DEPLOYMENTS_FILE
 
@@ -14,7 +15,7 @@ WAREHOUSE_SESSION = False  # the flows it serves open the warehouse themselves, 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "serve",
-        help="serve every deployment of chunkeval's deployments file (or --prefect-file) from this process",
+        help=summary("serve"),
         description="Serve the deployments of the deployments file (chunkeval's: nightly, on-change, poll, weekly and "
         "production) from one process (no work pool). "
         "Needs a Prefect server (PREFECT_API_URL).",

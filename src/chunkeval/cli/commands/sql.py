@@ -10,6 +10,7 @@ import json
 import math
 import sys
 
+from chunkeval.cli.commands import summary
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
 from chunkeval.files import CsvRows
@@ -34,7 +35,7 @@ COMMAND_BYTES = 4 << 30
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "sql",
-        help="run one read-only SQL query over the warehouse and print its rows",
+        help=summary("sql"),
         description="Run one statement that only reads (SELECT, WITH …, EXPLAIN) over the warehouse's tables and "
         "views (runs, config_summary, corpus_summary, slice_summary, trend, query_results, gold_references, run_models; "
         "docs/warehouse.md). The warehouse is held only while the query runs: unlike a DuckDB session left "

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from chunkeval.cli.commands import summary
 from chunkeval.cli.options import (
     add_experiment_flags,
     add_metric_flags,
@@ -62,7 +63,7 @@ def labelled(table: pa.Table) -> pa.Table:
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "sweep",
-        help="score a grid of chunking settings and k on a span gold set or document qrels, write the results",
+        help=summary("sweep"),
         description="Score every (chunker, chunk size, overlap, k) on a span gold set or document qrels (--beir, "
         "--qrels). Writes the summary to --out, the per-query table to <out>.per_query, the per-corpus summary to "
         "<out>.by_corpus, with --slice-by the per-slice summary to <out>.by_slice and, for document qrels, each "

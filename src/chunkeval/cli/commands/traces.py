@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chunkeval.cli.ages import parse_age
-from chunkeval.cli.commands import traces_compare
+from chunkeval.cli.commands import summary, traces_compare
 from chunkeval.cli.options import add_anchor_similarity, add_strict, number_in, whole_number
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.engine.gold.update import csv_text
@@ -34,7 +34,7 @@ UNPLACED_LISTED = 100  # unplaced documents kept in the import's record (all are
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "traces",
-        help="production traffic: import retrieval traces, sample them as questions, compare production with a grid",
+        help=summary("traces"),
     )
     tsub = p.add_subparsers(dest="traces_command", metavar="command", required=True)
     i = tsub.add_parser(

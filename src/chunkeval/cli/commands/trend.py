@@ -8,6 +8,7 @@ import sys
 
 from chunkeval.analysis.comparisons import check_alpha, check_threshold
 from chunkeval.analysis.regression import NOTHING_COMPARABLE, REGRESSION, REGRESSION_METRICS, verdict_line
+from chunkeval.cli.commands import summary
 from chunkeval.cli.options import (
     add_alpha,
     add_config,
@@ -36,7 +37,7 @@ SHOWN_RUNS = 30  # runs a terminal shows by default
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "trend",
-        help="a metric per completed run and configuration, oldest first, with the change",
+        help=summary("trend"),
         description="A metric (macro mean) per completed run and configuration, oldest first, with the change "
         "against the previous completed run: one table per metric (--metric, --metrics, every metric recorded with "
         "--wide; by default the headline metrics of the newest run's kind of gold, or with --fail-on-regression "

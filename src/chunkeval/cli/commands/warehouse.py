@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from chunkeval.cli.commands import summary
 from chunkeval.cli.output import print_prose
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
@@ -17,8 +18,7 @@ WAREHOUSE_SESSION = False  # a repair may move the catalogue file aside: no conn
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "warehouse",
-        help="look after the warehouse: `warehouse repair` rebuilds a damaged catalogue, "
-        "`warehouse snapshot` copies it to explore",
+        help=summary("warehouse"),
     )
     wsub = p.add_subparsers(dest="warehouse_command", metavar="command", required=True)
     w = wsub.add_parser(
