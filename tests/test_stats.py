@@ -381,3 +381,18 @@ def test_the_sweeps_per_corpus_summary_equals_summarising_by_corpus(corpora):
     keys = CONFIG_KEYS + ["corpus_id"]
     expected = M.summarize(result.per_query.drop_columns(["has_gold"]), keys).sort_by([(c, "ascending") for c in keys])
     assert result.by_corpus.equals(expected) and result.by_corpus.num_rows == 4 * len(corpora)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_percentiles_equal_numpys_quantile_to_the_last_bit(seed):
+    """`resampling.percentiles` (what the bootstrap intervals read their ends with) is `np.quantile(…, axis=1)`,
+    bit for bit: rounded values (ties), rows of 2, 3 and 10,000 values, and the quantiles the intervals ask."""
+    from chunkeval.stats.resampling import percentiles
+
+    rng = np.random.default_rng(seed)
+    for width in (2, 3, 17, 10_000):
+        rows = rng.normal(size=(int(rng.integers(1, 30)), width))
+        if seed % 2:
+            rows = np.round(rows, 1)
+        for quantiles in ([0.025, 0.975], [0.05, 0.95], [0.5], [0.1, 0.2, 0.9]):
+            assert np.array_equal(percentiles(rows, quantiles), np.quantile(rows, quantiles, axis=1))

@@ -81,6 +81,25 @@ def _bootstrap_means(matrix: np.ndarray, n_resamples: int, seed) -> np.ndarray:
     return out
 
 
+def percentiles(rows: np.ndarray, quantiles: list[float]) -> np.ndarray:
+    """`np.quantile(rows, quantiles, axis=1)` (its default, linear interpolation: Hyndman and Fan's 7th) of a matrix
+    of finite numbers, equal to it to the last bit: the same order statistics found by partitioning each row where
+    it lies in memory (numpy's own moves the axis first and partitions across rows: 2 s of a warm demo run's
+    intervals), and numpy's own interpolation between them. Returns (len(quantiles), rows)."""
+    rows = np.asarray(rows, dtype=np.float64)
+    n = rows.shape[1]
+    virtual = (n - 1) * np.asarray(quantiles, dtype=np.float64)
+    if not n or np.isnan(rows).any() or (virtual < 0).any() or (virtual >= n - 1).any():
+        return np.quantile(rows, quantiles, axis=1)
+    below = np.floor(virtual).astype(np.intp)
+    ordered = np.partition(rows, np.unique(np.concatenate((below, below + 1))), axis=1)
+    a, b = ordered[:, below].T, ordered[:, below + 1].T
+    gamma = (virtual - below)[:, None]
+    out = a + (b - a) * gamma  # numpy's _lerp: from the nearer end where gamma ≥ ½
+    np.subtract(b, (b - a) * (1 - gamma), out=out, where=gamma >= 0.5)
+    return out
+
+
 def bootstrap_ci_groups(
     values, groups, n_resamples: int = 10_000, confidence: float = 0.95, seed=0, n_groups: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -129,7 +148,7 @@ def bootstrap_ci_groups(
         for b in range(0, len(varied), block):
             rows = varied[b : b + block]
             means = _bootstrap_means(matrix[rows], n_resamples, seed)
-            q = np.quantile(means, [alpha, 1.0 - alpha], axis=1)
+            q = percentiles(means, [alpha, 1.0 - alpha])
             # a mean lies within [min, max]; clipping removes rounding outside it
             low[members[rows]] = np.clip(q[0], lo_v[rows], hi_v[rows])
             high[members[rows]] = np.clip(q[1], lo_v[rows], hi_v[rows])
