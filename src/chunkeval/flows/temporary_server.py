@@ -1,5 +1,8 @@
 """A temporary Prefect server for one command, which dies with the process that started it.
 
+`chunkeval run` begins it before it reads its inputs (`begin`) and waits for it only when the flow starts
+(`temporary_server(starting)`), so that its start overlaps the command's own work.
+
 Without `PREFECT_API_URL`, Prefect starts a temporary server of its own as a child process and stops it
 at exit; a process killed by SIGKILL (or by the out-of-memory killer) never reaches its exit, and that
 server runs on, orphaned. chunkeval starts the same server itself (uvicorn serving Prefect's app, as
@@ -98,8 +101,38 @@ def _free_port() -> int:
 
 def start(port: int | None = None) -> tuple[subprocess.Popen, str]:
     """Start the server; returns the process and its API URL once it answers `/health`."""
-    import httpx
-    import prefect
+    return begin(port).ready()
+
+
+class Starting:
+    """A server started and not yet waited for (`begin`): `ready()` waits until it answers `/health` and returns
+    (its process, its API URL); a server that exits or does not answer is stopped and said in one line."""
+
+    def __init__(self, process: subprocess.Popen, url: str):
+        self.process, self.url = process, url
+
+    def ready(self) -> tuple[subprocess.Popen, str]:
+        import httpx
+
+        deadline = time.monotonic() + STARTUP_SECONDS
+        with httpx.Client() as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    self.process.reader.join(timeout=5)
+                    raise _failure(self.process)
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get(f"{self.url}/health", timeout=2).status_code == 200:
+                        return self.process, self.url
+                time.sleep(0.2)
+        stop(self.process)
+        raise InputError(f"the temporary Prefect server did not answer within {STARTUP_SECONDS:.0f} s")
+
+
+def begin(port: int | None = None) -> Starting:
+    """Start the server and return at once: it imports Prefect's app and opens its database (5 to 7 s on a 2-core
+    machine) while the command reads its inputs and imports Prefect's client (`chunkeval run`: about 2 s that a
+    warm run no longer waits for). Prefect is located without being imported (its package folder)."""
+    import importlib.util
 
     port = port or _free_port()
     env = {
@@ -110,8 +143,9 @@ def start(port: int | None = None) -> tuple[subprocess.Popen, str]:
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",  # no telemetry from a server that lives one command
     }
     env.pop("PREFECT_API_URL", None)
+    prefect_dir = Path(importlib.util.find_spec("prefect").origin).parent
     cmd = [
-        sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory",
+        sys.executable, "-m", "uvicorn", "--app-dir", str(prefect_dir.parent), "--factory",
         "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
         "--log-level", "error", "--lifespan", "on",
     ]  # fmt: skip
@@ -124,19 +158,7 @@ def start(port: int | None = None) -> tuple[subprocess.Popen, str]:
         stderr=subprocess.STDOUT,
     )
     _keep_output(process)
-    url = f"http://127.0.0.1:{port}/api"
-    deadline = time.monotonic() + STARTUP_SECONDS
-    with httpx.Client() as client:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                process.reader.join(timeout=5)
-                raise _failure(process)
-            with contextlib.suppress(httpx.HTTPError):
-                if client.get(f"{url}/health", timeout=2).status_code == 200:
-                    return process, url
-            time.sleep(0.2)
-    stop(process)
-    raise InputError(f"the temporary Prefect server did not answer within {STARTUP_SECONDS:.0f} s")
+    return Starting(process, f"http://127.0.0.1:{port}/api")
 
 
 def _keep_output(process: subprocess.Popen, lines: int = 200) -> None:
@@ -173,6 +195,9 @@ def _failure(process: subprocess.Popen) -> InputError:
 def stop(process: subprocess.Popen) -> None:
     """Stop the server (SIGTERM, then SIGKILL after 5 s) and reap it; a server that logged errors meanwhile
     (a disk filled during the run) says so in one line."""
+    if getattr(process, "stopped", False):  # stopped already (the flow's block, then the command's end)
+        return
+    process.stopped = True
     if process.poll() is None:
         process.terminate()
         try:
@@ -191,16 +216,22 @@ def stop(process: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def temporary_server() -> Iterator[str | None]:
-    """Within the block, Prefect talks to a temporary server of chunkeval's own (its API URL is yielded);
-    where `PREFECT_API_URL` is set, to that server, and None is yielded."""
+def temporary_server(starting: Starting | None = None) -> Iterator[str | None]:
+    """Within the block, Prefect talks to a temporary server of chunkeval's own (its API URL is yielded), the one
+    `starting` began (`begin`) or one started now; where `PREFECT_API_URL` is set, to that server, and None is
+    yielded. The server is stopped when the block ends, however it ends."""
     if os.environ.get("PREFECT_API_URL"):
         yield None
         return
-    check_folders()
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    process, url = start()
+    if starting is None:
+        check_folders()
+    begun = starting or begin()
+    try:
+        process, url = begun.ready()
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+    except BaseException:
+        stop(begun.process)
+        raise
     os.environ["PREFECT_API_URL"] = url  # for processes started within (a local Dask cluster's workers)
     try:
         with temporary_settings(updates={PREFECT_API_URL: url}):

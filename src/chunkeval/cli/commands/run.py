@@ -31,7 +31,7 @@ from chunkeval.engine.pipeline.records import RunState
 from chunkeval.engine.pipeline.runners import check_task_runner, cluster_workers, parse_task_runner
 from chunkeval.errors import InputError
 from chunkeval.files import check_writable_dir
-from chunkeval.flows.temporary_server import check_api, check_folders, temporary_server
+from chunkeval.flows.temporary_server import begin, check_api, check_folders, stop, temporary_server
 from chunkeval.limits import NAME_LENGTH, check_name
 from chunkeval.paths import DEMO_DIR, home
 from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
@@ -198,6 +198,17 @@ def _prepared(args, exp: Experiment, warehouse: WarehouseAccess, clock: Stopwatc
 
 
 def _run(args, exp: Experiment, mlflow, runner, warehouse: WarehouseAccess) -> int:
+    # the temporary Prefect server (where no PREFECT_API_URL names one) starts now, while the inputs are read and
+    # Prefect's client is imported, and is waited for when the flow starts; stopped however the command ends
+    starting = None if os.environ.get("PREFECT_API_URL") else begin()
+    try:
+        return _turn(args, exp, mlflow, runner, warehouse, starting)
+    finally:
+        if starting is not None:
+            stop(starting.process)
+
+
+def _turn(args, exp: Experiment, mlflow, runner, warehouse: WarehouseAccess, starting) -> int:
     clock = Stopwatch()
     state = _prepared(args, exp, warehouse, clock)
     shards = cluster_workers(runner) if runner.distributed else 0
@@ -211,12 +222,12 @@ def _run(args, exp: Experiment, mlflow, runner, warehouse: WarehouseAccess) -> i
             if same:  # and that run read these very inputs: a second would only repeat it
                 return coalesced(state.exp, warehouse, turn, f"run {same['run_id']}, which it waited for, read the "
                                  "same corpus, gold set and model")  # fmt: skip
-        return _flow(args, state.exp, mlflow, runner, warehouse, clock, state, shards, turn)
+        return _flow(args, state.exp, mlflow, runner, warehouse, clock, state, shards, turn, starting)
     finally:
         turn.leave()
 
 
-def _flow(args, exp, mlflow, runner, warehouse, clock, state, shards, turn) -> int:
+def _flow(args, exp, mlflow, runner, warehouse, clock, state, shards, turn, starting) -> int:
     """`chunkeval run` once its inputs are checked and the experiment's turn is this process's: the flow, then
     what it made."""
 
@@ -225,7 +236,7 @@ def _flow(args, exp, mlflow, runner, warehouse, clock, state, shards, turn) -> i
     try:
         from chunkeval.flows.evaluate import Prepared, with_task_runner  # Prefect loads (seconds) only for a flow
 
-        with temporary_server(), show_progress():
+        with temporary_server(starting), show_progress():
             result = with_task_runner(runner)(
                 experiment=Prepared(state, turn),
                 if_changed=args.if_changed,
