@@ -12,11 +12,17 @@ the one-group interval of its values.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from chunkeval.errors import InputError
 
 CHUNK_BYTES = 32 * 2**20  # bytes of one working matrix (resample counts, means, sign flips)
+# blocks of bootstrap intervals made at once (each CHUNK_BYTES of means and as much of counts): the cores a machine has,
+# up to 4, since finding the interval's ends (numpy's partition) and the matrix product release the GIL
+BLOCK_THREADS = max(1, min(4, os.cpu_count() or 1))
 
 
 # --------------------------------------------------------------------------- input checks
@@ -139,6 +145,7 @@ def bootstrap_ci_groups(
     high = np.full(n_groups, np.nan)
     alpha = (1.0 - confidence) / 2.0
     block = max(1, CHUNK_BYTES // (8 * n_resamples))  # groups whose resample means are held at once
+    blocks = []  # (the groups, their values, their smallest and largest value)
     for m in np.unique(sizes[sizes > 0]).tolist():
         members = np.flatnonzero(sizes == m)
         matrix = v[starts[members][:, None] + np.arange(m)]
@@ -147,11 +154,20 @@ def bootstrap_ci_groups(
         varied = np.flatnonzero(lo_v < hi_v)  # one value, or all equal: (v, v)
         for b in range(0, len(varied), block):
             rows = varied[b : b + block]
-            means = _bootstrap_means(matrix[rows], n_resamples, seed)
-            q = percentiles(means, [alpha, 1.0 - alpha])
-            # a mean lies within [min, max]; clipping removes rounding outside it
-            low[members[rows]] = np.clip(q[0], lo_v[rows], hi_v[rows])
-            high[members[rows]] = np.clip(q[1], lo_v[rows], hi_v[rows])
+            blocks.append((members[rows], matrix[rows], lo_v[rows], hi_v[rows]))
+
+    def interval(part):
+        groups, values, smallest, largest = part
+        q = percentiles(_bootstrap_means(values, n_resamples, seed), [alpha, 1.0 - alpha])
+        # a mean lies within [min, max]; clipping removes rounding outside it
+        low[groups], high[groups] = np.clip(q[0], smallest, largest), np.clip(q[1], smallest, largest)
+
+    if len(blocks) > 1 and isinstance(seed, (int, np.integer)):  # each block draws from its own seeded generator
+        with ThreadPoolExecutor(min(BLOCK_THREADS, len(blocks))) as pool:  # numpy's partition runs without the GIL
+            list(pool.map(interval, blocks))
+    else:
+        for part in blocks:
+            interval(part)
     return low, high
 
 
