@@ -190,16 +190,27 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
 
 
 class _WithoutPandas:
-    """While a command runs, `import pandas` fails (as where pandas is not installed), unless pandas is loaded
-    already. pyarrow asks for pandas on the first array it makes from Python values (its C++ conversion looks for
-    pandas' NA and NaT; its shim, whether a value is a pandas object): 0.3 to 0.5 s of every command, for objects
-    no command is given. pyarrow takes a pandas that fails to import as absent, which is what the commands need;
-    chunkeval's own code never imports pandas but in the Python API's `Results.to_pandas`, which no command calls
-    (docs/performance.md, "Commands"; `tests/test_layers.py` holds the imports of each command)."""
+    """While a command runs, pyarrow and chunkeval cannot import pandas (as where pandas is not installed), unless
+    pandas is loaded already. pyarrow asks for pandas on the first array it makes from Python values (its C++
+    conversion looks for pandas' NA and NaT; its shim, whether a value is a pandas object): 0.3 to 0.5 s of every
+    command, for objects no command is given. pyarrow takes a pandas that fails to import as absent, which is what the
+    commands need; chunkeval's own code never imports pandas but in the Python API's `Results.to_pandas`, which no
+    command calls. Every other library imports it as usual (transformers asks whether pandas is there, and may load
+    it): the import is refused only where the code that asked is pyarrow's or chunkeval's (pyarrow's C++ asks from
+    the Python frame that made the array). docs/performance.md ("Commands"); test_first_run holds each command's
+    imports."""
+
+    REFUSED_FOR = ("pyarrow", "chunkeval")
 
     def find_spec(self, name, path=None, target=None):
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError("chunkeval's commands do not load pandas", name=name)
+        if name != "pandas" and not name.startswith("pandas."):
+            return None
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+            frame = frame.f_back  # the import machinery: the code that asked is above it
+        asker = frame.f_globals.get("__name__", "") if frame is not None else ""
+        if asker.partition(".")[0] in self.REFUSED_FOR:
+            raise ModuleNotFoundError("pyarrow, within chunkeval's commands, does without pandas", name=name)
         return None
 
     def __enter__(self):
