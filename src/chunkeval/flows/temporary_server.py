@@ -122,6 +122,7 @@ class Starting:
                     raise _failure(self.process)
                 with contextlib.suppress(httpx.HTTPError):
                     if client.get(f"{self.url}/health", timeout=2).status_code == 200:
+                        self.process.served = True
                         return self.process, self.url
                 time.sleep(0.2)
         stop(self.process)
@@ -207,7 +208,7 @@ def stop(process: subprocess.Popen) -> None:
             process.wait()
     output = getattr(process, "output", ())
     errors = [line for line in output if "Error:" in line or "ERROR" in line]
-    if errors:
+    if errors and getattr(process, "served", False):  # not a server stopped before it served (bad input, ^C)
         print(
             f"chunkeval: warning: the temporary Prefect server logged {len(errors)} error(s) (the run's results are "
             f"in the warehouse regardless); the last: {errors[-1].strip()[-200:]}",
