@@ -583,7 +583,7 @@ CASES = {
     "evaluate-run: k below 1": (lambda w: evaluate_run(w["t"], None, None, "--k", "0"), "--k must be at least 1"),
     "evaluate-run: k not a number": (
         lambda w: evaluate_run(w["t"], None, None, "--k", "ten"),
-        "--k: invalid int value",
+        "--k: 'ten' is not a whole number",
     ),
     "evaluate-run: unknown format": (
         lambda w: evaluate_run(w["t"], None, None, "--format", "xml"),

@@ -17,6 +17,7 @@ from prefect.client.schemas.sorting import TaskRunSort
 
 from chunkeval.cli import main
 from chunkeval.engine.pipeline import fingerprints, sweep
+from chunkeval.flows import evaluate as flow_module
 from chunkeval.flows.evaluate import evaluate
 from chunkeval.paths import DEMO_DIR
 from chunkeval.run_result import RunResult
@@ -27,9 +28,10 @@ pytestmark = pytest.mark.usefixtures("prefect_api")
 STEPS = [step.name for step in sweep.STEPS]
 
 
-def flow_tasks(steps=sweep.STEPS) -> list[str]:
-    """The tasks the flow runs for `steps`, in order: a step's jobs (mapped) before its merge."""
-    return [name for s in steps for name in ((f"{s.name}_job",) if s.name == "chunk" else ()) + (s.name,)]
+def flow_tasks(steps=sweep.STEPS, mapped: bool = False) -> list[str]:
+    """The tasks the flow runs for `steps`, in order: where the jobs are `mapped` (a cluster, a corpus of
+    `MAPPED_CHARACTERS` or more), a step's jobs before its merge; else the step is one task (the demo's corpus)."""
+    return [name for s in steps for name in ((f"{s.name}_job",) if mapped and s.name == "chunk" else ()) + (s.name,)]
 
 
 TIMES = {"index_build_seconds", "latency_p50_ms", "latency_p95_ms", "batch_ms_per_query"}  # measured, not computed
@@ -113,12 +115,13 @@ def test_run_checks_fingerprints_and_loads_the_inputs_once(tmp_path, monkeypatch
 
     monkeypatch.setattr(sweep, "load_inputs", counted("load_inputs", sweep.load_inputs))
     monkeypatch.setattr(sweep, "input_fingerprints", counted("input_fingerprints", fingerprints.input_fingerprints))
+    monkeypatch.setattr(flow_module, "MAPPED_CHARACTERS", 1)  # the chunkings as tasks of their own, as a large corpus's
     exp_file = demo_experiment(tmp_path, "one-load")
     assert main(["run", exp_file]) == 0  # no capsys: Prefect's console handler would keep its closed stream
     assert counts == {"load_inputs": 1, "input_fingerprints": 1}
     wh = Warehouse.at_home()
     (run,) = wh.runs("one-load")
-    assert task_names(str(run["flow_run_id"])) == [*flow_tasks(sweep.STEPS[1:]), "store", "report"]
+    assert task_names(str(run["flow_run_id"])) == [*flow_tasks(sweep.STEPS[1:], mapped=True), "store", "report"]
 
 
 def test_complete_run_takes_a_run_result_whole():
