@@ -24,12 +24,12 @@ from pathlib import Path
 BATCH = 512
 
 
-def write(path: Path, spans: int) -> None:
+def write(path: Path, spans: int, batch: int = BATCH) -> None:
     words = "the lantern keeper wound the clockwork every four hours through the winter night".split()
     with open(path, "w", encoding="utf-8") as f:
-        for first in range(0, spans, BATCH):
+        for first in range(0, spans, batch):
             out = []
-            for n in range(first, min(spans, first + BATCH)):
+            for n in range(first, min(spans, first + batch)):
                 attrs = [
                     {"key": "openinference.span.kind", "value": {"stringValue": "RETRIEVER"}},
                     {"key": "input.value", "value": {"stringValue": f"question {n % 200}: " + " ".join(words[: 5 + n % 7])}},
@@ -52,13 +52,18 @@ CHILD = """
 import resource, sys, time
 from pathlib import Path
 from chunkeval.engine.inputs.traces import read_traces
+from chunkeval.errors import InputError
 t0 = time.perf_counter()
-if sys.argv[2] == "import":
-    from chunkeval.cli.commands.traces import import_files
-    from chunkeval.warehouse import Warehouse
-    got = import_files([Path(sys.argv[1])], "auto", False, None, None, lambda: Warehouse(Path(sys.argv[3])))["traces"]
-else:
-    got = read_traces(Path(sys.argv[1]))
+try:
+    if sys.argv[2] == "import":
+        from chunkeval.cli.commands.traces import import_files
+        from chunkeval.warehouse import Warehouse
+        got = import_files([Path(sys.argv[1])], "auto", False, None, None, lambda: Warehouse(Path(sys.argv[3])))["traces"]
+    else:
+        got = read_traces(Path(sys.argv[1]))
+except InputError as refused:
+    print("REFUSED", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, refused)
+    sys.exit(0)
 read_s = time.perf_counter() - t0
 print("RESULT", got.kept, read_s, time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
@@ -68,12 +73,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--spans", type=int, default=1_000_000)
+    ap.add_argument("--per-line", type=int, default=BATCH, help="spans a line (a collector's batch: 512)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"spans-{args.spans}.jsonl"
+    path = args.out / f"spans-{args.spans}-{args.per_line}.jsonl"
     if not path.is_file():
         t0 = time.perf_counter()
-        write(path, args.spans)
+        write(path, args.spans, args.per_line)
         print(
             f"wrote {path} ({path.stat().st_size / 2**20:,.0f} MiB) in {time.perf_counter() - t0:.0f} s",
             file=sys.stderr,
@@ -84,6 +90,10 @@ def main() -> int:
         if done.returncode:
             print(done.stderr[-2000:], file=sys.stderr)
             return 1
+        if "REFUSED" in done.stdout:  # a line past LINE_BYTES: what it said, and the peak until then
+            rss_kb, said = done.stdout.split("REFUSED", 1)[1].strip().split(" ", 1)
+            print(json.dumps({"mode": mode, "refused": said, "peak_rss_mib": round(int(rss_kb) / 1024)}))
+            continue
         kept, read_s, total_s, rss_kb = done.stdout.split()[-4:]
         print(json.dumps({"mode": mode, "spans": int(kept), "file_mib": round(path.stat().st_size / 2**20),
                           "read_seconds": round(float(read_s), 1), "seconds": round(float(total_s), 1),

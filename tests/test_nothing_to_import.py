@@ -382,3 +382,21 @@ def test_slices_of_no_query_are_an_empty_table_and_an_empty_summary(types, data,
         per_query = pa.table({"query_id": ids, "config": ["c"] * len(ids), "recall_at_k": [1.0] * len(ids)})
         by_slice = summarize_slices(per_query, got, ["config"])
         assert by_slice.num_rows == 0 and "too_small" in by_slice.column_names
+
+
+@pytest.mark.parametrize("fmt", ["otlp-json", "phoenix"])
+def test_a_line_past_its_bound_is_one_line_before_it_is_read_whole(fmt, tmp_path, monkeypatch, capsys):
+    """A line of JSON over `LINE_BYTES` (32 MiB: about 17,000 spans, where a collector writes 512 a line) is refused
+    by its number before it is held whole (a line is parsed whole: one of 100,000 spans, 185 MB, peaked at 3.6 GB;
+    issue 55), after the lines before it were read in pieces; the bound is the real one."""
+    from chunkeval.engine.inputs.traces import LINE_BYTES
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("CHUNKEVAL_HOME", str(home))
+    path = tmp_path / "spans.jsonl"
+    with open(path, "wb") as f:
+        f.write(b'{"resourceSpans": []}\n' * 3)
+        f.write(b'{"padding": "' + b"x" * LINE_BYTES + b'"}\n')
+    err = one_line_error(["traces", "import", "--format", fmt, path], capsys)
+    assert f"line 4 is over {LINE_BYTES >> 20} MiB" in err and str(path) in err, err
+    assert not home.exists() or not any(home.rglob("*")), "nothing written: no warehouse, no log"

@@ -40,7 +40,11 @@ from chunkeval.errors import InputError
 from chunkeval.limits import regular_file, short
 
 FORMATS = ("auto", "otlp-json", "phoenix")
-LINE_BYTES = 256 << 20  # 256 MiB: the largest line of OTLP JSON (one export request of a collector's batch)
+# the largest line of OTLP JSON or Phoenix JSONL: one export request of a collector's batch (512 spans by default, about
+# 1 MB). A line is parsed whole, beside the piece it is in: 100,000 spans of 512 a line peaked at 1.3 GB, of 8,500 a
+# line (16 MiB) at 1.7 GB, of 17,000 (31 MiB) at 2.1 GB, on one line (185 MB) at 3.6 GB (bench/traces_import.py
+# --per-line; docs/limits.md, "trace files"); a longer line is refused by its number before it is read whole
+LINE_BYTES = 16 << 20
 QUERY_CHARS = 20_000  # a query longer than this is skipped (no retrieval query is a book)
 CONTENT_CHARS = 200_000  # a document's content longer than this skips its span
 DOCUMENTS_PER_SPAN = 1_000  # a retrieval of more documents than this skips its span
@@ -432,7 +436,13 @@ def pieces(path: Path, size: int = PIECE_BYTES):
     with open(path, "rb") as f:
         buf, first, count = [], 0, 0
         held = 0
-        for line in f:
+        for line in iter(lambda: f.readline(LINE_BYTES + 1), b""):  # a line is never read past the bound
+            if len(line) > LINE_BYTES:
+                raise InputError(
+                    f"line {count + 1} is over {LINE_BYTES >> 20} MiB: a line is one export request; export smaller "
+                    "batches (a collector's batch processor, send_batch_max_size)",
+                    path,
+                )
             buf.append(line)
             held += len(line)
             count += 1
