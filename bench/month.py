@@ -334,8 +334,10 @@ def fire(client, deployment_id, schedule_id, say=print):
     """Night falls, through the scheduler, in a way that cannot be missed: the schedule's anchor moves `LEAD`
     seconds ahead, and the server's scheduler (not this script) must create a run at that time. Its loop schedules
     only times still ahead when it comes round: on a busy machine it may come too late, and then its next run is
-    tomorrow's. So this watches what the scheduler made; where the anchor passed with no run at it, it says what the
-    scheduler did and moves the anchor again, twice as far ahead, `FIRES` times at most. Returns the flow run."""
+    tomorrow's. So this watches what the scheduler made, until as long past the anchor as it was ahead (a run made a
+    second late at the anchor's time, then left behind by a moved anchor, ran as a second run of the night); where
+    none came, it says what the scheduler did and moves the anchor again, twice as far ahead, `FIRES` times at most.
+    Returns the flow run."""
     from prefect.client.schemas.schedules import IntervalSchedule
 
     lead = LEAD
@@ -344,8 +346,8 @@ def fire(client, deployment_id, schedule_id, say=print):
         client.update_deployment_schedule(
             deployment_id, schedule_id, schedule=IntervalSchedule(interval=dt.timedelta(days=1), anchor_date=anchor)
         )
-        seen = []
-        while dt.datetime.now(dt.UTC) < anchor + dt.timedelta(seconds=1):
+        seen = []  # watched until `lead` s past the anchor: a run the loop made a little late still serves the night
+        while dt.datetime.now(dt.UTC) < anchor + dt.timedelta(seconds=lead):
             seen = _scheduled_at(client, deployment_id)
             hit = [r for r in seen if r.auto_scheduled and abs((r.expected_start_time - anchor).total_seconds()) < 1]
             if hit:
