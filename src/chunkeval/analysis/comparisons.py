@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chunkeval import stats
-from chunkeval.analysis.pairing import configurations, query_grid
+from chunkeval.analysis.pairing import configurations, grid_means, query_grid
 from chunkeval.errors import InputError, NothingComparable
 from chunkeval.limits import short
 from chunkeval.stats.columns import numbers
@@ -244,8 +244,7 @@ def decision(per_query: pa.Table, metric: str, alpha: float = 0.05) -> dict | No
     matrix = column[grid]
     if np.isnan(matrix).any():
         return None
-    # the means as `within_run` sums them (in table order), so that the same configuration is best
-    means = np.array([np.nanmean(column[np.sort(grid[:, j])]) for j in range(grid.shape[1])])
+    means = grid_means(column, grid)
     best = int(np.argmax(means))
     others = [j for j in range(len(configs)) if j != best]
     diffs = matrix[:, [best]] - matrix[:, others]

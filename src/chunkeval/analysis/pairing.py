@@ -91,3 +91,9 @@ def _query_grid(per_query: pa.Table) -> np.ndarray | None:
     grid[cell] = np.arange(per_query.num_rows)
     grid.flags.writeable = False
     return grid.reshape(n_queries, n_configs)
+
+
+def grid_means(column: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Each configuration's mean of `column` over its rows of the grid, summed in table order (as `within_run` sums
+    them, so that the same configuration is the best whichever of them asks)."""
+    return np.array([np.nanmean(column[np.sort(grid[:, j])]) for j in range(grid.shape[1])])

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chunkeval.analysis.pairing import configurations, query_grid
+from chunkeval.analysis.pairing import configurations, grid_means, query_grid
 from chunkeval.stats.columns import numbers
 from chunkeval.stats.power import ALPHA, ceiling_share, detectable, mde, n_needed
 from chunkeval.vocabulary import CONFIG_KEYS
@@ -69,7 +69,7 @@ def _differences(rows: pa.Table, metric: str, present: list[str]):
     if grid is not None:
         column = numbers(rows[metric]).astype(np.float64)
         keys = [tuple(c[k] for k in present) for c in configurations(rows)]
-        means = {key: np.mean(column[np.sort(grid[:, j])]) for j, key in enumerate(keys)}
+        means = dict(zip(keys, grid_means(column, grid)))
         b = keys.index(max(keys, key=means.get))
         diffs = {key: column[grid[:, b]] - column[grid[:, j]] for j, key in enumerate(keys) if j != b}
         return (means, keys[b], diffs) if diffs else None

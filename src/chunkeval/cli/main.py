@@ -15,7 +15,7 @@ import threading
 
 from chunkeval import progress
 from chunkeval._version import __version__
-from chunkeval.cli.commands import COMMANDS, command_module
+from chunkeval.cli.commands import COMMANDS, command_module, summary
 from chunkeval.cli.output import visible_output
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import EXIT_FAULT, EXIT_INPUT, InputError, as_fault, exit_code_table
@@ -93,7 +93,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             command = command_module(name)
             command.add_parser(sub).set_defaults(warehouse_session=command.WAREHOUSE_SESSION)
         else:
-            sub.add_parser(name, help=COMMANDS[name][1], add_help=False)
+            sub.add_parser(name, help=summary(name), add_help=False)
     _bound_whole_numbers(parser)
     return parser
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from chunkeval.errors import InputError
 from chunkeval.stats.resampling import CHUNK_BYTES, _check_resamples, _rows_per_chunk
-from chunkeval.stats.tests import EXACT_MAX_N, _draw_flips, _sign_flips
+from chunkeval.stats.tests import EXACT_MAX_N, sign_flips
 
 PROCEDURE = "step-down max-T"  # the family-wise correction's name, as a verdict line gives it
 # a resampled statistic within this relative distance of the observed one counts as reaching it (rounding of sums
@@ -63,7 +63,7 @@ def _sign_chunks(n: int, n_resamples: int, seed):
             bits = (np.arange(lo, min(2**n, lo + rows))[:, None] >> np.arange(n)) & 1
             yield (1 - 2 * bits).astype(np.float64)
         return
-    yield from _sign_flips(n, n_resamples, seed) if isinstance(seed, int) else _draw_flips(n, n_resamples, seed)
+    yield from sign_flips(n, n_resamples, seed)
 
 
 def maxt_adjusted(diffs, n_resamples: int = 10_000, seed=0) -> MaxT:

@@ -82,12 +82,8 @@ def paired_permutation(a, b, n_resamples: int = 10_000, seed=0) -> float:
         flipped = ((1 - 2 * bits).astype(np.float64) @ d) / n  # row 0 flips nothing: the observed mean
         return float(np.count_nonzero(np.abs(flipped) >= abs(flipped[0]) - tol) / 2**n)
     observed = abs(float(np.ones(n) @ d) / n)
-    rng = np.random.default_rng(seed)
-    rows = _rows_per_chunk(n)
     extreme = 0
-    for lo in range(0, n_resamples, rows):
-        r = min(rows, n_resamples - lo)
-        signs = 1.0 - 2.0 * rng.integers(0, 2, size=(r, n))
+    for signs in sign_flips(n, n_resamples, seed):
         extreme += int(np.count_nonzero(np.abs(signs @ d) / n >= observed - tol))
     return (1 + extreme) / (1 + n_resamples)
 
@@ -107,9 +103,19 @@ def paired_permutation_columns(diffs: np.ndarray, n_resamples: int = 10_000, see
         return np.asarray([paired_permutation(d[:, j], np.zeros(n), n_resamples, seed) for j in range(m)])
     observed = np.asarray([abs(float(np.ones(n) @ d[:, j]) / n) for j in range(m)])
     extreme = np.zeros(m, dtype=np.int64)
-    for signs in _sign_flips(n, n_resamples, seed) if isinstance(seed, int) else _draw_flips(n, n_resamples, seed):
+    for signs in sign_flips(n, n_resamples, seed):
         extreme += np.count_nonzero(np.abs(signs @ d) / n >= observed - tol, axis=0)
     return (1 + extreme) / (1 + n_resamples)
+
+
+def sign_flips(n: int, n_resamples: int, seed):
+    """The random sign flips (±1.0, in chunks of resamples × n) of the randomisation tests: `paired_permutation`,
+    its columns and the max-T of `chunkeval.stats.maxt`, so that the same seed flips each question alike in all of
+    them. Those of an integer seed are drawn once and kept for the next test (`_sign_flips`); a generator given as
+    the seed is drawn from as it stands."""
+    return (
+        _sign_flips(n, n_resamples, seed) if isinstance(seed, (int, np.integer)) else _draw_flips(n, n_resamples, seed)
+    )
 
 
 def _draw_flips(n: int, n_resamples: int, seed):
@@ -122,8 +128,8 @@ def _draw_flips(n: int, n_resamples: int, seed):
 
 @functools.lru_cache(maxsize=1)
 def _sign_flips(n: int, n_resamples: int, seed: int) -> tuple[np.ndarray, ...]:
-    """`_draw_flips` of a seed, kept for the next test of as many pairs (the ties of every metric of one run:
-    the same flips; 23 MB for 10,000 flips of 284 questions)."""
+    """`_draw_flips` of an integer seed, kept for the next test of as many pairs (the ties of every metric of one
+    run and the gate's max-T meet the same flips; 23 MB for 10,000 flips of 284 questions)."""
     chunks = tuple(_draw_flips(n, n_resamples, seed))
     for chunk in chunks:
         chunk.flags.writeable = False

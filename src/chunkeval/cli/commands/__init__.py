@@ -6,7 +6,7 @@
   `chunkeval.cli.session.WarehouseAccess`, what every opening of the warehouse goes through;
 - `WAREHOUSE_SESSION`: whether the command holds one warehouse connection throughout (`chunkeval.cli.session`).
 
-`COMMANDS` names them in the order `chunkeval --help` shows them, each with its module and its line of help. This
+`COMMANDS` names them in the order `chunkeval --help` shows them, each with its line of help. This
 module imports none of them: a command line imports the module of the command it names and no other
 (`chunkeval.cli.main.build_parser`), so that `chunkeval --help` and `chunkeval runs` do not pay for the engine that
 `chunkeval run` needs (docs/performance.md, "Commands").
@@ -17,90 +17,36 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-COMMANDS: dict[str, tuple[str, str]] = {  # name → (module under chunkeval.cli.commands, its line of --help)
-    "run": (
-        "run",
-        "run an experiment as a Prefect flow, record it in the warehouse, print its summary",
-    ),
-    "runs": (
-        "runs",
-        "list the recorded runs, newest first (`runs delete`, `runs prune` remove them)",
-    ),
-    "trend": (
-        "trend",
-        "a metric per completed run and configuration, oldest first, with the change",
-    ),
-    "report": (
-        "report",
-        "the macro/micro table of a run, or its HTML page",
-    ),
-    "inspect": (
-        "inspect",
-        "one question of a run: its references in context and what each configuration retrieved",
-    ),
-    "diff": (
-        "diff",
-        "what changed between two runs: questions better, worse or unchanged, and what they retrieved",
-    ),
-    "baseline": (
-        "baseline",
-        "pin a completed run as the baseline that regressions are measured against",
-    ),
-    "compare": (
-        "compare",
-        "paired significance tests between configurations, runs or run files",
-    ),
-    "gold": (
-        "gold",
-        "`gold check`: what in a gold set makes its numbers unfair; `gold update`: correct it for a changed corpus; `gold generate`: a gold set from your documents, asked of a chat model; `gold judge`: graded relevance of a run's passages, asked of a chat model",
-    ),
-    "traces": (
-        "traces",
-        "production traffic: import retrieval traces, sample them as questions, compare production with a grid",
-    ),
-    "extract": (
-        "extract",
-        "write the text chunkeval chunks, one file per document (to write span gold against)",
-    ),
-    "sql": (
-        "sql",
-        "run one read-only SQL query over the warehouse and print its rows",
-    ),
-    "warehouse": (
-        "warehouse",
-        "look after the warehouse: `warehouse repair` rebuilds a damaged catalogue, `warehouse snapshot` copies it to explore",
-    ),
-    "serve": (
-        "serve",
-        "serve every deployment of chunkeval's deployments file (or --prefect-file) from this process",
-    ),
-    "alerts": (
-        "alerts",
-        "alarms: `alerts test` sends a test message to each destination of an experiment and says what answered",
-    ),
-    "backends": (
-        "backends",
-        "what backend auto chose for each model on this machine (--reprobe: probe again and keep the new choice)",
-    ),
-    "sweep": (
-        "sweep",
-        "score a grid of chunking settings and k on a span gold set or document qrels, write the results",
-    ),
-    "evaluate-run": (
-        "evaluate_run",
-        "score a run file of a retriever that runs elsewhere against a gold set",
-    ),
+COMMANDS: dict[str, str] = {  # name → its line of --help; its module is chunkeval.cli.commands.<name, - as _>
+    "run": "run an experiment as a Prefect flow, record it in the warehouse, print its summary",
+    "runs": "list the recorded runs, newest first (`runs delete`, `runs prune` remove them)",
+    "trend": "a metric per completed run and configuration, oldest first, with the change",
+    "report": "the macro/micro table of a run, or its HTML page",
+    "inspect": "one question of a run: its references in context and what each configuration retrieved",
+    "diff": "what changed between two runs: questions better, worse or unchanged, and what they retrieved",
+    "baseline": "pin a completed run as the baseline that regressions are measured against",
+    "compare": "paired significance tests between configurations, runs or run files",
+    "gold": "`gold check`: what in a gold set makes its numbers unfair; `gold update`: correct it for a changed corpus; `gold generate`: a gold set from your documents, asked of a chat model; `gold judge`: graded relevance of a run's passages, asked of a chat model",
+    "traces": "production traffic: import retrieval traces, sample them as questions, compare production with a grid",
+    "extract": "write the text chunkeval chunks, one file per document (to write span gold against)",
+    "sql": "run one read-only SQL query over the warehouse and print its rows",
+    "warehouse": "look after the warehouse: `warehouse repair` rebuilds a damaged catalogue, `warehouse snapshot` copies it to explore",
+    "serve": "serve every deployment of chunkeval's deployments file (or --prefect-file) from this process",
+    "alerts": "alarms: `alerts test` sends a test message to each destination of an experiment and says what answered",
+    "backends": "what backend auto chose for each model on this machine (--reprobe: probe again and keep the new choice)",
+    "sweep": "score a grid of chunking settings and k on a span gold set or document qrels, write the results",
+    "evaluate-run": "score a run file of a retriever that runs elsewhere against a gold set",
 }
 
 
 def summary(name: str) -> str:
     """The command's line of `chunkeval --help`."""
-    return COMMANDS[name][1]
+    return COMMANDS[name]
 
 
 def command_module(name: str) -> ModuleType:
     """The module of the command `name`, imported now."""
-    return importlib.import_module(f"chunkeval.cli.commands.{COMMANDS[name][0]}")
+    return importlib.import_module(f"chunkeval.cli.commands.{name.replace('-', '_')}")
 
 
 def command_modules() -> list[ModuleType]:
