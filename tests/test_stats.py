@@ -109,6 +109,23 @@ def test_batched_equals_one_group_form_in_small_chunks(monkeypatch):
     assert np.abs(high[: len(full_high)][ok] - full_high[ok]).max() < 0.03
 
 
+def test_groups_of_the_same_values_share_one_interval_and_blocks_share_their_resamples(monkeypatch):
+    """Groups of equal size and equal values (two metrics that agree on every query) are resampled once and get
+    the same interval; with several blocks of one size (a working matrix of 5 groups' means), the resample counts
+    are made once for all blocks: every group still equals its one-group interval (within 1e-12, as every batched
+    interval: a matrix product of another shape sums in another order), and groups of the same values exactly."""
+    monkeypatch.setattr(S, "CHUNK_BYTES", 8 * 5 * 1_000)
+    rng = np.random.default_rng(4)
+    distinct = rng.random((7, 6)).round(2)
+    rows = distinct[[0, 1, 2, 0, 3, 4, 1, 5, 6, 0, 2, 6, 3]]  # 13 groups of 6 values, 7 distinct
+    values, groups = rows.ravel(), np.repeat(np.arange(len(rows)), 6)
+    low, high = S.bootstrap_ci_groups(values, groups, n_resamples=1_000, seed=3)
+    for g in range(len(rows)):
+        one = S.bootstrap_ci(rows[g], n_resamples=1_000, seed=3)
+        np.testing.assert_allclose([low[g], high[g]], one, rtol=0, atol=1e-12, err_msg=str(g))
+    assert (low[0], high[0]) == (low[3], high[3]) == (low[9], high[9])
+
+
 def test_batched_worked_example():
     values = np.array([0.0, 0.0, 1.0, 0.5, np.nan, np.nan])
     groups = np.array([0, 0, 0, 1, 1, 3])
