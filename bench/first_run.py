@@ -5,8 +5,10 @@
 Each run is `chunkeval run` (the demo) in a fresh process, with `CHUNKEVAL_HOME` an empty temporary folder and the
 working directory another: the one-time build of `minilm-static`, the probe of `backend: auto` (exports included,
 where onnxruntime or OpenVINO is installed), the sweep and its recording all happen, as on a fresh install.
-`--runs 2` times a second run over the home the first left (nothing built, probed or embedded again).
-Printed: wall seconds of each run, its `stage seconds` line, and the lines it printed on stderr.
+`--runs 2` times a second run over the home the first left (nothing built, probed or embedded again), which finds
+the temporary Prefect server the first kept (`PREFECT_HOME` is a fresh temporary folder too, as on a new machine;
+`CHUNKEVAL_SERVER_KEEP=0` in the environment times a server started and stopped by every run). The kept server is
+stopped at the end. Printed: wall seconds of each run, its `stage seconds` line, and the lines it printed on stderr.
 """
 
 from __future__ import annotations
@@ -24,32 +26,46 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=2, help="runs over the same home (the first from empty)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as cwd:
+    from chunkeval.flows.temporary_server import stop_kept
+
+    with (
+        tempfile.TemporaryDirectory() as home,
+        tempfile.TemporaryDirectory() as cwd,
+        tempfile.TemporaryDirectory() as prefect,
+    ):
         env = {
-            k: v for k, v in os.environ.items() if k not in ("CHUNKEVAL_AUTO_BACKEND", "CHUNKEVAL_DEMO_DIR")
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("CHUNKEVAL_AUTO_BACKEND", "CHUNKEVAL_DEMO_DIR") and not k.startswith("PREFECT_")
         }  # as installed
-        env.update(CHUNKEVAL_HOME=home, HF_HUB_OFFLINE="1")
-        for n in range(args.runs):
-            start = time.perf_counter()
-            done = subprocess.run(
-                [str(Path(sys.executable).with_name("chunkeval")), "run"],  # the command a newcomer types
-                cwd=cwd,
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            seconds = time.perf_counter() - start
-            lines = (done.stdout + done.stderr).splitlines()
-            stages = next((line for line in lines if line.startswith("stage seconds:")), "(no stage line)")
-            shown = [line for line in done.stderr.splitlines() if not line.startswith(("INFO", "DEBUG", "  "))]
-            print(
-                f"run {n + 1} ({'empty home' if n == 0 else 'the same home'}): exit {done.returncode}, {seconds:.1f} s"
-            )
-            print(f"  {stages}")
-            for line in shown[:12]:
-                print(f"  | {line}")
-            if done.returncode == 0:
-                print(f"  {figures(Path(home), done.stdout)}")
+        env.update(CHUNKEVAL_HOME=home, HF_HUB_OFFLINE="1", PREFECT_HOME=prefect)
+        try:
+            runs(args.runs, env, cwd, Path(home))
+        finally:
+            stop_kept(Path(prefect))
+
+
+def runs(count: int, env: dict[str, str], cwd: str, home: Path) -> None:
+    """`count` runs of the demo over one home, each timed as a whole process."""
+    for n in range(count):
+        start = time.perf_counter()
+        done = subprocess.run(
+            [str(Path(sys.executable).with_name("chunkeval")), "run"],  # the command a newcomer types
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        seconds = time.perf_counter() - start
+        lines = (done.stdout + done.stderr).splitlines()
+        stages = next((line for line in lines if line.startswith("stage seconds:")), "(no stage line)")
+        shown = [line for line in done.stderr.splitlines() if not line.startswith(("INFO", "DEBUG", "  "))]
+        print(f"run {n + 1} ({'empty home' if n == 0 else 'the same home'}): exit {done.returncode}, {seconds:.1f} s")
+        print(f"  {stages}")
+        for line in shown[:12]:
+            print(f"  | {line}")
+        if done.returncode == 0:
+            print(f"  {figures(home, done.stdout)}")
 
 
 def figures(home: Path, out: str) -> str:

@@ -23,6 +23,9 @@ from prefect_server import prefect_server as start_prefect_server
 os.environ["CHUNKEVAL_DEMO_DIR"] = str(Path(__file__).resolve().parent / "data" / "tiny_demo")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# A run without PREFECT_API_URL keeps its temporary Prefect server for the next commands (10 minutes by default):
+# here every run's server stops with it, so that no test leaves one behind; test_kept_server tests the kept one.
+os.environ["CHUNKEVAL_SERVER_KEEP"] = "0"
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "tests" / "data" / "tiny_demo"  # the demo most tests read (above); the shipped one: SHIPPED_DEMO

@@ -63,7 +63,7 @@ def recorded(tmp_path_factory, embedder_factory):
     return home, run_id, credit, disjoint
 
 
-ENVIRONMENT = ("HOME", "PREFECT_HOME", "PREFECT_API_URL", "TMPDIR", "SQLITE_TMPDIR")
+ENVIRONMENT = ("HOME", "PREFECT_HOME", "PREFECT_API_URL", "TMPDIR", "SQLITE_TMPDIR", "CHUNKEVAL_SERVER_KEEP")
 
 
 def environ(**values) -> None:
@@ -2117,6 +2117,14 @@ CASES.update(
         "run: TMPDIR missing": (
             lambda w: run_where(w, PREFECT_HOME=w["t"], TMPDIR=w["t"] / "gone"),
             "/gone, which is not a writable folder: set TMPDIR to one, or PREFECT_API_URL",
+        ),
+        "run: CHUNKEVAL_SERVER_KEEP not a number of seconds": (
+            lambda w: run_where(w, PREFECT_HOME=w["t"], CHUNKEVAL_SERVER_KEEP="soon"),
+            "CHUNKEVAL_SERVER_KEEP is 'soon': the seconds a temporary Prefect server stays for the next command",
+        ),
+        "run: CHUNKEVAL_SERVER_KEEP negative": (
+            lambda w: run_where(w, PREFECT_HOME=w["t"], CHUNKEVAL_SERVER_KEEP="-5"),
+            "a number of 0 or more (0 stops it with its command)",
         ),
         "run: SQLITE_TMPDIR is a regular file": (
             lambda w: run_where(w, PREFECT_HOME=w["t"], SQLITE_TMPDIR=w["t"] / "plain"),

@@ -31,7 +31,7 @@ from chunkeval.engine.pipeline.records import RunState
 from chunkeval.engine.pipeline.runners import check_task_runner, cluster_workers, parse_task_runner
 from chunkeval.errors import InputError
 from chunkeval.files import check_writable_dir
-from chunkeval.flows.temporary_server import begin, check_api, check_folders, stop, temporary_server
+from chunkeval.flows.temporary_server import begin, check_api, check_folders, temporary_server
 from chunkeval.limits import NAME_LENGTH, check_name
 from chunkeval.paths import DEMO_DIR, home
 from chunkeval.progress import Stopwatch, quiet_prefect, show_progress
@@ -198,14 +198,15 @@ def _prepared(args, exp: Experiment, warehouse: WarehouseAccess, clock: Stopwatc
 
 
 def _run(args, exp: Experiment, mlflow, runner, warehouse: WarehouseAccess) -> int:
-    # the temporary Prefect server (where no PREFECT_API_URL names one) starts now, while the inputs are read and
-    # Prefect's client is imported, and is waited for when the flow starts; stopped however the command ends
+    # the temporary Prefect server (where no PREFECT_API_URL names one) is found, or starts now, while the inputs are
+    # read and Prefect's client is imported, and is waited for when the flow starts; however the command ends, its
+    # use of a kept server ends, and a server of its own stops
     starting = None if os.environ.get("PREFECT_API_URL") else begin()
     try:
         return _turn(args, exp, mlflow, runner, warehouse, starting)
     finally:
         if starting is not None:
-            stop(starting.process)
+            starting.end()
 
 
 def _turn(args, exp: Experiment, mlflow, runner, warehouse: WarehouseAccess, starting) -> int:
