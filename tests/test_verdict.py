@@ -223,3 +223,18 @@ def test_the_issues_harm_alarms_the_default_gate(tmp_path, monkeypatch, capsys, 
     by_holm = holm([c["p_ttest"] for c in v["checks"]])
     assert fell["regression"] and round(by_holm[v["checks"].index(fell)], 3) == 0.132
     assert not any(c["change"] < -0.02 and p < 0.05 for c, p in zip(v["checks"], by_holm))  # what Holm said
+
+
+def test_a_verdict_asked_again_in_one_process_is_the_same_and_the_callers_own(worse, home):
+    """`chunkeval run` asks the verdict of its run twice (its report, then what it tells): the second is the first,
+    made once per process (`baselines._VERDICTS`), equal to one made afresh, and each caller's copy its own."""
+    from chunkeval.warehouse import baselines
+
+    wh = Warehouse(home / "warehouse")
+    first = wh.verdict("verdict")
+    first["left_out"].append({"run_id": "x", "why": "a caller's own addition"})
+    again = wh.verdict("verdict")
+    assert again["left_out"] == [] and again["verdict"] == first["verdict"]
+    baselines._VERDICTS.clear()
+    afresh = wh.verdict("verdict")
+    assert json.dumps(afresh, default=str, sort_keys=True) == json.dumps(again, default=str, sort_keys=True)

@@ -4,6 +4,7 @@ and reads their rows; the rules are `chunkeval.analysis.regression`'s."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 from chunkeval.analysis import regression as P
@@ -13,6 +14,11 @@ from chunkeval.vocabulary import CONFIG_KEYS, RUN_SETTINGS
 from chunkeval.warehouse.damage import DamagedResults
 from chunkeval.warehouse.results import RunFiles
 from chunkeval.warehouse.tables import DUPLICATES_SQL, RACED_SQL, run_setting_sql, run_settings_sql, utc_now
+
+# verdicts of pairs of runs already made in this process, by (warehouse, runs, settings): a completed run's results do
+# not change, so the verdict `chunkeval run` tells after its report wrote it is the report's (0.5 s of a warm demo run)
+_VERDICTS: dict[tuple, dict] = {}
+VERDICTS_KEPT = 4
 
 
 class Baselines(RunFiles):
@@ -171,6 +177,25 @@ class Baselines(RunFiles):
         P.check_runs([self.run(newest), run], None)  # completed runs of one experiment
         self.check_comparable(newest, reference)
         metrics = list(P.REGRESSION_METRICS if metrics is None else metrics)
+        files = tuple(self._stamp(r) for r in (newest, reference))  # a file damaged or replaced since: read again
+        key = (str(self.root), newest, reference, files, tuple(metrics), threshold, alpha,
+               json.dumps(config, sort_keys=True), in_slice, pinned)  # fmt: skip
+        if key not in _VERDICTS:
+            if len(_VERDICTS) >= VERDICTS_KEPT:
+                _VERDICTS.pop(next(iter(_VERDICTS)))
+            _VERDICTS[key] = self._verdict_of_runs(newest, reference, run, metrics, threshold, alpha, config, in_slice,
+                                                   pinned)  # fmt: skip
+        return copy.deepcopy(_VERDICTS[key])  # the caller's to extend (`verdict` adds what it left out)
+
+    def _stamp(self, run_id: str) -> tuple:
+        """The size and time of a run's per-question file (None where there is none)."""
+        try:
+            stat = self._file(run_id, "per_query").stat()
+        except OSError:
+            return (None,)
+        return (stat.st_size, stat.st_mtime_ns, stat.st_ino)
+
+    def _verdict_of_runs(self, newest, reference, run, metrics, threshold, alpha, config, in_slice, pinned) -> dict:
         columns = [*CONFIG_KEYS, "query_id", *metrics]
         try:
             before = self.run_columns(reference, "per_query", columns)
