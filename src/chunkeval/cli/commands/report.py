@@ -12,7 +12,6 @@ from chunkeval.cli.options import add_config, add_experiment, add_metric_flags, 
 from chunkeval.cli.output import iso
 from chunkeval.cli.session import WarehouseAccess
 from chunkeval.errors import InputError
-from chunkeval.report.html import write_report
 from chunkeval.report.terminal import (
     TERMINAL_WIDTH,
     approximate,
@@ -86,6 +85,8 @@ def run(args: argparse.Namespace, warehouse: WarehouseAccess) -> int:
     if run["status"] != "completed":
         raise InputError(f"run {run['run_id']} is {run['status']}: only completed runs have results")
     if args.html:
+        from chunkeval.report.html import write_report  # the page's sections, only for a page
+
         write_report(
             wh, args.experiment or run["experiment"], out, run["run_id"], args.threshold, config_filter(args.config)
         )
