@@ -58,7 +58,11 @@ def runs(count: int, env: dict[str, str], cwd: str, home: Path) -> None:
         )
         seconds = time.perf_counter() - start
         lines = (done.stdout + done.stderr).splitlines()
-        stages = next((line for line in lines if line.startswith("stage seconds:")), "(no stage line)")
+        at = next((i for i, line in enumerate(lines) if line.startswith("stage seconds:")), None)
+        stages = "(no stage line)"
+        if at is not None:  # the line and the lines it folds onto
+            rest = [line.strip() for line in lines[at + 1 :]]
+            stages = " ".join([lines[at], *rest[: next((i for i, r in enumerate(rest) if r.startswith("report:")), 0)]])
         shown = [line for line in done.stderr.splitlines() if not line.startswith(("INFO", "DEBUG", "  "))]
         print(f"run {n + 1} ({'empty home' if n == 0 else 'the same home'}): exit {done.returncode}, {seconds:.1f} s")
         print(f"  {stages}")

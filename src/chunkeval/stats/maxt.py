@@ -46,11 +46,21 @@ def abs_t(sums: np.ndarray, squares: np.ndarray, n: np.ndarray) -> np.ndarray:
     numbers (per check). A flip does not change the sum of squares, so t needs only the flipped sum:
     t = mean / √((Σd² − n·mean²) / (n(n − 1))). No spread left: ∞ where the mean is not 0 (every difference the same
     non-zero value: `paired_ttest` gives p = 0), else 0 (every difference 0: p = 1)."""
-    resid = squares - sums * sums / n
+    # the same operations in the same order as `squares - sums * sums / n` and `|sums| / n / √(resid / (n(n − 1)))`,
+    # in place: equal to the bit, in less than half the time over a verdict's 10,000 × 320 statistics
+    resid = sums * sums
+    resid /= n
+    np.subtract(squares, resid, out=resid)
     flat = resid <= 1e-12 * squares  # rounding of equal differences leaves a residue of ~1e-16 of Σd²
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.abs(sums) / n / np.sqrt(resid / (n * (n - 1)))
-    return np.where(flat, np.where(sums != 0, np.inf, 0.0), t)
+        resid /= n * (n - 1)
+        np.sqrt(resid, out=resid)
+        t = np.abs(sums)
+        t /= n
+        t /= resid
+    if flat.any():
+        t[flat] = np.where(sums[flat] != 0, np.inf, 0.0)
+    return t
 
 
 def _sign_chunks(n: int, n_resamples: int, seed):

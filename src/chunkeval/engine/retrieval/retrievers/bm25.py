@@ -9,6 +9,7 @@ is never retrieved: such rows end in -1 padding.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from itertools import chain
 from typing import TYPE_CHECKING
@@ -26,10 +27,28 @@ _BLOCK = 256  # queries scored at a time, at most; fewer over many chunks:
 _BLOCK_ENTRIES = 2**25  # a block's sparse scores hold at most this many entries (12 bytes each)
 
 
+def _bm25s():
+    """bm25s, imported when used (reading results never needs it), and without numba: bm25s imports numba where it
+    is installed for its numba backend, which chunkeval does not use (it scores with its own sparse products and
+    bm25s's plain-Python formulas), and numba's import is 0.13 s of every run that has bm25."""
+    if "bm25s" in sys.modules:
+        return sys.modules["bm25s"]
+    hidden = "numba" not in sys.modules
+    if hidden:
+        sys.modules["numba"] = None  # `import numba` raises ImportError, which bm25s takes as numba absent
+    try:
+        import bm25s
+    finally:
+        if hidden and sys.modules.get("numba", 0) is None:
+            del sys.modules["numba"]
+    return bm25s
+
+
 def tokenize(texts: Sequence[str]) -> list[list[str]]:
     """Lowercased, stopword-free, stemmed tokens of each text."""
-    import bm25s  # imported when used: it pulls numba and scipy, which reading results never needs
     import Stemmer
+
+    bm25s = _bm25s()
 
     return bm25s.tokenize(
         list(texts),
@@ -45,10 +64,9 @@ def token_ids(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, int]:
     """The tokens of every text (as `tokenize` makes them) as term ids, one flat array, with each text's number
     of tokens and the number of terms. Term ids are in the terms' sorted order, so that sums (and so near-ties)
     do not depend on string hashing."""
-    import bm25s
     import Stemmer
 
-    found = bm25s.tokenize(
+    found = _bm25s().tokenize(
         list(texts), lower=True, stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False
     )
     terms = sorted(found.vocab)
@@ -69,6 +87,8 @@ def bm25_matrices(
     `BM25.index` makes, which `tests/test_retrievers.py` checks), over arrays of every (chunk, term) pair at once
     instead of a Python loop over chunks."""
     import scipy.sparse as sp
+
+    _bm25s()
     from bm25s.scoring import _select_idf_scorer, _select_tfc_scorer
 
     if method not in METHODS:
